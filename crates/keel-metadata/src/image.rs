@@ -1,0 +1,823 @@
+//! The replicated metadata image and its strict, deterministic replay.
+//!
+//! Every controller holds one `MetadataImage` and applies committed record
+//! batches to it in log order. Replay never consults the clock, randomness,
+//! the network or the local node id, so the same records give the same image
+//! (and the same [`MetadataImage::hash`]) everywhere. The maps are persistent
+//! (`imbl`), so cloning an image is O(1): the active controller decides
+//! against a working copy that shares structure with the committed one.
+
+use std::collections::BTreeMap;
+
+use imbl::OrdMap;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::{DecodeError, ReplayError, ReplayErrorKind};
+use crate::ids::{
+    BrokerEpoch, BrokerId, IncarnationId, LeaderEpoch, PartitionEpoch, PartitionId, TopicId,
+    TopicPartition,
+};
+use crate::records::{
+    decode_versioned, encode_versioned, LeaderChange, MetadataRecord, PartitionChangeRecord,
+    PartitionRecord, RecordBatch, RegisterBrokerRecord, TopicRecord,
+};
+use crate::state::{PartitionState, ReplicaState};
+
+/// A registered broker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRegistration {
+    pub id: BrokerId,
+    /// Log index of the registration record.
+    pub epoch: BrokerEpoch,
+    pub incarnation: IncarnationId,
+    pub address: String,
+    pub rack: Option<String>,
+    pub log_dirs: Vec<String>,
+    /// Failed log dirs; replicas placed in them are offline.
+    pub offline_log_dirs: Vec<String>,
+    /// A fenced broker may not lead or join an ISR.
+    pub fenced: bool,
+    /// In controlled shutdown: may not become leader or join an ISR.
+    pub shutting_down: bool,
+}
+
+impl BrokerRegistration {
+    /// Unfenced and not shutting down: may become a leader.
+    pub fn can_lead(&self) -> bool {
+        !self.fenced && !self.shutting_down
+    }
+
+    /// The log dir that holds `tp` on this broker: a deterministic spread of
+    /// partitions over dirs, computed the same way by brokers and controllers.
+    pub fn dir_of(&self, tp: &TopicPartition) -> Option<&str> {
+        if self.log_dirs.is_empty() {
+            return None;
+        }
+        let h = (tp.topic_id.0 as u64) ^ ((tp.topic_id.0 >> 64) as u64) ^ u64::from(tp.partition.0);
+        let i = (h % self.log_dirs.len() as u64) as usize;
+        Some(self.log_dirs[i].as_str())
+    }
+
+    /// The replica of `tp` here is usable: broker unfenced, its dir online.
+    pub fn replica_online(&self, tp: &TopicPartition) -> bool {
+        if self.fenced {
+            return false;
+        }
+        match self.dir_of(tp) {
+            Some(dir) => !self.offline_log_dirs.iter().any(|d| d == dir),
+            None => true,
+        }
+    }
+}
+
+/// A topic's own metadata (its partitions live in the image's partition map).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicImage {
+    pub id: TopicId,
+    pub name: String,
+    pub configs: BTreeMap<String, String>,
+    /// Partitions `0..partition_count` exist.
+    pub partition_count: u32,
+    /// Present once marked for deletion: the deletion state of every replica.
+    pub deletion: Option<BTreeMap<(PartitionId, BrokerId), ReplicaState>>,
+}
+
+impl TopicImage {
+    pub fn marked_for_deletion(&self) -> bool {
+        self.deletion.is_some()
+    }
+
+    /// `unclean.leader.election.enable`, default false.
+    pub fn unclean_leader_election(&self) -> bool {
+        self.configs
+            .get(crate::UNCLEAN_LEADER_ELECTION)
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }
+}
+
+/// One partition's replicated state.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionImage {
+    /// Assigned replicas, preferred leader first.
+    pub replicas: Vec<BrokerId>,
+    /// In-sync replicas; never empty, always a subset of `replicas`.
+    pub isr: Vec<BrokerId>,
+    pub leader: Option<BrokerId>,
+    pub leader_epoch: LeaderEpoch,
+    pub partition_epoch: PartitionEpoch,
+    /// Replicas a reassignment is adding (subset of `replicas`).
+    pub adding: Vec<BrokerId>,
+    /// Replicas a reassignment is removing (subset of `replicas`).
+    pub removing: Vec<BrokerId>,
+    pub state: PartitionState,
+}
+
+impl PartitionImage {
+    pub fn reassigning(&self) -> bool {
+        !self.adding.is_empty() || !self.removing.is_empty()
+    }
+
+    /// The replica set a reassignment aims for (replicas minus removing).
+    pub fn target_replicas(&self) -> Vec<BrokerId> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|b| !self.removing.contains(b))
+            .collect()
+    }
+
+    /// The replica set before the reassignment (replicas minus adding).
+    pub fn original_replicas(&self) -> Vec<BrokerId> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|b| !self.adding.contains(b))
+            .collect()
+    }
+}
+
+/// An invariant that does not hold (a bug, found by `validate`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid image: {0}")]
+pub struct ValidationError(pub String);
+
+/// The whole replicated cluster metadata.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetadataImage {
+    /// Log index of the last applied entry (0 = nothing applied).
+    offset: u64,
+    brokers: OrdMap<BrokerId, BrokerRegistration>,
+    topics: OrdMap<TopicId, TopicImage>,
+    /// Name -> id for every topic, including those being deleted.
+    topic_names: OrdMap<String, TopicId>,
+    partitions: OrdMap<TopicPartition, PartitionImage>,
+}
+
+fn err(offset: u64, kind: ReplayErrorKind) -> ReplayError {
+    ReplayError { offset, kind }
+}
+
+fn has_duplicates(v: &[BrokerId]) -> bool {
+    let mut s: Vec<BrokerId> = v.to_vec();
+    s.sort_unstable();
+    s.windows(2).any(|w| w[0] == w[1])
+}
+
+impl MetadataImage {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    // ---- reads ----------------------------------------------------------
+
+    /// Log index of the last applied entry.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    pub fn broker(&self, id: BrokerId) -> Option<&BrokerRegistration> {
+        self.brokers.get(&id)
+    }
+
+    pub fn brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values()
+    }
+
+    /// Registered, unfenced and not shutting down.
+    pub fn can_lead(&self, id: BrokerId) -> bool {
+        self.brokers.get(&id).is_some_and(|b| b.can_lead())
+    }
+
+    /// Registered and unfenced (a shutting-down broker is still live).
+    pub fn is_unfenced(&self, id: BrokerId) -> bool {
+        self.brokers.get(&id).is_some_and(|b| !b.fenced)
+    }
+
+    /// The replica of `tp` on `id` can serve: broker unfenced, dir online.
+    pub fn replica_online(&self, tp: &TopicPartition, id: BrokerId) -> bool {
+        self.brokers.get(&id).is_some_and(|b| b.replica_online(tp))
+    }
+
+    pub fn topic(&self, id: TopicId) -> Option<&TopicImage> {
+        self.topics.get(&id)
+    }
+
+    pub fn topic_by_name(&self, name: &str) -> Option<&TopicImage> {
+        self.topic_names
+            .get(name)
+            .and_then(|id| self.topics.get(id))
+    }
+
+    pub fn topics(&self) -> impl Iterator<Item = &TopicImage> {
+        self.topics.values()
+    }
+
+    pub fn topic_count(&self) -> usize {
+        self.topics.len()
+    }
+
+    pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionImage> {
+        self.partitions.get(tp)
+    }
+
+    pub fn partitions(&self) -> impl Iterator<Item = (&TopicPartition, &PartitionImage)> {
+        self.partitions.iter()
+    }
+
+    pub fn partition_count(&self) -> usize {
+        self.partitions.len()
+    }
+
+    /// The partitions of one topic, in index order.
+    pub fn partitions_of(
+        &self,
+        topic: TopicId,
+    ) -> impl Iterator<Item = (&TopicPartition, &PartitionImage)> {
+        let lo = TopicPartition::new(topic, 0);
+        let hi = TopicPartition::new(topic, u32::MAX);
+        self.partitions.range(lo..=hi)
+    }
+
+    /// The replica state of `broker`'s copy of `tp`, derived from the image.
+    pub fn replica_state(&self, tp: &TopicPartition, broker: BrokerId) -> ReplicaState {
+        let Some(p) = self.partitions.get(tp) else {
+            return ReplicaState::NonExistent;
+        };
+        if !p.replicas.contains(&broker) {
+            return ReplicaState::NonExistent;
+        }
+        if let Some(del) = self
+            .topics
+            .get(&tp.topic_id)
+            .and_then(|t| t.deletion.as_ref())
+        {
+            return del
+                .get(&(tp.partition, broker))
+                .copied()
+                .unwrap_or(ReplicaState::Offline);
+        }
+        if !self.replica_online(tp, broker) {
+            ReplicaState::Offline
+        } else if p.adding.contains(&broker) && !p.isr.contains(&broker) {
+            ReplicaState::New
+        } else {
+            ReplicaState::Online
+        }
+    }
+
+    // ---- replay ---------------------------------------------------------
+
+    /// Applies one committed entry. Every record in it shares `offset`.
+    pub fn replay_batch(&mut self, batch: &RecordBatch, offset: u64) -> Result<(), ReplayError> {
+        for record in &batch.records {
+            self.replay(record, offset)?;
+        }
+        self.offset = self.offset.max(offset);
+        Ok(())
+    }
+
+    /// Marks `offset` applied for an entry that carries no records
+    /// (a Raft blank or membership entry).
+    pub fn advance_offset(&mut self, offset: u64) {
+        self.offset = self.offset.max(offset);
+    }
+
+    /// Applies one record. A record that contradicts the image is an error
+    /// naming the log index; the caller must stop.
+    pub fn replay(&mut self, record: &MetadataRecord, offset: u64) -> Result<(), ReplayError> {
+        match record {
+            MetadataRecord::RegisterBroker(r) => self.replay_register(r, offset),
+            MetadataRecord::FenceBroker { broker, epoch } => {
+                let b = self.broker_mut(*broker, *epoch, offset)?;
+                b.fenced = true;
+                // A fenced broker is gone; its shutdown (if any) is over.
+                b.shutting_down = false;
+                Ok(())
+            }
+            MetadataRecord::UnfenceBroker { broker, epoch } => {
+                let b = self.broker_mut(*broker, *epoch, offset)?;
+                b.fenced = false;
+                Ok(())
+            }
+            MetadataRecord::BrokerShuttingDown { broker, epoch } => {
+                let b = self.broker_mut(*broker, *epoch, offset)?;
+                b.shutting_down = true;
+                Ok(())
+            }
+            MetadataRecord::UnregisterBroker { broker, epoch } => {
+                let b = self.broker_mut(*broker, *epoch, offset)?;
+                if !b.fenced {
+                    return Err(err(offset, ReplayErrorKind::BrokerNotFenced(*broker)));
+                }
+                self.brokers.remove(broker);
+                Ok(())
+            }
+            MetadataRecord::LogDirsOffline {
+                broker,
+                epoch,
+                dirs,
+            } => {
+                let b = self.broker_mut(*broker, *epoch, offset)?;
+                for d in dirs {
+                    if !b.offline_log_dirs.contains(d) {
+                        b.offline_log_dirs.push(d.clone());
+                    }
+                }
+                b.offline_log_dirs.sort();
+                Ok(())
+            }
+            MetadataRecord::Topic(r) => self.replay_topic(r, offset),
+            MetadataRecord::Partition(r) => self.replay_partition(r, offset),
+            MetadataRecord::PartitionChange(r) => self.replay_partition_change(r, offset),
+            MetadataRecord::TopicConfig {
+                topic_id,
+                key,
+                value,
+            } => {
+                let t = self
+                    .topics
+                    .get_mut(topic_id)
+                    .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(*topic_id)))?;
+                match value {
+                    Some(v) => t.configs.insert(key.clone(), v.clone()),
+                    None => t.configs.remove(key),
+                };
+                Ok(())
+            }
+            MetadataRecord::MarkTopicForDeletion { topic_id } => {
+                self.replay_mark_for_deletion(*topic_id, offset)
+            }
+            MetadataRecord::ReplicaDeletionState {
+                topic_id,
+                replicas,
+                state,
+            } => {
+                let t = self
+                    .topics
+                    .get_mut(topic_id)
+                    .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(*topic_id)))?;
+                let del = t
+                    .deletion
+                    .as_mut()
+                    .ok_or_else(|| err(offset, ReplayErrorKind::NotMarkedForDeletion(*topic_id)))?;
+                for (p, b) in replicas {
+                    let cur = del.get_mut(&(*p, *b)).ok_or_else(|| {
+                        err(
+                            offset,
+                            ReplayErrorKind::UnknownReplica {
+                                tp: TopicPartition {
+                                    topic_id: *topic_id,
+                                    partition: *p,
+                                },
+                                broker: *b,
+                            },
+                        )
+                    })?;
+                    *cur = cur.transition(*state).map_err(|e| err(offset, e.into()))?;
+                }
+                Ok(())
+            }
+            MetadataRecord::RemoveTopic { topic_id } => self.replay_remove_topic(*topic_id, offset),
+        }
+    }
+
+    fn broker_mut(
+        &mut self,
+        id: BrokerId,
+        epoch: BrokerEpoch,
+        offset: u64,
+    ) -> Result<&mut BrokerRegistration, ReplayError> {
+        let b = self
+            .brokers
+            .get_mut(&id)
+            .ok_or_else(|| err(offset, ReplayErrorKind::UnknownBroker(id)))?;
+        if b.epoch != epoch {
+            return Err(err(
+                offset,
+                ReplayErrorKind::BrokerEpochMismatch {
+                    broker: id,
+                    expected: b.epoch.0,
+                    got: epoch.0,
+                },
+            ));
+        }
+        Ok(b)
+    }
+
+    fn replay_register(
+        &mut self,
+        r: &RegisterBrokerRecord,
+        offset: u64,
+    ) -> Result<(), ReplayError> {
+        self.brokers.insert(
+            r.broker,
+            BrokerRegistration {
+                id: r.broker,
+                epoch: BrokerEpoch(offset),
+                incarnation: r.incarnation,
+                address: r.address.clone(),
+                rack: r.rack.clone(),
+                log_dirs: r.log_dirs.clone(),
+                offline_log_dirs: Vec::new(),
+                fenced: true,
+                shutting_down: false,
+            },
+        );
+        Ok(())
+    }
+
+    fn replay_topic(&mut self, r: &TopicRecord, offset: u64) -> Result<(), ReplayError> {
+        if self.topics.contains_key(&r.topic_id) {
+            return Err(err(offset, ReplayErrorKind::DuplicateTopicId(r.topic_id)));
+        }
+        if self.topic_names.contains_key(&r.name) {
+            return Err(err(
+                offset,
+                ReplayErrorKind::DuplicateTopicName(r.name.clone()),
+            ));
+        }
+        self.topic_names.insert(r.name.clone(), r.topic_id);
+        self.topics.insert(
+            r.topic_id,
+            TopicImage {
+                id: r.topic_id,
+                name: r.name.clone(),
+                configs: r.configs.clone(),
+                partition_count: 0,
+                deletion: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Checks a leader chosen by a record: assigned, in the ISR, and able to lead.
+    fn check_new_leader(
+        &self,
+        tp: TopicPartition,
+        leader: BrokerId,
+        replicas: &[BrokerId],
+        isr: &[BrokerId],
+        offset: u64,
+    ) -> Result<(), ReplayError> {
+        if !replicas.contains(&leader) || !isr.contains(&leader) {
+            return Err(err(
+                offset,
+                ReplayErrorKind::InvalidPartition {
+                    tp,
+                    reason: format!("leader {leader} not in replicas and ISR"),
+                },
+            ));
+        }
+        if !self.can_lead(leader) {
+            return Err(err(
+                offset,
+                ReplayErrorKind::IneligibleLeader { tp, leader },
+            ));
+        }
+        Ok(())
+    }
+
+    fn check_shape(
+        tp: TopicPartition,
+        replicas: &[BrokerId],
+        isr: &[BrokerId],
+        adding: &[BrokerId],
+        removing: &[BrokerId],
+        offset: u64,
+    ) -> Result<(), ReplayError> {
+        let bad = |reason: &str| {
+            Err(err(
+                offset,
+                ReplayErrorKind::InvalidPartition {
+                    tp,
+                    reason: reason.to_string(),
+                },
+            ))
+        };
+        if replicas.is_empty() {
+            return bad("empty replica list");
+        }
+        if has_duplicates(replicas) {
+            return bad("duplicate replicas");
+        }
+        if isr.is_empty() {
+            return bad("empty ISR");
+        }
+        if has_duplicates(isr) || isr.iter().any(|b| !replicas.contains(b)) {
+            return bad("ISR is not a subset of the replicas");
+        }
+        if adding.iter().chain(removing).any(|b| !replicas.contains(b)) {
+            return bad("adding/removing replicas not in the replica list");
+        }
+        if adding.iter().any(|b| removing.contains(b)) {
+            return bad("a replica is both adding and removing");
+        }
+        Ok(())
+    }
+
+    fn replay_partition(&mut self, r: &PartitionRecord, offset: u64) -> Result<(), ReplayError> {
+        let tp = TopicPartition {
+            topic_id: r.topic_id,
+            partition: r.partition,
+        };
+        let count = self
+            .topics
+            .get(&r.topic_id)
+            .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(r.topic_id)))?
+            .partition_count;
+        if self.partitions.contains_key(&tp) {
+            return Err(err(offset, ReplayErrorKind::DuplicatePartition(tp)));
+        }
+        if r.partition.0 != count {
+            return Err(err(
+                offset,
+                ReplayErrorKind::PartitionOutOfOrder {
+                    tp,
+                    expected: count,
+                },
+            ));
+        }
+        Self::check_shape(tp, &r.replicas, &r.isr, &[], &[], offset)?;
+        if let Some(b) = r.replicas.iter().find(|b| !self.brokers.contains_key(*b)) {
+            return Err(err(offset, ReplayErrorKind::UnknownBroker(*b)));
+        }
+        let mut state = PartitionState::NonExistent
+            .transition(PartitionState::New)
+            .map_err(|e| err(offset, e.into()))?;
+        if let Some(l) = r.leader {
+            self.check_new_leader(tp, l, &r.replicas, &r.isr, offset)?;
+            state = state
+                .transition(PartitionState::Online)
+                .map_err(|e| err(offset, e.into()))?;
+        }
+        self.partitions.insert(
+            tp,
+            PartitionImage {
+                replicas: r.replicas.clone(),
+                isr: r.isr.clone(),
+                leader: r.leader,
+                leader_epoch: LeaderEpoch(0),
+                partition_epoch: PartitionEpoch(0),
+                adding: Vec::new(),
+                removing: Vec::new(),
+                state,
+            },
+        );
+        if let Some(t) = self.topics.get_mut(&r.topic_id) {
+            t.partition_count += 1;
+        }
+        Ok(())
+    }
+
+    fn replay_partition_change(
+        &mut self,
+        r: &PartitionChangeRecord,
+        offset: u64,
+    ) -> Result<(), ReplayError> {
+        let tp = TopicPartition {
+            topic_id: r.topic_id,
+            partition: r.partition,
+        };
+        if r.is_noop() {
+            return Err(err(
+                offset,
+                ReplayErrorKind::InvalidPartition {
+                    tp,
+                    reason: "partition change record changes nothing".into(),
+                },
+            ));
+        }
+        let cur = self
+            .partitions
+            .get(&tp)
+            .ok_or_else(|| err(offset, ReplayErrorKind::UnknownPartition(tp)))?;
+        let mut next = cur.clone();
+        if let Some(v) = &r.replicas {
+            next.replicas = v.clone();
+        }
+        if let Some(v) = &r.isr {
+            next.isr = v.clone();
+        }
+        if let Some(v) = &r.adding {
+            next.adding = v.clone();
+        }
+        if let Some(v) = &r.removing {
+            next.removing = v.clone();
+        }
+        let new_leader = match r.leader {
+            LeaderChange::Unchanged => cur.leader,
+            LeaderChange::NoLeader => None,
+            LeaderChange::To(b) => Some(b),
+        };
+        Self::check_shape(
+            tp,
+            &next.replicas,
+            &next.isr,
+            &next.adding,
+            &next.removing,
+            offset,
+        )?;
+        if let Some(b) = next
+            .replicas
+            .iter()
+            .find(|b| !self.brokers.contains_key(*b))
+        {
+            return Err(err(offset, ReplayErrorKind::UnknownBroker(*b)));
+        }
+        if new_leader != cur.leader {
+            if let Some(l) = new_leader {
+                self.check_new_leader(tp, l, &next.replicas, &next.isr, offset)?;
+            }
+            next.leader = new_leader;
+            next.leader_epoch = LeaderEpoch(cur.leader_epoch.0 + 1);
+        } else if let Some(l) = new_leader {
+            // Leader kept: it must still be assigned and in the ISR.
+            if !next.replicas.contains(&l) || !next.isr.contains(&l) {
+                return Err(err(
+                    offset,
+                    ReplayErrorKind::InvalidPartition {
+                        tp,
+                        reason: format!("kept leader {l} left the replicas or ISR"),
+                    },
+                ));
+            }
+        }
+        let target = if next.leader.is_some() {
+            PartitionState::Online
+        } else if cur.state == PartitionState::New {
+            PartitionState::New
+        } else {
+            PartitionState::Offline
+        };
+        if target != cur.state || target == PartitionState::Online && new_leader != cur.leader {
+            next.state = cur
+                .state
+                .transition(target)
+                .map_err(|e| err(offset, e.into()))?;
+        }
+        next.partition_epoch = PartitionEpoch(cur.partition_epoch.0 + 1);
+        // Replicas added to a topic under deletion join its deletion map.
+        if let Some(t) = self.topics.get_mut(&tp.topic_id) {
+            if let Some(del) = t.deletion.as_mut() {
+                for b in &next.replicas {
+                    del.entry((tp.partition, *b))
+                        .or_insert(ReplicaState::Offline);
+                }
+            }
+        }
+        self.partitions.insert(tp, next);
+        Ok(())
+    }
+
+    fn replay_mark_for_deletion(
+        &mut self,
+        topic_id: TopicId,
+        offset: u64,
+    ) -> Result<(), ReplayError> {
+        let t = self
+            .topics
+            .get(&topic_id)
+            .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(topic_id)))?;
+        if t.deletion.is_some() {
+            return Err(err(
+                offset,
+                ReplayErrorKind::AlreadyMarkedForDeletion(topic_id),
+            ));
+        }
+        let mut del = BTreeMap::new();
+        for (tp, p) in self.partitions_of(topic_id) {
+            for b in &p.replicas {
+                // Every replica enters the deletion machine at Offline.
+                del.insert((tp.partition, *b), ReplicaState::Offline);
+            }
+        }
+        if let Some(t) = self.topics.get_mut(&topic_id) {
+            t.deletion = Some(del);
+        }
+        Ok(())
+    }
+
+    fn replay_remove_topic(&mut self, topic_id: TopicId, offset: u64) -> Result<(), ReplayError> {
+        let t = self
+            .topics
+            .get(&topic_id)
+            .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(topic_id)))?;
+        let del = t
+            .deletion
+            .as_ref()
+            .ok_or_else(|| err(offset, ReplayErrorKind::NotMarkedForDeletion(topic_id)))?;
+        if let Some(((p, b), _)) = del
+            .iter()
+            .find(|(_, s)| **s != ReplicaState::DeletionSuccessful)
+        {
+            return Err(err(
+                offset,
+                ReplayErrorKind::DeletionIncomplete {
+                    topic: topic_id,
+                    partition: p.0,
+                    broker: *b,
+                },
+            ));
+        }
+        let name = t.name.clone();
+        let count = t.partition_count;
+        for i in 0..count {
+            let tp = TopicPartition::new(topic_id, i);
+            if let Some(p) = self.partitions.get(&tp) {
+                p.state
+                    .transition(PartitionState::NonExistent)
+                    .map_err(|e| err(offset, e.into()))?;
+            }
+        }
+        for i in 0..count {
+            self.partitions.remove(&TopicPartition::new(topic_id, i));
+        }
+        self.topics.remove(&topic_id);
+        self.topic_names.remove(&name);
+        Ok(())
+    }
+
+    // ---- invariants, hashing, snapshots -----------------------------------
+
+    /// Checks the invariants of DESIGN §3–4 over the whole image.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let fail = |s: String| Err(ValidationError(s));
+        for (name, id) in self.topic_names.iter() {
+            match self.topics.get(id) {
+                Some(t) if &t.name == name => {}
+                _ => return fail(format!("topic name index {name:?} -> {id} is stale")),
+            }
+        }
+        if self.topic_names.len() != self.topics.len() {
+            return fail("topic name index size differs from topic count".into());
+        }
+        let mut seen_partitions = 0usize;
+        for t in self.topics.values() {
+            for i in 0..t.partition_count {
+                let tp = TopicPartition::new(t.id, i);
+                let Some(p) = self.partitions.get(&tp) else {
+                    return fail(format!("topic {} misses partition {i}", t.name));
+                };
+                seen_partitions += 1;
+                if let Err(e) =
+                    Self::check_shape(tp, &p.replicas, &p.isr, &p.adding, &p.removing, 0)
+                {
+                    return fail(e.kind.to_string());
+                }
+                if let Some(l) = p.leader {
+                    if !p.isr.contains(&l) {
+                        return fail(format!("{tp}: leader {l} not in ISR"));
+                    }
+                }
+                let state_ok = match p.state {
+                    PartitionState::Online => p.leader.is_some(),
+                    PartitionState::New | PartitionState::Offline => p.leader.is_none(),
+                    PartitionState::NonExistent => false,
+                };
+                if !state_ok {
+                    return fail(format!(
+                        "{tp}: state {:?} with leader {:?}",
+                        p.state, p.leader
+                    ));
+                }
+                if let Some(del) = &t.deletion {
+                    for b in &p.replicas {
+                        if !del.contains_key(&(tp.partition, *b)) {
+                            return fail(format!("{tp}: replica {b} missing from deletion state"));
+                        }
+                    }
+                }
+            }
+        }
+        if seen_partitions != self.partitions.len() {
+            return fail("partitions exist outside any topic's range".into());
+        }
+        for (id, b) in self.brokers.iter() {
+            if *id != b.id {
+                return fail(format!("broker key {id} holds registration of {}", b.id));
+            }
+        }
+        Ok(())
+    }
+
+    /// The canonical encoding: format version + bincode of the ordered maps.
+    pub fn encode(&self) -> Vec<u8> {
+        encode_versioned(self)
+    }
+
+    /// Decodes an image written by [`encode`](Self::encode) and validates it.
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        let image: Self = decode_versioned(bytes)?;
+        image
+            .validate()
+            .map_err(|e| DecodeError::Corrupt(e.to_string()))?;
+        Ok(image)
+    }
+
+    /// Hex SHA-256 of the canonical encoding: equal on every node that
+    /// applied the same records.
+    pub fn hash(&self) -> String {
+        hex::encode(Sha256::digest(self.encode()))
+    }
+}

@@ -1,0 +1,26 @@
+//! Keel's pure metadata core.
+//!
+//! Ids, records, the replicated [`MetadataImage`] with its strict replay,
+//! the partition and replica state machines, leader selectors, replica
+//! placement and the decide functions of the active controller. No async,
+//! no I/O: the clock and randomness come in as arguments.
+
+pub mod error;
+pub mod ids;
+pub mod image;
+pub mod records;
+pub mod state;
+
+pub use error::{ApiError, DecodeError, ErrorCode, ReplayError, ReplayErrorKind};
+pub use ids::*;
+pub use image::{BrokerRegistration, MetadataImage, PartitionImage, TopicImage, ValidationError};
+pub use records::{
+    LeaderChange, MetadataRecord, PartitionChangeRecord, PartitionRecord, RecordBatch,
+    RegisterBrokerRecord, TopicRecord,
+};
+pub use state::{PartitionState, ReplicaState, TransitionError};
+
+/// Topic config: allow electing an out-of-sync replica when no ISR member is live.
+pub const UNCLEAN_LEADER_ELECTION: &str = "unclean.leader.election.enable";
+/// Topic config: minimum ISR size for acknowledged writes (carried for brokers).
+pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";

@@ -1,0 +1,203 @@
+//! Metadata records: the only way metadata changes. A [`RecordBatch`] is one
+//! Raft entry. Records are diffs; epochs and states are derived on replay.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::DecodeError;
+use crate::ids::{BrokerEpoch, BrokerId, IncarnationId, PartitionId, TopicId};
+use crate::state::ReplicaState;
+
+/// Format version written in front of every encoded batch and snapshot.
+/// Bump it when a record changes shape, and keep decoding older versions.
+pub const RECORD_FORMAT_VERSION: u16 = 1;
+
+/// One metadata change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MetadataRecord {
+    /// A broker (re)registers; it starts fenced. Its epoch is the log index
+    /// of the entry carrying this record.
+    RegisterBroker(RegisterBrokerRecord),
+    /// The broker may not lead or be in an ISR until unfenced.
+    FenceBroker {
+        broker: BrokerId,
+        epoch: BrokerEpoch,
+    },
+    /// The broker caught up and may lead again.
+    UnfenceBroker {
+        broker: BrokerId,
+        epoch: BrokerEpoch,
+    },
+    /// The broker asked for a controlled shutdown.
+    BrokerShuttingDown {
+        broker: BrokerId,
+        epoch: BrokerEpoch,
+    },
+    /// An operator removed a fenced broker for good.
+    UnregisterBroker {
+        broker: BrokerId,
+        epoch: BrokerEpoch,
+    },
+    /// These log dirs of the broker failed (replicas in them go offline).
+    LogDirsOffline {
+        broker: BrokerId,
+        epoch: BrokerEpoch,
+        dirs: Vec<String>,
+    },
+    /// A new topic; its partitions follow as `Partition` records.
+    Topic(TopicRecord),
+    /// A new partition with its initial assignment and leader.
+    Partition(PartitionRecord),
+    /// A change to an existing partition (only what changed).
+    PartitionChange(PartitionChangeRecord),
+    /// Set (`Some`) or remove (`None`) one topic config key.
+    TopicConfig {
+        topic_id: TopicId,
+        key: String,
+        value: Option<String>,
+    },
+    /// Deletion of the topic starts: it is hidden from new work and its
+    /// replicas enter the deletion state machine at `Offline`.
+    MarkTopicForDeletion { topic_id: TopicId },
+    /// Replicas of a topic being deleted move to `state`.
+    ReplicaDeletionState {
+        topic_id: TopicId,
+        replicas: Vec<(PartitionId, BrokerId)>,
+        state: ReplicaState,
+    },
+    /// Every replica reported the delete: the topic is gone.
+    RemoveTopic { topic_id: TopicId },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RegisterBrokerRecord {
+    pub broker: BrokerId,
+    pub incarnation: IncarnationId,
+    /// `host:port` of the broker's gRPC endpoint.
+    pub address: String,
+    pub rack: Option<String>,
+    pub log_dirs: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicRecord {
+    pub topic_id: TopicId,
+    pub name: String,
+    pub configs: BTreeMap<String, String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRecord {
+    pub topic_id: TopicId,
+    pub partition: PartitionId,
+    pub replicas: Vec<BrokerId>,
+    pub isr: Vec<BrokerId>,
+    /// `None` when no replica could lead at creation.
+    pub leader: Option<BrokerId>,
+}
+
+/// How a change treats the leader.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LeaderChange {
+    Unchanged,
+    /// The partition loses its leader (goes offline).
+    NoLeader,
+    /// This broker leads from now on.
+    To(BrokerId),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionChangeRecord {
+    pub topic_id: TopicId,
+    pub partition: PartitionId,
+    pub leader: LeaderChange,
+    /// `None`: ISR unchanged.
+    pub isr: Option<Vec<BrokerId>>,
+    /// `None`: replica list unchanged.
+    pub replicas: Option<Vec<BrokerId>>,
+    /// Replicas being added by a reassignment (`Some(vec![])` clears).
+    pub adding: Option<Vec<BrokerId>>,
+    /// Replicas being removed by a reassignment (`Some(vec![])` clears).
+    pub removing: Option<Vec<BrokerId>>,
+    /// The new leader was chosen from outside the ISR.
+    pub unclean: bool,
+}
+
+impl PartitionChangeRecord {
+    /// A change that touches nothing yet; fill in the fields that change.
+    pub fn new(topic_id: TopicId, partition: PartitionId) -> Self {
+        Self {
+            topic_id,
+            partition,
+            leader: LeaderChange::Unchanged,
+            isr: None,
+            replicas: None,
+            adding: None,
+            removing: None,
+            unclean: false,
+        }
+    }
+
+    /// True when the record would change nothing (and must not be written).
+    pub fn is_noop(&self) -> bool {
+        self.leader == LeaderChange::Unchanged
+            && self.isr.is_none()
+            && self.replicas.is_none()
+            && self.adding.is_none()
+            && self.removing.is_none()
+    }
+}
+
+/// The records of one Raft entry, applied in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordBatch {
+    pub records: Vec<MetadataRecord>,
+}
+
+impl RecordBatch {
+    pub fn new(records: Vec<MetadataRecord>) -> Self {
+        Self { records }
+    }
+
+    /// `version (u16 LE) ++ bincode(batch)`.
+    pub fn encode(&self) -> Vec<u8> {
+        encode_versioned(self)
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
+        decode_versioned(bytes)
+    }
+}
+
+/// Encodes any serde value behind the format version.
+pub fn encode_versioned<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = RECORD_FORMAT_VERSION.to_le_bytes().to_vec();
+    // Encoding plain data into a Vec cannot fail; an error here is a bug.
+    let body = bincode::serde::encode_to_vec(value, bincode::config::standard())
+        .expect("bincode encoding of plain data into a Vec is infallible");
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Decodes a value written by [`encode_versioned`]; never panics on bad input.
+pub fn decode_versioned<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<T, DecodeError> {
+    if bytes.len() < 2 {
+        return Err(DecodeError::Empty);
+    }
+    let version = u16::from_le_bytes([bytes[0], bytes[1]]);
+    if version != RECORD_FORMAT_VERSION {
+        return Err(DecodeError::UnsupportedVersion(
+            version,
+            RECORD_FORMAT_VERSION,
+        ));
+    }
+    let config = bincode::config::standard().with_limit::<{ 1 << 30 }>();
+    let (value, used) = bincode::serde::decode_from_slice(&bytes[2..], config)
+        .map_err(|e| DecodeError::Corrupt(e.to_string()))?;
+    let rest = bytes.len() - 2 - used;
+    if rest != 0 {
+        return Err(DecodeError::TrailingBytes(rest));
+    }
+    Ok(value)
+}

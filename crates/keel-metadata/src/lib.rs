@@ -9,6 +9,7 @@ pub mod error;
 pub mod ids;
 pub mod image;
 pub mod records;
+pub mod selectors;
 pub mod state;
 
 pub use error::{ApiError, DecodeError, ErrorCode, ReplayError, ReplayErrorKind};

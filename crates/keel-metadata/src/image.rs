@@ -621,7 +621,9 @@ impl MetadataImage {
         if let Some(b) = next
             .replicas
             .iter()
-            .find(|b| !self.brokers.contains_key(*b))
+            // Newly assigned replicas must be registered; existing ones may
+            // belong to a broker that was unregistered since.
+            .find(|b| !cur.replicas.contains(b) && !self.brokers.contains_key(*b))
         {
             return Err(err(offset, ReplayErrorKind::UnknownBroker(*b)));
         }

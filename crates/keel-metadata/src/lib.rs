@@ -6,6 +6,7 @@
 //! no I/O: the clock and randomness come in as arguments.
 
 pub mod error;
+pub mod heartbeat;
 pub mod ids;
 pub mod image;
 pub mod records;

@@ -1,7 +1,12 @@
-//! Keel's wire contract: generated gRPC code and the conversions between
-//! protobuf messages and the pure core's domain types.
+//! Keel's wire contract: generated gRPC code, the conversions between
+//! protobuf messages and the pure core's domain types (all in
+//! [`convert`]), and a controller client that follows NOT_CONTROLLER
+//! redirects ([`client`]).
 
 #[allow(clippy::all, missing_docs)]
 pub mod pb {
     tonic::include_proto!("keel.v1");
 }
+
+pub mod client;
+pub mod convert;

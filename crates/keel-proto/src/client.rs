@@ -1,0 +1,159 @@
+//! A client for the controller quorum that follows NOT_CONTROLLER
+//! redirects: it asks the hinted leader first, else rotates through the
+//! bootstrap addresses, with a small backoff, until a deadline.
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use keel_metadata::ErrorCode;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::convert::HasError;
+use crate::pb::admin_service_client::AdminServiceClient;
+use crate::pb::broker_service_client::BrokerServiceClient;
+
+/// Why a call did not get an answer from the active controller.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No controller could be reached (or none knew a leader) before the deadline.
+    #[error("no active controller reachable at {addresses} within {waited_ms} ms: {last}")]
+    Unreachable {
+        addresses: String,
+        waited_ms: u64,
+        last: String,
+    },
+    #[error("invalid controller address {0:?}")]
+    BadAddress(String),
+}
+
+/// Redirect-following client; cheap to share (`&self` methods).
+pub struct ControllerClient {
+    bootstrap: Vec<String>,
+    /// Where the active controller was last seen (hint or success).
+    leader: Mutex<Option<String>>,
+    /// Per-attempt timeout.
+    request_timeout: Duration,
+    /// Total budget for one logical call, redirects and retries included.
+    deadline: Duration,
+}
+
+impl ControllerClient {
+    pub fn new(bootstrap: Vec<String>) -> Self {
+        Self {
+            bootstrap,
+            leader: Mutex::new(None),
+            request_timeout: Duration::from_secs(10),
+            deadline: Duration::from_secs(20),
+        }
+    }
+
+    /// Sets the per-attempt timeout and the whole-call deadline.
+    pub fn with_timeouts(mut self, request: Duration, deadline: Duration) -> Self {
+        self.request_timeout = request;
+        self.deadline = deadline;
+        self
+    }
+
+    /// The address the active controller was last seen at.
+    pub fn leader_address(&self) -> Option<String> {
+        self.leader.lock().ok().and_then(|g| g.clone())
+    }
+
+    fn channel(&self, addr: &str) -> Result<Channel, ClientError> {
+        let uri = if addr.starts_with("http://") {
+            addr.to_string()
+        } else {
+            format!("http://{addr}")
+        };
+        let ep = Endpoint::from_shared(uri)
+            .map_err(|_| ClientError::BadAddress(addr.to_string()))?
+            .connect_timeout(Duration::from_secs(1))
+            .timeout(self.request_timeout);
+        Ok(ep.connect_lazy())
+    }
+
+    /// Calls the admin service of the active controller.
+    pub async fn admin<R, F, Fut>(&self, f: F) -> Result<R, ClientError>
+    where
+        R: HasError,
+        F: Fn(AdminServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        self.call(|ch| f(AdminServiceClient::new(ch))).await
+    }
+
+    /// Calls the broker service of the active controller.
+    pub async fn broker<R, F, Fut>(&self, f: F) -> Result<R, ClientError>
+    where
+        R: HasError,
+        F: Fn(BrokerServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        self.call(|ch| f(BrokerServiceClient::new(ch))).await
+    }
+
+    async fn call<R, F, Fut>(&self, f: F) -> Result<R, ClientError>
+    where
+        R: HasError,
+        F: Fn(Channel) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let start = Instant::now();
+        let mut next_bootstrap = 0usize;
+        let mut last;
+        let mut hinted: Option<String> = self.leader_address();
+        let mut backoff = Duration::from_millis(20);
+        loop {
+            let addr = match hinted.take() {
+                Some(a) => a,
+                None => {
+                    if self.bootstrap.is_empty() {
+                        return Err(ClientError::BadAddress(String::new()));
+                    }
+                    let a = self.bootstrap[next_bootstrap % self.bootstrap.len()].clone();
+                    next_bootstrap += 1;
+                    a
+                }
+            };
+            match f(self.channel(&addr)?).await {
+                Ok(resp) => {
+                    let resp = resp.into_inner();
+                    match resp.error() {
+                        Some(e) if e.code == ErrorCode::NotController.as_i32() => {
+                            last = format!("{addr}: {}", e.message);
+                            if let Some(h) = e.leader.as_ref().filter(|h| h.address != addr) {
+                                hinted = Some(h.address.clone());
+                            }
+                        }
+                        _ => {
+                            if let Ok(mut g) = self.leader.lock() {
+                                *g = Some(addr);
+                            }
+                            return Ok(resp);
+                        }
+                    }
+                }
+                Err(status) => {
+                    last = format!("{addr}: {}", status.message());
+                    if let Ok(mut g) = self.leader.lock() {
+                        if g.as_deref() == Some(addr.as_str()) {
+                            *g = None;
+                        }
+                    }
+                }
+            }
+            if start.elapsed() >= self.deadline {
+                return Err(ClientError::Unreachable {
+                    addresses: self.bootstrap.join(","),
+                    waited_ms: start.elapsed().as_millis() as u64,
+                    last,
+                });
+            }
+            if hinted.is_none() {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
+}

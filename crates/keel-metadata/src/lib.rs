@@ -5,14 +5,18 @@
 //! placement and the decide functions of the active controller. No async,
 //! no I/O: the clock and randomness come in as arguments.
 
+pub mod decide;
 pub mod error;
 pub mod heartbeat;
 pub mod ids;
 pub mod image;
+pub mod placement;
 pub mod records;
 pub mod selectors;
 pub mod state;
+pub mod validation;
 
+pub use decide::Decision;
 pub use error::{ApiError, DecodeError, ErrorCode, ReplayError, ReplayErrorKind};
 pub use ids::*;
 pub use image::{BrokerRegistration, MetadataImage, PartitionImage, TopicImage, ValidationError};

@@ -1,0 +1,135 @@
+//! The active controller's decide functions.
+//!
+//! Each one reads the image (`&self`) and a trigger, and returns the records
+//! to append plus the reply to send once they commit. Nothing here mutates
+//! the image: a decision that needs to see the effect of its own earlier
+//! records replays them on an O(1) clone (the [`Working`] copy), so every
+//! record it emits is known to replay cleanly.
+//!
+//! Expected refusals are typed [`ApiError`](crate::ApiError)s in the reply,
+//! per item where the request has items; a refused item contributes no
+//! records, and a batch with one bad item still decides the good ones.
+
+mod brokers;
+mod deletion;
+mod partitions;
+mod reassign;
+mod topics;
+
+pub use brokers::{Heartbeat, HeartbeatReply, RegisterBroker, RegisterReply};
+pub use deletion::DeletionStep;
+pub use partitions::{AlterPartitionItem, ElectionKind};
+pub use topics::{ConfigOp, CreatePartitions, CreateTopic, CreatedTopic};
+
+use crate::ids::{BrokerId, TopicPartition};
+use crate::image::{MetadataImage, PartitionImage};
+use crate::records::{LeaderChange, MetadataRecord, PartitionChangeRecord};
+use crate::selectors::Election;
+
+/// Most partitions one topic may have (Kafka's practical ceiling).
+pub const MAX_PARTITIONS_PER_TOPIC: u32 = 100_000;
+/// Most replicas one partition may have; Kafka carries it as an `i16`.
+pub const MAX_REPLICATION_FACTOR: u32 = i16::MAX as u32;
+
+/// What a decide function returns: the records to append as one Raft entry
+/// (possibly none) and the reply to send once they commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decision<R> {
+    /// In replay order; empty when nothing changes.
+    pub records: Vec<MetadataRecord>,
+    /// Sent to the caller after the records commit.
+    pub reply: R,
+}
+
+impl<R> Decision<R> {
+    /// A decision that changes nothing.
+    pub fn reply_only(reply: R) -> Self {
+        Self {
+            records: Vec::new(),
+            reply,
+        }
+    }
+}
+
+/// A scratch copy of the image that replays every record as it is decided,
+/// so later steps of the same decision see the earlier ones. Cloning the
+/// image is O(1) (persistent maps); only the touched paths are copied.
+pub(crate) struct Working {
+    /// The image plus the records decided so far.
+    pub(crate) image: MetadataImage,
+    /// The log index the records will be replayed at: one past the base.
+    offset: u64,
+    /// Decided records, in order.
+    pub(crate) records: Vec<MetadataRecord>,
+}
+
+impl Working {
+    pub(crate) fn new(base: &MetadataImage) -> Self {
+        Self {
+            image: base.clone(),
+            offset: base.offset() + 1,
+            records: Vec::new(),
+        }
+    }
+
+    /// Appends a record and applies it to the scratch image. A decided record
+    /// that does not replay is a bug in the decide function, hence the panic.
+    pub(crate) fn push(&mut self, record: MetadataRecord) {
+        if let Err(e) = self.image.replay(&record, self.offset) {
+            panic!("decided record {record:?} does not replay: {e}");
+        }
+        self.records.push(record);
+    }
+
+    /// Appends a partition change unless it changes nothing.
+    pub(crate) fn change(&mut self, change: PartitionChangeRecord) -> bool {
+        if change.is_noop() {
+            return false;
+        }
+        self.push(MetadataRecord::PartitionChange(change));
+        true
+    }
+
+    pub(crate) fn finish<R>(self, reply: R) -> Decision<R> {
+        Decision {
+            records: self.records,
+            reply,
+        }
+    }
+}
+
+/// Whether `b` may lead `tp` now: registered, unfenced, not shutting down,
+/// and the log dir holding the replica online.
+pub(crate) fn eligible(image: &MetadataImage, tp: &TopicPartition, b: BrokerId) -> bool {
+    image.can_lead(b) && image.replica_online(tp, b)
+}
+
+/// The change that applies a selector's outcome to `p` (a no-op when the
+/// outcome is what `p` already holds).
+pub(crate) fn election_change(
+    tp: &TopicPartition,
+    p: &PartitionImage,
+    e: &Election,
+) -> PartitionChangeRecord {
+    let mut c = PartitionChangeRecord::new(tp.topic_id, tp.partition);
+    if p.leader != Some(e.leader) {
+        c.leader = LeaderChange::To(e.leader);
+        c.unclean = e.unclean;
+    }
+    if p.isr != e.isr {
+        c.isr = Some(e.isr.clone());
+    }
+    c
+}
+
+/// `v` without `b`, keeping order.
+pub(crate) fn without(v: &[BrokerId], b: BrokerId) -> Vec<BrokerId> {
+    v.iter().copied().filter(|x| *x != b).collect()
+}
+
+/// True when `v` holds some broker twice.
+pub(crate) fn has_duplicates(v: &[BrokerId]) -> bool {
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    s.windows(2).any(|w| w[0] == w[1])
+}

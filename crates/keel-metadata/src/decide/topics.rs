@@ -1,0 +1,472 @@
+//! Topic decisions: create topics, add partitions, alter topic configs.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::decide::{
+    election_change, eligible, has_duplicates, Decision, Working, MAX_PARTITIONS_PER_TOPIC,
+    MAX_REPLICATION_FACTOR,
+};
+use crate::error::{ApiError, ErrorCode};
+use crate::ids::{BrokerId, PartitionId, TopicId, TopicPartition};
+use crate::image::MetadataImage;
+use crate::placement::{place_replicas, PlacementBroker};
+use crate::records::{MetadataRecord, PartitionRecord, TopicRecord};
+use crate::selectors;
+use crate::validation::{validate_topic_configs, validate_topic_name};
+
+/// One topic of a CreateTopics request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CreateTopic {
+    pub name: String,
+    /// Ignored (may be 0) when `assignments` is given.
+    pub partitions: u32,
+    /// Ignored (may be 0) when `assignments` is given.
+    pub replication_factor: u32,
+    /// Manual placement: one replica list per partition, preferred leader
+    /// first. `None` lets the controller place replicas.
+    pub assignments: Option<Vec<Vec<BrokerId>>>,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// What a successful creation reports back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreatedTopic {
+    pub topic_id: TopicId,
+    pub partitions: u32,
+    pub replication_factor: u32,
+}
+
+/// One topic of a CreatePartitions request.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CreatePartitions {
+    pub name: String,
+    /// The partition count wanted; partitions only ever grow.
+    pub total: u32,
+    /// Manual placement of the new partitions only (`total - current` rows).
+    pub assignments: Option<Vec<Vec<BrokerId>>>,
+}
+
+/// One change to a topic's configs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ConfigOp {
+    /// Set `key` to `value`.
+    Set(String, String),
+    /// Remove `key` (back to the broker default).
+    Delete(String),
+}
+
+fn api(code: ErrorCode, message: impl Into<String>) -> ApiError {
+    ApiError::new(code, message)
+}
+
+/// Names that occur more than once in a request; Kafka refuses every
+/// occurrence rather than guess which one was meant.
+fn duplicated<'a>(names: impl Iterator<Item = &'a str>) -> BTreeSet<&'a str> {
+    let mut seen = BTreeSet::new();
+    let mut dup = BTreeSet::new();
+    for n in names {
+        if !seen.insert(n) {
+            dup.insert(n);
+        }
+    }
+    dup
+}
+
+/// Checks a manual assignment: rows of equal, non-zero length (`rf` when
+/// given), no broker twice in a row, every broker registered, and at least
+/// one replica per row able to lead now.
+fn check_assignment(
+    image: &MetadataImage,
+    rows: &[Vec<BrokerId>],
+    rf: Option<usize>,
+) -> Result<(), ApiError> {
+    let bad = |m: String| Err(api(ErrorCode::InvalidReplicaAssignment, m));
+    if rows.is_empty() {
+        return bad("the manual assignment has no partitions".into());
+    }
+    let width = rf.unwrap_or(rows[0].len());
+    for (i, row) in rows.iter().enumerate() {
+        if row.is_empty() {
+            return bad(format!("partition {i} has no replicas"));
+        }
+        if row.len() != width {
+            return bad(format!(
+                "partition {i} has {} replicas; every partition needs {width}",
+                row.len()
+            ));
+        }
+        if has_duplicates(row) {
+            return bad(format!("partition {i} lists a broker twice: {row:?}"));
+        }
+        if let Some(b) = row.iter().find(|b| image.broker(**b).is_none()) {
+            return Err(api(
+                ErrorCode::UnknownBroker,
+                format!("partition {i} is assigned to broker {b}, which is not registered"),
+            ));
+        }
+        if !row.iter().any(|b| image.can_lead(*b)) {
+            return bad(format!(
+                "no replica of partition {i} ({row:?}) is on a broker that can lead"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Brokers that may receive new replicas: those able to lead now.
+fn placement_brokers(image: &MetadataImage) -> Vec<PlacementBroker> {
+    image
+        .brokers()
+        .filter(|b| b.can_lead())
+        .map(|b| PlacementBroker {
+            id: b.id,
+            rack: b.rack.clone(),
+        })
+        .collect()
+}
+
+/// A new partition's record: the ISR is the replicas that can serve now, and
+/// the first of them leads.
+fn partition_record(
+    image: &MetadataImage,
+    topic_id: TopicId,
+    index: u32,
+    replicas: Vec<BrokerId>,
+) -> PartitionRecord {
+    let tp = TopicPartition::new(topic_id, index);
+    let isr: Vec<BrokerId> = replicas
+        .iter()
+        .copied()
+        .filter(|b| eligible(image, &tp, *b))
+        .collect();
+    // Replay requires a non-empty ISR; an assignment whose only leadable
+    // replica has an offline dir still needs one member, so keep the
+    // first registered-and-unfenced replica in that case.
+    let isr = if isr.is_empty() {
+        replicas
+            .iter()
+            .copied()
+            .filter(|b| image.can_lead(*b))
+            .take(1)
+            .collect()
+    } else {
+        isr
+    };
+    PartitionRecord {
+        topic_id,
+        partition: PartitionId(index),
+        leader: isr.first().copied(),
+        replicas,
+        isr,
+    }
+}
+
+fn fresh_topic_id(
+    image: &MetadataImage,
+    taken: &BTreeSet<TopicId>,
+    rng: &mut impl rand::Rng,
+) -> TopicId {
+    loop {
+        let id = TopicId(rng.random::<u128>());
+        if id.0 != 0 && image.topic(id).is_none() && !taken.contains(&id) {
+            return id;
+        }
+    }
+}
+
+impl MetadataImage {
+    /// Creates topics: a `Topic` record, then one `Partition` record per
+    /// partition, for each topic that passes validation. With
+    /// `validate_only` the replies are computed and no records written.
+    pub fn decide_create_topics(
+        &self,
+        topics: &[CreateTopic],
+        validate_only: bool,
+        rng: &mut impl rand::Rng,
+    ) -> Decision<Vec<(String, Result<CreatedTopic, ApiError>)>> {
+        let dup = duplicated(topics.iter().map(|t| t.name.as_str()));
+        let mut w = Working::new(self);
+        let mut taken = BTreeSet::new();
+        let mut replies = Vec::with_capacity(topics.len());
+        for t in topics {
+            let outcome = self.plan_topic(t, &dup, rng).map(|rows| {
+                let topic_id = fresh_topic_id(self, &taken, rng);
+                taken.insert(topic_id);
+                let created = CreatedTopic {
+                    topic_id,
+                    partitions: rows.len() as u32,
+                    replication_factor: rows[0].len() as u32,
+                };
+                if !validate_only {
+                    w.push(MetadataRecord::Topic(TopicRecord {
+                        topic_id,
+                        name: t.name.clone(),
+                        configs: t.configs.clone(),
+                    }));
+                    for (i, row) in rows.into_iter().enumerate() {
+                        let rec = partition_record(&w.image, topic_id, i as u32, row);
+                        w.push(MetadataRecord::Partition(rec));
+                    }
+                }
+                created
+            });
+            replies.push((t.name.clone(), outcome));
+        }
+        w.finish(replies)
+    }
+
+    /// Validates one topic of a CreateTopics request and returns its
+    /// replica assignment.
+    fn plan_topic(
+        &self,
+        t: &CreateTopic,
+        dup: &BTreeSet<&str>,
+        rng: &mut impl rand::Rng,
+    ) -> Result<Vec<Vec<BrokerId>>, ApiError> {
+        validate_topic_name(&t.name)?;
+        if dup.contains(t.name.as_str()) {
+            return Err(api(
+                ErrorCode::InvalidRequest,
+                format!("topic {:?} appears more than once in the request", t.name),
+            ));
+        }
+        if let Some(existing) = self.topic_by_name(&t.name) {
+            let why = if existing.marked_for_deletion() {
+                format!("topic {:?} already exists and is marked for deletion", t.name)
+            } else {
+                format!("topic {:?} already exists", t.name)
+            };
+            return Err(api(ErrorCode::TopicAlreadyExists, why));
+        }
+        let rows = match &t.assignments {
+            Some(rows) => {
+                let width = rows.first().map_or(0, Vec::len) as u32;
+                if (t.partitions != 0 && t.partitions as usize != rows.len())
+                    || (t.replication_factor != 0 && t.replication_factor != width)
+                {
+                    return Err(api(
+                        ErrorCode::InvalidRequest,
+                        "with a manual assignment, partitions and replication factor must be 0 or match it",
+                    ));
+                }
+                if rows.len() > MAX_PARTITIONS_PER_TOPIC as usize {
+                    return Err(api(
+                        ErrorCode::InvalidPartitions,
+                        format!("at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic"),
+                    ));
+                }
+                check_assignment(self, rows, None)?;
+                validate_topic_configs(&t.configs, width)?;
+                rows.clone()
+            }
+            None => {
+                if t.partitions == 0 || t.partitions > MAX_PARTITIONS_PER_TOPIC {
+                    return Err(api(
+                        ErrorCode::InvalidPartitions,
+                        format!(
+                            "partitions must be 1..={MAX_PARTITIONS_PER_TOPIC}, not {}",
+                            t.partitions
+                        ),
+                    ));
+                }
+                let brokers = placement_brokers(self);
+                let max_rf = (brokers.len() as u32).min(MAX_REPLICATION_FACTOR);
+                if t.replication_factor == 0 || t.replication_factor > max_rf {
+                    return Err(api(
+                        ErrorCode::InvalidReplicationFactor,
+                        format!(
+                            "replication factor must be 1..={max_rf} (brokers able to lead), not {}",
+                            t.replication_factor
+                        ),
+                    ));
+                }
+                validate_topic_configs(&t.configs, t.replication_factor)?;
+                place_replicas(&brokers, t.partitions, t.replication_factor, rng)?
+            }
+        };
+        Ok(rows)
+    }
+
+    /// Adds partitions to existing topics (counts only grow). New partitions
+    /// get the replication factor of the topic's partition 0 (its target
+    /// replica count if it is being reassigned).
+    pub fn decide_create_partitions(
+        &self,
+        items: &[CreatePartitions],
+        validate_only: bool,
+        rng: &mut impl rand::Rng,
+    ) -> Decision<Vec<(String, Result<(), ApiError>)>> {
+        let dup = duplicated(items.iter().map(|t| t.name.as_str()));
+        let mut w = Working::new(self);
+        let mut replies = Vec::with_capacity(items.len());
+        for item in items {
+            let outcome = self.plan_partitions(item, &dup, rng).map(|(topic_id, first, rows)| {
+                if !validate_only {
+                    for (i, row) in rows.into_iter().enumerate() {
+                        let rec = partition_record(&w.image, topic_id, first + i as u32, row);
+                        w.push(MetadataRecord::Partition(rec));
+                    }
+                }
+            });
+            replies.push((item.name.clone(), outcome));
+        }
+        w.finish(replies)
+    }
+
+    /// Validates one CreatePartitions item; returns the topic, the index of
+    /// the first new partition and the new partitions' replicas.
+    fn plan_partitions(
+        &self,
+        item: &CreatePartitions,
+        dup: &BTreeSet<&str>,
+        rng: &mut impl rand::Rng,
+    ) -> Result<(TopicId, u32, Vec<Vec<BrokerId>>), ApiError> {
+        if dup.contains(item.name.as_str()) {
+            return Err(api(
+                ErrorCode::InvalidRequest,
+                format!("topic {:?} appears more than once in the request", item.name),
+            ));
+        }
+        let t = self.topic_by_name(&item.name).ok_or_else(|| {
+            api(ErrorCode::UnknownTopic, format!("topic {:?} does not exist", item.name))
+        })?;
+        if t.marked_for_deletion() {
+            return Err(api(
+                ErrorCode::TopicDeletionInProgress,
+                format!("topic {:?} is being deleted", item.name),
+            ));
+        }
+        let current = t.partition_count;
+        if item.total <= current || item.total > MAX_PARTITIONS_PER_TOPIC {
+            return Err(api(
+                ErrorCode::InvalidPartitions,
+                format!(
+                    "topic {:?} has {current} partitions; the new total must be in {}..={MAX_PARTITIONS_PER_TOPIC}, not {}",
+                    item.name,
+                    current + 1,
+                    item.total
+                ),
+            ));
+        }
+        let rf = self
+            .partition(&TopicPartition::new(t.id, 0))
+            .map_or(1, |p| p.target_replicas().len());
+        let adding = item.total - current;
+        let rows = match &item.assignments {
+            Some(rows) => {
+                if rows.len() != adding as usize {
+                    return Err(api(
+                        ErrorCode::InvalidReplicaAssignment,
+                        format!("{adding} new partitions need {adding} assignment rows, got {}", rows.len()),
+                    ));
+                }
+                check_assignment(self, rows, Some(rf))?;
+                rows.clone()
+            }
+            None => place_replicas(&placement_brokers(self), adding, rf as u32, rng)?,
+        };
+        Ok((t.id, current, rows))
+    }
+
+    /// Sets and removes topic configs (`TopicConfig` records for the keys
+    /// whose value actually changes). Turning unclean leader election on
+    /// elects leaders for the topic's leaderless partitions right away, as
+    /// the classic controller does.
+    pub fn decide_alter_configs(
+        &self,
+        items: &[(String, Vec<ConfigOp>)],
+        validate_only: bool,
+    ) -> Decision<Vec<(String, Result<(), ApiError>)>> {
+        let dup = duplicated(items.iter().map(|(n, _)| n.as_str()));
+        let mut w = Working::new(self);
+        let mut replies = Vec::with_capacity(items.len());
+        for (name, ops) in items {
+            let outcome = self.plan_configs(name, ops, &dup).map(|(topic_id, old, new)| {
+                if validate_only {
+                    return;
+                }
+                let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+                for key in keys {
+                    if old.get(key) != new.get(key) {
+                        w.push(MetadataRecord::TopicConfig {
+                            topic_id,
+                            key: key.clone(),
+                            value: new.get(key).cloned(),
+                        });
+                    }
+                }
+                let was = self.topic(topic_id).is_some_and(|t| t.unclean_leader_election());
+                let now = w.image.topic(topic_id).is_some_and(|t| t.unclean_leader_election());
+                if now && !was {
+                    elect_leaderless_of_topic(&mut w, topic_id);
+                }
+            });
+            replies.push((name.clone(), outcome));
+        }
+        w.finish(replies)
+    }
+
+    /// Validates one AlterConfigs item; returns the topic with its configs
+    /// before and after.
+    #[allow(clippy::type_complexity)]
+    fn plan_configs(
+        &self,
+        name: &str,
+        ops: &[ConfigOp],
+        dup: &BTreeSet<&str>,
+    ) -> Result<(TopicId, BTreeMap<String, String>, BTreeMap<String, String>), ApiError> {
+        if dup.contains(name) {
+            return Err(api(
+                ErrorCode::InvalidRequest,
+                format!("topic {name:?} appears more than once in the request"),
+            ));
+        }
+        let t = self
+            .topic_by_name(name)
+            .ok_or_else(|| api(ErrorCode::UnknownTopic, format!("topic {name:?} does not exist")))?;
+        if t.marked_for_deletion() {
+            return Err(api(
+                ErrorCode::TopicDeletionInProgress,
+                format!("topic {name:?} is being deleted"),
+            ));
+        }
+        let mut new = t.configs.clone();
+        for op in ops {
+            match op {
+                ConfigOp::Set(k, v) => {
+                    new.insert(k.clone(), v.clone());
+                }
+                ConfigOp::Delete(k) => {
+                    new.remove(k);
+                }
+            }
+        }
+        // The smallest replica count bounds min.insync.replicas.
+        let rf = self
+            .partitions_of(t.id)
+            .map(|(_, p)| p.target_replicas().len() as u32)
+            .min()
+            .unwrap_or(1);
+        validate_topic_configs(&new, rf)?;
+        Ok((t.id, t.configs.clone(), new))
+    }
+}
+
+/// Elects leaders for every leaderless partition of `topic` that can get
+/// one now (unclean only if the topic allows it).
+pub(crate) fn elect_leaderless_of_topic(w: &mut Working, topic: TopicId) {
+    let image = w.image.clone();
+    let unclean = image.topic(topic).is_some_and(|t| t.unclean_leader_election());
+    let mut changes = Vec::new();
+    for (tp, p) in image.partitions_of(topic) {
+        if p.leader.is_some() {
+            continue;
+        }
+        if let Ok(e) = selectors::offline_partition(p, |b| eligible(&image, tp, b), unclean) {
+            changes.push(election_change(tp, p, &e));
+        }
+    }
+    for c in changes {
+        w.change(c);
+    }
+}

@@ -1,0 +1,99 @@
+//! Input validation shared by the decide functions: topic names (Kafka's
+//! rules) and the topic configs the controller interprets. Other config keys
+//! are opaque: carried for brokers, never interpreted here.
+
+use std::collections::BTreeMap;
+
+use crate::error::{ApiError, ErrorCode};
+use crate::{MIN_INSYNC_REPLICAS, UNCLEAN_LEADER_ELECTION};
+
+/// Longest topic name Kafka accepts (a partition dir name must fit 255 bytes).
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// Kafka's topic name rules: 1–249 characters of `[a-zA-Z0-9._-]`, and not
+/// `.` or `..` (they would name the log dir's parent).
+pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
+    let bad = |why: String| Err(ApiError::new(ErrorCode::InvalidTopicName, why));
+    if name.is_empty() {
+        return bad("topic name is empty".into());
+    }
+    if name == "." || name == ".." {
+        return bad(format!("topic name {name:?} is reserved"));
+    }
+    if name.len() > MAX_TOPIC_NAME_LEN {
+        return bad(format!(
+            "topic name is {} characters long; at most {MAX_TOPIC_NAME_LEN} are allowed",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return bad(format!(
+            "topic name {name:?} contains {c:?}; only ASCII letters, digits, '.', '_' and '-' are allowed"
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the config keys the controller interprets, for a topic whose
+/// partitions have `replication_factor` replicas.
+pub fn validate_topic_configs(
+    configs: &BTreeMap<String, String>,
+    replication_factor: u32,
+) -> Result<(), ApiError> {
+    let bad = |why: String| Err(ApiError::new(ErrorCode::InvalidConfig, why));
+    for (key, value) in configs {
+        if key.is_empty() {
+            return bad("config key is empty".into());
+        }
+        if key == UNCLEAN_LEADER_ELECTION
+            && !(value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("false"))
+        {
+            return bad(format!("{key} must be true or false, not {value:?}"));
+        }
+        if key == MIN_INSYNC_REPLICAS {
+            match value.trim().parse::<u32>() {
+                Ok(n) if n >= 1 && n <= replication_factor => {}
+                Ok(n) if n >= 1 => {
+                    return bad(format!(
+                        "{key}={n} exceeds the replication factor {replication_factor}"
+                    ))
+                }
+                _ => return bad(format!("{key} must be a positive integer, not {value:?}")),
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names_follow_kafka_rules() {
+        for ok in ["a", "orders", "orders.v2", "a_b-c", &"x".repeat(249)] {
+            assert!(validate_topic_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", ".", "..", "a b", "é", "a/b", &"x".repeat(250)] {
+            let e = validate_topic_name(bad).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidTopicName, "{bad}");
+        }
+    }
+
+    #[test]
+    fn interpreted_configs_are_checked_and_others_pass_through() {
+        let cfg = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        assert!(validate_topic_configs(&cfg(UNCLEAN_LEADER_ELECTION, "TRUE"), 3).is_ok());
+        assert!(validate_topic_configs(&cfg(UNCLEAN_LEADER_ELECTION, "yes"), 3).is_err());
+        assert!(validate_topic_configs(&cfg(MIN_INSYNC_REPLICAS, "2"), 3).is_ok());
+        for v in ["0", "4", "-1", "two"] {
+            let e = validate_topic_configs(&cfg(MIN_INSYNC_REPLICAS, v), 3).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidConfig, "{v}");
+        }
+        assert!(validate_topic_configs(&cfg("retention.ms", "anything"), 1).is_ok());
+        assert!(validate_topic_configs(&cfg("", "x"), 1).is_err());
+    }
+}

@@ -1,0 +1,684 @@
+//! Property tests of the stored encodings: record batches round-trip,
+//! damaged bytes are refused without panicking, and images built by
+//! replaying generated valid logs round-trip through snapshots with the
+//! same hash, replay deterministically and keep their invariants.
+//!
+//! Seeds are fixed and case counts bounded, so runs are reproducible.
+
+use std::collections::BTreeMap;
+
+use keel_metadata::records::{RecordBatch, RECORD_FORMAT_VERSION};
+use keel_metadata::{
+    BrokerEpoch, BrokerId, DecodeError, IncarnationId, LeaderChange, MetadataImage,
+    MetadataRecord, PartitionChangeRecord, PartitionId, PartitionRecord, PartitionState,
+    RegisterBrokerRecord, ReplicaState, TopicId, TopicPartition, TopicRecord,
+    UNCLEAN_LEADER_ELECTION,
+};
+use proptest::collection::{btree_map, vec};
+use proptest::option;
+use proptest::prelude::*;
+use proptest::strategy::ValueTree;
+use proptest::test_runner::{Config, RngSeed};
+
+fn config(cases: u32, seed: u64) -> Config {
+    Config {
+        cases,
+        rng_seed: RngSeed::Fixed(seed),
+        failure_persistence: None,
+        max_shrink_iters: 2_000,
+        ..Config::default()
+    }
+}
+
+// ---- strategies for every record ------------------------------------------
+
+fn broker_id() -> impl Strategy<Value = BrokerId> {
+    prop_oneof![0u32..8, any::<u32>()].prop_map(BrokerId)
+}
+
+fn broker_ids() -> impl Strategy<Value = Vec<BrokerId>> {
+    vec(broker_id(), 0..6)
+}
+
+fn broker_epoch() -> impl Strategy<Value = BrokerEpoch> {
+    any::<u64>().prop_map(BrokerEpoch)
+}
+
+fn topic_id() -> impl Strategy<Value = TopicId> {
+    any::<u128>().prop_map(TopicId)
+}
+
+fn partition_id() -> impl Strategy<Value = PartitionId> {
+    prop_oneof![0u32..16, any::<u32>()].prop_map(PartitionId)
+}
+
+/// Any text, including multi-byte characters.
+fn text() -> impl Strategy<Value = String> {
+    "\\PC{0,16}"
+}
+
+fn replica_state() -> impl Strategy<Value = ReplicaState> {
+    proptest::sample::select(ReplicaState::ALL.to_vec())
+}
+
+fn leader_change() -> impl Strategy<Value = LeaderChange> {
+    prop_oneof![
+        Just(LeaderChange::Unchanged),
+        Just(LeaderChange::NoLeader),
+        broker_id().prop_map(LeaderChange::To),
+    ]
+}
+
+fn register_broker() -> impl Strategy<Value = RegisterBrokerRecord> {
+    (
+        broker_id(),
+        any::<u128>(),
+        text(),
+        option::of(text()),
+        vec(text(), 0..4),
+    )
+        .prop_map(
+            |(broker, incarnation, address, rack, log_dirs)| RegisterBrokerRecord {
+                broker,
+                incarnation: IncarnationId(incarnation),
+                address,
+                rack,
+                log_dirs,
+            },
+        )
+}
+
+fn topic_record() -> impl Strategy<Value = TopicRecord> {
+    (topic_id(), text(), btree_map(text(), text(), 0..4)).prop_map(|(topic_id, name, configs)| {
+        TopicRecord {
+            topic_id,
+            name,
+            configs,
+        }
+    })
+}
+
+fn partition_record() -> impl Strategy<Value = PartitionRecord> {
+    (
+        topic_id(),
+        partition_id(),
+        broker_ids(),
+        broker_ids(),
+        option::of(broker_id()),
+    )
+        .prop_map(|(topic_id, partition, replicas, isr, leader)| PartitionRecord {
+            topic_id,
+            partition,
+            replicas,
+            isr,
+            leader,
+        })
+}
+
+fn partition_change() -> impl Strategy<Value = PartitionChangeRecord> {
+    (
+        topic_id(),
+        partition_id(),
+        leader_change(),
+        option::of(broker_ids()),
+        option::of(broker_ids()),
+        option::of(broker_ids()),
+        option::of(broker_ids()),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(topic_id, partition, leader, isr, replicas, adding, removing, unclean)| {
+                PartitionChangeRecord {
+                    topic_id,
+                    partition,
+                    leader,
+                    isr,
+                    replicas,
+                    adding,
+                    removing,
+                    unclean,
+                }
+            },
+        )
+}
+
+/// Every `MetadataRecord` variant, with arbitrary field values.
+fn record() -> impl Strategy<Value = MetadataRecord> {
+    prop_oneof![
+        register_broker().prop_map(MetadataRecord::RegisterBroker),
+        (broker_id(), broker_epoch())
+            .prop_map(|(broker, epoch)| MetadataRecord::FenceBroker { broker, epoch }),
+        (broker_id(), broker_epoch())
+            .prop_map(|(broker, epoch)| MetadataRecord::UnfenceBroker { broker, epoch }),
+        (broker_id(), broker_epoch())
+            .prop_map(|(broker, epoch)| MetadataRecord::BrokerShuttingDown { broker, epoch }),
+        (broker_id(), broker_epoch())
+            .prop_map(|(broker, epoch)| MetadataRecord::UnregisterBroker { broker, epoch }),
+        (broker_id(), broker_epoch(), vec(text(), 0..4)).prop_map(|(broker, epoch, dirs)| {
+            MetadataRecord::LogDirsOffline {
+                broker,
+                epoch,
+                dirs,
+            }
+        }),
+        topic_record().prop_map(MetadataRecord::Topic),
+        partition_record().prop_map(MetadataRecord::Partition),
+        partition_change().prop_map(MetadataRecord::PartitionChange),
+        (topic_id(), text(), option::of(text())).prop_map(|(topic_id, key, value)| {
+            MetadataRecord::TopicConfig {
+                topic_id,
+                key,
+                value,
+            }
+        }),
+        topic_id().prop_map(|topic_id| MetadataRecord::MarkTopicForDeletion { topic_id }),
+        (
+            topic_id(),
+            vec((partition_id(), broker_id()), 0..6),
+            replica_state()
+        )
+            .prop_map(
+                |(topic_id, replicas, state)| MetadataRecord::ReplicaDeletionState {
+                    topic_id,
+                    replicas,
+                    state,
+                }
+            ),
+        topic_id().prop_map(|topic_id| MetadataRecord::RemoveTopic { topic_id }),
+    ]
+}
+
+fn batch() -> impl Strategy<Value = RecordBatch> {
+    vec(record(), 0..12).prop_map(RecordBatch::new)
+}
+
+// ---- record batch codec -----------------------------------------------------
+
+proptest! {
+    #![proptest_config(config(512, 0x6b65_656c_0001))]
+
+    #[test]
+    fn batch_encode_decode_is_identity(b in batch()) {
+        let bytes = b.encode();
+        prop_assert_eq!(&bytes[..2], &RECORD_FORMAT_VERSION.to_le_bytes()[..]);
+        prop_assert_eq!(RecordBatch::decode(&bytes), Ok(b.clone()));
+        // The encoding is canonical: the same batch always gives the same bytes.
+        prop_assert_eq!(b.clone().encode(), bytes);
+    }
+
+    #[test]
+    fn truncated_batch_is_refused(b in batch(), cut in any::<prop::sample::Index>()) {
+        let bytes = b.encode();
+        let len = cut.index(bytes.len());
+        let got = RecordBatch::decode(&bytes[..len]);
+        match len {
+            0 | 1 => prop_assert_eq!(got, Err(DecodeError::Empty)),
+            _ => prop_assert!(matches!(got, Err(DecodeError::Corrupt(_))), "{:?}", got),
+        }
+    }
+
+    #[test]
+    fn extended_batch_is_refused(b in batch(), extra in vec(any::<u8>(), 1..8)) {
+        let mut bytes = b.encode();
+        bytes.extend_from_slice(&extra);
+        prop_assert_eq!(RecordBatch::decode(&bytes), Err(DecodeError::TrailingBytes(extra.len())));
+    }
+
+    #[test]
+    fn wrong_version_is_refused(b in batch(), version in any::<u16>()) {
+        prop_assume!(version != RECORD_FORMAT_VERSION);
+        let mut bytes = b.encode();
+        bytes[..2].copy_from_slice(&version.to_le_bytes());
+        prop_assert_eq!(
+            RecordBatch::decode(&bytes),
+            Err(DecodeError::UnsupportedVersion(version, RECORD_FORMAT_VERSION))
+        );
+    }
+
+    /// Without a checksum a flipped payload bit can decode as another valid
+    /// batch; what must hold is: no panic, a flipped version bit is always
+    /// refused, and a successful decode never yields the original batch.
+    #[test]
+    fn bit_flipped_batch_never_panics_nor_decodes_as_the_original(
+        b in batch(),
+        at in any::<prop::sample::Index>(),
+        bit in 0u8..8,
+    ) {
+        let mut bytes = b.encode();
+        let i = at.index(bytes.len());
+        bytes[i] ^= 1 << bit;
+        match RecordBatch::decode(&bytes) {
+            Ok(other) => {
+                prop_assert!(i >= 2, "a flipped version bit decoded");
+                prop_assert_ne!(other, b);
+            }
+            Err(DecodeError::UnsupportedVersion(..)) => prop_assert!(i < 2),
+            Err(_) => {}
+        }
+    }
+
+    #[test]
+    fn random_bytes_never_panic_as_a_batch(bytes in vec(any::<u8>(), 0..256)) {
+        let _ = RecordBatch::decode(&bytes);
+        let mut versioned = RECORD_FORMAT_VERSION.to_le_bytes().to_vec();
+        versioned.extend_from_slice(&bytes);
+        let _ = RecordBatch::decode(&versioned);
+    }
+}
+
+/// A snapshot whose first map claims 2^62 entries.
+fn snapshot_with_huge_map_length() -> Vec<u8> {
+    let mut bytes = RECORD_FORMAT_VERSION.to_le_bytes().to_vec();
+    bytes.push(0); // offset
+    bytes.push(253); // varint u64 marker for the brokers map length
+    bytes.extend_from_slice(&(1u64 << 62).to_le_bytes());
+    bytes
+}
+
+/// Run with `--ignored` to see it: the process aborts.
+#[test]
+#[ignore = "known bug: imbl's OrdMap deserializer preallocates the claimed length, so a corrupt snapshot aborts the process"]
+fn corrupt_snapshot_map_length_is_refused_not_fatal() {
+    assert!(matches!(
+        MetadataImage::decode(&snapshot_with_huge_map_length()),
+        Err(DecodeError::Corrupt(_))
+    ));
+}
+
+proptest! {
+    #![proptest_config(config(512, 0x6b65_656c_0004))]
+
+    /// Run with `--ignored`; aborts for the same reason as above.
+    #[test]
+    #[ignore = "known bug: imbl's OrdMap deserializer preallocates the claimed length, so a corrupt snapshot aborts the process"]
+    fn random_bytes_never_panic_as_a_snapshot(bytes in vec(any::<u8>(), 0..256)) {
+        let _ = MetadataImage::decode(&bytes);
+        let mut versioned = RECORD_FORMAT_VERSION.to_le_bytes().to_vec();
+        versioned.extend_from_slice(&bytes);
+        let _ = MetadataImage::decode(&versioned);
+    }
+}
+
+#[test]
+fn huge_length_prefix_is_refused_without_allocating() {
+    // Version, then a varint u64 marker (253) claiming 2^62 records.
+    let mut bytes = RECORD_FORMAT_VERSION.to_le_bytes().to_vec();
+    bytes.push(253);
+    bytes.extend_from_slice(&(1u64 << 62).to_le_bytes());
+    assert!(matches!(
+        RecordBatch::decode(&bytes),
+        Err(DecodeError::Corrupt(_))
+    ));
+    assert_eq!(RecordBatch::decode(&[]), Err(DecodeError::Empty));
+}
+
+// ---- images built from generated valid logs -----------------------------------
+
+/// One abstract step of a cluster's history; turned into valid records
+/// against the image as it stands.
+#[derive(Clone, Debug)]
+struct Op {
+    kind: u8,
+    a: u32,
+    b: u32,
+    c: u32,
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    vec(
+        (any::<u8>(), any::<u32>(), any::<u32>(), any::<u32>())
+            .prop_map(|(kind, a, b, c)| Op { kind, a, b, c }),
+        1..80,
+    )
+}
+
+/// How many broker ids the generated cluster uses.
+const BROKERS: u32 = 6;
+
+fn pick<T: Copy>(v: &[T], i: u32) -> Option<T> {
+    if v.is_empty() {
+        None
+    } else {
+        Some(v[i as usize % v.len()])
+    }
+}
+
+fn epoch_of(image: &MetadataImage, b: BrokerId) -> BrokerEpoch {
+    image.broker(b).expect("registered").epoch
+}
+
+/// The records of one log entry for `op`, valid against `image` by
+/// construction (the test fails if replay disagrees).
+fn records_for(image: &MetadataImage, op: &Op, next_topic: &mut u128) -> Vec<MetadataRecord> {
+    let registered: Vec<BrokerId> = image.brokers().map(|b| b.id).collect();
+    let fenced: Vec<BrokerId> = image.brokers().filter(|b| b.fenced).map(|b| b.id).collect();
+    let unfenced: Vec<BrokerId> = image.brokers().filter(|b| !b.fenced).map(|b| b.id).collect();
+    let live_topics: Vec<TopicId> = image
+        .topics()
+        .filter(|t| !t.marked_for_deletion())
+        .map(|t| t.id)
+        .collect();
+    let partitions: Vec<TopicPartition> = image.partitions().map(|(tp, _)| *tp).collect();
+    let fence_like = |make: fn(BrokerId, BrokerEpoch) -> MetadataRecord, from: &[BrokerId]| {
+        pick(from, op.a)
+            .map(|b| vec![make(b, epoch_of(image, b))])
+            .unwrap_or_default()
+    };
+    match op.kind % 12 {
+        // (Re)register: a new incarnation gets a new epoch and starts fenced.
+        0 | 1 => vec![MetadataRecord::RegisterBroker(RegisterBrokerRecord {
+            broker: BrokerId(op.a % BROKERS),
+            incarnation: IncarnationId(u128::from(op.b)),
+            address: format!("127.0.0.{}:{}", op.a % BROKERS, 9000 + op.c % 100),
+            rack: (op.b % 3 != 0).then(|| format!("rack-{}", op.b % 3)),
+            log_dirs: (0..op.c % 3).map(|d| format!("/data/{d}")).collect(),
+        })],
+        2 => fence_like(
+            |broker, epoch| MetadataRecord::UnfenceBroker { broker, epoch },
+            &fenced,
+        ),
+        3 => fence_like(
+            |broker, epoch| MetadataRecord::FenceBroker { broker, epoch },
+            &unfenced,
+        ),
+        4 => fence_like(
+            |broker, epoch| MetadataRecord::BrokerShuttingDown { broker, epoch },
+            &unfenced,
+        ),
+        5 => pick(&registered, op.a)
+            .map(|b| {
+                vec![MetadataRecord::LogDirsOffline {
+                    broker: b,
+                    epoch: epoch_of(image, b),
+                    dirs: vec![format!("/data/{}", op.b % 3)],
+                }]
+            })
+            .unwrap_or_default(),
+        6 | 7 => create_topic(image, op, next_topic, &registered),
+        8..=10 => pick(&partitions, op.a)
+            .and_then(|tp| change_partition(image, tp, op))
+            .map(|c| vec![MetadataRecord::PartitionChange(c)])
+            .unwrap_or_default(),
+        _ => match op.b % 3 {
+            0 => pick(&live_topics, op.a)
+                .map(|t| {
+                    vec![MetadataRecord::TopicConfig {
+                        topic_id: t,
+                        key: UNCLEAN_LEADER_ELECTION.into(),
+                        value: (op.c % 2 == 0).then(|| "true".into()),
+                    }]
+                })
+                .unwrap_or_default(),
+            1 => pick(&live_topics, op.a)
+                .map(|t| delete_topic(image, t, op.c % 2 == 0))
+                .unwrap_or_default(),
+            _ => fence_like(
+                |broker, epoch| MetadataRecord::UnregisterBroker { broker, epoch },
+                &fenced,
+            ),
+        },
+    }
+}
+
+fn create_topic(
+    image: &MetadataImage,
+    op: &Op,
+    next_topic: &mut u128,
+    registered: &[BrokerId],
+) -> Vec<MetadataRecord> {
+    if registered.is_empty() {
+        return vec![];
+    }
+    *next_topic += 1;
+    let topic_id = TopicId(*next_topic);
+    let mut records = vec![MetadataRecord::Topic(TopicRecord {
+        topic_id,
+        name: format!("topic-{}", *next_topic),
+        configs: BTreeMap::new(),
+    })];
+    let rf = 1 + op.b as usize % registered.len().min(3);
+    for p in 0..op.c % 4 {
+        let replicas: Vec<BrokerId> = (0..rf)
+            .map(|r| registered[(op.a as usize + p as usize + r) % registered.len()])
+            .collect();
+        // The first replica able to lead leads; the ISR is every replica.
+        let leader = replicas.iter().copied().find(|b| image.can_lead(*b));
+        records.push(MetadataRecord::Partition(PartitionRecord {
+            topic_id,
+            partition: PartitionId(p),
+            isr: replicas.clone(),
+            replicas,
+            leader,
+        }));
+    }
+    records
+}
+
+/// A change that keeps the invariants: move the leader within the ISR,
+/// shrink or expand the ISR, lose the leader, or start/finish adding a
+/// replica.
+fn change_partition(
+    image: &MetadataImage,
+    tp: TopicPartition,
+    op: &Op,
+) -> Option<PartitionChangeRecord> {
+    let p = image.partition(&tp)?;
+    let mut c = PartitionChangeRecord::new(tp.topic_id, tp.partition);
+    match op.b % 5 {
+        0 => {
+            let candidates: Vec<BrokerId> = p
+                .isr
+                .iter()
+                .copied()
+                .filter(|b| Some(*b) != p.leader && image.can_lead(*b))
+                .collect();
+            c.leader = LeaderChange::To(pick(&candidates, op.c)?);
+        }
+        1 => {
+            let removable: Vec<BrokerId> = p
+                .isr
+                .iter()
+                .copied()
+                .filter(|b| Some(*b) != p.leader)
+                .collect();
+            let gone = pick(&removable, op.c)?;
+            if p.isr.len() < 2 {
+                return None;
+            }
+            c.isr = Some(p.isr.iter().copied().filter(|b| *b != gone).collect());
+        }
+        2 => {
+            let outside: Vec<BrokerId> = p
+                .replicas
+                .iter()
+                .copied()
+                .filter(|b| !p.isr.contains(b))
+                .collect();
+            let mut isr = p.isr.clone();
+            isr.push(pick(&outside, op.c)?);
+            c.isr = Some(isr);
+        }
+        3 => {
+            p.leader?;
+            c.leader = LeaderChange::NoLeader;
+        }
+        _ if p.adding.is_empty() => {
+            let extra: Vec<BrokerId> = image
+                .brokers()
+                .map(|b| b.id)
+                .filter(|b| !p.replicas.contains(b))
+                .collect();
+            let add = pick(&extra, op.c)?;
+            let mut replicas = p.replicas.clone();
+            replicas.push(add);
+            c.replicas = Some(replicas);
+            c.adding = Some(vec![add]);
+        }
+        _ => {
+            // The added replica caught up: it joins the ISR, adding clears.
+            let mut isr = p.isr.clone();
+            for b in &p.adding {
+                if !isr.contains(b) {
+                    isr.push(*b);
+                }
+            }
+            c.isr = Some(isr);
+            c.adding = Some(vec![]);
+        }
+    }
+    Some(c)
+}
+
+/// Marks `t` for deletion; with `finish`, takes its partitions offline, runs
+/// every replica through the deletion machine and removes the topic.
+fn delete_topic(image: &MetadataImage, t: TopicId, finish: bool) -> Vec<MetadataRecord> {
+    let mut records = vec![MetadataRecord::MarkTopicForDeletion { topic_id: t }];
+    if !finish {
+        return records;
+    }
+    let mut replicas = Vec::new();
+    for (tp, p) in image.partitions_of(t) {
+        if p.state == PartitionState::Online {
+            let mut c = PartitionChangeRecord::new(t, tp.partition);
+            c.leader = LeaderChange::NoLeader;
+            records.push(MetadataRecord::PartitionChange(c));
+        }
+        replicas.extend(p.replicas.iter().map(|b| (tp.partition, *b)));
+    }
+    for state in [ReplicaState::DeletionStarted, ReplicaState::DeletionSuccessful] {
+        records.push(MetadataRecord::ReplicaDeletionState {
+            topic_id: t,
+            replicas: replicas.clone(),
+            state,
+        });
+    }
+    records.push(MetadataRecord::RemoveTopic { topic_id: t });
+    records
+}
+
+/// Replays the generated history, checking `validate()` after every entry.
+/// Returns the log and the final image.
+fn build(ops: &[Op]) -> Result<(Vec<(u64, RecordBatch)>, MetadataImage), TestCaseError> {
+    let mut image = MetadataImage::new();
+    let mut log = Vec::new();
+    let mut next_topic = 0u128;
+    for (i, op) in ops.iter().enumerate() {
+        let offset = i as u64 + 1;
+        let records = records_for(&image, op, &mut next_topic);
+        let batch = RecordBatch::new(records);
+        if let Err(e) = image.replay_batch(&batch, offset) {
+            return Err(TestCaseError::fail(format!(
+                "generated record refused: {e}\nbatch: {batch:?}"
+            )));
+        }
+        if let Err(e) = image.validate() {
+            return Err(TestCaseError::fail(format!("{e} after {batch:?}")));
+        }
+        log.push((offset, batch));
+    }
+    Ok((log, image))
+}
+
+fn replay_log(log: &[(u64, RecordBatch)]) -> MetadataImage {
+    let mut image = MetadataImage::new();
+    for (offset, batch) in log {
+        // Through the stored form, as a restarted node reads it.
+        let decoded = RecordBatch::decode(&batch.encode()).expect("own encoding decodes");
+        image.replay_batch(&decoded, *offset).expect("replays");
+    }
+    image
+}
+
+proptest! {
+    #![proptest_config(config(128, 0x6b65_656c_0002))]
+
+    #[test]
+    fn snapshot_round_trip_keeps_image_and_hash(ops in ops()) {
+        let (_, image) = build(&ops)?;
+        let bytes = image.encode();
+        let decoded = MetadataImage::decode(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(decoded.hash(), image.hash());
+        prop_assert_eq!(decoded.offset(), image.offset());
+        prop_assert_eq!(decoded.encode(), bytes);
+        prop_assert_eq!(decoded, image);
+    }
+
+    #[test]
+    fn replaying_the_same_log_gives_the_same_hash(ops in ops()) {
+        let (log, image) = build(&ops)?;
+        let first = replay_log(&log);
+        let second = replay_log(&log);
+        prop_assert_eq!(first.hash(), second.hash());
+        prop_assert_eq!(first.hash(), image.hash());
+        prop_assert_eq!(&first, &image);
+        first.validate().map_err(|e| TestCaseError::fail(e.to_string()))?;
+    }
+
+    #[test]
+    fn a_snapshot_plus_the_rest_of_the_log_equals_the_whole_log(
+        ops in ops(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let (log, image) = build(&ops)?;
+        let at = cut.index(log.len() + 1);
+        let prefix = replay_log(&log[..at]);
+        let mut restored = MetadataImage::decode(&prefix.encode())
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for (offset, batch) in &log[at..] {
+            restored.replay_batch(batch, *offset).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        }
+        prop_assert_eq!(restored.hash(), image.hash());
+    }
+
+    #[test]
+    fn damaged_snapshot_is_refused_without_panicking(
+        ops in ops(),
+        cut in any::<prop::sample::Index>(),
+        at in any::<prop::sample::Index>(),
+        bit in 0u8..8,
+    ) {
+        let (_, image) = build(&ops)?;
+        let bytes = image.encode();
+        let len = cut.index(bytes.len());
+        prop_assert!(MetadataImage::decode(&bytes[..len]).is_err());
+        let mut flipped = bytes.clone();
+        let i = at.index(flipped.len());
+        flipped[i] ^= 1 << bit;
+        if let Ok(other) = MetadataImage::decode(&flipped) {
+            // A flip that still decodes must still be a valid image, and
+            // never silently the original.
+            prop_assert!(other.validate().is_ok());
+            prop_assert_ne!(other, image);
+        }
+        let mut wrong = bytes;
+        wrong[0] ^= 0x80;
+        prop_assert!(matches!(
+            MetadataImage::decode(&wrong),
+            Err(DecodeError::UnsupportedVersion(..))
+        ));
+    }
+}
+
+/// Generated histories really exercise the image (not just empty logs).
+#[test]
+fn generated_histories_reach_interesting_states() {
+    let mut runner = proptest::test_runner::TestRunner::new(config(64, 0x6b65_656c_0003));
+    let (mut topics, mut partitions, mut offline, mut reassigning, mut deleting) = (0, 0, 0, 0, 0);
+    for _ in 0..64 {
+        let ops = ops().new_tree(&mut runner).unwrap().current();
+        let (_, image) = build(&ops).unwrap_or_else(|e| panic!("{e}"));
+        topics += image.topic_count();
+        partitions += image.partition_count();
+        offline += image
+            .partitions()
+            .filter(|(_, p)| p.state == PartitionState::Offline)
+            .count();
+        reassigning += image.partitions().filter(|(_, p)| p.reassigning()).count();
+        deleting += image.topics().filter(|t| t.marked_for_deletion()).count();
+    }
+    assert!(topics > 20, "topics {topics}");
+    assert!(partitions > 40, "partitions {partitions}");
+    assert!(offline > 0, "offline {offline}");
+    assert!(reassigning > 0, "reassigning {reassigning}");
+    assert!(deleting > 0, "deleting {deleting}");
+}

@@ -1,8 +1,76 @@
 //! Every `keel` subcommand.
+//!
+//! Exit codes: 0 success; 1 the cluster refused the request (an error code
+//! is printed); 2 bad usage; 3 no controller reachable; 4 local failure
+//! (bad data dir, cannot bind, ...).
 
 use std::process::ExitCode;
 
+use clap::{Parser, Subcommand};
+
+mod admin;
+mod controller;
+mod logging;
+mod output;
+
+/// Exit code: the cluster answered with an error code.
+pub const EXIT_REFUSED: u8 = 1;
+/// Exit code: no controller could be reached.
+pub const EXIT_UNREACHABLE: u8 = 3;
+/// Exit code: a local failure (data dir, bind, config).
+pub const EXIT_LOCAL: u8 = 4;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "keel",
+    version,
+    about = "Keel: a Kafka-style cluster controller on a Raft log"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run a controller node (one voter of the Raft quorum).
+    Controller(controller::ControllerArgs),
+    /// Topics: create, delete, list, describe, alter-config.
+    Topics(admin::TopicsArgs),
+    /// Partitions: add partitions to a topic.
+    Partitions(admin::PartitionsArgs),
+    /// The broker cluster as the active controller sees it.
+    Cluster(admin::ClusterArgs),
+    /// The controller quorum: describe, add or remove voters.
+    Quorum(admin::QuorumArgs),
+    /// Partition reassignments: start, cancel, list.
+    Reassign(admin::ReassignArgs),
+    /// Elect preferred or unclean leaders.
+    ElectLeaders(admin::ElectArgs),
+}
+
 /// Entry point of the `keel` binary.
 pub fn main() -> ExitCode {
-    ExitCode::SUCCESS
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    };
+    rt.block_on(async move {
+        match cli.command {
+            Command::Controller(a) => controller::run(a).await,
+            Command::Topics(a) => admin::topics(a).await,
+            Command::Partitions(a) => admin::partitions(a).await,
+            Command::Cluster(a) => admin::cluster(a).await,
+            Command::Quorum(a) => admin::quorum(a).await,
+            Command::Reassign(a) => admin::reassign(a).await,
+            Command::ElectLeaders(a) => admin::elect(a).await,
+        }
+    })
 }

@@ -1,1 +1,20 @@
-//! keel-controller
+//! A Keel controller node.
+//!
+//! Every node runs Raft (openraft over sled) and replays committed record
+//! batches into its `MetadataImage`. The Raft leader is the active
+//! controller: while it holds a quorum lease it runs one event loop that
+//! decides every change with the pure core and proposes it to the log.
+
+pub mod active;
+pub mod admin;
+pub mod broker_api;
+pub mod config;
+mod failover;
+mod leadership;
+pub mod node;
+pub mod quorum;
+pub mod shared;
+mod tasks;
+
+pub use config::{parse_voters, ControllerConfig};
+pub use node::ControllerNode;

@@ -45,8 +45,12 @@ pub fn result_error<T>(r: &Result<T, ApiError>) -> Option<pb::Error> {
 /// NOT_CONTROLLER with the leader's id and address when known.
 pub fn not_controller(leader: Option<(u64, String)>) -> pb::Error {
     let message = match &leader {
-        Some((id, addr)) => format!("this node is not the active controller; try node {id} at {addr}"),
-        None => "this node is not the active controller and knows no leader yet; retry shortly".into(),
+        Some((id, addr)) => {
+            format!("this node is not the active controller; try node {id} at {addr}")
+        }
+        None => {
+            "this node is not the active controller and knows no leader yet; retry shortly".into()
+        }
     };
     pb::Error {
         code: ErrorCode::NotController.as_i32(),

@@ -1,0 +1,214 @@
+//! `keel controller`: one voter of the controller quorum.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use keel_controller::{parse_voters, ControllerConfig, ControllerNode};
+use serde::Deserialize;
+
+use crate::logging::{self, LogFormat};
+use crate::EXIT_LOCAL;
+
+/// Options of `keel controller`. Each is a flag, an environment variable
+/// (`KEEL_*`) and a key of the optional TOML file; flags win over the
+/// environment, which wins over the file.
+#[derive(Args, Debug, Default)]
+pub struct ControllerArgs {
+    /// TOML file with any of the options below (keys as the long flags, with `_`).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// This node's id in the quorum.
+    #[arg(long, env = "KEEL_NODE_ID")]
+    node_id: Option<u64>,
+    /// Address to bind, e.g. 127.0.0.11:9093.
+    #[arg(long, env = "KEEL_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Initial voters: 1@127.0.0.11:9093,2@127.0.0.12:9093,3@127.0.0.13:9093.
+    #[arg(long, env = "KEEL_VOTERS")]
+    voters: Option<String>,
+    /// Data directory (Raft log, vote, snapshots).
+    #[arg(long, env = "KEEL_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Cluster id, fixed when the data dir is first formatted.
+    #[arg(long, env = "KEEL_CLUSTER_ID")]
+    cluster_id: Option<String>,
+    /// Join an existing quorum (wait for `keel quorum add-voter`) instead of bootstrapping.
+    #[arg(long, env = "KEEL_JOIN")]
+    join: bool,
+    /// Broker session timeout in ms [default: 9000].
+    #[arg(long, env = "KEEL_SESSION_TIMEOUT_MS")]
+    session_timeout_ms: Option<u64>,
+    /// Raft heartbeat interval in ms [default: 100].
+    #[arg(long, env = "KEEL_RAFT_HEARTBEAT_MS")]
+    raft_heartbeat_ms: Option<u64>,
+    /// Raft election timeout lower bound in ms [default: 500].
+    #[arg(long, env = "KEEL_ELECTION_TIMEOUT_MIN_MS")]
+    election_timeout_min_ms: Option<u64>,
+    /// Raft election timeout upper bound in ms [default: 800].
+    #[arg(long, env = "KEEL_ELECTION_TIMEOUT_MAX_MS")]
+    election_timeout_max_ms: Option<u64>,
+    /// Entries between snapshots [default: 10000].
+    #[arg(long, env = "KEEL_SNAPSHOT_INTERVAL_ENTRIES")]
+    snapshot_interval_entries: Option<u64>,
+    /// Preferred-leader rebalance period in ms, 0 = off [default: 300000].
+    #[arg(long, env = "KEEL_AUTO_REBALANCE_INTERVAL_MS")]
+    auto_rebalance_interval_ms: Option<u64>,
+    /// Rebalance threshold in percent [default: 10].
+    #[arg(long, env = "KEEL_AUTO_REBALANCE_THRESHOLD_PCT")]
+    auto_rebalance_threshold_pct: Option<u32>,
+    /// Serve Prometheus metrics here, e.g. 127.0.0.11:9100.
+    #[arg(long, env = "KEEL_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    /// Log format.
+    #[arg(long, env = "KEEL_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
+}
+
+/// The TOML file's shape: the same options, all optional.
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct ControllerFile {
+    node_id: Option<u64>,
+    listen: Option<SocketAddr>,
+    voters: Option<String>,
+    data_dir: Option<PathBuf>,
+    cluster_id: Option<String>,
+    join: Option<bool>,
+    session_timeout_ms: Option<u64>,
+    raft_heartbeat_ms: Option<u64>,
+    election_timeout_min_ms: Option<u64>,
+    election_timeout_max_ms: Option<u64>,
+    snapshot_interval_entries: Option<u64>,
+    auto_rebalance_interval_ms: Option<u64>,
+    auto_rebalance_threshold_pct: Option<u32>,
+    metrics_listen: Option<SocketAddr>,
+    log_format: Option<LogFormat>,
+}
+
+fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, LogFormat), String> {
+    let file: ControllerFile = match &a.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
+        }
+        None => ControllerFile::default(),
+    };
+    let need = |name: &str| format!("--{name} is required (flag, KEEL_ env var or config file)");
+    let node_id = a.node_id.or(file.node_id).ok_or_else(|| need("node-id"))?;
+    let listen = a.listen.or(file.listen).ok_or_else(|| need("listen"))?;
+    let voters = a
+        .voters
+        .clone()
+        .or(file.voters)
+        .ok_or_else(|| need("voters"))?;
+    let voters = parse_voters(&voters)?;
+    let data_dir = a
+        .data_dir
+        .clone()
+        .or(file.data_dir)
+        .ok_or_else(|| need("data-dir"))?;
+    let cluster_id = a
+        .cluster_id
+        .clone()
+        .or(file.cluster_id)
+        .ok_or_else(|| need("cluster-id"))?;
+    if cluster_id.is_empty() {
+        return Err("--cluster-id must not be empty".into());
+    }
+    let mut c = ControllerConfig::new(node_id, listen, voters, data_dir, cluster_id);
+    c.join = a.join || file.join.unwrap_or(false);
+    if let Some(v) = a.session_timeout_ms.or(file.session_timeout_ms) {
+        c.session_timeout_ms = v;
+    }
+    if let Some(v) = a.raft_heartbeat_ms.or(file.raft_heartbeat_ms) {
+        c.raft_heartbeat_ms = v;
+    }
+    if let Some(v) = a.election_timeout_min_ms.or(file.election_timeout_min_ms) {
+        c.election_timeout_min_ms = v;
+    }
+    if let Some(v) = a.election_timeout_max_ms.or(file.election_timeout_max_ms) {
+        c.election_timeout_max_ms = v;
+    }
+    if let Some(v) = a
+        .snapshot_interval_entries
+        .or(file.snapshot_interval_entries)
+    {
+        c.snapshot_interval_entries = v;
+    }
+    if let Some(v) = a
+        .auto_rebalance_interval_ms
+        .or(file.auto_rebalance_interval_ms)
+    {
+        c.auto_rebalance_interval_ms = v;
+    }
+    if let Some(v) = a
+        .auto_rebalance_threshold_pct
+        .or(file.auto_rebalance_threshold_pct)
+    {
+        c.auto_rebalance_threshold_pct = v;
+    }
+    if c.election_timeout_min_ms >= c.election_timeout_max_ms
+        || c.raft_heartbeat_ms * 2 > c.election_timeout_min_ms
+    {
+        return Err("election timeouts must satisfy 2 * heartbeat <= min < max".into());
+    }
+    let metrics = a.metrics_listen.or(file.metrics_listen);
+    let format = a.log_format.or(file.log_format).unwrap_or_default();
+    Ok((c, metrics, format))
+}
+
+/// Runs until SIGINT/SIGTERM.
+pub async fn run(a: ControllerArgs) -> ExitCode {
+    let (config, metrics, format) = match build(&a) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    logging::init(format);
+    if let Err(e) = logging::metrics(metrics) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_LOCAL);
+    }
+    let node = match ControllerNode::start(config).await {
+        Ok(n) => n,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "controller failed to start");
+            eprintln!("error: {e:#}");
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    };
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: cannot watch signals: {e}");
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    };
+    let mut fatal = node.raft().metrics();
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            r = fatal.changed() => {
+                if r.is_err() {
+                    break;
+                }
+                let running = fatal.borrow().running_state.clone();
+                if let Err(e) = running {
+                    tracing::error!(error = %e, "raft stopped; exiting");
+                    eprintln!("error: raft stopped: {e}");
+                    let _ = node.shutdown().await;
+                    return ExitCode::from(EXIT_LOCAL);
+                }
+            }
+        }
+    }
+    tracing::info!("shutting down");
+    let _ = node.shutdown().await;
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,38 @@
+//! tracing setup shared by the long-running subcommands.
+
+use tracing_subscriber::EnvFilter;
+
+/// `text` (human) or `json` (one object per line).
+#[derive(clap::ValueEnum, Clone, Copy, Debug, Default, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Installs the global subscriber; `RUST_LOG` overrides the default filter.
+pub fn init(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        EnvFilter::new("info,openraft=warn,sled=warn,h2=warn,tower=warn,hyper=warn")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+/// Serves Prometheus text on `addr` (`/metrics`).
+pub fn metrics(addr: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
+    if let Some(addr) = addr {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
+        tracing::info!(%addr, "metrics endpoint up");
+    }
+    Ok(())
+}

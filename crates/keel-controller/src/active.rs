@@ -1,0 +1,255 @@
+//! The active controller's event loop: one task owns every decision.
+//!
+//! Each [`Command`] is a named event carrying a pure decide step. The loop
+//! drains the queue into a batch, decides every command in order against a
+//! working copy of the image (each sees the effects of those before it),
+//! proposes all their records as one Raft entry (split only when huge), and
+//! answers every command once the entry commits. On any sign of lost
+//! leadership it answers NOT_CONTROLLER to everything pending and stops.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel_metadata::{ApiError, ErrorCode, MetadataImage, MetadataRecord, RecordBatch};
+use keel_raft::KeelRaft;
+use rand::rngs::StdRng;
+use rand::SeedableRng;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::shared::{now_ms, Shared};
+
+/// Commands decided together in one batch, at most.
+pub const MAX_COMMANDS_PER_BATCH: usize = 512;
+/// Records per Raft entry, at most: a decision larger than this (a broker
+/// failure touching 100,000 partitions) spans a few entries.
+pub const MAX_RECORDS_PER_ENTRY: usize = 20_000;
+/// Period of the housekeeping tick (session expiry, reconciliation).
+pub const TICK: Duration = Duration::from_millis(200);
+
+/// Inputs a decide step may use besides the image: time and randomness.
+pub struct DecideEnv {
+    pub now_ms: u64,
+    pub rng: StdRng,
+    /// The controller epoch of this activation.
+    pub epoch: u64,
+}
+
+/// What to do when the proposed records commit (with their log index) or
+/// fail to.
+pub type Finish<T> = Box<dyn FnOnce(Result<u64, ApiError>) -> Result<T, ApiError> + Send>;
+
+/// A decide step's outcome: records to propose and how to answer.
+pub struct Proposal<T> {
+    pub records: Vec<MetadataRecord>,
+    pub finish: Finish<T>,
+}
+
+impl<T: Send + 'static> Proposal<T> {
+    /// Records to propose; `finish` maps the commit outcome to the reply.
+    pub fn new(
+        records: Vec<MetadataRecord>,
+        finish: impl FnOnce(Result<u64, ApiError>) -> Result<T, ApiError> + Send + 'static,
+    ) -> Self {
+        Self {
+            records,
+            finish: Box::new(finish),
+        }
+    }
+
+    /// Records whose reply is fixed in advance (given once they commit).
+    pub fn with_reply(records: Vec<MetadataRecord>, reply: Result<T, ApiError>) -> Self {
+        Self::new(records, move |commit| commit.and(reply))
+    }
+}
+
+type Run = Box<dyn FnOnce(&MetadataImage, &mut DecideEnv) -> Erased + Send>;
+
+struct Erased {
+    records: Vec<MetadataRecord>,
+    on_commit: Box<dyn FnOnce(Result<u64, ApiError>) + Send>,
+}
+
+/// One named event for the loop.
+pub struct Command {
+    kind: &'static str,
+    enqueued: Instant,
+    run: Run,
+}
+
+impl Command {
+    pub(crate) fn new<T, D>(
+        kind: &'static str,
+        decide: D,
+        reply: oneshot::Sender<Result<T, ApiError>>,
+    ) -> Self
+    where
+        T: Send + 'static,
+        D: FnOnce(&MetadataImage, &mut DecideEnv) -> Proposal<T> + Send + 'static,
+    {
+        let run: Run = Box::new(move |image, env| {
+            let p = decide(image, env);
+            let finish = p.finish;
+            Erased {
+                records: p.records,
+                on_commit: Box::new(move |r| {
+                    let _ = reply.send(finish(r));
+                }),
+            }
+        });
+        Self {
+            kind,
+            enqueued: Instant::now(),
+            run,
+        }
+    }
+
+    /// An internal command nobody waits for.
+    pub(crate) fn internal<D>(kind: &'static str, decide: D) -> Self
+    where
+        D: FnOnce(&MetadataImage, &mut DecideEnv) -> Proposal<()> + Send + 'static,
+    {
+        let (tx, _rx) = oneshot::channel();
+        Self::new(kind, decide, tx)
+    }
+}
+
+/// Why a proposal did not commit.
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    #[error("not the leader any more")]
+    NotLeader,
+    #[error("raft stopped: {0}")]
+    Fatal(String),
+}
+
+/// Proposes records, split into entries of at most `MAX_RECORDS_PER_ENTRY`,
+/// all in flight at once; returns the index of the last entry.
+pub async fn propose(raft: &KeelRaft, records: Vec<MetadataRecord>) -> Result<u64, ProposeError> {
+    let mut pending = Vec::new();
+    let mut rest = records;
+    while !rest.is_empty() {
+        let tail = if rest.len() > MAX_RECORDS_PER_ENTRY {
+            rest.split_off(MAX_RECORDS_PER_ENTRY)
+        } else {
+            Vec::new()
+        };
+        let rx = raft
+            .client_write_ff(RecordBatch::new(std::mem::replace(&mut rest, tail)))
+            .await
+            .map_err(|e| ProposeError::Fatal(e.to_string()))?;
+        pending.push(rx);
+    }
+    let mut last = 0;
+    for rx in pending {
+        match rx.await {
+            Ok(Ok(resp)) => last = last.max(resp.log_id.index),
+            Ok(Err(_)) => return Err(ProposeError::NotLeader),
+            Err(e) => return Err(ProposeError::Fatal(e.to_string())),
+        }
+    }
+    Ok(last)
+}
+
+fn not_leader() -> ApiError {
+    ApiError::new(
+        ErrorCode::NotController,
+        "leadership was lost before the change committed; retry",
+    )
+}
+
+/// Runs the loop until `stop` fires, the queue closes, or leadership is lost.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    epoch: u64,
+    mut rx: mpsc::Receiver<Command>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    let mut env = DecideEnv {
+        now_ms: now_ms(),
+        rng: StdRng::from_os_rng(),
+        epoch,
+    };
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tracing::info!(
+        node = shared.config.node_id,
+        term = epoch,
+        "active controller event loop started"
+    );
+    loop {
+        let first = tokio::select! {
+            _ = &mut stop => break,
+            c = rx.recv() => match c { Some(c) => c, None => break },
+            _ = tick.tick() => crate::tasks::housekeeping(shared.clone()),
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_COMMANDS_PER_BATCH {
+            match rx.try_recv() {
+                Ok(c) => batch.push(c),
+                Err(_) => break,
+            }
+        }
+        metrics::gauge!("keel_controller_event_queue_size").set(rx.len() as f64);
+
+        let mut working = shared.image();
+        let mut records = Vec::new();
+        let mut replies = Vec::new();
+        for cmd in batch {
+            let started = Instant::now();
+            metrics::histogram!("keel_controller_event_queue_time_seconds", "kind" => cmd.kind)
+                .record(cmd.enqueued.elapsed().as_secs_f64());
+            env.now_ms = now_ms();
+            let before = working.clone();
+            let p = (cmd.run)(&working, &mut env);
+            let speculative_offset = working.offset() + 1;
+            if let Some(e) = p
+                .records
+                .iter()
+                .find_map(|r| working.replay(r, speculative_offset).err())
+            {
+                // A decision that does not replay is a bug in the decide step:
+                // refuse it, keep the node running, and say so loudly.
+                tracing::error!(kind = cmd.kind, error = %e, "decision produced an inconsistent record; refused");
+                working = before;
+                (p.on_commit)(Err(ApiError::new(ErrorCode::Internal, e.to_string())));
+                continue;
+            }
+            metrics::histogram!("keel_controller_event_process_time_seconds", "kind" => cmd.kind)
+                .record(started.elapsed().as_secs_f64());
+            records.extend(p.records);
+            replies.push(p.on_commit);
+        }
+        if records.is_empty() {
+            let offset = working.offset();
+            for r in replies {
+                r(Ok(offset));
+            }
+            continue;
+        }
+        let started = Instant::now();
+        match propose(&shared.raft, records).await {
+            Ok(index) => {
+                metrics::histogram!("keel_controller_commit_latency_seconds")
+                    .record(started.elapsed().as_secs_f64());
+                for r in replies {
+                    r(Ok(index));
+                }
+            }
+            Err(e) => {
+                tracing::warn!(node = shared.config.node_id, term = epoch, error = %e, "proposal failed; leaving the active role");
+                for r in replies {
+                    r(Err(not_leader()));
+                }
+                break;
+            }
+        }
+    }
+    // Dropping the queue drops every pending reply channel: each waiting
+    // caller learns that this node is no longer active (NOT_CONTROLLER).
+    drop(rx);
+    tracing::info!(
+        node = shared.config.node_id,
+        term = epoch,
+        "active controller event loop stopped"
+    );
+}

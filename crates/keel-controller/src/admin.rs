@@ -1,0 +1,616 @@
+//! `AdminService`: operators' calls. Writes become commands on the active
+//! controller's loop; reads are served by the active controller after a
+//! linearizability check; any other node answers NOT_CONTROLLER with a
+//! leader hint (except `DescribeNode`, which is about the node itself).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use keel_metadata::decide::{ConfigOp, CreatePartitions, CreateTopic, ElectionKind};
+use keel_metadata::{ApiError, BrokerId, ErrorCode, MetadataImage, TopicPartition};
+use keel_proto::convert::{
+    broker_to_pb, brokers_from_pb, error_to_pb, partition_to_pb, result_error,
+};
+use keel_proto::pb;
+use keel_proto::pb::admin_service_server::AdminService;
+use tonic::{Request, Response, Status};
+
+use crate::active::Proposal;
+use crate::shared::{now_ms, Shared};
+
+/// The admin gRPC service of one controller node.
+pub struct AdminApi {
+    shared: Arc<Shared>,
+}
+
+impl AdminApi {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+}
+
+/// A top-level error for a response's `error` field.
+fn top(e: ApiError) -> Option<pb::Error> {
+    Some(error_to_pb(&e))
+}
+
+/// Turns a submit failure into the response error, keeping the leader hint
+/// for NOT_CONTROLLER.
+fn submit_error(shared: &Shared, e: ApiError) -> Option<pb::Error> {
+    if e.code == ErrorCode::NotController {
+        let mut pe = shared.not_controller();
+        pe.message = e.message;
+        Some(pe)
+    } else {
+        top(e)
+    }
+}
+
+fn assignments_from_pb(v: &[pb::ReplicaAssignment]) -> Option<Vec<Vec<BrokerId>>> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut sorted: Vec<&pb::ReplicaAssignment> = v.iter().collect();
+    sorted.sort_by_key(|a| a.partition);
+    Some(
+        sorted
+            .iter()
+            .map(|a| brokers_from_pb(&a.replicas))
+            .collect(),
+    )
+}
+
+fn resolve(image: &MetadataImage, topic: &str, partition: u32) -> Result<TopicPartition, ApiError> {
+    let t = image.topic_by_name(topic).ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::UnknownTopic,
+            format!("topic {topic:?} does not exist"),
+        )
+    })?;
+    if partition >= t.partition_count {
+        return Err(ApiError::new(
+            ErrorCode::UnknownPartition,
+            format!(
+                "topic {topic:?} has {} partitions; {partition} does not exist",
+                t.partition_count
+            ),
+        ));
+    }
+    Ok(TopicPartition::new(t.id, partition))
+}
+
+fn topic_name(image: &MetadataImage, tp: &TopicPartition) -> String {
+    image
+        .topic(tp.topic_id)
+        .map(|t| t.name.clone())
+        .unwrap_or_else(|| tp.topic_id.to_string())
+}
+
+/// The describe view of one topic.
+pub fn describe_topic(
+    image: &MetadataImage,
+    t: &keel_metadata::TopicImage,
+) -> pb::TopicDescription {
+    pb::TopicDescription {
+        name: t.name.clone(),
+        topic_id: t.id.to_bytes().to_vec(),
+        error: None,
+        marked_for_deletion: t.marked_for_deletion(),
+        configs: t
+            .configs
+            .iter()
+            .map(|(k, v)| pb::ConfigEntry {
+                key: k.clone(),
+                value: v.clone(),
+            })
+            .collect(),
+        partitions: image
+            .partitions_of(t.id)
+            .map(|(tp, p)| pb::PartitionDescription {
+                state: Some(partition_to_pb(&t.name, tp, p)),
+                offline_replicas: p
+                    .replicas
+                    .iter()
+                    .filter(|b| !image.replica_online(tp, **b))
+                    .map(|b| b.0)
+                    .collect(),
+                partition_state: p.state.name().to_string(),
+            })
+            .collect(),
+    }
+}
+
+#[tonic::async_trait]
+impl AdminService for AdminApi {
+    async fn create_topics(
+        &self,
+        req: Request<pb::CreateTopicsRequest>,
+    ) -> Result<Response<pb::CreateTopicsResponse>, Status> {
+        let req = req.into_inner();
+        let topics: Vec<CreateTopic> = req
+            .topics
+            .iter()
+            .map(|t| CreateTopic {
+                name: t.name.clone(),
+                partitions: t.partitions,
+                replication_factor: t.replication_factor,
+                assignments: assignments_from_pb(&t.assignments),
+                configs: t
+                    .configs
+                    .iter()
+                    .map(|c| (c.key.clone(), c.value.clone()))
+                    .collect(),
+            })
+            .collect();
+        let validate_only = req.validate_only;
+        let r = self
+            .shared
+            .submit("create_topics", move |image, env| {
+                let d = image.decide_create_topics(&topics, validate_only, &mut env.rng);
+                Proposal::with_reply(d.records, Ok(d.reply))
+            })
+            .await;
+        Ok(Response::new(match r {
+            Ok(results) => pb::CreateTopicsResponse {
+                error: None,
+                topics: results
+                    .into_iter()
+                    .map(|(name, r)| pb::CreateTopicResult {
+                        name,
+                        error: result_error(&r),
+                        topic_id: r
+                            .as_ref()
+                            .map(|c| c.topic_id.to_bytes().to_vec())
+                            .unwrap_or_default(),
+                        partitions: r.as_ref().map(|c| c.partitions).unwrap_or(0),
+                        replication_factor: r.as_ref().map(|c| c.replication_factor).unwrap_or(0),
+                    })
+                    .collect(),
+            },
+            Err(e) => pb::CreateTopicsResponse {
+                error: submit_error(&self.shared, e),
+                topics: vec![],
+            },
+        }))
+    }
+
+    async fn delete_topics(
+        &self,
+        req: Request<pb::DeleteTopicsRequest>,
+    ) -> Result<Response<pb::DeleteTopicsResponse>, Status> {
+        let names = req.into_inner().names;
+        let r = self
+            .shared
+            .submit("delete_topics", move |image, _| {
+                let d = image.decide_delete_topics(&names);
+                Proposal::with_reply(d.records, Ok(d.reply))
+            })
+            .await;
+        Ok(Response::new(match r {
+            Ok(results) => pb::DeleteTopicsResponse {
+                error: None,
+                topics: results
+                    .into_iter()
+                    .map(|(name, r)| pb::DeleteTopicResult {
+                        name,
+                        error: result_error(&r),
+                    })
+                    .collect(),
+            },
+            Err(e) => pb::DeleteTopicsResponse {
+                error: submit_error(&self.shared, e),
+                topics: vec![],
+            },
+        }))
+    }
+
+    async fn create_partitions(
+        &self,
+        req: Request<pb::CreatePartitionsRequest>,
+    ) -> Result<Response<pb::CreatePartitionsResponse>, Status> {
+        let req = req.into_inner();
+        let items: Vec<CreatePartitions> = req
+            .topics
+            .iter()
+            .map(|t| CreatePartitions {
+                name: t.name.clone(),
+                total: t.total,
+                assignments: assignments_from_pb(&t.assignments),
+            })
+            .collect();
+        let validate_only = req.validate_only;
+        let r = self
+            .shared
+            .submit("create_partitions", move |image, env| {
+                let d = image.decide_create_partitions(&items, validate_only, &mut env.rng);
+                Proposal::with_reply(d.records, Ok(d.reply))
+            })
+            .await;
+        Ok(Response::new(match r {
+            Ok(results) => pb::CreatePartitionsResponse {
+                error: None,
+                topics: results
+                    .into_iter()
+                    .map(|(name, r)| pb::CreatePartitionsResult {
+                        name,
+                        error: result_error(&r),
+                    })
+                    .collect(),
+            },
+            Err(e) => pb::CreatePartitionsResponse {
+                error: submit_error(&self.shared, e),
+                topics: vec![],
+            },
+        }))
+    }
+
+    async fn alter_partition_reassignments(
+        &self,
+        req: Request<pb::AlterPartitionReassignmentsRequest>,
+    ) -> Result<Response<pb::AlterPartitionReassignmentsResponse>, Status> {
+        let items = req.into_inner().partitions;
+        let r = self
+            .shared
+            .submit("alter_reassignments", move |image, _| {
+                let mut results: Vec<(String, u32, Result<(), ApiError>)> = Vec::new();
+                let mut valid = Vec::new();
+                let mut slots = Vec::new();
+                for it in &items {
+                    match resolve(image, &it.topic, it.partition) {
+                        Ok(tp) => {
+                            let target = if it.cancel {
+                                None
+                            } else {
+                                Some(brokers_from_pb(&it.replicas))
+                            };
+                            slots.push((results.len(), valid.len()));
+                            valid.push((tp, target));
+                            results.push((it.topic.clone(), it.partition, Ok(())));
+                        }
+                        Err(e) => results.push((it.topic.clone(), it.partition, Err(e))),
+                    }
+                }
+                let d = image.decide_alter_reassignments(&valid);
+                for (ri, vi) in slots {
+                    if let Some((_, r)) = d.reply.get(vi) {
+                        results[ri].2 = r.clone();
+                    }
+                }
+                Proposal::with_reply(d.records, Ok(results))
+            })
+            .await;
+        Ok(Response::new(match r {
+            Ok(results) => pb::AlterPartitionReassignmentsResponse {
+                error: None,
+                partitions: results
+                    .into_iter()
+                    .map(|(topic, partition, r)| pb::ReassignmentResult {
+                        topic,
+                        partition,
+                        error: result_error(&r),
+                    })
+                    .collect(),
+            },
+            Err(e) => pb::AlterPartitionReassignmentsResponse {
+                error: submit_error(&self.shared, e),
+                partitions: vec![],
+            },
+        }))
+    }
+
+    async fn list_partition_reassignments(
+        &self,
+        req: Request<pb::ListPartitionReassignmentsRequest>,
+    ) -> Result<Response<pb::ListPartitionReassignmentsResponse>, Status> {
+        if let Err(e) = self.shared.linearizable().await {
+            return Ok(Response::new(pb::ListPartitionReassignmentsResponse {
+                error: Some(e),
+                reassignments: vec![],
+            }));
+        }
+        let wanted: BTreeSet<String> = req.into_inner().topics.into_iter().collect();
+        let image = self.shared.image();
+        let reassignments = image
+            .list_reassignments()
+            .into_iter()
+            .filter_map(|(tp, p)| {
+                let topic = topic_name(&image, &tp);
+                (wanted.is_empty() || wanted.contains(&topic)).then(|| pb::OngoingReassignment {
+                    topic,
+                    partition: tp.partition.0,
+                    replicas: p.replicas.iter().map(|b| b.0).collect(),
+                    adding: p.adding.iter().map(|b| b.0).collect(),
+                    removing: p.removing.iter().map(|b| b.0).collect(),
+                })
+            })
+            .collect();
+        Ok(Response::new(pb::ListPartitionReassignmentsResponse {
+            error: None,
+            reassignments,
+        }))
+    }
+
+    async fn elect_leaders(
+        &self,
+        req: Request<pb::ElectLeadersRequest>,
+    ) -> Result<Response<pb::ElectLeadersResponse>, Status> {
+        let req = req.into_inner();
+        let kind = if req.election_type == pb::ElectionType::Unclean as i32 {
+            ElectionKind::Unclean
+        } else {
+            ElectionKind::Preferred
+        };
+        let wanted = req.partitions;
+        let r = self
+            .shared
+            .submit("elect_leaders", move |image, _| {
+                let mut results: Vec<(String, u32, Result<BrokerId, ApiError>)> = Vec::new();
+                let d = if wanted.is_empty() {
+                    image.decide_elect_leaders(kind, None)
+                } else {
+                    let mut tps = Vec::new();
+                    for w in &wanted {
+                        match resolve(image, &w.topic, w.partition) {
+                            Ok(tp) => tps.push(tp),
+                            Err(e) => results.push((w.topic.clone(), w.partition, Err(e))),
+                        }
+                    }
+                    image.decide_elect_leaders(kind, Some(&tps))
+                };
+                for (tp, r) in &d.reply {
+                    results.push((topic_name(image, tp), tp.partition.0, r.clone()));
+                }
+                crate::tasks::count_unclean(&d.records);
+                Proposal::with_reply(d.records, Ok(results))
+            })
+            .await;
+        Ok(Response::new(match r {
+            Ok(results) => pb::ElectLeadersResponse {
+                error: None,
+                partitions: results
+                    .into_iter()
+                    .map(|(topic, partition, r)| pb::ElectionResult {
+                        topic,
+                        partition,
+                        error: result_error(&r),
+                        leader: r.ok().map(|b| b.0),
+                    })
+                    .collect(),
+            },
+            Err(e) => pb::ElectLeadersResponse {
+                error: submit_error(&self.shared, e),
+                partitions: vec![],
+            },
+        }))
+    }
+
+    async fn describe_cluster(
+        &self,
+        _req: Request<pb::DescribeClusterRequest>,
+    ) -> Result<Response<pb::DescribeClusterResponse>, Status> {
+        if let Err(e) = self.shared.linearizable().await {
+            return Ok(Response::new(pb::DescribeClusterResponse {
+                error: Some(e),
+                ..Default::default()
+            }));
+        }
+        let image = self.shared.image();
+        let now = now_ms();
+        let contacts: BTreeMap<BrokerId, u64> = match self.shared.heartbeats.lock() {
+            Ok(t) => image
+                .brokers()
+                .filter_map(|b| {
+                    t.last_contact_ms(b.id)
+                        .map(|at| (b.id, now.saturating_sub(at)))
+                })
+                .collect(),
+            Err(_) => BTreeMap::new(),
+        };
+        let m = self.shared.raft.metrics().borrow().clone();
+        Ok(Response::new(pb::DescribeClusterResponse {
+            error: None,
+            cluster_id: self.shared.config.cluster_id.clone(),
+            controller_id: self.shared.config.node_id as u32,
+            controller_epoch: m.current_term,
+            brokers: image
+                .brokers()
+                .map(|b| pb::BrokerDescription {
+                    broker: Some(broker_to_pb(b)),
+                    last_heartbeat_ms: contacts.get(&b.id).copied(),
+                    log_dirs: b.log_dirs.clone(),
+                    offline_log_dirs: b.offline_log_dirs.clone(),
+                    incarnation_id: b.incarnation.to_bytes().to_vec(),
+                })
+                .collect(),
+        }))
+    }
+
+    async fn describe_topics(
+        &self,
+        req: Request<pb::DescribeTopicsRequest>,
+    ) -> Result<Response<pb::DescribeTopicsResponse>, Status> {
+        if let Err(e) = self.shared.linearizable().await {
+            return Ok(Response::new(pb::DescribeTopicsResponse {
+                error: Some(e),
+                topics: vec![],
+            }));
+        }
+        let names = req.into_inner().names;
+        let image = self.shared.image();
+        let topics = if names.is_empty() {
+            let mut all: Vec<_> = image.topics().collect();
+            all.sort_by(|a, b| a.name.cmp(&b.name));
+            all.into_iter().map(|t| describe_topic(&image, t)).collect()
+        } else {
+            names
+                .iter()
+                .map(|n| match image.topic_by_name(n) {
+                    Some(t) => describe_topic(&image, t),
+                    None => pb::TopicDescription {
+                        name: n.clone(),
+                        error: top(ApiError::new(
+                            ErrorCode::UnknownTopic,
+                            format!("topic {n:?} does not exist"),
+                        )),
+                        ..Default::default()
+                    },
+                })
+                .collect()
+        };
+        Ok(Response::new(pb::DescribeTopicsResponse {
+            error: None,
+            topics,
+        }))
+    }
+
+    async fn describe_quorum(
+        &self,
+        _req: Request<pb::DescribeQuorumRequest>,
+    ) -> Result<Response<pb::DescribeQuorumResponse>, Status> {
+        if let Err(e) = self.shared.linearizable().await {
+            return Ok(Response::new(pb::DescribeQuorumResponse {
+                error: Some(e),
+                ..Default::default()
+            }));
+        }
+        Ok(Response::new(crate::quorum::describe(&self.shared)))
+    }
+
+    async fn unregister_broker(
+        &self,
+        req: Request<pb::UnregisterBrokerRequest>,
+    ) -> Result<Response<pb::UnregisterBrokerResponse>, Status> {
+        let broker = BrokerId(req.into_inner().broker_id);
+        let shared = self.shared.clone();
+        let r = self
+            .shared
+            .submit("unregister_broker", move |image, _| {
+                let d = image.decide_unregister_broker(broker);
+                Proposal::new(d.records, move |commit| {
+                    commit?;
+                    if d.reply.is_ok() {
+                        if let Ok(mut t) = shared.heartbeats.lock() {
+                            t.remove(broker);
+                        }
+                    }
+                    d.reply
+                })
+            })
+            .await;
+        Ok(Response::new(pb::UnregisterBrokerResponse {
+            error: match r {
+                Ok(()) => None,
+                Err(e) => submit_error(&self.shared, e),
+            },
+        }))
+    }
+
+    async fn incremental_alter_configs(
+        &self,
+        req: Request<pb::IncrementalAlterConfigsRequest>,
+    ) -> Result<Response<pb::IncrementalAlterConfigsResponse>, Status> {
+        let req = req.into_inner();
+        let items: Vec<(String, Vec<ConfigOp>)> = req
+            .topics
+            .iter()
+            .map(|t| {
+                let ops = t
+                    .ops
+                    .iter()
+                    .map(|o| {
+                        if o.op == pb::ConfigOp::Delete as i32 {
+                            ConfigOp::Delete(o.key.clone())
+                        } else {
+                            ConfigOp::Set(o.key.clone(), o.value.clone())
+                        }
+                    })
+                    .collect();
+                (t.topic.clone(), ops)
+            })
+            .collect();
+        let validate_only = req.validate_only;
+        let r = self
+            .shared
+            .submit("alter_configs", move |image, _| {
+                let d = image.decide_alter_configs(&items, validate_only);
+                Proposal::with_reply(d.records, Ok(d.reply))
+            })
+            .await;
+        Ok(Response::new(match r {
+            Ok(results) => pb::IncrementalAlterConfigsResponse {
+                error: None,
+                topics: results
+                    .into_iter()
+                    .map(|(topic, r)| pb::AlterConfigsResult {
+                        topic,
+                        error: result_error(&r),
+                    })
+                    .collect(),
+            },
+            Err(e) => pb::IncrementalAlterConfigsResponse {
+                error: submit_error(&self.shared, e),
+                topics: vec![],
+            },
+        }))
+    }
+
+    async fn add_voter(
+        &self,
+        req: Request<pb::AddVoterRequest>,
+    ) -> Result<Response<pb::AddVoterResponse>, Status> {
+        let req = req.into_inner();
+        if let Err(e) = self.shared.active_handle() {
+            return Ok(Response::new(pb::AddVoterResponse { error: Some(e) }));
+        }
+        let error = crate::quorum::add_voter(&self.shared, req.node_id, req.address)
+            .await
+            .err()
+            .map(|e| error_to_pb(&e));
+        Ok(Response::new(pb::AddVoterResponse { error }))
+    }
+
+    async fn remove_voter(
+        &self,
+        req: Request<pb::RemoveVoterRequest>,
+    ) -> Result<Response<pb::RemoveVoterResponse>, Status> {
+        let req = req.into_inner();
+        if let Err(e) = self.shared.active_handle() {
+            return Ok(Response::new(pb::RemoveVoterResponse { error: Some(e) }));
+        }
+        let error = crate::quorum::remove_voter(&self.shared, req.node_id)
+            .await
+            .err()
+            .map(|e| error_to_pb(&e));
+        Ok(Response::new(pb::RemoveVoterResponse { error }))
+    }
+
+    async fn describe_node(
+        &self,
+        _req: Request<pb::DescribeNodeRequest>,
+    ) -> Result<Response<pb::DescribeNodeResponse>, Status> {
+        let applied = self.shared.applied();
+        let m = self.shared.raft.metrics().borrow().clone();
+        let role = match m.state {
+            openraft::ServerState::Leader => "leader",
+            openraft::ServerState::Follower => "follower",
+            openraft::ServerState::Candidate => "candidate",
+            openraft::ServerState::Learner => "learner",
+            openraft::ServerState::Shutdown => "shutdown",
+        };
+        Ok(Response::new(pb::DescribeNodeResponse {
+            node_id: self.shared.config.node_id,
+            cluster_id: self.shared.config.cluster_id.clone(),
+            last_applied_index: applied.last_applied.map(|l| l.index).unwrap_or(0),
+            image_hash: applied.image.hash(),
+            role: role.to_string(),
+            term: m.current_term,
+            leader_id: m.current_leader,
+            active_controller: self
+                .shared
+                .active
+                .read()
+                .map(|g| g.is_some())
+                .unwrap_or(false),
+        }))
+    }
+}

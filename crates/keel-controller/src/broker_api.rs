@@ -1,0 +1,334 @@
+//! `BrokerService` on the active controller: registration, heartbeats,
+//! AlterPartition and controlled shutdown.
+//!
+//! Heartbeats are answered from memory: the contact time is recorded here,
+//! outside the event loop, so a busy loop never causes a live broker to be
+//! fenced. Only state changes (unfence, fence request, shutdown, log-dir
+//! failure) become commands on the loop.
+
+use std::sync::Arc;
+
+use keel_metadata::decide::{
+    AlterPartitionItem, Heartbeat, HeartbeatReply, RegisterBroker, RegisterReply,
+};
+use keel_metadata::{
+    ApiError, BrokerEpoch, BrokerId, ErrorCode, IncarnationId, LeaderEpoch, MetadataImage,
+    PartitionEpoch,
+};
+use keel_proto::convert::{
+    brokers_from_pb, error_to_pb, partition_to_pb, result_error, topic_id_from_pb,
+};
+use keel_proto::pb;
+use keel_proto::pb::broker_service_server::BrokerService;
+use tonic::{Request, Response, Status};
+
+use crate::active::Proposal;
+use crate::shared::{now_ms, Shared};
+
+/// The broker-facing gRPC service of one controller node.
+pub struct BrokerApi {
+    shared: Arc<Shared>,
+}
+
+impl BrokerApi {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        Self { shared }
+    }
+
+    fn error(&self, e: ApiError) -> Option<pb::Error> {
+        if e.code == ErrorCode::NotController {
+            let mut pe = self.shared.not_controller();
+            pe.message = e.message;
+            Some(pe)
+        } else {
+            Some(error_to_pb(&e))
+        }
+    }
+}
+
+/// Partitions `broker` leads (counted only while it shuts down).
+fn leaderships(image: &MetadataImage, broker: BrokerId) -> u32 {
+    image
+        .partitions()
+        .filter(|(_, p)| p.leader == Some(broker))
+        .count() as u32
+}
+
+/// Whether a heartbeat needs a decision (a state change) or can be answered
+/// from the image as it stands.
+fn needs_change(image: &MetadataImage, hb: &Heartbeat, caught_up: bool) -> bool {
+    let Some(b) = image.broker(hb.broker) else {
+        return false;
+    };
+    let new_dirs = hb
+        .offline_log_dirs
+        .iter()
+        .any(|d| !b.offline_log_dirs.contains(d));
+    (hb.want_fence && !b.fenced)
+        || hb.want_shutdown
+        || new_dirs
+        || (b.fenced && caught_up && !hb.want_fence && !b.shutting_down)
+}
+
+#[tonic::async_trait]
+impl BrokerService for BrokerApi {
+    async fn register_broker(
+        &self,
+        req: Request<pb::RegisterBrokerRequest>,
+    ) -> Result<Response<pb::RegisterBrokerResponse>, Status> {
+        let req = req.into_inner();
+        let reply = |error, broker_epoch| {
+            Ok(Response::new(pb::RegisterBrokerResponse {
+                error,
+                broker_epoch,
+            }))
+        };
+        if req.cluster_id != self.shared.config.cluster_id {
+            return reply(
+                Some(error_to_pb(&ApiError::new(
+                    ErrorCode::InconsistentClusterId,
+                    format!(
+                        "broker belongs to cluster {:?}; this is cluster {:?}",
+                        req.cluster_id, self.shared.config.cluster_id
+                    ),
+                ))),
+                0,
+            );
+        }
+        let Some(incarnation) = IncarnationId::from_bytes(&req.incarnation_id) else {
+            return reply(
+                Some(error_to_pb(&ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    "incarnation id must be 16 bytes",
+                ))),
+                0,
+            );
+        };
+        if req.address.parse::<std::net::SocketAddr>().is_err() {
+            return reply(
+                Some(error_to_pb(&ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!("broker address {:?} is not HOST:PORT", req.address),
+                ))),
+                0,
+            );
+        }
+        let broker = BrokerId(req.broker_id);
+        let reg = RegisterBroker {
+            broker,
+            incarnation,
+            address: req.address,
+            rack: req.rack.filter(|r| !r.is_empty()),
+            log_dirs: req.log_dirs,
+            previous_epoch: BrokerEpoch(req.previous_broker_epoch),
+        };
+        let shared = self.shared.clone();
+        let r = self
+            .shared
+            .submit("register_broker", move |image, env| {
+                let live = shared
+                    .heartbeats
+                    .lock()
+                    .map(|t| t.session_live(broker, env.now_ms))
+                    .unwrap_or(false);
+                let d = image.decide_register_broker(&reg, live);
+                Proposal::new(d.records, move |commit| {
+                    let index = commit?;
+                    let epoch = match d.reply? {
+                        RegisterReply::Existing(e) => e,
+                        RegisterReply::New => BrokerEpoch(index),
+                    };
+                    if let Ok(mut t) = shared.heartbeats.lock() {
+                        t.touch(broker, epoch, now_ms());
+                    }
+                    tracing::info!(broker = broker.0, epoch = epoch.0, "broker registered");
+                    Ok(epoch)
+                })
+            })
+            .await;
+        match r {
+            Ok(epoch) => reply(None, epoch.0),
+            Err(e) => reply(self.error(e), 0),
+        }
+    }
+
+    async fn broker_heartbeat(
+        &self,
+        req: Request<pb::BrokerHeartbeatRequest>,
+    ) -> Result<Response<pb::BrokerHeartbeatResponse>, Status> {
+        let req = req.into_inner();
+        let handle = match self.shared.active_handle() {
+            Ok(h) => h,
+            Err(e) => {
+                return Ok(Response::new(pb::BrokerHeartbeatResponse {
+                    error: Some(e),
+                    ..Default::default()
+                }))
+            }
+        };
+        let hb = Heartbeat {
+            broker: BrokerId(req.broker_id),
+            epoch: BrokerEpoch(req.broker_epoch),
+            metadata_offset: req.current_metadata_offset,
+            want_fence: req.want_fence,
+            want_shutdown: req.want_shutdown,
+            offline_log_dirs: req.offline_log_dirs,
+        };
+        let image = self.shared.image();
+        let answer = |r: Result<HeartbeatReply, ApiError>| {
+            Ok(Response::new(match r {
+                Ok(h) => pb::BrokerHeartbeatResponse {
+                    error: None,
+                    is_caught_up: h.is_caught_up,
+                    is_fenced: h.is_fenced,
+                    should_shut_down: h.should_shut_down,
+                    controller_epoch: handle.epoch,
+                    controller_id: self.shared.config.node_id as u32,
+                },
+                Err(e) => pb::BrokerHeartbeatResponse {
+                    error: self.error(e),
+                    controller_epoch: handle.epoch,
+                    controller_id: self.shared.config.node_id as u32,
+                    ..Default::default()
+                },
+            }))
+        };
+        let reg = match image.broker(hb.broker) {
+            Some(b) if b.epoch == hb.epoch => b.clone(),
+            Some(b) => {
+                return answer(Err(ApiError::new(
+                    ErrorCode::StaleBrokerEpoch,
+                    format!(
+                        "broker {} has epoch {}, not {}; re-register",
+                        hb.broker, b.epoch.0, hb.epoch.0
+                    ),
+                )))
+            }
+            None => {
+                return answer(Err(ApiError::new(
+                    ErrorCode::UnknownBroker,
+                    format!("broker {} is not registered; register first", hb.broker),
+                )))
+            }
+        };
+        if let Ok(mut t) = self.shared.heartbeats.lock() {
+            t.touch(hb.broker, hb.epoch, now_ms());
+        }
+        // Caught up once the broker has applied its own registration.
+        let caught_up = hb.metadata_offset >= reg.epoch.0;
+        if !needs_change(&image, &hb, caught_up) {
+            return answer(Ok(HeartbeatReply {
+                is_caught_up: caught_up,
+                is_fenced: reg.fenced,
+                should_shut_down: false,
+                remaining_leaderships: if reg.shutting_down {
+                    leaderships(&image, hb.broker)
+                } else {
+                    0
+                },
+            }));
+        }
+        let r = self
+            .shared
+            .submit("broker_heartbeat", move |image, _| {
+                let d = image.decide_heartbeat(&hb, caught_up);
+                Proposal::with_reply(d.records, d.reply)
+            })
+            .await;
+        if let Ok(h) = &r {
+            if !h.is_fenced && reg.fenced {
+                tracing::info!(broker = reg.id.0, epoch = reg.epoch.0, "broker unfenced");
+            }
+        }
+        answer(r)
+    }
+
+    async fn alter_partition(
+        &self,
+        req: Request<pb::AlterPartitionRequest>,
+    ) -> Result<Response<pb::AlterPartitionResponse>, Status> {
+        let req = req.into_inner();
+        let broker = BrokerId(req.broker_id);
+        let epoch = BrokerEpoch(req.broker_epoch);
+        let mut items = Vec::new();
+        let mut bad = Vec::new();
+        for it in &req.partitions {
+            match topic_id_from_pb(&it.topic_id) {
+                Ok(t) => items.push(AlterPartitionItem {
+                    tp: keel_metadata::TopicPartition::new(t, it.partition),
+                    leader_epoch: LeaderEpoch(it.leader_epoch),
+                    partition_epoch: PartitionEpoch(it.partition_epoch),
+                    new_isr: brokers_from_pb(&it.new_isr),
+                }),
+                Err(e) => bad.push(pb::AlterPartitionResult {
+                    topic_id: it.topic_id.clone(),
+                    partition: it.partition,
+                    error: Some(error_to_pb(&e.into())),
+                    state: None,
+                }),
+            }
+        }
+        let r = self
+            .shared
+            .submit("alter_partition", move |image, _| {
+                let d = image.decide_alter_partition(broker, epoch, &items);
+                let reply = d.reply.map(|v| {
+                    v.into_iter()
+                        .map(|(tp, r)| {
+                            let name = image
+                                .topic(tp.topic_id)
+                                .map(|t| t.name.clone())
+                                .unwrap_or_default();
+                            pb::AlterPartitionResult {
+                                topic_id: tp.topic_id.to_bytes().to_vec(),
+                                partition: tp.partition.0,
+                                error: result_error(&r),
+                                state: r.ok().map(|p| partition_to_pb(&name, &tp, &p)),
+                            }
+                        })
+                        .collect::<Vec<_>>()
+                });
+                Proposal::with_reply(d.records, reply)
+            })
+            .await;
+        Ok(Response::new(match r {
+            Ok(mut partitions) => {
+                partitions.extend(bad);
+                pb::AlterPartitionResponse {
+                    error: None,
+                    partitions,
+                }
+            }
+            Err(e) => pb::AlterPartitionResponse {
+                error: self.error(e),
+                partitions: vec![],
+            },
+        }))
+    }
+
+    async fn controlled_shutdown(
+        &self,
+        req: Request<pb::ControlledShutdownRequest>,
+    ) -> Result<Response<pb::ControlledShutdownResponse>, Status> {
+        let req = req.into_inner();
+        let broker = BrokerId(req.broker_id);
+        let epoch = BrokerEpoch(req.broker_epoch);
+        let r = self
+            .shared
+            .submit("controlled_shutdown", move |image, _| {
+                let d = image.decide_controlled_shutdown(broker, epoch);
+                Proposal::with_reply(d.records, d.reply)
+            })
+            .await;
+        Ok(Response::new(match r {
+            Ok(h) => pb::ControlledShutdownResponse {
+                error: None,
+                remaining_leaderships: h.remaining_leaderships,
+            },
+            Err(e) => pb::ControlledShutdownResponse {
+                error: self.error(e),
+                remaining_leaderships: 0,
+            },
+        }))
+    }
+}

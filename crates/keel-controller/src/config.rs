@@ -1,0 +1,125 @@
+//! A controller node's settings.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Everything a controller node needs to run. Defaults follow Kafka's where
+/// Kafka has one.
+#[derive(Clone, Debug)]
+pub struct ControllerConfig {
+    /// This node's id in the quorum.
+    pub node_id: u64,
+    /// Address the node binds for Raft, admin and broker RPCs; also the
+    /// source address of its outgoing connections.
+    pub listen: SocketAddr,
+    /// The initial voters: `(id, "host:port")`.
+    pub voters: Vec<(u64, String)>,
+    /// Where sled keeps the log, vote and snapshots.
+    pub data_dir: PathBuf,
+    /// Set at bootstrap; checked on every registration and peer RPC.
+    pub cluster_id: String,
+    /// Start without bootstrapping: wait to be added with `quorum add-voter`.
+    pub join: bool,
+    /// A broker silent this long is fenced.
+    pub session_timeout_ms: u64,
+    /// Raft heartbeat period.
+    pub raft_heartbeat_ms: u64,
+    /// Raft election timeout range.
+    pub election_timeout_min_ms: u64,
+    pub election_timeout_max_ms: u64,
+    /// Take a snapshot after this many entries since the last one.
+    pub snapshot_interval_entries: u64,
+    /// Period of the preferred-leader rebalance task (0 disables it).
+    pub auto_rebalance_interval_ms: u64,
+    /// Rebalance a broker whose non-preferred share exceeds this percentage.
+    pub auto_rebalance_threshold_pct: u32,
+}
+
+impl ControllerConfig {
+    /// A config with defaults for everything but identity and addresses.
+    pub fn new(
+        node_id: u64,
+        listen: SocketAddr,
+        voters: Vec<(u64, String)>,
+        data_dir: PathBuf,
+        cluster_id: String,
+    ) -> Self {
+        Self {
+            node_id,
+            listen,
+            voters,
+            data_dir,
+            cluster_id,
+            join: false,
+            session_timeout_ms: 9_000,
+            raft_heartbeat_ms: 100,
+            election_timeout_min_ms: 500,
+            election_timeout_max_ms: 800,
+            snapshot_interval_entries: 10_000,
+            auto_rebalance_interval_ms: 300_000,
+            auto_rebalance_threshold_pct: 10,
+        }
+    }
+
+    /// How long quorum contact stays valid for acting as active controller:
+    /// shorter than the election timeout, so a deposed leader stops acting
+    /// before a successor can be elected.
+    pub fn lease_ms(&self) -> u64 {
+        self.election_timeout_min_ms
+            .saturating_sub(self.raft_heartbeat_ms)
+            .max(self.raft_heartbeat_ms * 2)
+    }
+}
+
+/// Parses `1@127.0.0.11:9093,2@127.0.0.12:9093`.
+pub fn parse_voters(s: &str) -> Result<Vec<(u64, String)>, String> {
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part
+            .split_once('@')
+            .ok_or_else(|| format!("voter {part:?} is not of the form ID@HOST:PORT"))?;
+        let id: u64 = id
+            .parse()
+            .map_err(|_| format!("voter id {id:?} is not a number"))?;
+        addr.parse::<SocketAddr>()
+            .map_err(|_| format!("voter address {addr:?} is not HOST:PORT"))?;
+        if out.iter().any(|(i, _)| *i == id) {
+            return Err(format!("voter id {id} appears twice"));
+        }
+        out.push((id, addr.to_string()));
+    }
+    if out.is_empty() {
+        return Err("no voters given".into());
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn voters_parse_and_refuse_bad_input() {
+        let v = parse_voters("1@127.0.0.11:9093, 2@127.0.0.12:9093").unwrap();
+        assert_eq!(
+            v,
+            vec![(1, "127.0.0.11:9093".into()), (2, "127.0.0.12:9093".into())]
+        );
+        assert!(parse_voters("").is_err());
+        assert!(parse_voters("x@127.0.0.1:1").is_err());
+        assert!(parse_voters("1@nohost").is_err());
+        assert!(parse_voters("1@127.0.0.1:1,1@127.0.0.1:2").is_err());
+    }
+
+    #[test]
+    fn lease_is_shorter_than_the_election_timeout() {
+        let c = ControllerConfig::new(
+            1,
+            "127.0.0.1:1".parse().unwrap(),
+            vec![],
+            "x".into(),
+            "c".into(),
+        );
+        assert!(c.lease_ms() < c.election_timeout_min_ms);
+    }
+}

@@ -1,0 +1,106 @@
+//! Raft leadership = active controller. Watches openraft's metrics; once
+//! this node leads and has applied its own term's first entry, it starts the
+//! event loop stamped with controller epoch = term; when leadership (or the
+//! term) changes it stops the loop at once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::ServerState;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+use crate::shared::{now_ms, ActiveHandle, Shared};
+
+/// Capacity of the event queue; producers wait when it is full.
+const EVENT_QUEUE: usize = 65_536;
+
+struct Running {
+    epoch: u64,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
+}
+
+fn resign(shared: &Shared, running: Running, why: &str) {
+    if let Ok(mut g) = shared.active.write() {
+        *g = None;
+    }
+    let _ = running.stop.send(());
+    running.task.abort();
+    metrics::gauge!("keel_controller_active").set(0.0);
+    tracing::info!(
+        node = shared.config.node_id,
+        term = running.epoch,
+        why,
+        "resigned as active controller"
+    );
+}
+
+/// Runs until `shutdown` flips to true.
+pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let mut metrics = shared.raft.metrics();
+    let me = shared.config.node_id;
+    let mut running: Option<Running> = None;
+    loop {
+        let m = metrics.borrow_and_update().clone();
+        metrics::gauge!("keel_controller_current_term").set(m.current_term as f64);
+        if let Some(l) = m.last_applied {
+            metrics::gauge!("keel_controller_last_applied_index").set(l.index as f64);
+        }
+        let leading = m.state == ServerState::Leader && m.current_leader == Some(me);
+        if let Some(r) = running.take() {
+            if !leading {
+                resign(&shared, r, "lost raft leadership");
+            } else if r.epoch != m.current_term {
+                resign(&shared, r, "term changed");
+            } else if r.task.is_finished() {
+                resign(&shared, r, "event loop stopped");
+            } else {
+                running = Some(r);
+            }
+        }
+        // The first entry of our term (openraft's blank entry) applied means
+        // the image holds everything any earlier leader committed.
+        let caught_up = m
+            .last_applied
+            .is_some_and(|l| l.leader_id.term == m.current_term);
+        if running.is_none() && leading && caught_up {
+            let epoch = m.current_term;
+            let image = shared.image();
+            if let Ok(mut t) = shared.heartbeats.lock() {
+                // Every known broker starts a fresh session before anyone
+                // is fenced by this controller.
+                t.reset_all(image.brokers().map(|b| (b.id, b.epoch)), now_ms());
+            }
+            let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+            let (stop_tx, stop_rx) = oneshot::channel();
+            let task = tokio::spawn(crate::active::run(shared.clone(), epoch, rx, stop_rx));
+            if let Ok(mut g) = shared.active.write() {
+                *g = Some(ActiveHandle { epoch, tx });
+            }
+            metrics::gauge!("keel_controller_active").set(1.0);
+            metrics::counter!("keel_controller_new_active_controllers_total").increment(1);
+            tracing::info!(
+                node = me,
+                term = epoch,
+                partitions = image.partition_count(),
+                "became active controller"
+            );
+            crate::failover::on_activation(&shared, epoch);
+            running = Some(Running {
+                epoch,
+                stop: stop_tx,
+                task,
+            });
+        }
+        tokio::select! {
+            r = metrics.changed() => if r.is_err() { break },
+            _ = shutdown.changed() => break,
+            // Re-check now and then: the loop may stop on its own.
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+    if let Some(r) = running.take() {
+        resign(&shared, r, "node shutting down");
+    }
+}

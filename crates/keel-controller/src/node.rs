@@ -1,0 +1,126 @@
+//! A controller node: storage, Raft, the gRPC server (Raft, admin and
+//! broker services on one address) and the leadership watch.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Context;
+use keel_proto::pb::admin_service_server::AdminServiceServer;
+use keel_proto::pb::broker_service_server::BrokerServiceServer;
+use keel_raft::{KeelRaft, Network, RaftGrpcService};
+use openraft::BasicNode;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::admin::AdminApi;
+use crate::broker_api::BrokerApi;
+use crate::config::ControllerConfig;
+use crate::shared::Shared;
+
+/// A running controller node.
+pub struct ControllerNode {
+    shared: Arc<Shared>,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    leadership: JoinHandle<()>,
+}
+
+impl ControllerNode {
+    /// Opens (or formats) the data dir, starts Raft and the server, and
+    /// bootstraps the quorum on a first start.
+    pub async fn start(config: ControllerConfig) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+        let (log, sm) =
+            keel_raft::open_storage(&config.data_dir, &config.cluster_id, config.node_id)?;
+        let image = sm.subscribe();
+        let mut rc = keel_raft::default_config(&config.cluster_id);
+        rc.heartbeat_interval = config.raft_heartbeat_ms;
+        rc.election_timeout_min = config.election_timeout_min_ms;
+        rc.election_timeout_max = config.election_timeout_max_ms;
+        rc.snapshot_policy =
+            openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_interval_entries);
+        let rc = Arc::new(rc.validate().context("invalid raft settings")?);
+        let network = Network::new(config.cluster_id.clone(), config.node_id);
+        let raft: KeelRaft = openraft::Raft::new(config.node_id, rc, network, log, sm)
+            .await
+            .context("raft failed to start")?;
+
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.listen))?;
+        let shared = Arc::new(Shared::new(config.clone(), raft.clone(), image));
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut server_stop = shutdown_rx.clone();
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(
+                    RaftGrpcService::new(raft.clone(), config.cluster_id.clone()).into_server(),
+                )
+                .add_service(AdminServiceServer::new(AdminApi::new(shared.clone())))
+                .add_service(BrokerServiceServer::new(BrokerApi::new(shared.clone())))
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    async move {
+                        let _ = server_stop.wait_for(|v| *v).await;
+                    },
+                ),
+        );
+
+        if !config.join && !raft.is_initialized().await.context("raft stopped")? {
+            let members: BTreeMap<u64, BasicNode> = config
+                .voters
+                .iter()
+                .map(|(id, addr)| (*id, BasicNode::new(addr.clone())))
+                .collect();
+            // Every voter does this on its first start with the same set:
+            // the identical initial membership makes it safe, and the quorum
+            // forms as soon as a majority is up.
+            match raft.initialize(members).await {
+                Ok(()) => tracing::info!(node = config.node_id, "initialized quorum membership"),
+                Err(e) => {
+                    tracing::info!(node = config.node_id, reason = %e, "membership already set by a peer")
+                }
+            }
+        }
+
+        let leadership = tokio::spawn(crate::leadership::watch_leadership(
+            shared.clone(),
+            shutdown_rx,
+        ));
+        tracing::info!(node = config.node_id, listen = %config.listen, cluster = %config.cluster_id, "controller started");
+        Ok(Self {
+            shared,
+            shutdown,
+            server,
+            leadership,
+        })
+    }
+
+    pub fn raft(&self) -> &KeelRaft {
+        &self.shared.raft
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// True while this node runs the active-controller role.
+    pub fn is_active(&self) -> bool {
+        self.shared
+            .active
+            .read()
+            .map(|g| g.is_some())
+            .unwrap_or(false)
+    }
+
+    /// Stops the server, the active role and Raft.
+    pub async fn shutdown(self) -> anyhow::Result<()> {
+        let _ = self.shutdown.send(true);
+        let _ = self.leadership.await;
+        let _ = self.shared.raft.shutdown().await;
+        self.server.abort();
+        let _ = self.server.await;
+        Ok(())
+    }
+}

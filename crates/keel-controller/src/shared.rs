@@ -1,0 +1,161 @@
+//! State shared by a controller node's services, its leadership watch and
+//! (while active) its event loop.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use keel_metadata::heartbeat::HeartbeatTracker;
+use keel_metadata::{ApiError, ErrorCode, MetadataImage};
+use keel_proto::convert::not_controller;
+use keel_proto::pb;
+use keel_raft::{AppliedState, KeelRaft};
+use openraft::ServerState;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::active::{Command, DecideEnv, Proposal};
+use crate::config::ControllerConfig;
+
+/// Wall-clock milliseconds; only ever passed *into* pure code.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// How to reach the running event loop, while this node is active.
+#[derive(Clone)]
+pub struct ActiveHandle {
+    /// The controller epoch (Raft term) this activation runs under.
+    pub epoch: u64,
+    pub(crate) tx: mpsc::Sender<Command>,
+}
+
+/// One node's shared state.
+pub struct Shared {
+    pub config: ControllerConfig,
+    pub raft: KeelRaft,
+    /// The latest applied image, published by the state machine.
+    pub image: watch::Receiver<Arc<AppliedState>>,
+    /// `Some` while this node is the active controller.
+    pub active: RwLock<Option<ActiveHandle>>,
+    /// Broker sessions: soft state, meaningful only on the active controller.
+    pub heartbeats: Mutex<HeartbeatTracker>,
+    /// Housekeeping ticks so far (paces the slower periodic work).
+    pub(crate) ticks: AtomicU64,
+}
+
+/// A reply channel was dropped: the event loop stopped (resignation).
+fn resigned() -> ApiError {
+    ApiError::new(
+        ErrorCode::NotController,
+        "the controller resigned before the request completed; retry",
+    )
+}
+
+impl Shared {
+    pub fn new(
+        config: ControllerConfig,
+        raft: KeelRaft,
+        image: watch::Receiver<Arc<AppliedState>>,
+    ) -> Self {
+        let heartbeats = Mutex::new(HeartbeatTracker::new(config.session_timeout_ms));
+        Self {
+            config,
+            raft,
+            image,
+            active: RwLock::new(None),
+            heartbeats,
+            ticks: AtomicU64::new(0),
+        }
+    }
+
+    /// The applied state as of now (O(1) clone of an `Arc`).
+    pub fn applied(&self) -> Arc<AppliedState> {
+        self.image.borrow().clone()
+    }
+
+    /// The latest applied image.
+    pub fn image(&self) -> MetadataImage {
+        self.image.borrow().image.clone()
+    }
+
+    /// Milliseconds since each peer last answered a Raft RPC of ours.
+    pub fn peer_contacts(&self) -> BTreeMap<u64, u64> {
+        BTreeMap::new()
+    }
+
+    /// The leader's id and address as this node knows them.
+    pub fn leader_hint(&self) -> Option<(u64, String)> {
+        let m = self.raft.metrics().borrow().clone();
+        let leader = m.current_leader?;
+        let node = m.membership_config.membership().get_node(&leader)?;
+        Some((leader, node.addr.clone()))
+    }
+
+    pub fn not_controller(&self) -> pb::Error {
+        not_controller(self.leader_hint())
+    }
+
+    /// True while this node is leader and a quorum acknowledged it within
+    /// the lease: only then may it act as the active controller.
+    pub fn lease_valid(&self) -> bool {
+        let m = self.raft.metrics().borrow().clone();
+        m.state == ServerState::Leader
+            && m.current_leader == Some(self.config.node_id)
+            && m.millis_since_quorum_ack
+                .is_some_and(|ms| ms <= self.config.lease_ms())
+    }
+
+    /// The active handle, if this node is active and holds its lease.
+    pub fn active_handle(&self) -> Result<ActiveHandle, pb::Error> {
+        let h = self
+            .active
+            .read()
+            .ok()
+            .and_then(|g| g.clone())
+            .ok_or_else(|| self.not_controller())?;
+        if !self.lease_valid() {
+            return Err(self.not_controller());
+        }
+        Ok(h)
+    }
+
+    /// Waits until reads of the image are linearizable (leader confirmed by
+    /// a quorum and its state machine caught up), or says who leads.
+    pub async fn linearizable(&self) -> Result<(), pb::Error> {
+        self.active_handle()?;
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => Ok(()),
+            Err(_) => Err(self.not_controller()),
+        }
+    }
+
+    /// Runs `decide` on the event loop against the current image (plus the
+    /// loop's earlier decisions in the same batch), proposes its records,
+    /// and returns what `finish` makes of the commit outcome.
+    pub async fn submit<T, D>(&self, kind: &'static str, decide: D) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        D: FnOnce(&MetadataImage, &mut DecideEnv) -> Proposal<T> + Send + 'static,
+    {
+        let handle = self
+            .active_handle()
+            .map_err(|e| ApiError::new(ErrorCode::NotController, e.message))?;
+        let (tx, rx) = oneshot::channel();
+        let cmd = Command::new(kind, decide, tx);
+        if handle.tx.send(cmd).await.is_err() {
+            return Err(resigned());
+        }
+        match tokio::time::timeout(Duration::from_secs(30), rx).await {
+            Ok(Ok(v)) => v,
+            Ok(Err(_)) => Err(resigned()),
+            Err(_) => Err(ApiError::new(
+                ErrorCode::RequestTimedOut,
+                "the controller did not commit the change within 30 s",
+            )),
+        }
+    }
+}

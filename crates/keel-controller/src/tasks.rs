@@ -1,0 +1,83 @@
+//! Periodic work of the active controller, run as commands on its loop.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use keel_metadata::decide::Decision;
+use keel_metadata::{MetadataImage, MetadataRecord};
+
+use crate::active::{Command, Proposal};
+use crate::shared::Shared;
+
+/// Reconciliation (offline elections, reassignment progress) runs every
+/// this many ticks: it scans every partition, so not on every tick.
+const RECONCILE_EVERY_TICKS: u64 = 10;
+
+/// Replays a decision onto the working image and keeps its records.
+pub(crate) fn take<R>(
+    work: &mut MetadataImage,
+    records: &mut Vec<MetadataRecord>,
+    d: Decision<R>,
+) -> R {
+    let offset = work.offset() + 1;
+    for r in &d.records {
+        if let Err(e) = work.replay(r, offset) {
+            // The loop re-checks every record; this only stops the chain.
+            tracing::error!(error = %e, "housekeeping decision does not replay");
+            return d.reply;
+        }
+    }
+    records.extend(d.records);
+    d.reply
+}
+
+/// Session expiry, one broker per decision (each sees the previous one's
+/// effect), and, every few ticks, reconciliation of leaderless partitions and
+/// reassignments whose new replicas caught up.
+pub(crate) fn housekeeping(shared: Arc<Shared>) -> Command {
+    Command::internal("housekeeping", move |image, env| {
+        let mut work = image.clone();
+        let mut records = Vec::new();
+        let expired = match shared.heartbeats.lock() {
+            Ok(t) => t.expired(env.now_ms),
+            Err(_) => Vec::new(),
+        };
+        for b in expired {
+            if work.broker(b).is_some_and(|r| !r.fenced) {
+                tracing::warn!(
+                    node = shared.config.node_id,
+                    term = env.epoch,
+                    broker = b.0,
+                    "broker session expired; fencing it"
+                );
+                metrics::counter!("keel_controller_timed_out_heartbeats_total").increment(1);
+                let d = work.decide_fence_broker(b);
+                take(&mut work, &mut records, d);
+            }
+            if let Ok(mut t) = shared.heartbeats.lock() {
+                t.remove(b);
+            }
+        }
+        let tick = shared.ticks.fetch_add(1, Ordering::Relaxed);
+        if tick.is_multiple_of(RECONCILE_EVERY_TICKS) {
+            let d = work.decide_elect_offline();
+            take(&mut work, &mut records, d);
+            let d = work.decide_reassignment_progress();
+            take(&mut work, &mut records, d);
+        }
+        count_unclean(&records);
+        Proposal::with_reply(records, Ok(()))
+    })
+}
+
+/// Counts unclean elections among records about to be proposed.
+pub(crate) fn count_unclean(records: &[MetadataRecord]) {
+    let n = records
+        .iter()
+        .filter(|r| matches!(r, MetadataRecord::PartitionChange(c) if c.unclean))
+        .count();
+    if n > 0 {
+        tracing::warn!(count = n, "unclean leader election");
+        metrics::counter!("keel_controller_unclean_elections_total").increment(n as u64);
+    }
+}

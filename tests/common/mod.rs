@@ -1,0 +1,321 @@
+//! Helpers for end-to-end tests: real `keel` processes on loopback.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use keel_proto::client::ControllerClient;
+use keel_proto::pb;
+use keel_proto::pb::admin_service_client::AdminServiceClient;
+
+/// The binary under test.
+pub fn keel_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_keel")
+}
+
+/// A free TCP port on 127.0.0.1 (released before use; good enough for tests).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port")
+}
+
+/// A child process killed (SIGKILL) when dropped.
+pub struct Proc {
+    pub child: Option<Child>,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{sig}"))
+            .arg(self.pid().to_string())
+            .status();
+    }
+
+    /// Waits for the process to exit; returns its code.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    self.child = None;
+                    return st.code();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Starts `keel <args>` with output to `log`.
+pub fn spawn(args: &[String], log: &Path) -> Proc {
+    let out = std::fs::File::create(log).expect("create log file");
+    let err = out.try_clone().expect("clone log handle");
+    let child = Command::new(keel_bin())
+        .args(args)
+        .env("RUST_LOG", "info,openraft=warn")
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .expect("spawn keel");
+    Proc {
+        child: Some(child),
+        log: log.to_path_buf(),
+    }
+}
+
+/// A three-controller quorum of real processes.
+pub struct Quorum {
+    pub dir: tempfile::TempDir,
+    pub addrs: Vec<String>,
+    pub procs: Vec<Proc>,
+    pub cluster_id: String,
+    pub extra: Vec<String>,
+}
+
+impl Quorum {
+    /// Starts three controllers; `extra` flags go to each.
+    pub fn start(extra: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let addrs: Vec<String> = (0..3)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
+        let mut q = Quorum {
+            dir,
+            addrs,
+            procs: Vec::new(),
+            cluster_id: "keel-test".into(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+        };
+        for i in 0..3 {
+            let p = q.spawn_node(i);
+            q.procs.push(p);
+        }
+        q
+    }
+
+    pub fn voters(&self) -> String {
+        self.addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}@{}", i + 1, a))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn data_dir(&self, i: usize) -> PathBuf {
+        self.dir.path().join(format!("c{}", i + 1))
+    }
+
+    pub fn args(&self, i: usize, cluster_id: &str) -> Vec<String> {
+        let mut a = vec![
+            "controller".to_string(),
+            "--node-id".into(),
+            (i + 1).to_string(),
+            "--listen".into(),
+            self.addrs[i].clone(),
+            "--voters".into(),
+            self.voters(),
+            "--data-dir".into(),
+            self.data_dir(i).display().to_string(),
+            "--cluster-id".into(),
+            cluster_id.to_string(),
+        ];
+        a.extend(self.extra.iter().cloned());
+        a
+    }
+
+    pub fn spawn_node(&self, i: usize) -> Proc {
+        let log = self.dir.path().join(format!(
+            "c{}-{}.log",
+            i + 1,
+            Instant::now().elapsed().as_nanos()
+        ));
+        spawn(&self.args(i, &self.cluster_id), &log)
+    }
+
+    /// Restarts node `i` (after it was killed) on the same data dir.
+    pub fn restart(&mut self, i: usize) {
+        self.procs[i].kill();
+        self.procs[i] = self.spawn_node(i);
+    }
+
+    pub fn client(&self) -> ControllerClient {
+        ControllerClient::new(self.addrs.clone())
+            .with_timeouts(Duration::from_secs(5), Duration::from_secs(60))
+    }
+
+    /// DescribeNode on one node (no redirect).
+    pub async fn describe_node(&self, i: usize) -> Option<pb::DescribeNodeResponse> {
+        let mut c = AdminServiceClient::connect(format!("http://{}", self.addrs[i]))
+            .await
+            .ok()?;
+        c.describe_node(pb::DescribeNodeRequest {})
+            .await
+            .ok()
+            .map(|r| r.into_inner())
+    }
+
+    /// Waits until some node is the active controller; returns its index.
+    pub async fn wait_active(&self, timeout: Duration) -> usize {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for i in 0..self.addrs.len() {
+                if self.procs[i].child.is_none() {
+                    continue;
+                }
+                if let Some(d) = self.describe_node(i).await {
+                    if d.active_controller {
+                        return i;
+                    }
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no active controller within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until every running node has applied the same index with the
+    /// same image hash, at least `min_index`; returns (index, hash).
+    pub async fn wait_converged(&self, min_index: u64, timeout: Duration) -> (u64, String) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut views = Vec::new();
+            for i in 0..self.addrs.len() {
+                if self.procs[i].child.is_some() {
+                    views.push(self.describe_node(i).await);
+                }
+            }
+            if views.iter().all(|v| v.is_some()) {
+                let v: Vec<_> = views.into_iter().flatten().collect();
+                let first = (&v[0].last_applied_index, &v[0].image_hash);
+                if *first.0 >= min_index
+                    && v.iter()
+                        .all(|d| (&d.last_applied_index, &d.image_hash) == first)
+                {
+                    return (*first.0, first.1.clone());
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "controllers did not converge within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// Registers a stand-in broker through the quorum and heartbeats it once
+/// so it is unfenced; returns its epoch.
+pub async fn register_fake_broker(client: &ControllerClient, cluster_id: &str, id: u32) -> u64 {
+    let req = pb::RegisterBrokerRequest {
+        broker_id: id,
+        incarnation_id: (u128::from(id) + 1000).to_be_bytes().to_vec(),
+        cluster_id: cluster_id.to_string(),
+        address: format!("127.0.0.1:{}", 1 + id),
+        rack: None,
+        log_dirs: vec![],
+        previous_broker_epoch: 0,
+    };
+    let r = client
+        .broker(|mut c| {
+            let req = req.clone();
+            async move { c.register_broker(req).await }
+        })
+        .await
+        .expect("register reaches the controller");
+    assert!(r.error.is_none(), "registration refused: {:?}", r.error);
+    let epoch = r.broker_epoch;
+    let hb = pb::BrokerHeartbeatRequest {
+        broker_id: id,
+        broker_epoch: epoch,
+        current_metadata_offset: u64::MAX / 2,
+        ..Default::default()
+    };
+    let r = client
+        .broker(|mut c| {
+            let hb = hb.clone();
+            async move { c.broker_heartbeat(hb).await }
+        })
+        .await
+        .expect("heartbeat reaches the controller");
+    assert!(r.error.is_none(), "heartbeat refused: {:?}", r.error);
+    assert!(
+        !r.is_fenced,
+        "broker {id} should be unfenced after catching up"
+    );
+    epoch
+}
+
+/// Creates topic `name` (RF `rf`, `partitions` partitions); panics on refusal.
+pub async fn create_topic(
+    client: &ControllerClient,
+    name: &str,
+    partitions: u32,
+    rf: u32,
+) -> Vec<u8> {
+    let req = pb::CreateTopicsRequest {
+        topics: vec![pb::CreatableTopic {
+            name: name.to_string(),
+            partitions,
+            replication_factor: rf,
+            ..Default::default()
+        }],
+        validate_only: false,
+    };
+    let r = client
+        .admin(|mut c| {
+            let req = req.clone();
+            async move { c.create_topics(req).await }
+        })
+        .await
+        .expect("create reaches the controller");
+    assert!(r.error.is_none(), "create refused: {:?}", r.error);
+    let t = &r.topics[0];
+    assert!(t.error.is_none(), "create of {name} refused: {:?}", t.error);
+    t.topic_id.clone()
+}
+
+/// Names of all topics, through the active controller.
+pub async fn topic_names(client: &ControllerClient) -> Vec<String> {
+    let r = client
+        .admin(|mut c| async move {
+            c.describe_topics(pb::DescribeTopicsRequest::default())
+                .await
+        })
+        .await
+        .expect("describe reaches the controller");
+    assert!(r.error.is_none(), "describe refused: {:?}", r.error);
+    r.topics.into_iter().map(|t| t.name).collect()
+}

@@ -1,0 +1,179 @@
+//! Real `keel controller` processes: failover, restart, refusal of foreign
+//! or corrupt data dirs.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// Long broker sessions: these tests use stand-in brokers that heartbeat once.
+const FLAGS: &[&str] = &["--session-timeout-ms", "600000"];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_the_active_controller_elects_a_new_one_and_loses_no_acknowledged_write() {
+    let mut q = Quorum::start(FLAGS);
+    let client = q.client();
+    let first = q.wait_active(LONG).await;
+    for b in 1..=3 {
+        register_fake_broker(&client, &q.cluster_id, b).await;
+    }
+    let mut acked = Vec::new();
+    for i in 0..20 {
+        let name = format!("before-{i}");
+        create_topic(&client, &name, 3, 3).await;
+        acked.push(name);
+    }
+
+    q.procs[first].kill();
+    let second = q.wait_active(LONG).await;
+    assert_ne!(first, second, "a surviving node must take over");
+
+    let names = topic_names(&client).await;
+    for n in &acked {
+        assert!(
+            names.contains(n),
+            "acknowledged topic {n} lost after failover"
+        );
+    }
+    for i in 0..10 {
+        let name = format!("after-{i}");
+        create_topic(&client, &name, 2, 3).await;
+        acked.push(name);
+    }
+
+    // The old leader rejoins as a follower and converges.
+    q.restart(first);
+    let (index, _) = q.wait_converged(1, LONG).await;
+    assert!(index > 0);
+    let d = q
+        .describe_node(first)
+        .await
+        .expect("restarted node answers");
+    assert!(
+        !d.active_controller,
+        "the restarted node must not be active right away"
+    );
+    let names = topic_names(&client).await;
+    for n in &acked {
+        assert!(
+            names.contains(n),
+            "acknowledged topic {n} missing after rejoin"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restarting_every_node_at_once_recovers_the_same_image_from_disk() {
+    let mut q = Quorum::start(FLAGS);
+    let client = q.client();
+    q.wait_active(LONG).await;
+    for b in 1..=3 {
+        register_fake_broker(&client, &q.cluster_id, b).await;
+    }
+    for i in 0..10 {
+        create_topic(&client, &format!("t{i}"), 4, 2).await;
+    }
+    let (index, hash) = q.wait_converged(1, LONG).await;
+
+    for i in 0..3 {
+        q.procs[i].kill();
+    }
+    for i in 0..3 {
+        q.restart(i);
+    }
+    q.wait_active(LONG).await;
+    let (index2, hash2) = q.wait_converged(index, LONG).await;
+    assert!(index2 >= index);
+    // A new term adds only a blank entry: the metadata is unchanged.
+    assert_eq!(
+        hash, hash2,
+        "image after a full restart differs from before"
+    );
+    let names = topic_names(&client).await;
+    assert_eq!(names.len(), 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_data_dir_of_another_cluster_or_node_or_a_corrupt_one_is_refused() {
+    let mut q = Quorum::start(FLAGS);
+    let client = q.client();
+    q.wait_active(LONG).await;
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    q.wait_converged(1, LONG).await;
+
+    // Node 3 restarted with another cluster id: refused, with the reason.
+    q.procs[2].kill();
+    let log = q.dir.path().join("wrong-cluster.log");
+    let mut p = spawn(&q.args(2, "another-cluster"), &log);
+    let code = p.wait_exit(Duration::from_secs(30));
+    assert!(
+        matches!(code, Some(c) if c != 0),
+        "node with a foreign cluster id must exit non-zero, got {code:?}"
+    );
+    let text = p.log_text();
+    assert!(
+        text.contains("another-cluster") && text.contains("keel-test"),
+        "message must name both clusters: {text}"
+    );
+
+    // Node 3's data dir used as node 2's: refused.
+    let mut args = q.args(1, &q.cluster_id);
+    let pos = args.iter().position(|a| a == "--data-dir").unwrap();
+    args[pos + 1] = q.data_dir(2).display().to_string();
+    let pos = args.iter().position(|a| a == "--listen").unwrap();
+    args[pos + 1] = format!("127.0.0.1:{}", free_port());
+    let mut p = spawn(&args, &q.dir.path().join("wrong-node.log"));
+    let code = p.wait_exit(Duration::from_secs(30));
+    assert!(
+        matches!(code, Some(c) if c != 0),
+        "node with another node's data dir must exit non-zero"
+    );
+    assert!(
+        p.log_text().contains("node"),
+        "message must name the node id problem"
+    );
+
+    // Corrupt node 3's sled files: refused, not a panic, not a reformat.
+    let raft_dir = q.data_dir(2).join("raft");
+    for entry in walk(&raft_dir) {
+        if entry.is_file() {
+            let len = std::fs::metadata(&entry).map(|m| m.len()).unwrap_or(0);
+            if len > 0 {
+                std::fs::write(&entry, vec![0xA5u8; len as usize]).unwrap();
+            }
+        }
+    }
+    let mut p = spawn(&q.args(2, &q.cluster_id), &q.dir.path().join("corrupt.log"));
+    let code = p.wait_exit(Duration::from_secs(30));
+    assert!(
+        matches!(code, Some(c) if c != 0),
+        "a corrupt data dir must stop the node"
+    );
+    assert!(
+        !p.log_text().contains("panicked"),
+        "corruption must be a clear error, not a panic: {}",
+        p.log_text()
+    );
+
+    // The other two are unaffected: still a quorum that commits.
+    register_fake_broker(&client, &q.cluster_id, 2).await;
+    create_topic(&client, "still-works", 1, 2).await;
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walk(&p));
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out
+}

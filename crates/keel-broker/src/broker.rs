@@ -1,0 +1,223 @@
+//! The broker handle: start everything, observe it, stop it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use keel_metadata::{BrokerId, IncarnationId};
+use keel_proto::pb::broker_control_service_server::BrokerControlServiceServer;
+use keel_proto::pb::replica_service_server::ReplicaServiceServer;
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+use tracing::{error, info, warn};
+
+use crate::control::ControlService;
+use crate::controller_link::ControllerLink;
+use crate::data_dir::DataDir;
+use crate::history::HistoryLog;
+use crate::net::Dialer;
+use crate::replica::ReplicaHandler;
+use crate::shared::{lock, Shared};
+use crate::state::BrokerState;
+use crate::view::BrokerStateView;
+use crate::{isr, lifecycle, replica, BrokerConfig, BrokerError};
+
+/// Upper bound on waiting for the controller to release a controlled shutdown.
+pub const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A running broker. Dropping it without [`Broker::shutdown`] stops its
+/// tasks but does not wait for them.
+pub struct Broker {
+    shared: Arc<Shared>,
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    /// Server, fetcher, ISR manager, watchdog.
+    tasks: Vec<JoinHandle<()>>,
+    /// Registration/heartbeat loop; the only one that can fail fatally.
+    lifecycle: Option<JoinHandle<()>>,
+    /// Set when the lifecycle loop stopped on an unrecoverable error.
+    fatal: watch::Receiver<Option<BrokerError>>,
+}
+
+impl Broker {
+    /// Locks the data dir, binds the listener, serves BrokerControlService
+    /// and ReplicaService, and starts registering with the controllers.
+    pub async fn start(config: BrokerConfig) -> anyhow::Result<Broker> {
+        config.validate()?;
+        let id = BrokerId(config.broker_id);
+        let data_dir = DataDir::open(&config.data_dir, config.broker_id, &config.cluster_id)?;
+        let history = HistoryLog::open(&data_dir.history_path())?;
+        for d in &config.log_dirs {
+            // A dir that cannot be created is reported offline by heartbeats.
+            if let Err(e) = std::fs::create_dir_all(d) {
+                warn!(dir = %d, error = %e, "cannot create log dir");
+            }
+        }
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|e| BrokerError::Listen {
+                addr: config.listen.to_string(),
+                message: e.to_string(),
+            })?;
+        let local_addr = listener.local_addr()?;
+        let rpc_timeout = Duration::from_millis((config.session_timeout_ms / 3).clamp(200, 5_000));
+        let incarnation = data_dir.incarnation_id();
+        let shared = Arc::new(Shared {
+            id,
+            address: local_addr,
+            incarnation,
+            state: Mutex::new(BrokerState::new(id, history)),
+            data_dir: Mutex::new(data_dir),
+            link: Mutex::new(ControllerLink::new(config.controllers.clone())),
+            dialer: Mutex::new(Dialer::new(config.listen.ip(), rpc_timeout)),
+            want_shutdown: AtomicBool::new(false),
+            poke: Notify::new(),
+            shutdown_allowed: watch::Sender::new(false),
+            config,
+        });
+        info!(broker = id.0, address = %local_addr, %incarnation, "broker starting");
+
+        let (stop, stop_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+        let server = tonic::transport::Server::builder()
+            .add_service(BrokerControlServiceServer::new(ControlService {
+                shared: shared.clone(),
+            }))
+            .add_service(ReplicaServiceServer::new(ReplicaHandler {
+                shared: shared.clone(),
+            }));
+        let mut server_stop = stop_rx.clone();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        tasks.push(tokio::spawn(async move {
+            let shutdown = async move {
+                let _ = server_stop.wait_for(|s| *s).await;
+            };
+            if let Err(e) = server
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+            {
+                error!(error = %e, "broker gRPC server failed");
+            }
+        }));
+        tasks.push(tokio::spawn(replica::run_fetcher(
+            shared.clone(),
+            stop_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(isr::run_isr_manager(
+            shared.clone(),
+            stop_rx.clone(),
+        )));
+        tasks.push(tokio::spawn(lifecycle::run_watchdog(
+            shared.clone(),
+            stop_rx.clone(),
+        )));
+
+        let (fatal_tx, fatal) = watch::channel(None);
+        let run_shared = shared.clone();
+        let lifecycle = tokio::spawn(async move {
+            if let Err(e) = lifecycle::run(run_shared, stop_rx).await {
+                error!(error = %e, "broker stopped on an unrecoverable error");
+                fatal_tx.send_replace(Some(e));
+            }
+        });
+        Ok(Broker {
+            shared,
+            local_addr,
+            stop,
+            tasks,
+            lifecycle: Some(lifecycle),
+            fatal,
+        })
+    }
+
+    /// The bound address (differs from the configured one when its port was 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// This data dir's incarnation id.
+    pub fn incarnation_id(&self) -> IncarnationId {
+        self.shared.incarnation
+    }
+
+    /// Where accepted leaderships are recorded.
+    pub fn history_path(&self) -> PathBuf {
+        lock(&self.shared.data_dir).history_path()
+    }
+
+    /// A snapshot: epoch, fencing, controller epoch seen, leaderships.
+    pub fn state(&self) -> BrokerStateView {
+        self.shared.state().view()
+    }
+
+    /// Resolves only if the broker hit an unrecoverable error (e.g. the
+    /// quorum has another cluster id); the process should then exit non-zero.
+    pub async fn failed(&self) -> anyhow::Error {
+        let mut rx = self.fatal.clone();
+        let found = rx
+            .wait_for(|f| f.is_some())
+            .await
+            .ok()
+            .and_then(|f| f.clone());
+        match found {
+            Some(e) => e.into(),
+            // Sender gone without an error: the loop ended normally. Never
+            // resolve, so callers can select on this alongside other events.
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Stops the broker. `controlled`: first ask the controller to move
+    /// leaderships away (want_shutdown in heartbeats) and wait until it says
+    /// should_shut_down, at most [`CONTROLLED_SHUTDOWN_TIMEOUT`].
+    pub async fn shutdown(mut self, controlled: bool) -> anyhow::Result<()> {
+        let registered = self.shared.state().broker_epoch.is_some();
+        if controlled && registered && self.fatal.borrow().is_none() {
+            info!(
+                broker = self.shared.id.0,
+                "controlled shutdown: asking the controller"
+            );
+            self.shared.want_shutdown.store(true, Ordering::SeqCst);
+            self.shared.poke.notify_one();
+            let mut allowed = self.shared.shutdown_allowed.subscribe();
+            let confirmed = tokio::time::timeout(CONTROLLED_SHUTDOWN_TIMEOUT, async {
+                allowed.wait_for(|a| *a).await.is_ok()
+            })
+            .await;
+            match confirmed {
+                Ok(_) => info!(broker = self.shared.id.0, "controlled shutdown allowed"),
+                Err(_) => warn!(
+                    broker = self.shared.id.0,
+                    "controlled shutdown not confirmed within {:?}; stopping anyway",
+                    CONTROLLED_SHUTDOWN_TIMEOUT
+                ),
+            }
+        }
+        self.stop.send_replace(true);
+        let mut handles = std::mem::take(&mut self.tasks);
+        handles.extend(self.lifecycle.take());
+        for h in handles {
+            let abort = h.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(10), h)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+        lock(&self.shared.data_dir).release_lock();
+        info!(broker = self.shared.id.0, "broker stopped");
+        match self.fatal.borrow().clone() {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        self.stop.send_replace(true);
+    }
+}

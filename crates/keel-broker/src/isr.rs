@@ -1,0 +1,104 @@
+//! The leader side of ISR maintenance: periodically compare follower fetch
+//! times with the lag limit and ask the active controller (AlterPartition)
+//! to shrink or expand the ISR. The controller checks our leader epoch and
+//! partition epoch, so a stale leader can never change an ISR.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_metadata::{ErrorCode, TopicPartition};
+use keel_proto::pb;
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::metrics;
+use crate::shared::{lock, now_ms, Shared};
+use crate::wire;
+
+/// How long to wait before retrying a partition the controller refused
+/// for a reason other than stale epochs.
+const RETRY_AFTER_MS: u64 = 2_000;
+
+pub(crate) async fn run_isr_manager(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let lag_ms = shared.config.replica_lag_time_max_ms;
+    let period = Duration::from_millis((lag_ms / 2).clamp(50, 1_000));
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let (items, epoch) = {
+            let mut st = shared.state();
+            (st.plan_isr_changes(now_ms(), lag_ms), st.broker_epoch)
+        };
+        let Some(epoch) = epoch else { continue };
+        if items.is_empty() {
+            continue;
+        }
+        let sent: Vec<TopicPartition> = items.iter().map(|i| i.tp).collect();
+        for i in &items {
+            info!(tp = %i.tp, leader_epoch = i.leader_epoch.0, partition_epoch = i.partition_epoch.0, new_isr = ?wire::ids(&i.new_isr), "requesting ISR change");
+        }
+        let req = pb::AlterPartitionRequest {
+            broker_id: shared.id.0,
+            broker_epoch: epoch.0,
+            partitions: items
+                .iter()
+                .map(|i| pb::AlterPartitionItem {
+                    topic_id: i.tp.topic_id.to_bytes().to_vec(),
+                    partition: i.tp.partition.0,
+                    leader_epoch: i.leader_epoch.0,
+                    partition_epoch: i.partition_epoch.0,
+                    new_isr: wire::ids(&i.new_isr),
+                })
+                .collect(),
+        };
+        ::metrics::counter!(metrics::ALTER_PARTITION_SENT).increment(1);
+        let (addr, client) = shared.controller();
+        let Some(mut client) = client else {
+            lock(&shared.link).rotate();
+            shared.state().release_alter(&sent, now_ms());
+            continue;
+        };
+        match client.alter_partition(req).await {
+            Ok(resp) => {
+                let resp = resp.into_inner();
+                let now = now_ms();
+                match wire::code(&resp.error) {
+                    ErrorCode::None => {
+                        let mut st = shared.state();
+                        for r in &resp.partitions {
+                            let Ok(tid) = wire::topic_id(&r.topic_id) else {
+                                continue;
+                            };
+                            let tp = TopicPartition::new(tid, r.partition);
+                            let state = r
+                                .state
+                                .as_ref()
+                                .and_then(|s| wire::partition_update(s).ok());
+                            st.finish_alter(tp, wire::code(&r.error), state, now, RETRY_AFTER_MS);
+                        }
+                        // Items the answer did not mention: try again next round.
+                        st.release_alter(&sent, now);
+                    }
+                    ErrorCode::NotController => {
+                        lock(&shared.link)
+                            .follow(resp.error.as_ref().and_then(|e| e.leader.as_ref()));
+                        shared.state().release_alter(&sent, now);
+                    }
+                    code => {
+                        warn!(%code, reason = wire::message(&resp.error), "AlterPartition refused");
+                        shared.state().release_alter(&sent, now + RETRY_AFTER_MS);
+                    }
+                }
+            }
+            Err(status) => {
+                debug!(%addr, error = %status.message(), "AlterPartition failed");
+                lock(&shared.link).rotate();
+                shared.state().release_alter(&sent, now_ms());
+            }
+        }
+    }
+}

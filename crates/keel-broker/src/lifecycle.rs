@@ -1,0 +1,284 @@
+//! Registration, heartbeats and the session watchdog: the broker's half of
+//! Kafka's KRaft broker lifecycle.
+
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel_metadata::{BrokerEpoch, ErrorCode};
+use keel_proto::pb;
+use rand::Rng;
+use tokio::sync::watch;
+use tracing::{debug, error, info, warn};
+
+use crate::metrics;
+use crate::shared::{lock, now_ms, Shared};
+use crate::wire;
+use crate::BrokerError;
+
+/// Exponential backoff with jitter, capped near one second.
+struct Backoff {
+    attempt: u32,
+}
+
+impl Backoff {
+    const BASE_MS: u64 = 50;
+    const CAP_MS: u64 = 1_000;
+
+    fn next(&mut self) -> Duration {
+        let ceiling = (Self::BASE_MS << self.attempt.min(6)).min(Self::CAP_MS);
+        self.attempt = self.attempt.saturating_add(1);
+        // Half fixed, half random: spreads retries of many brokers apart.
+        let ms = ceiling / 2 + rand::rng().random_range(0..=ceiling / 2);
+        Duration::from_millis(ms)
+    }
+
+    fn reset(&mut self) {
+        self.attempt = 0;
+    }
+}
+
+enum Flow {
+    /// Go on to the next phase.
+    Continue,
+    /// Shutdown requested.
+    Stop,
+}
+
+/// Registers, heartbeats, re-registers when the registration is lost, until
+/// stopped. Returns an error only for faults retrying cannot fix.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), BrokerError> {
+    let mut backoff = Backoff { attempt: 0 };
+    loop {
+        if let Flow::Stop = register(&shared, &mut stop, &mut backoff).await? {
+            return Ok(());
+        }
+        if let Flow::Stop = heartbeat(&shared, &mut stop).await {
+            return Ok(());
+        }
+    }
+}
+
+/// Sleeps, or returns true if shutdown was requested meanwhile.
+async fn sleep_or_stop(d: Duration, stop: &mut watch::Receiver<bool>) -> bool {
+    let stopped = tokio::select! {
+        _ = tokio::time::sleep(d) => false,
+        _ = stop.wait_for(|s| *s) => true,
+    };
+    stopped || *stop.borrow()
+}
+
+async fn register(
+    shared: &Shared,
+    stop: &mut watch::Receiver<bool>,
+    backoff: &mut Backoff,
+) -> Result<Flow, BrokerError> {
+    let cfg = &shared.config;
+    loop {
+        if *stop.borrow() {
+            return Ok(Flow::Stop);
+        }
+        let previous = lock(&shared.data_dir).last_broker_epoch();
+        let req = pb::RegisterBrokerRequest {
+            broker_id: cfg.broker_id,
+            incarnation_id: shared.incarnation.to_bytes().to_vec(),
+            cluster_id: cfg.cluster_id.clone(),
+            address: shared.address.to_string(),
+            rack: cfg.rack.clone(),
+            log_dirs: cfg.log_dirs.clone(),
+            previous_broker_epoch: previous.0,
+        };
+        let (addr, client) = shared.controller();
+        let delay = match client {
+            None => {
+                warn!(%addr, "controller address does not parse; skipping it");
+                lock(&shared.link).rotate();
+                backoff.next()
+            }
+            Some(mut client) => match client.register_broker(req).await {
+                Ok(resp) => {
+                    let resp = resp.into_inner();
+                    match wire::code(&resp.error) {
+                        ErrorCode::None => {
+                            let epoch = BrokerEpoch(resp.broker_epoch);
+                            lock(&shared.data_dir).set_last_broker_epoch(epoch)?;
+                            let mut st = shared.state();
+                            st.on_registered(epoch, now_ms());
+                            st.publish_gauges();
+                            drop(st);
+                            ::metrics::counter!(metrics::REGISTRATIONS).increment(1);
+                            backoff.reset();
+                            return Ok(Flow::Continue);
+                        }
+                        ErrorCode::NotController => {
+                            lock(&shared.link)
+                                .follow(resp.error.as_ref().and_then(|e| e.leader.as_ref()));
+                            backoff.next()
+                        }
+                        ErrorCode::InconsistentClusterId => {
+                            let msg = format!(
+                                "broker cluster id {:?}: {}",
+                                cfg.cluster_id,
+                                wire::message(&resp.error)
+                            );
+                            error!(%addr, reason = %msg, "registration refused: inconsistent cluster id; stopping");
+                            return Err(BrokerError::InconsistentClusterId(msg));
+                        }
+                        ErrorCode::DuplicateBrokerRegistration => {
+                            error!(
+                                %addr,
+                                broker = cfg.broker_id,
+                                incarnation = %shared.incarnation,
+                                reason = wire::message(&resp.error),
+                                "registration refused: another incarnation of this broker id holds a live session; retrying"
+                            );
+                            backoff.next()
+                        }
+                        code => {
+                            warn!(%addr, %code, reason = wire::message(&resp.error), "registration refused; retrying");
+                            backoff.next()
+                        }
+                    }
+                }
+                Err(status) => {
+                    debug!(%addr, error = %status.message(), "registration call failed");
+                    lock(&shared.link).rotate();
+                    backoff.next()
+                }
+            },
+        };
+        if sleep_or_stop(delay, stop).await {
+            return Ok(Flow::Stop);
+        }
+    }
+}
+
+async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
+    let cfg = &shared.config;
+    let interval = Duration::from_millis(cfg.heartbeat_interval_ms);
+    let mut retry = Backoff { attempt: 0 };
+    let mut delay = Duration::ZERO;
+    let mut offline_before: Vec<String> = Vec::new();
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = shared.poke.notified() => {}
+            _ = stop.wait_for(|s| *s) => return Flow::Stop,
+        }
+        let offline = offline_log_dirs(&cfg.log_dirs);
+        if offline != offline_before {
+            if offline.is_empty() {
+                info!("all log dirs online");
+            } else {
+                warn!(dirs = ?offline, "log dirs offline");
+            }
+            offline_before = offline.clone();
+        }
+        let (epoch, metadata_offset) = {
+            let mut st = shared.state();
+            st.offline_log_dirs = offline.clone();
+            match st.broker_epoch {
+                Some(e) => (e, st.metadata_offset),
+                // The watchdog gave the session up: register again.
+                None => return Flow::Continue,
+            }
+        };
+        let req = pb::BrokerHeartbeatRequest {
+            broker_id: cfg.broker_id,
+            broker_epoch: epoch.0,
+            current_metadata_offset: metadata_offset,
+            want_fence: false,
+            want_shutdown: shared.want_shutdown.load(Ordering::SeqCst),
+            offline_log_dirs: offline,
+        };
+        let (addr, client) = shared.controller();
+        let Some(mut client) = client else {
+            lock(&shared.link).rotate();
+            delay = retry.next().min(interval);
+            continue;
+        };
+        let started = Instant::now();
+        match client.broker_heartbeat(req).await {
+            Ok(resp) => {
+                let resp = resp.into_inner();
+                ::metrics::histogram!(metrics::HEARTBEAT_LATENCY)
+                    .record(started.elapsed().as_secs_f64());
+                match wire::code(&resp.error) {
+                    ErrorCode::None => {
+                        let mut st = shared.state();
+                        if !st.on_heartbeat(epoch, &resp, now_ms()) {
+                            return Flow::Continue;
+                        }
+                        st.publish_gauges();
+                        drop(st);
+                        if resp.should_shut_down {
+                            shared.shutdown_allowed.send_replace(true);
+                        }
+                        retry.reset();
+                        delay = interval;
+                    }
+                    ErrorCode::NotController => {
+                        lock(&shared.link)
+                            .follow(resp.error.as_ref().and_then(|e| e.leader.as_ref()));
+                        // Promptly: the session clock is running.
+                        delay = retry.next().min(interval);
+                    }
+                    code @ (ErrorCode::StaleBrokerEpoch | ErrorCode::UnknownBroker) => {
+                        shared.state().drop_registration(now_ms(), code.name());
+                        return Flow::Continue;
+                    }
+                    code => {
+                        warn!(%addr, %code, reason = wire::message(&resp.error), "heartbeat refused");
+                        delay = interval;
+                    }
+                }
+            }
+            Err(status) => {
+                debug!(%addr, error = %status.message(), "heartbeat failed");
+                lock(&shared.link).rotate();
+                delay = retry.next().min(interval);
+            }
+        }
+    }
+}
+
+/// Gives the session up once no heartbeat was answered for a whole session
+/// timeout: the controller has fenced us (or will), so leading on would
+/// risk two leaders.
+pub(crate) async fn run_watchdog(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let timeout_ms = shared.config.session_timeout_ms;
+    let period = Duration::from_millis((timeout_ms / 10).clamp(10, 100));
+    loop {
+        if sleep_or_stop(period, &mut stop).await {
+            return;
+        }
+        let now = now_ms();
+        let mut st = shared.state();
+        if st.session_expired(now, timeout_ms) {
+            warn!(
+                broker = shared.id.0,
+                silent_ms = now.saturating_sub(st.last_contact_ms),
+                "session lost: no heartbeat answer within the session timeout"
+            );
+            ::metrics::counter!(metrics::SESSIONS_LOST).increment(1);
+            st.drop_registration(now, "session timeout");
+        }
+    }
+}
+
+/// Log dirs that are missing or not writable (a probe file is created and
+/// removed in each).
+pub(crate) fn offline_log_dirs(dirs: &[String]) -> Vec<String> {
+    dirs.iter()
+        .filter(|d| {
+            let probe = Path::new(d.as_str()).join(".keel-probe");
+            let ok = std::fs::write(&probe, b"probe").and_then(|()| std::fs::remove_file(&probe));
+            ok.is_err()
+        })
+        .cloned()
+        .collect()
+}

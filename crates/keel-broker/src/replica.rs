@@ -1,0 +1,105 @@
+//! ReplicaService: followers report to leaders (no message data moves;
+//! a fetch is the follower saying "I am here, at this leader epoch"). The
+//! leader's record of these fetches drives ISR changes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_metadata::{BrokerId, LeaderEpoch, TopicPartition};
+use keel_proto::pb;
+use keel_proto::pb::replica_service_server::ReplicaService;
+use tokio::sync::watch;
+use tonic::{Request, Response, Status};
+use tracing::debug;
+
+use crate::shared::{now_ms, Shared};
+use crate::wire;
+
+/// The leader side.
+#[derive(Clone)]
+pub(crate) struct ReplicaHandler {
+    pub shared: Arc<Shared>,
+}
+
+#[tonic::async_trait]
+impl ReplicaService for ReplicaHandler {
+    async fn fetch(
+        &self,
+        request: Request<pb::FetchRequest>,
+    ) -> Result<Response<pb::FetchResponse>, Status> {
+        let req = request.into_inner();
+        let now = now_ms();
+        let follower = BrokerId(req.follower_id);
+        let mut st = self.shared.state();
+        let partitions = req
+            .partitions
+            .iter()
+            .map(|p| {
+                let r = wire::topic_id(&p.topic_id).and_then(|t| {
+                    st.record_fetch(
+                        follower,
+                        TopicPartition::new(t, p.partition),
+                        LeaderEpoch(p.leader_epoch),
+                        now,
+                    )
+                });
+                wire::partition_error(&p.topic_id, p.partition, &r)
+            })
+            .collect();
+        Ok(Response::new(pb::FetchResponse { partitions }))
+    }
+}
+
+/// The follower side: every fetch interval, one Fetch per leader broker
+/// covering all partitions followed from it.
+pub(crate) async fn run_fetcher(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+    let period = Duration::from_millis(shared.config.replica_fetch_interval_ms);
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let (targets, epoch) = {
+            let st = shared.state();
+            (st.fetch_targets(), st.broker_epoch.map_or(0, |e| e.0))
+        };
+        let calls = targets.into_iter().filter_map(|(leader, t)| {
+            let Some(addr) = t.address else {
+                debug!(leader = leader.0, "no address known for leader; not fetching");
+                return None;
+            };
+            let mut client = shared.replica_client(&addr)?;
+            let req = pb::FetchRequest {
+                follower_id: shared.id.0,
+                follower_epoch: epoch,
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|(tp, le)| pb::FetchPartition {
+                        topic_id: tp.topic_id.to_bytes().to_vec(),
+                        partition: tp.partition.0,
+                        leader_epoch: le.0,
+                    })
+                    .collect(),
+            };
+            Some(async move {
+                match client.fetch(req).await {
+                    Ok(resp) => {
+                        for p in resp.into_inner().partitions {
+                            let code = wire::code(&p.error);
+                            if code != keel_metadata::ErrorCode::None {
+                                debug!(leader = leader.0, partition = p.partition, %code, "fetch refused by leader");
+                            }
+                        }
+                    }
+                    Err(status) => {
+                        debug!(leader = leader.0, %addr, error = %status.message(), "fetch failed");
+                    }
+                }
+            })
+        });
+        futures::future::join_all(calls).await;
+    }
+}

@@ -1,0 +1,71 @@
+//! State shared by the broker's tasks and gRPC handlers.
+
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use keel_metadata::{BrokerId, IncarnationId};
+use keel_proto::pb::broker_service_client::BrokerServiceClient;
+use keel_proto::pb::replica_service_client::ReplicaServiceClient;
+use tokio::sync::{watch, Notify};
+use tonic::transport::Channel;
+
+use crate::controller_link::ControllerLink;
+use crate::data_dir::DataDir;
+use crate::net::Dialer;
+use crate::state::BrokerState;
+use crate::BrokerConfig;
+
+/// Everything the tasks share. Locks are std mutexes, never held across
+/// an `.await`.
+pub(crate) struct Shared {
+    pub config: BrokerConfig,
+    pub id: BrokerId,
+    /// The bound listen address: what the controller is told.
+    pub address: SocketAddr,
+    pub incarnation: IncarnationId,
+    pub state: Mutex<BrokerState>,
+    pub data_dir: Mutex<DataDir>,
+    pub link: Mutex<ControllerLink>,
+    pub dialer: Mutex<Dialer>,
+    /// Set for a controlled shutdown: heartbeats ask to shut down.
+    pub want_shutdown: AtomicBool,
+    /// Wakes the heartbeat loop early (controlled shutdown started).
+    pub poke: Notify,
+    /// Flips to true when the controller answers should_shut_down.
+    pub shutdown_allowed: watch::Sender<bool>,
+}
+
+impl Shared {
+    pub(crate) fn state(&self) -> MutexGuard<'_, BrokerState> {
+        lock(&self.state)
+    }
+
+    /// A client for the controller currently believed active, and its address.
+    pub(crate) fn controller(&self) -> (String, Option<BrokerServiceClient<Channel>>) {
+        let addr = lock(&self.link).current();
+        let ch = lock(&self.dialer).channel(&addr);
+        (addr, ch.map(BrokerServiceClient::new))
+    }
+
+    pub(crate) fn replica_client(&self, addr: &str) -> Option<ReplicaServiceClient<Channel>> {
+        lock(&self.dialer)
+            .channel(addr)
+            .map(ReplicaServiceClient::new)
+    }
+}
+
+/// Locks, recovering from poisoning: the state is kept consistent by
+/// construction (each mutation completes or fails without partial writes).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Unix milliseconds.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -268,7 +268,10 @@ mod tests {
         let bs = brokers(6, Some(3));
         let parts = place_replicas(&bs, 12, 3, &mut rng).unwrap();
         for ps in &parts {
-            let mut racks: Vec<_> = ps.iter().map(|b| bs[b.0 as usize - 1].rack.clone()).collect();
+            let mut racks: Vec<_> = ps
+                .iter()
+                .map(|b| bs[b.0 as usize - 1].rack.clone())
+                .collect();
             racks.sort();
             racks.dedup();
             assert_eq!(racks.len(), 3, "{ps:?}");

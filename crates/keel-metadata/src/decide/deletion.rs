@@ -27,7 +27,12 @@ pub struct DeletionStep {
     pub removed: bool,
 }
 
-fn push_state(w: &mut Working, topic_id: TopicId, replicas: Vec<(PartitionId, BrokerId)>, state: ReplicaState) {
+fn push_state(
+    w: &mut Working,
+    topic_id: TopicId,
+    replicas: Vec<(PartitionId, BrokerId)>,
+    state: ReplicaState,
+) {
     if !replicas.is_empty() {
         w.push(MetadataRecord::ReplicaDeletionState {
             topic_id,
@@ -159,12 +164,25 @@ impl MetadataImage {
         let mut w = Working::new(self);
         push_state(&mut w, topic_id, to_offline, ReplicaState::Offline);
         push_state(&mut w, topic_id, to_started, ReplicaState::DeletionStarted);
-        push_state(&mut w, topic_id, to_successful, ReplicaState::DeletionSuccessful);
-        push_state(&mut w, topic_id, to_ineligible, ReplicaState::DeletionIneligible);
+        push_state(
+            &mut w,
+            topic_id,
+            to_successful,
+            ReplicaState::DeletionSuccessful,
+        );
+        push_state(
+            &mut w,
+            topic_id,
+            to_ineligible,
+            ReplicaState::DeletionIneligible,
+        );
         let removed = remove_if_done(&mut w, topic_id);
         let paused = (!fenced_hosts.is_empty()).then(|| {
             let list: Vec<String> = fenced_hosts.iter().map(|b| b.to_string()).collect();
-            format!("replicas on fenced broker(s) {} wait for them to return", list.join(", "))
+            format!(
+                "replicas on fenced broker(s) {} wait for them to return",
+                list.join(", ")
+            )
         });
         w.finish(DeletionStep {
             paused,

@@ -90,6 +90,20 @@ impl Working {
         true
     }
 
+    /// Appends changes that no later step of the decision reads, without
+    /// replaying them on the scratch image. Only for the bulk last step of
+    /// a hot decision (fencing a broker that leads 100k partitions), where
+    /// the scratch replay would double the cost; the scratch image is stale
+    /// afterwards, so nothing may be decided after this.
+    pub(crate) fn append_final(&mut self, changes: Vec<PartitionChangeRecord>) {
+        self.records.extend(
+            changes
+                .into_iter()
+                .filter(|c| !c.is_noop())
+                .map(MetadataRecord::PartitionChange),
+        );
+    }
+
     pub(crate) fn finish<R>(self, reply: R) -> Decision<R> {
         Decision {
             records: self.records,

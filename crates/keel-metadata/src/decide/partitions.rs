@@ -42,12 +42,18 @@ fn live_partition<'a>(
     image: &'a MetadataImage,
     tp: &TopicPartition,
 ) -> Result<&'a PartitionImage, ApiError> {
-    let t = image
-        .topic(tp.topic_id)
-        .ok_or_else(|| api(ErrorCode::UnknownTopic, format!("topic {} does not exist", tp.topic_id)))?;
-    let p = image
-        .partition(tp)
-        .ok_or_else(|| api(ErrorCode::UnknownPartition, format!("partition {tp} does not exist")))?;
+    let t = image.topic(tp.topic_id).ok_or_else(|| {
+        api(
+            ErrorCode::UnknownTopic,
+            format!("topic {} does not exist", tp.topic_id),
+        )
+    })?;
+    let p = image.partition(tp).ok_or_else(|| {
+        api(
+            ErrorCode::UnknownPartition,
+            format!("partition {tp} does not exist"),
+        )
+    })?;
     if t.marked_for_deletion() {
         return Err(api(
             ErrorCode::TopicDeletionInProgress,
@@ -183,11 +189,16 @@ impl MetadataImage {
     /// those partitions get preferred elections (skipping partitions being
     /// reassigned or deleted, and ones whose preferred replica cannot lead).
     /// Replies with the partitions whose leader moved.
-    pub fn decide_auto_rebalance(&self, imbalance_threshold_pct: u32) -> Decision<Vec<TopicPartition>> {
+    pub fn decide_auto_rebalance(
+        &self,
+        imbalance_threshold_pct: u32,
+    ) -> Decision<Vec<TopicPartition>> {
         // preferred broker -> (partitions it is preferred for, led by others)
         let mut per_broker: BTreeMap<BrokerId, (u64, Vec<TopicPartition>)> = BTreeMap::new();
         for (tp, p) in self.partitions() {
-            let Some(&preferred) = p.replicas.first() else { continue };
+            let Some(&preferred) = p.replicas.first() else {
+                continue;
+            };
             let entry = per_broker.entry(preferred).or_default();
             entry.0 += 1;
             if p.leader.is_some_and(|l| l != preferred) {
@@ -201,8 +212,13 @@ impl MetadataImage {
                 continue;
             }
             for tp in off {
-                let Some(p) = w.image.partition(&tp) else { continue };
-                let deleting = w.image.topic(tp.topic_id).is_none_or(|t| t.marked_for_deletion());
+                let Some(p) = w.image.partition(&tp) else {
+                    continue;
+                };
+                let deleting = w
+                    .image
+                    .topic(tp.topic_id)
+                    .is_none_or(|t| t.marked_for_deletion());
                 if p.reassigning() || deleting {
                     continue;
                 }
@@ -227,12 +243,17 @@ fn alter_one(
 ) -> Result<PartitionImage, ApiError> {
     let tp = item.tp;
     if w.image.topic(tp.topic_id).is_none() {
-        return Err(api(ErrorCode::UnknownTopic, format!("topic {} does not exist", tp.topic_id)));
+        return Err(api(
+            ErrorCode::UnknownTopic,
+            format!("topic {} does not exist", tp.topic_id),
+        ));
     }
-    let p = w
-        .image
-        .partition(&tp)
-        .ok_or_else(|| api(ErrorCode::UnknownPartition, format!("partition {tp} does not exist")))?;
+    let p = w.image.partition(&tp).ok_or_else(|| {
+        api(
+            ErrorCode::UnknownPartition,
+            format!("partition {tp} does not exist"),
+        )
+    })?;
     if p.leader != Some(broker) {
         return Err(api(
             ErrorCode::NotLeaderOrFollower,
@@ -288,11 +309,18 @@ fn alter_one(
             crate::decide::reassign::complete_reassignment(w, &tp);
         }
     }
-    Ok(w.image.partition(&tp).expect("partition still exists").clone())
+    Ok(w.image
+        .partition(&tp)
+        .expect("partition still exists")
+        .clone())
 }
 
 /// Decides one election against the working image.
-fn elect_one(w: &mut Working, kind: ElectionKind, tp: &TopicPartition) -> Result<BrokerId, ApiError> {
+fn elect_one(
+    w: &mut Working,
+    kind: ElectionKind,
+    tp: &TopicPartition,
+) -> Result<BrokerId, ApiError> {
     let p = live_partition(&w.image, tp)?;
     let image = &w.image;
     let ok = |b: BrokerId| eligible(image, tp, b);
@@ -313,9 +341,8 @@ fn elect_one(w: &mut Working, kind: ElectionKind, tp: &TopicPartition) -> Result
                     format!("{tp} already has leader {l}"),
                 ));
             }
-            selectors::offline_partition(p, ok, true).map_err(|e| {
-                api(ErrorCode::EligibleLeadersNotAvailable, format!("{tp}: {e}"))
-            })?
+            selectors::offline_partition(p, ok, true)
+                .map_err(|e| api(ErrorCode::EligibleLeadersNotAvailable, format!("{tp}: {e}")))?
         }
     };
     let c = election_change(tp, p, &e);

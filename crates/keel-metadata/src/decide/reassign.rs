@@ -44,7 +44,9 @@ fn leader_within(
             .ok_or_else(|| {
                 api(
                     ErrorCode::EligibleLeadersNotAvailable,
-                    format!("{tp}: no in-sync replica of {replicas:?} can take over from leader {l}"),
+                    format!(
+                        "{tp}: no in-sync replica of {replicas:?} can take over from leader {l}"
+                    ),
                 )
             }),
         _ => Ok(LeaderChange::Unchanged),
@@ -78,11 +80,15 @@ fn reshape(
 /// leader), so it is abandoned instead. Returns whether a record was added.
 pub(crate) fn complete_reassignment(w: &mut Working, tp: &TopicPartition) -> bool {
     let image = w.image.clone();
-    let Some(p) = image.partition(tp) else { return false };
+    let Some(p) = image.partition(tp) else {
+        return false;
+    };
     if !p.reassigning() {
         return false;
     }
-    let deleting = image.topic(tp.topic_id).is_none_or(|t| t.marked_for_deletion());
+    let deleting = image
+        .topic(tp.topic_id)
+        .is_none_or(|t| t.marked_for_deletion());
     if deleting {
         return abandon(w, tp, p);
     }
@@ -124,7 +130,15 @@ fn abandon(w: &mut Working, tp: &TopicPartition, p: &PartitionImage) -> bool {
         Some(l) if !isr.contains(&l) => LeaderChange::NoLeader,
         _ => LeaderChange::Unchanged,
     };
-    w.change(reshape(tp, p, replicas, isr, leader, Vec::new(), Vec::new()))
+    w.change(reshape(
+        tp,
+        p,
+        replicas,
+        isr,
+        leader,
+        Vec::new(),
+        Vec::new(),
+    ))
 }
 
 /// Starts (or replaces) a reassignment of `tp` towards `target`, then
@@ -227,11 +241,17 @@ fn check_item(
     tp: &TopicPartition,
     target: Option<&[BrokerId]>,
 ) -> Result<(), ApiError> {
-    let t = image
-        .topic(tp.topic_id)
-        .ok_or_else(|| api(ErrorCode::UnknownTopic, format!("topic {} does not exist", tp.topic_id)))?;
+    let t = image.topic(tp.topic_id).ok_or_else(|| {
+        api(
+            ErrorCode::UnknownTopic,
+            format!("topic {} does not exist", tp.topic_id),
+        )
+    })?;
     if image.partition(tp).is_none() {
-        return Err(api(ErrorCode::UnknownPartition, format!("partition {tp} does not exist")));
+        return Err(api(
+            ErrorCode::UnknownPartition,
+            format!("partition {tp} does not exist"),
+        ));
     }
     if t.marked_for_deletion() {
         return Err(api(

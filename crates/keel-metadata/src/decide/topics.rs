@@ -232,7 +232,10 @@ impl MetadataImage {
         }
         if let Some(existing) = self.topic_by_name(&t.name) {
             let why = if existing.marked_for_deletion() {
-                format!("topic {:?} already exists and is marked for deletion", t.name)
+                format!(
+                    "topic {:?} already exists and is marked for deletion",
+                    t.name
+                )
             } else {
                 format!("topic {:?} already exists", t.name)
             };
@@ -300,14 +303,16 @@ impl MetadataImage {
         let mut w = Working::new(self);
         let mut replies = Vec::with_capacity(items.len());
         for item in items {
-            let outcome = self.plan_partitions(item, &dup, rng).map(|(topic_id, first, rows)| {
-                if !validate_only {
-                    for (i, row) in rows.into_iter().enumerate() {
-                        let rec = partition_record(&w.image, topic_id, first + i as u32, row);
-                        w.push(MetadataRecord::Partition(rec));
+            let outcome = self
+                .plan_partitions(item, &dup, rng)
+                .map(|(topic_id, first, rows)| {
+                    if !validate_only {
+                        for (i, row) in rows.into_iter().enumerate() {
+                            let rec = partition_record(&w.image, topic_id, first + i as u32, row);
+                            w.push(MetadataRecord::Partition(rec));
+                        }
                     }
-                }
-            });
+                });
             replies.push((item.name.clone(), outcome));
         }
         w.finish(replies)
@@ -324,11 +329,17 @@ impl MetadataImage {
         if dup.contains(item.name.as_str()) {
             return Err(api(
                 ErrorCode::InvalidRequest,
-                format!("topic {:?} appears more than once in the request", item.name),
+                format!(
+                    "topic {:?} appears more than once in the request",
+                    item.name
+                ),
             ));
         }
         let t = self.topic_by_name(&item.name).ok_or_else(|| {
-            api(ErrorCode::UnknownTopic, format!("topic {:?} does not exist", item.name))
+            api(
+                ErrorCode::UnknownTopic,
+                format!("topic {:?} does not exist", item.name),
+            )
         })?;
         if t.marked_for_deletion() {
             return Err(api(
@@ -357,7 +368,10 @@ impl MetadataImage {
                 if rows.len() != adding as usize {
                     return Err(api(
                         ErrorCode::InvalidReplicaAssignment,
-                        format!("{adding} new partitions need {adding} assignment rows, got {}", rows.len()),
+                        format!(
+                            "{adding} new partitions need {adding} assignment rows, got {}",
+                            rows.len()
+                        ),
                     ));
                 }
                 check_assignment(self, rows, Some(rf))?;
@@ -381,26 +395,33 @@ impl MetadataImage {
         let mut w = Working::new(self);
         let mut replies = Vec::with_capacity(items.len());
         for (name, ops) in items {
-            let outcome = self.plan_configs(name, ops, &dup).map(|(topic_id, old, new)| {
-                if validate_only {
-                    return;
-                }
-                let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
-                for key in keys {
-                    if old.get(key) != new.get(key) {
-                        w.push(MetadataRecord::TopicConfig {
-                            topic_id,
-                            key: key.clone(),
-                            value: new.get(key).cloned(),
-                        });
+            let outcome = self
+                .plan_configs(name, ops, &dup)
+                .map(|(topic_id, old, new)| {
+                    if validate_only {
+                        return;
                     }
-                }
-                let was = self.topic(topic_id).is_some_and(|t| t.unclean_leader_election());
-                let now = w.image.topic(topic_id).is_some_and(|t| t.unclean_leader_election());
-                if now && !was {
-                    elect_leaderless_of_topic(&mut w, topic_id);
-                }
-            });
+                    let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+                    for key in keys {
+                        if old.get(key) != new.get(key) {
+                            w.push(MetadataRecord::TopicConfig {
+                                topic_id,
+                                key: key.clone(),
+                                value: new.get(key).cloned(),
+                            });
+                        }
+                    }
+                    let was = self
+                        .topic(topic_id)
+                        .is_some_and(|t| t.unclean_leader_election());
+                    let now = w
+                        .image
+                        .topic(topic_id)
+                        .is_some_and(|t| t.unclean_leader_election());
+                    if now && !was {
+                        elect_leaderless_of_topic(&mut w, topic_id);
+                    }
+                });
             replies.push((name.clone(), outcome));
         }
         w.finish(replies)
@@ -421,9 +442,12 @@ impl MetadataImage {
                 format!("topic {name:?} appears more than once in the request"),
             ));
         }
-        let t = self
-            .topic_by_name(name)
-            .ok_or_else(|| api(ErrorCode::UnknownTopic, format!("topic {name:?} does not exist")))?;
+        let t = self.topic_by_name(name).ok_or_else(|| {
+            api(
+                ErrorCode::UnknownTopic,
+                format!("topic {name:?} does not exist"),
+            )
+        })?;
         if t.marked_for_deletion() {
             return Err(api(
                 ErrorCode::TopicDeletionInProgress,
@@ -456,7 +480,9 @@ impl MetadataImage {
 /// one now (unclean only if the topic allows it).
 pub(crate) fn elect_leaderless_of_topic(w: &mut Working, topic: TopicId) {
     let image = w.image.clone();
-    let unclean = image.topic(topic).is_some_and(|t| t.unclean_leader_election());
+    let unclean = image
+        .topic(topic)
+        .is_some_and(|t| t.unclean_leader_election());
     let mut changes = Vec::new();
     for (tp, p) in image.partitions_of(topic) {
         if p.leader.is_some() {

@@ -9,10 +9,9 @@ use std::collections::BTreeMap;
 
 use keel_metadata::records::{RecordBatch, RECORD_FORMAT_VERSION};
 use keel_metadata::{
-    BrokerEpoch, BrokerId, DecodeError, IncarnationId, LeaderChange, MetadataImage,
-    MetadataRecord, PartitionChangeRecord, PartitionId, PartitionRecord, PartitionState,
-    RegisterBrokerRecord, ReplicaState, TopicId, TopicPartition, TopicRecord,
-    UNCLEAN_LEADER_ELECTION,
+    BrokerEpoch, BrokerId, DecodeError, IncarnationId, LeaderChange, MetadataImage, MetadataRecord,
+    PartitionChangeRecord, PartitionId, PartitionRecord, PartitionState, RegisterBrokerRecord,
+    ReplicaState, TopicId, TopicPartition, TopicRecord, UNCLEAN_LEADER_ELECTION,
 };
 use proptest::collection::{btree_map, vec};
 use proptest::option;
@@ -106,13 +105,15 @@ fn partition_record() -> impl Strategy<Value = PartitionRecord> {
         broker_ids(),
         option::of(broker_id()),
     )
-        .prop_map(|(topic_id, partition, replicas, isr, leader)| PartitionRecord {
-            topic_id,
-            partition,
-            replicas,
-            isr,
-            leader,
-        })
+        .prop_map(
+            |(topic_id, partition, replicas, isr, leader)| PartitionRecord {
+                topic_id,
+                partition,
+                replicas,
+                isr,
+                leader,
+            },
+        )
 }
 
 fn partition_change() -> impl Strategy<Value = PartitionChangeRecord> {
@@ -326,8 +327,12 @@ struct Op {
 
 fn ops() -> impl Strategy<Value = Vec<Op>> {
     vec(
-        (any::<u8>(), any::<u32>(), any::<u32>(), any::<u32>())
-            .prop_map(|(kind, a, b, c)| Op { kind, a, b, c }),
+        (any::<u8>(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(kind, a, b, c)| Op {
+            kind,
+            a,
+            b,
+            c,
+        }),
         1..80,
     )
 }
@@ -352,7 +357,11 @@ fn epoch_of(image: &MetadataImage, b: BrokerId) -> BrokerEpoch {
 fn records_for(image: &MetadataImage, op: &Op, next_topic: &mut u128) -> Vec<MetadataRecord> {
     let registered: Vec<BrokerId> = image.brokers().map(|b| b.id).collect();
     let fenced: Vec<BrokerId> = image.brokers().filter(|b| b.fenced).map(|b| b.id).collect();
-    let unfenced: Vec<BrokerId> = image.brokers().filter(|b| !b.fenced).map(|b| b.id).collect();
+    let unfenced: Vec<BrokerId> = image
+        .brokers()
+        .filter(|b| !b.fenced)
+        .map(|b| b.id)
+        .collect();
     let live_topics: Vec<TopicId> = image
         .topics()
         .filter(|t| !t.marked_for_deletion())
@@ -366,13 +375,17 @@ fn records_for(image: &MetadataImage, op: &Op, next_topic: &mut u128) -> Vec<Met
     };
     match op.kind % 12 {
         // (Re)register: a new incarnation gets a new epoch and starts fenced.
-        0 | 1 => vec![MetadataRecord::RegisterBroker(RegisterBrokerRecord {
-            broker: BrokerId(op.a % BROKERS),
-            incarnation: IncarnationId(u128::from(op.b)),
-            address: format!("127.0.0.{}:{}", op.a % BROKERS, 9000 + op.c % 100),
-            rack: (op.b % 3 != 0).then(|| format!("rack-{}", op.b % 3)),
-            log_dirs: (0..op.c % 3).map(|d| format!("/data/{d}")).collect(),
-        })],
+        0 | 1 => {
+            // Rack 0 stands for "no rack".
+            let rack = op.b % 3;
+            vec![MetadataRecord::RegisterBroker(RegisterBrokerRecord {
+                broker: BrokerId(op.a % BROKERS),
+                incarnation: IncarnationId(u128::from(op.b)),
+                address: format!("127.0.0.{}:{}", op.a % BROKERS, 9000 + op.c % 100),
+                rack: (rack > 0).then(|| format!("rack-{rack}")),
+                log_dirs: (0..op.c % 3).map(|d| format!("/data/{d}")).collect(),
+            })]
+        }
         2 => fence_like(
             |broker, epoch| MetadataRecord::UnfenceBroker { broker, epoch },
             &fenced,
@@ -405,12 +418,12 @@ fn records_for(image: &MetadataImage, op: &Op, next_topic: &mut u128) -> Vec<Met
                     vec![MetadataRecord::TopicConfig {
                         topic_id: t,
                         key: UNCLEAN_LEADER_ELECTION.into(),
-                        value: (op.c % 2 == 0).then(|| "true".into()),
+                        value: (op.c & 1 == 0).then(|| "true".into()),
                     }]
                 })
                 .unwrap_or_default(),
             1 => pick(&live_topics, op.a)
-                .map(|t| delete_topic(image, t, op.c % 2 == 0))
+                .map(|t| delete_topic(image, t, op.c & 1 == 0))
                 .unwrap_or_default(),
             _ => fence_like(
                 |broker, epoch| MetadataRecord::UnregisterBroker { broker, epoch },
@@ -545,7 +558,10 @@ fn delete_topic(image: &MetadataImage, t: TopicId, finish: bool) -> Vec<Metadata
         }
         replicas.extend(p.replicas.iter().map(|b| (tp.partition, *b)));
     }
-    for state in [ReplicaState::DeletionStarted, ReplicaState::DeletionSuccessful] {
+    for state in [
+        ReplicaState::DeletionStarted,
+        ReplicaState::DeletionSuccessful,
+    ] {
         records.push(MetadataRecord::ReplicaDeletionState {
             topic_id: t,
             replicas: replicas.clone(),

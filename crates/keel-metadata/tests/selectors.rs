@@ -395,12 +395,15 @@ fn selector_results_respect_invariants_exhaustively() {
     let mut checked = 0;
     for replicas in replica_lists() {
         for isr in non_empty_subsets(&replicas) {
-            let leaders: Vec<Option<BrokerId>> =
-                std::iter::once(None).chain(isr.iter().copied().map(Some)).collect();
+            let leaders: Vec<Option<BrokerId>> = std::iter::once(None)
+                .chain(isr.iter().copied().map(Some))
+                .collect();
             for leader in leaders {
                 for live_mask in 0u32..16 {
-                    let live_set: BTreeSet<BrokerId> =
-                        (1..=4).filter(|i| live_mask & (1 << (i - 1)) != 0).map(b).collect();
+                    let live_set: BTreeSet<BrokerId> = (1..=4)
+                        .filter(|i| live_mask & (1 << (i - 1)) != 0)
+                        .map(b)
+                        .collect();
                     let eligible = |x: BrokerId| live_set.contains(&x);
                     let p = PartitionImage {
                         replicas: replicas.clone(),
@@ -417,10 +420,16 @@ fn selector_results_respect_invariants_exhaustively() {
                     let live_isr: Vec<BrokerId> =
                         isr.iter().copied().filter(|x| eligible(*x)).collect();
                     let check = |e: &Election, what: &str| {
-                        assert!(eligible(e.leader), "{what}: ineligible leader {e:?} for {p:?}");
+                        assert!(
+                            eligible(e.leader),
+                            "{what}: ineligible leader {e:?} for {p:?}"
+                        );
                         assert!(e.isr.contains(&e.leader), "{what}: leader outside ISR");
                         assert!(e.isr.iter().all(|x| replicas.contains(x)), "{what}: ISR");
-                        assert!(e.recipients.iter().all(|x| eligible(*x)), "{what}: recipients");
+                        assert!(
+                            e.recipients.iter().all(|x| eligible(*x)),
+                            "{what}: recipients"
+                        );
                         assert!(e.recipients.contains(&e.leader), "{what}: leader not told");
                         assert_eq!(e.unclean, !isr.contains(&e.leader), "{what}: unclean flag");
                     };

@@ -230,7 +230,10 @@ fn refused(image: &mut MetadataImage, offset: u64, record: MetadataRecord) -> Re
         e.to_string().contains(&format!("log index {offset}")),
         "error must name the log index: {e}"
     );
-    assert_eq!(*image, before, "a refused record must leave the image as it was");
+    assert_eq!(
+        *image, before,
+        "a refused record must leave the image as it was"
+    );
     assert_eq!(image.hash(), hash_before);
     image.validate().expect("image still valid");
     e
@@ -385,11 +388,7 @@ fn every_illegal_replica_deletion_move_is_refused_by_replay() {
 #[test]
 fn deletion_state_for_an_unmarked_topic_is_refused() {
     let mut image = cluster(1);
-    let e = refused(
-        &mut image,
-        6,
-        deletion_state(&[(0, 1)], R::DeletionStarted),
-    );
+    let e = refused(&mut image, 6, deletion_state(&[(0, 1)], R::DeletionStarted));
     assert_eq!(e.kind, ReplayErrorKind::NotMarkedForDeletion(TOPIC));
 }
 
@@ -401,11 +400,7 @@ fn deletion_state_for_an_unassigned_replica_is_refused() {
         6,
         vec![MetadataRecord::MarkTopicForDeletion { topic_id: TOPIC }],
     );
-    let e = refused(
-        &mut image,
-        7,
-        deletion_state(&[(0, 9)], R::DeletionStarted),
-    );
+    let e = refused(&mut image, 7, deletion_state(&[(0, 9)], R::DeletionStarted));
     assert_eq!(
         e.kind,
         ReplayErrorKind::UnknownReplica {
@@ -453,21 +448,34 @@ fn partition_walks_its_whole_lifecycle_through_replay() {
         })],
     );
     let p = image.partition(&tp(0)).unwrap();
-    assert_eq!((p.state, p.leader_epoch.0, p.partition_epoch.0), (P::New, 0, 0));
+    assert_eq!(
+        (p.state, p.leader_epoch.0, p.partition_epoch.0),
+        (P::New, 0, 0)
+    );
 
     // New -> Online.
     let mut elect = change(0);
     elect.leader = LeaderChange::To(b(2));
     apply(&mut image, 7, vec![MetadataRecord::PartitionChange(elect)]);
     let p = image.partition(&tp(0)).unwrap();
-    assert_eq!((p.state, p.leader, p.leader_epoch.0), (P::Online, Some(b(2)), 1));
+    assert_eq!(
+        (p.state, p.leader, p.leader_epoch.0),
+        (P::Online, Some(b(2)), 1)
+    );
 
     // Online -> Online: a re-election bumps the leader epoch.
     let mut move_leader = change(0);
     move_leader.leader = LeaderChange::To(b(3));
-    apply(&mut image, 8, vec![MetadataRecord::PartitionChange(move_leader)]);
+    apply(
+        &mut image,
+        8,
+        vec![MetadataRecord::PartitionChange(move_leader)],
+    );
     let p = image.partition(&tp(0)).unwrap();
-    assert_eq!((p.state, p.leader_epoch.0, p.partition_epoch.0), (P::Online, 2, 2));
+    assert_eq!(
+        (p.state, p.leader_epoch.0, p.partition_epoch.0),
+        (P::Online, 2, 2)
+    );
 
     // Online -> Offline.
     let mut lose = change(0);
@@ -480,9 +488,16 @@ fn partition_walks_its_whole_lifecycle_through_replay() {
     // Offline -> Offline: an ISR change without a leader.
     let mut shrink = change(0);
     shrink.isr = Some(vec![b(1)]);
-    apply(&mut image, 10, vec![MetadataRecord::PartitionChange(shrink)]);
+    apply(
+        &mut image,
+        10,
+        vec![MetadataRecord::PartitionChange(shrink)],
+    );
     let p = image.partition(&tp(0)).unwrap();
-    assert_eq!((p.state, p.leader_epoch.0, p.partition_epoch.0), (P::Offline, 3, 4));
+    assert_eq!(
+        (p.state, p.leader_epoch.0, p.partition_epoch.0),
+        (P::Offline, 3, 4)
+    );
 
     // Offline -> Online -> Offline, then deletion: Offline -> NonExistent.
     let mut back = change(0);
@@ -620,6 +635,10 @@ fn derived_replica_states_follow_broker_liveness_and_reassignment() {
     assert_eq!(image.replica_state(&tp(0), b(4)), R::New);
     let mut caught_up = change(0);
     caught_up.isr = Some(vec![b(1), b(4)]);
-    apply(&mut image, 11, vec![MetadataRecord::PartitionChange(caught_up)]);
+    apply(
+        &mut image,
+        11,
+        vec![MetadataRecord::PartitionChange(caught_up)],
+    );
     assert_eq!(image.replica_state(&tp(0), b(4)), R::Online);
 }

@@ -21,6 +21,7 @@ use crate::ids::BrokerId;
 /// A broker that may receive new replicas.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlacementBroker {
+    /// The broker that may receive replicas.
     pub id: BrokerId,
     /// `None` when the broker did not declare a rack. If some brokers do,
     /// the undeclared ones count as one more rack of their own.

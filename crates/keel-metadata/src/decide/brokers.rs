@@ -11,13 +11,16 @@ use crate::selectors;
 /// A broker asks to (re)register.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RegisterBroker {
+    /// The configured id the broker claims.
     pub broker: BrokerId,
     /// Tells a retry or restart of the same process lineage apart from a
     /// second process claiming the same id.
     pub incarnation: IncarnationId,
     /// `host:port` of the broker's gRPC endpoint.
     pub address: String,
+    /// Drives rack-aware placement; `None` when undeclared.
     pub rack: Option<String>,
+    /// The broker's data dirs; each replica lives in one (see `dir_of`).
     pub log_dirs: Vec<String>,
     /// The epoch the broker held before this attempt (0 if none): a
     /// registration newer than it was made by this very attempt.
@@ -38,6 +41,7 @@ pub enum RegisterReply {
 /// One broker heartbeat.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Heartbeat {
+    /// The sending broker.
     pub broker: BrokerId,
     /// Must match the registration; a stale one is refused.
     pub epoch: BrokerEpoch,

@@ -15,11 +15,13 @@ use crate::selectors;
 /// ISR, naming the epochs it last saw (optimistic concurrency).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AlterPartitionItem {
+    /// The partition the sender leads.
     pub tp: TopicPartition,
     /// Must be the current leader epoch.
     pub leader_epoch: LeaderEpoch,
     /// Must be the current partition epoch.
     pub partition_epoch: PartitionEpoch,
+    /// The full proposed ISR (not a diff); must include the leader.
     pub new_isr: Vec<BrokerId>,
 }
 

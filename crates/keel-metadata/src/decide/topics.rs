@@ -17,6 +17,7 @@ use crate::validation::{validate_topic_configs, validate_topic_name};
 /// One topic of a CreateTopics request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CreateTopic {
+    /// Checked against Kafka's naming rules.
     pub name: String,
     /// Ignored (may be 0) when `assignments` is given.
     pub partitions: u32,
@@ -25,20 +26,25 @@ pub struct CreateTopic {
     /// Manual placement: one replica list per partition, preferred leader
     /// first. `None` lets the controller place replicas.
     pub assignments: Option<Vec<Vec<BrokerId>>>,
+    /// Initial topic configs; interpreted keys are validated.
     pub configs: BTreeMap<String, String>,
 }
 
 /// What a successful creation reports back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CreatedTopic {
+    /// Fresh, nonzero and unused: a re-created name never reuses an id.
     pub topic_id: TopicId,
+    /// As created (the manual assignment's row count if one was given).
     pub partitions: u32,
+    /// As created (the manual assignment's row width if one was given).
     pub replication_factor: u32,
 }
 
 /// One topic of a CreatePartitions request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CreatePartitions {
+    /// An existing topic, not being deleted.
     pub name: String,
     /// The partition count wanted; partitions only ever grow.
     pub total: u32,

@@ -68,7 +68,7 @@ impl Broker {
             id,
             address: local_addr,
             incarnation,
-            state: Mutex::new(BrokerState::new(id, history)),
+            state: Mutex::new(BrokerState::new(id, history, crate::shared::wall_ms)),
             data_dir: Mutex::new(data_dir),
             link: Mutex::new(ControllerLink::new(config.controllers.clone())),
             dialer: Mutex::new(Dialer::new(config.listen.ip(), rpc_timeout)),

@@ -83,7 +83,6 @@ impl BrokerControlService for ControlService {
         request: Request<pb::StopReplicaRequest>,
     ) -> Result<Response<pb::StopReplicaResponse>, Status> {
         let req = request.into_inner();
-        let now = now_ms();
         let mut st = self.shared.state();
         if let Err(e) = st.check_stamp(req.stamp.as_ref()) {
             rejected("StopReplica", &e);
@@ -99,7 +98,6 @@ impl BrokerControlService for ControlService {
                     TopicPartition::new(t, item.partition),
                     item.delete,
                     LeaderEpoch(item.leader_epoch),
-                    now,
                 )
             });
             if let Err(e) = &r {

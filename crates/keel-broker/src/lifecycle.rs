@@ -228,7 +228,7 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
                         delay = retry.next().min(interval);
                     }
                     code @ (ErrorCode::StaleBrokerEpoch | ErrorCode::UnknownBroker) => {
-                        shared.state().drop_registration(now_ms(), code.name());
+                        shared.state().drop_registration(code.name());
                         return Flow::Continue;
                     }
                     code => {
@@ -265,7 +265,7 @@ pub(crate) async fn run_watchdog(shared: Arc<Shared>, mut stop: watch::Receiver<
                 "session lost: no heartbeat answer within the session timeout"
             );
             ::metrics::counter!(metrics::SESSIONS_LOST).increment(1);
-            st.drop_registration(now, "session timeout");
+            st.drop_registration("session timeout");
         }
     }
 }

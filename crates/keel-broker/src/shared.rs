@@ -2,8 +2,8 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use keel_metadata::{BrokerId, IncarnationId};
 use keel_proto::pb::broker_service_client::BrokerServiceClient;
@@ -62,8 +62,15 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Unix milliseconds.
+/// Monotonic milliseconds since the first call in this process: what
+/// session and lag timing use, immune to wall-clock jumps.
 pub(crate) fn now_ms() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// Unix milliseconds, for history timestamps.
+pub(crate) fn wall_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -92,10 +92,13 @@ pub(crate) struct BrokerState {
     pub leader_addresses: BTreeMap<BrokerId, String>,
     pub offline_log_dirs: Vec<String>,
     pub history: HistoryLog,
+    /// Wall clock (Unix ms) for history timestamps only; every `now_ms`
+    /// argument is monotonic, so clock jumps never stretch a session.
+    pub wall_ms: fn() -> u64,
 }
 
 impl BrokerState {
-    pub(crate) fn new(id: BrokerId, history: HistoryLog) -> Self {
+    pub(crate) fn new(id: BrokerId, history: HistoryLog, wall_ms: fn() -> u64) -> Self {
         Self {
             id,
             broker_epoch: None,
@@ -111,6 +114,7 @@ impl BrokerState {
             leader_addresses: BTreeMap::new(),
             offline_log_dirs: Vec::new(),
             history,
+            wall_ms,
         }
     }
 
@@ -171,7 +175,7 @@ impl BrokerState {
 
     /// The controller no longer knows this registration (or the session
     /// timed out): stop leading and refuse requests until re-registered.
-    pub(crate) fn drop_registration(&mut self, now_ms: u64, why: &str) {
+    pub(crate) fn drop_registration(&mut self, why: &str) {
         if let Some(epoch) = self.broker_epoch {
             warn!(
                 broker = self.id.0,
@@ -180,7 +184,7 @@ impl BrokerState {
                 "registration lost; assuming fenced"
             );
         }
-        let leaderships = self.resign_all(now_ms);
+        let leaderships = self.resign_all();
         if leaderships > 0 {
             warn!(
                 broker = self.id.0,
@@ -200,7 +204,8 @@ impl BrokerState {
             && now_ms.saturating_sub(self.last_contact_ms) > session_timeout_ms
     }
 
-    fn resign_all(&mut self, now_ms: u64) -> usize {
+    fn resign_all(&mut self) -> usize {
+        let wall = (self.wall_ms)();
         let epoch = self.broker_epoch.map_or(0, |e| e.0);
         let mut n = 0;
         let leading: Vec<TopicPartition> = self
@@ -216,7 +221,7 @@ impl BrokerState {
             p.leading = false;
             p.last_fetch_ms.clear();
             p.alter = AlterGate::Open;
-            let entry = entry(self.id, epoch, &tp, p, HistoryEvent::Resigned, now_ms);
+            let entry = entry(self.id, epoch, &tp, p, HistoryEvent::Resigned, wall);
             warn!(%tp, leader_epoch = p.leader_epoch.0, "resigned leadership");
             if let Err(e) = self.history.append(&entry) {
                 error!(error = %e, "cannot write leadership history");
@@ -384,7 +389,7 @@ impl BrokerState {
                 &upd.tp,
                 &next,
                 HistoryEvent::LeaderAndIsr,
-                now_ms,
+                (self.wall_ms)(),
             );
             self.history.append(&line).map_err(|e| {
                 error!(error = %e, "cannot write leadership history; refusing the change");
@@ -408,7 +413,6 @@ impl BrokerState {
         tp: TopicPartition,
         delete: bool,
         leader_epoch: LeaderEpoch,
-        now_ms: u64,
     ) -> Result<(), ApiError> {
         let Some(h) = self.partitions.get(&tp) else {
             return Ok(()); // already gone: stopping is idempotent
@@ -426,7 +430,14 @@ impl BrokerState {
         }
         if !h.stopped {
             let epoch = self.broker_epoch.map_or(0, |e| e.0);
-            let line = entry(self.id, epoch, &tp, h, HistoryEvent::Stopped, now_ms);
+            let line = entry(
+                self.id,
+                epoch,
+                &tp,
+                h,
+                HistoryEvent::Stopped,
+                (self.wall_ms)(),
+            );
             self.history.append(&line).map_err(|e| {
                 error!(error = %e, "cannot write leadership history; refusing the change");
                 ApiError::new(ErrorCode::Internal, e.to_string())
@@ -627,6 +638,7 @@ impl BrokerState {
     ) {
         let me = self.id;
         let epoch = self.broker_epoch.map_or(0, |e| e.0);
+        let wall = (self.wall_ms)();
         let Some(h) = self.partitions.get_mut(&tp) else {
             return;
         };
@@ -651,7 +663,7 @@ impl BrokerState {
                         h.last_fetch_ms.entry(*b).or_insert(now_ms);
                     }
                 }
-                let line = entry(me, epoch, &tp, h, HistoryEvent::AlterPartition, now_ms);
+                let line = entry(me, epoch, &tp, h, HistoryEvent::AlterPartition, wall);
                 if let Err(e) = self.history.append(&line) {
                     error!(error = %e, "cannot write leadership history");
                 }
@@ -770,7 +782,7 @@ mod tests {
     }
 
     fn registered() -> BrokerState {
-        let mut st = BrokerState::new(ME, HistoryLog::in_memory());
+        let mut st = BrokerState::new(ME, HistoryLog::in_memory(), || 0);
         st.on_registered(BrokerEpoch(7), 1_000);
         st
     }
@@ -801,7 +813,7 @@ mod tests {
 
     #[test]
     fn stamps_are_fenced_by_controller_epoch_then_broker_epoch() {
-        let mut st = BrokerState::new(ME, HistoryLog::in_memory());
+        let mut st = BrokerState::new(ME, HistoryLog::in_memory(), || 0);
         assert_eq!(
             code(st.check_stamp(Some(&stamp(3, 7)))),
             ErrorCode::StaleBrokerEpoch
@@ -877,7 +889,7 @@ mod tests {
             .unwrap();
         assert!(!st.session_expired(1_000 + 500, 1_000));
         assert!(st.session_expired(1_000 + 1_001, 1_000));
-        st.drop_registration(2_001, "test");
+        st.drop_registration("test");
         assert!(!st.partitions[&tp()].leading);
         assert_eq!(
             st.history.lines().last().map(|l| l.event),
@@ -962,10 +974,10 @@ mod tests {
         st.apply_leader_and_isr(upd(2, 5, 10, &[1, 2]), ControllerEpoch(3), 0)
             .unwrap();
         assert_eq!(
-            code(st.stop_replica(tp(), false, LeaderEpoch(4), 1)),
+            code(st.stop_replica(tp(), false, LeaderEpoch(4))),
             ErrorCode::FencedLeaderEpoch
         );
-        st.stop_replica(tp(), false, LeaderEpoch(5), 2).unwrap();
+        st.stop_replica(tp(), false, LeaderEpoch(5)).unwrap();
         assert!(st.partitions[&tp()].stopped);
         assert!(st.fetch_targets().is_empty());
         // The stopped partition still fences older LeaderAndIsr.
@@ -973,10 +985,10 @@ mod tests {
             code(st.apply_leader_and_isr(upd(2, 4, 9, &[2]), ControllerEpoch(3), 3)),
             ErrorCode::FencedLeaderEpoch
         );
-        st.stop_replica(tp(), true, LeaderEpoch(0), 4).unwrap();
+        st.stop_replica(tp(), true, LeaderEpoch(0)).unwrap();
         assert!(st.partitions.is_empty());
         assert_eq!(
-            code(st.stop_replica(tp(), true, LeaderEpoch(0), 5)),
+            code(st.stop_replica(tp(), true, LeaderEpoch(0))),
             ErrorCode::None
         );
     }

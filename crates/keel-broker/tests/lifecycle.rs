@@ -29,14 +29,19 @@ async fn registers_persists_identity_and_reuses_it_after_restart() {
     assert_eq!(meta["last_broker_epoch"], FIRST_EPOCH);
 
     eventually("heartbeats with the registered epoch", || {
-        fake.heartbeats().iter().any(|h| h.broker_epoch == FIRST_EPOCH && h.broker_id == 1)
+        fake.heartbeats()
+            .iter()
+            .any(|h| h.broker_epoch == FIRST_EPOCH && h.broker_id == 1)
     })
     .await;
     eventually("unfenced by heartbeat", || !broker.state().fenced).await;
 
     // A second process on the same data dir is refused.
     let second = Broker::start(config(1, &[addr], dir.path())).await;
-    let err = second.err().expect("second broker on a locked data dir must fail").to_string();
+    let err = second
+        .err()
+        .expect("second broker on a locked data dir must fail")
+        .to_string();
     assert!(err.contains("locked"), "{err}");
 
     broker.shutdown(false).await.unwrap();
@@ -64,11 +69,16 @@ async fn not_controller_hint_is_followed() {
     let standby_addr = standby.serve().await;
     let dir = tempfile::tempdir().unwrap();
 
-    let broker = Broker::start(config(1, &[standby_addr], dir.path())).await.unwrap();
+    let broker = Broker::start(config(1, &[standby_addr], dir.path()))
+        .await
+        .unwrap();
     registered(&broker).await;
     assert_eq!(active.registrations().len(), 1);
     assert!(standby.registrations().is_empty());
-    eventually("heartbeats reach the active controller", || !active.heartbeats().is_empty()).await;
+    eventually("heartbeats reach the active controller", || {
+        !active.heartbeats().is_empty()
+    })
+    .await;
     broker.shutdown(false).await.unwrap();
 }
 
@@ -83,7 +93,10 @@ async fn outgoing_connections_use_the_listen_ip() {
     registered(&broker).await;
     let peer = fake.peers()[0].expect("server sees the peer address");
     assert_eq!(peer.ip().to_string(), "127.0.0.2");
-    assert_eq!(fake.registrations()[0].address, broker.local_addr().to_string());
+    assert_eq!(
+        fake.registrations()[0].address,
+        broker.local_addr().to_string()
+    );
     broker.shutdown(false).await.unwrap();
 }
 
@@ -199,10 +212,20 @@ async fn controller_requests_are_fenced_by_epochs_and_accepted_ones_recorded() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!((d.broker_id, d.broker_epoch, d.controller_epoch_seen, d.metadata_offset), (1, e, 6, 42));
+    assert_eq!(
+        (
+            d.broker_id,
+            d.broker_epoch,
+            d.controller_epoch_seen,
+            d.metadata_offset
+        ),
+        (1, e, 6, 42)
+    );
     assert_eq!((d.cache.len(), d.brokers.len()), (1, 1));
     eventually("heartbeat carries the metadata offset", || {
-        fake.heartbeats().iter().any(|h| h.current_metadata_offset == 42)
+        fake.heartbeats()
+            .iter()
+            .any(|h| h.current_metadata_offset == 42)
     })
     .await;
 
@@ -216,9 +239,17 @@ async fn controller_requests_are_fenced_by_epochs_and_accepted_ones_recorded() {
             leader_epoch,
         }],
     };
-    let r = client.stop_replica(stop(3, false)).await.unwrap().into_inner();
+    let r = client
+        .stop_replica(stop(3, false))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(codes(&r.partitions)[&0], ErrorCode::FencedLeaderEpoch);
-    let r = client.stop_replica(stop(4, true)).await.unwrap().into_inner();
+    let r = client
+        .stop_replica(stop(4, true))
+        .await
+        .unwrap()
+        .into_inner();
     assert_eq!(codes(&r.partitions)[&0], ErrorCode::None);
     assert!(broker.state().partition(tp).is_none());
 
@@ -244,10 +275,16 @@ async fn session_loss_stops_leading_then_reregisters() {
     assert_eq!(broker.state().leading().count(), 1);
 
     fake.set_mode(Mode::Silent);
-    eventually("leadership given up", || broker.state().leading().count() == 0).await;
+    eventually("leadership given up", || {
+        broker.state().leading().count() == 0
+    })
+    .await;
     assert_eq!(broker.state().broker_epoch, None);
     let history = read_history(&broker.history_path()).unwrap();
-    assert_eq!(history.last().map(|h| h.event), Some(HistoryEvent::Resigned));
+    assert_eq!(
+        history.last().map(|h| h.event),
+        Some(HistoryEvent::Resigned)
+    );
 
     // While the session is given up, controller requests are refused.
     let r = client
@@ -262,8 +299,10 @@ async fn session_loss_stops_leading_then_reregisters() {
     assert_eq!(code(&r.error), ErrorCode::StaleBrokerEpoch);
 
     fake.set_mode(Mode::Active);
-    eventually("re-registered", || broker.state().broker_epoch.map(|e| e.0) == Some(FIRST_EPOCH + 1))
-        .await;
+    eventually("re-registered", || {
+        broker.state().broker_epoch.map(|e| e.0) == Some(FIRST_EPOCH + 1)
+    })
+    .await;
     let regs = fake.registrations();
     assert_eq!(regs.last().unwrap().previous_broker_epoch, FIRST_EPOCH);
     broker.shutdown(false).await.unwrap();
@@ -286,20 +325,42 @@ async fn leader_expands_isr_for_a_fetching_follower_and_shrinks_it_when_it_stops
         leaders: vec![leader_info(1, leader.local_addr())],
     };
     for b in [&leader, &follower] {
-        let r = control_client(b).await.leader_and_isr(req.clone()).await.unwrap().into_inner();
+        let r = control_client(b)
+            .await
+            .leader_and_isr(req.clone())
+            .await
+            .unwrap()
+            .into_inner();
         assert_eq!(codes(&r.partitions)[&0], ErrorCode::None);
     }
     let tp = TopicPartition::new(topic(), 0);
-    let isr = |b: &Broker| b.state().partition(tp).map(|p| p.isr.clone()).unwrap_or_default();
+    let isr = |b: &Broker| {
+        b.state()
+            .partition(tp)
+            .map(|p| p.isr.clone())
+            .unwrap_or_default()
+    };
 
-    eventually("follower joins the ISR", || isr(&leader) == vec![BrokerId(1), BrokerId(2)]).await;
+    eventually("follower joins the ISR", || {
+        isr(&leader) == vec![BrokerId(1), BrokerId(2)]
+    })
+    .await;
     let expand = fake.alters()[0].clone();
     assert_eq!((expand.broker_id, expand.broker_epoch), (1, FIRST_EPOCH));
     assert_eq!(expand.partitions[0].new_isr, vec![1, 2]);
-    assert_eq!((expand.partitions[0].leader_epoch, expand.partitions[0].partition_epoch), (1, 1));
+    assert_eq!(
+        (
+            expand.partitions[0].leader_epoch,
+            expand.partitions[0].partition_epoch
+        ),
+        (1, 1)
+    );
 
     follower.shutdown(false).await.unwrap();
-    eventually("silent follower leaves the ISR", || isr(&leader) == vec![BrokerId(1)]).await;
+    eventually("silent follower leaves the ISR", || {
+        isr(&leader) == vec![BrokerId(1)]
+    })
+    .await;
     let shrink = fake.alters().last().unwrap().clone();
     assert_eq!(shrink.partitions[0].new_isr, vec![1]);
     assert_eq!(shrink.partitions[0].partition_epoch, 2);
@@ -311,7 +372,11 @@ async fn leader_expands_isr_for_a_fetching_follower_and_shrinks_it_when_it_stops
         .collect();
     assert_eq!(
         events,
-        vec![HistoryEvent::LeaderAndIsr, HistoryEvent::AlterPartition, HistoryEvent::AlterPartition]
+        vec![
+            HistoryEvent::LeaderAndIsr,
+            HistoryEvent::AlterPartition,
+            HistoryEvent::AlterPartition
+        ]
     );
     leader.shutdown(false).await.unwrap();
 }

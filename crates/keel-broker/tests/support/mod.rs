@@ -255,7 +255,10 @@ pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 pub async fn registered(broker: &Broker) {
-    eventually("broker registered", || broker.state().broker_epoch.is_some()).await;
+    eventually("broker registered", || {
+        broker.state().broker_epoch.is_some()
+    })
+    .await;
 }
 
 pub async fn control_client(broker: &Broker) -> BrokerControlServiceClient<Channel> {
@@ -276,7 +279,12 @@ pub fn stamp(controller_epoch: u64, broker_epoch: u64) -> Option<pb::ControllerS
     })
 }
 
-pub fn partition(leader: u32, leader_epoch: u32, partition_epoch: u32, isr: &[u32]) -> pb::PartitionState {
+pub fn partition(
+    leader: u32,
+    leader_epoch: u32,
+    partition_epoch: u32,
+    isr: &[u32],
+) -> pb::PartitionState {
     pb::PartitionState {
         topic: "t".into(),
         topic_id: topic().to_bytes().to_vec(),
@@ -304,11 +312,15 @@ pub fn leader_info(broker_id: u32, addr: SocketAddr) -> pb::BrokerInfo {
 
 /// Error code of an optional wire error (absent = NONE).
 pub fn code(e: &Option<pb::Error>) -> ErrorCode {
-    e.as_ref()
-        .map_or(ErrorCode::None, |e| ErrorCode::from_i32(e.code).unwrap_or(ErrorCode::Internal))
+    e.as_ref().map_or(ErrorCode::None, |e| {
+        ErrorCode::from_i32(e.code).unwrap_or(ErrorCode::Internal)
+    })
 }
 
 /// Per-partition codes of a response, keyed by partition index.
 pub fn codes(parts: &[pb::PartitionError]) -> BTreeMap<u32, ErrorCode> {
-    parts.iter().map(|p| (p.partition, code(&p.error))).collect()
+    parts
+        .iter()
+        .map(|p| (p.partition, code(&p.error)))
+        .collect()
 }

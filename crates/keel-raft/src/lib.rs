@@ -1,1 +1,52 @@
-//! keel-raft
+//! Raft plumbing for Keel's controller quorum: the openraft type config, the
+//! sled-backed log and state-machine stores (with snapshots), and the tonic
+//! transport that carries openraft's messages between controllers.
+//!
+//! The replicated state is the [`keel_metadata::MetadataImage`]; each Raft
+//! entry carries one [`keel_metadata::RecordBatch`].
+
+mod codec;
+mod config;
+mod error;
+mod log_store;
+mod network;
+mod open;
+mod service;
+mod state_machine;
+
+pub use codec::{CodecError, STORAGE_FORMAT_VERSION};
+pub use config::default_config;
+pub use error::StorageOpenError;
+pub use log_store::LogStore;
+pub use network::{Network, PeerClient};
+pub use open::open_storage;
+pub use service::RaftGrpcService;
+pub use state_machine::{AppliedState, SnapshotBuilder, StateMachineStore};
+
+use serde::{Deserialize, Serialize};
+
+openraft::declare_raft_types!(
+    /// openraft type config for Keel: entries carry metadata record batches,
+    /// nodes are addressed by `host:port`, snapshots travel as in-memory bytes.
+    pub TypeConfig:
+        D = keel_metadata::RecordBatch,
+        R = ClientResponse,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        Responder = openraft::impls::OneshotResponder<TypeConfig>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+/// Controller node id (stable for the life of a data dir).
+pub type NodeId = u64;
+
+/// A running Raft node of the controller quorum.
+pub type KeelRaft = openraft::Raft<TypeConfig>;
+
+/// What applying one entry returns to the writer. Empty on purpose: the
+/// entry's log index (the records' offset) comes back in `client_write`'s
+/// `log_id`, and the effect is read from the published image.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientResponse {}

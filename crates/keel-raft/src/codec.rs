@@ -1,0 +1,97 @@
+//! The byte format of everything this crate stores in sled or sends to a
+//! peer: a little-endian `u16` format version, then bincode (serde) of the
+//! value. Decoding never panics: bad bytes become a [`CodecError`].
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Version of the storage and transport encoding. Bump it when a stored or
+/// transported type changes shape, and keep reading the older versions.
+pub const STORAGE_FORMAT_VERSION: u16 = 1;
+
+/// Upper bound on a decoded value, so a corrupt length prefix cannot make
+/// the decoder reserve gigabytes.
+const DECODE_LIMIT_BYTES: usize = 1 << 30;
+
+/// Bytes that are not a valid encoding of the expected value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CodecError {
+    /// Fewer bytes than the version prefix.
+    #[error("record is truncated: {0} bytes, shorter than the version prefix")]
+    Truncated(usize),
+    /// Written by a build with another format.
+    #[error("format version {found} is not supported (this build reads {supported})")]
+    UnsupportedVersion {
+        /// Version found in the prefix.
+        found: u16,
+        /// The only version this build reads.
+        supported: u16,
+    },
+    /// The body does not decode as the expected type.
+    #[error("corrupt encoding: {0}")]
+    Corrupt(String),
+    /// A valid value followed by garbage: a sign of a torn or mixed write.
+    #[error("{0} trailing bytes after the encoded value")]
+    TrailingBytes(usize),
+    /// The value could not be serialized (a type that bincode rejects).
+    #[error("encoding failed: {0}")]
+    Encode(String),
+}
+
+/// Encodes `value` behind the format version.
+pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
+    let mut out = STORAGE_FORMAT_VERSION.to_le_bytes().to_vec();
+    let body = bincode::serde::encode_to_vec(value, bincode::config::standard())
+        .map_err(|e| CodecError::Encode(e.to_string()))?;
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// Decodes bytes written by [`encode`], checking version and length.
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
+    let Some((prefix, body)) = bytes.split_first_chunk::<2>() else {
+        return Err(CodecError::Truncated(bytes.len()));
+    };
+    let found = u16::from_le_bytes(*prefix);
+    if found != STORAGE_FORMAT_VERSION {
+        return Err(CodecError::UnsupportedVersion {
+            found,
+            supported: STORAGE_FORMAT_VERSION,
+        });
+    }
+    let config = bincode::config::standard().with_limit::<DECODE_LIMIT_BYTES>();
+    let (value, used) = bincode::serde::decode_from_slice(body, config)
+        .map_err(|e| CodecError::Corrupt(e.to_string()))?;
+    if used != body.len() {
+        return Err(CodecError::TrailingBytes(body.len() - used));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_rejections() {
+        let bytes = encode(&(7u64, "x".to_string())).unwrap();
+        assert_eq!(decode::<(u64, String)>(&bytes).unwrap(), (7, "x".into()));
+        assert_eq!(decode::<u64>(&[1]), Err(CodecError::Truncated(1)));
+        let mut wrong = bytes.clone();
+        wrong[0] = 9;
+        assert!(matches!(
+            decode::<(u64, String)>(&wrong),
+            Err(CodecError::UnsupportedVersion { found: 9, .. })
+        ));
+        let mut long = bytes.clone();
+        long.push(0);
+        assert_eq!(
+            decode::<(u64, String)>(&long),
+            Err(CodecError::TrailingBytes(1))
+        );
+        assert!(matches!(
+            decode::<(u64, String)>(&bytes[..3]),
+            Err(CodecError::Corrupt(_))
+        ));
+    }
+}

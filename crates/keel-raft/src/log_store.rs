@@ -1,0 +1,263 @@
+//! The Raft log, vote and purge marker on sled.
+//!
+//! Trees: `logs` (key = big-endian index, so sled's order is log order),
+//! `vote`, `purged` and `committed` (one key each). Every write that openraft
+//! must find after a crash is flushed before it is acknowledged.
+
+use std::fmt::Debug;
+use std::ops::{Bound, RangeBounds};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{
+    AnyError, Entry, LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote,
+};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::codec;
+use crate::{NodeId, TypeConfig};
+
+/// Key of the single record in the one-key trees.
+const VALUE_KEY: &[u8] = b"value";
+
+/// openraft's storage error for this node id type.
+type StorageResult<T> = Result<T, StorageError<NodeId>>;
+
+/// Handle to the sled-backed Raft log. Cheap to clone: clones share the
+/// same trees, which is how openraft gets concurrent log readers.
+#[derive(Clone)]
+pub struct LogStore {
+    /// The database, flushed to make writes durable.
+    db: sled::Db,
+    /// Entries by big-endian index.
+    logs: sled::Tree,
+    /// The last vote granted or cast: must survive restarts or a node
+    /// could vote twice in one term.
+    vote: sled::Tree,
+    /// The id of the last purged entry, so the log's start is known when
+    /// every entry has been purged.
+    purged: sled::Tree,
+    /// The last known committed id: lets a restarted node re-apply
+    /// committed entries before it hears from a leader.
+    committed: sled::Tree,
+}
+
+/// The sled key of log index `index`.
+fn index_key(index: u64) -> [u8; 8] {
+    index.to_be_bytes()
+}
+
+/// The log index stored under `key`, if the key has the right shape.
+fn key_index(key: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(key.try_into().ok()?))
+}
+
+impl LogStore {
+    /// Opens the log trees of an already verified database.
+    pub(crate) fn open(db: &sled::Db) -> sled::Result<Self> {
+        Ok(Self {
+            db: db.clone(),
+            logs: db.open_tree("logs")?,
+            vote: db.open_tree("vote")?,
+            purged: db.open_tree("purged")?,
+            committed: db.open_tree("committed")?,
+        })
+    }
+
+    /// Checks that every stored record of the log decodes; run at open so
+    /// a corrupt dir is refused before the node joins the quorum.
+    pub(crate) fn verify(&self) -> Result<(), String> {
+        read_value::<Vote<NodeId>>(&self.vote).map_err(|e| format!("vote record: {e}"))?;
+        read_value::<LogId<NodeId>>(&self.purged).map_err(|e| format!("purge marker: {e}"))?;
+        read_value::<LogId<NodeId>>(&self.committed)
+            .map_err(|e| format!("committed marker: {e}"))?;
+        for kv in self.logs.iter() {
+            let (k, v) = kv.map_err(|e| format!("log tree: {e}"))?;
+            decode_entry(&k, &v).map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Writes everything so far to disk.
+    async fn flush(&self) -> Result<(), sled::Error> {
+        self.db.flush_async().await.map(|_| ())
+    }
+}
+
+/// Reads the one record of a one-key tree.
+fn read_value<T: DeserializeOwned>(tree: &sled::Tree) -> Result<Option<T>, AnyError> {
+    match tree.get(VALUE_KEY).map_err(|e| AnyError::new(&e))? {
+        None => Ok(None),
+        Some(bytes) => codec::decode(&bytes)
+            .map(Some)
+            .map_err(|e| AnyError::new(&e)),
+    }
+}
+
+/// Replaces the one record of a one-key tree (not flushed).
+fn write_value<T: Serialize>(tree: &sled::Tree, value: &T) -> Result<(), AnyError> {
+    let bytes = codec::encode(value).map_err(|e| AnyError::new(&e))?;
+    tree.insert(VALUE_KEY, bytes)
+        .map_err(|e| AnyError::new(&e))?;
+    Ok(())
+}
+
+/// Decodes a stored entry and checks it sits under its own index.
+fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry<TypeConfig>, AnyError> {
+    let entry: Entry<TypeConfig> = codec::decode(value).map_err(|e| AnyError::new(&e))?;
+    match key_index(key) {
+        Some(i) if i == entry.log_id.index => Ok(entry),
+        _ => Err(AnyError::error(format!(
+            "log entry {} is stored under key {key:?}",
+            entry.log_id
+        ))),
+    }
+}
+
+/// Turns a sled error into openraft's log-write error.
+fn write_err(e: impl std::error::Error + 'static) -> StorageError<NodeId> {
+    StorageIOError::write_logs(AnyError::new(&e)).into()
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> StorageResult<Vec<Entry<TypeConfig>>> {
+        let start = match range.start_bound() {
+            Bound::Included(&i) => i,
+            Bound::Excluded(&i) => match i.checked_add(1) {
+                Some(i) => i,
+                None => return Ok(Vec::new()),
+            },
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&i) => i.checked_add(1),
+            Bound::Excluded(&i) => Some(i),
+            Bound::Unbounded => None,
+        };
+        if end.is_some_and(|end| end <= start) {
+            return Ok(Vec::new());
+        }
+        let iter = match end {
+            Some(end) => self.logs.range(index_key(start)..index_key(end)),
+            None => self.logs.range(index_key(start)..),
+        };
+        let mut entries = Vec::new();
+        for kv in iter {
+            let (k, v) = kv.map_err(|e| StorageIOError::read_logs(AnyError::new(&e)))?;
+            entries.push(decode_entry(&k, &v).map_err(StorageIOError::read_logs)?);
+        }
+        Ok(entries)
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> StorageResult<LogState<TypeConfig>> {
+        let last_purged_log_id =
+            read_value::<LogId<NodeId>>(&self.purged).map_err(StorageIOError::read_logs)?;
+        let last = self
+            .logs
+            .last()
+            .map_err(|e| StorageIOError::read_logs(AnyError::new(&e)))?;
+        let last_log_id = match last {
+            Some((k, v)) => Some(
+                decode_entry(&k, &v)
+                    .map_err(StorageIOError::read_logs)?
+                    .log_id,
+            ),
+            None => last_purged_log_id,
+        };
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<NodeId>) -> StorageResult<()> {
+        write_value(&self.vote, vote).map_err(StorageIOError::write_vote)?;
+        self.flush()
+            .await
+            .map_err(|e| StorageIOError::write_vote(AnyError::new(&e)))?;
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> StorageResult<Option<Vote<NodeId>>> {
+        Ok(read_value(&self.vote).map_err(StorageIOError::read_vote)?)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId<NodeId>>) -> StorageResult<()> {
+        // Not flushed: a stale committed id only means re-applying less on
+        // restart; the leader re-sends the commit index anyway.
+        match committed {
+            Some(c) => write_value(&self.committed, &c).map_err(StorageIOError::write)?,
+            None => {
+                self.committed
+                    .remove(VALUE_KEY)
+                    .map_err(|e| StorageIOError::write(AnyError::new(&e)))?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> StorageResult<Option<LogId<NodeId>>> {
+        Ok(read_value(&self.committed).map_err(StorageIOError::read)?)
+    }
+
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> StorageResult<()>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut batch = sled::Batch::default();
+        for entry in entries {
+            let bytes = codec::encode(&entry)
+                .map_err(|e| StorageIOError::write_log_entry(entry.log_id, AnyError::new(&e)))?;
+            batch.insert(&index_key(entry.log_id.index), bytes);
+        }
+        self.logs.apply_batch(batch).map_err(write_err)?;
+        // Durable before acknowledged: one flush covers the whole batch.
+        match self.flush().await {
+            Ok(()) => {
+                callback.log_io_completed(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                callback.log_io_completed(Err(std::io::Error::other(e.to_string())));
+                Err(write_err(e))
+            }
+        }
+    }
+
+    async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        tracing::debug!(%log_id, "truncating the log from this entry on");
+        let mut batch = sled::Batch::default();
+        for key in self.logs.range(index_key(log_id.index)..).keys() {
+            batch.remove(key.map_err(write_err)?);
+        }
+        self.logs.apply_batch(batch).map_err(write_err)?;
+        self.flush().await.map_err(write_err)?;
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
+        tracing::debug!(%log_id, "purging the log up to this entry");
+        // Marker first: after a crash between the two steps the log state
+        // still starts after the marker, and leftovers are purged again.
+        write_value(&self.purged, &log_id).map_err(StorageIOError::write_logs)?;
+        let mut batch = sled::Batch::default();
+        for key in self.logs.range(..=index_key(log_id.index)).keys() {
+            batch.remove(key.map_err(write_err)?);
+        }
+        self.logs.apply_batch(batch).map_err(write_err)?;
+        self.flush().await.map_err(write_err)?;
+        Ok(())
+    }
+}

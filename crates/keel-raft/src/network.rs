@@ -1,0 +1,289 @@
+//! The client side of the Raft transport: openraft's RPCs as bincode bytes
+//! inside the `RaftService` gRPC envelope.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use keel_proto::pb::raft_service_client::RaftServiceClient;
+use keel_proto::pb::{RaftRequest, RaftResponse};
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Timeout, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::{BasicNode, RPCTypes};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::codec;
+use crate::{NodeId, TypeConfig};
+
+/// How long to wait for a TCP connection to a peer before calling it
+/// unreachable (openraft then backs off).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Largest gRPC message either side accepts: a snapshot chunk (3 MiB by
+/// default) or a batch of entries, with headroom.
+pub(crate) const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// Creates openraft's per-peer clients. Channels are cached per peer and
+/// shared by every client for that peer, so a replication stream that
+/// restarts reuses the connection.
+#[derive(Clone)]
+pub struct Network {
+    /// Sent with every request; peers of another cluster refuse it.
+    cluster_id: Arc<str>,
+    /// This node, named as the sender of every request.
+    node_id: NodeId,
+    /// Lazily connecting channel per peer, with the address it dials.
+    channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+}
+
+impl Network {
+    /// A network for node `node_id` of cluster `cluster_id`.
+    pub fn new(cluster_id: String, node_id: u64) -> Self {
+        Self {
+            cluster_id: cluster_id.into(),
+            node_id,
+            channels: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// The channel to `target` at `addr`, created (unconnected) on first use
+    /// and replaced when the peer's address changes.
+    fn channel(&self, target: NodeId, addr: &str) -> Result<Channel, String> {
+        let mut channels = self
+            .channels
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((cached_addr, channel)) = channels.get(&target) {
+            if cached_addr == addr {
+                return Ok(channel.clone());
+            }
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+            .map_err(|e| format!("bad address {addr:?} for node {target}: {e}"))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true);
+        // Lazy: the channel dials on first use and redials after failures.
+        let channel = endpoint.connect_lazy();
+        channels.insert(target, (addr.to_string(), channel.clone()));
+        Ok(channel)
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        PeerClient {
+            cluster_id: self.cluster_id.clone(),
+            from_node: self.node_id,
+            target,
+            node: node.clone(),
+            channel: self.channel(target, &node.addr),
+        }
+    }
+}
+
+/// openraft's connection to one peer.
+pub struct PeerClient {
+    /// Envelope cluster id.
+    cluster_id: Arc<str>,
+    /// This node.
+    from_node: NodeId,
+    /// The peer.
+    target: NodeId,
+    /// The peer's address, for error reports.
+    node: BasicNode,
+    /// The channel, or why the peer's address cannot be dialed.
+    channel: Result<Channel, String>,
+}
+
+/// Which RPC of the service to call.
+#[derive(Clone, Copy)]
+enum Rpc {
+    /// `Append`.
+    Append,
+    /// `Vote`.
+    Vote,
+    /// `InstallSnapshot`.
+    InstallSnapshot,
+}
+
+impl Rpc {
+    /// openraft's name for the RPC, used in timeout errors.
+    fn rpc_type(self) -> RPCTypes {
+        match self {
+            Rpc::Append => RPCTypes::AppendEntries,
+            Rpc::Vote => RPCTypes::Vote,
+            Rpc::InstallSnapshot => RPCTypes::InstallSnapshot,
+        }
+    }
+}
+
+/// A transport-level failure, carried inside openraft's network errors.
+#[derive(Debug, thiserror::Error)]
+enum TransportError {
+    /// The peer's address is unusable.
+    #[error("{0}")]
+    BadAddress(String),
+    /// gRPC failed (connection refused, reset, ...).
+    #[error("rpc to node {target} at {addr} failed: {status}")]
+    Status {
+        /// The peer.
+        target: NodeId,
+        /// Where it was dialed.
+        addr: String,
+        /// What tonic reported.
+        status: tonic::Status,
+    },
+    /// The peer refused the envelope (e.g. another cluster).
+    #[error("node {target} refused the request: {reason}")]
+    Refused {
+        /// The peer.
+        target: NodeId,
+        /// The peer's explanation.
+        reason: String,
+    },
+    /// Bytes that do not decode.
+    #[error("{0}")]
+    Codec(#[from] codec::CodecError),
+}
+
+impl PeerClient {
+    /// Sends one request and decodes the peer's `Result<Resp, RaftError<E>>`.
+    async fn call<Req, Resp, E>(
+        &mut self,
+        rpc: Rpc,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+        RaftError<NodeId, E>: DeserializeOwned,
+    {
+        let channel = match &self.channel {
+            Ok(c) => c.clone(),
+            Err(e) => {
+                return Err(RPCError::Unreachable(Unreachable::new(
+                    &TransportError::BadAddress(e.clone()),
+                )))
+            }
+        };
+        let payload = codec::encode(req)
+            .map_err(|e| RPCError::Network(NetworkError::new(&TransportError::Codec(e))))?;
+        let request = RaftRequest {
+            cluster_id: self.cluster_id.to_string(),
+            from_node: self.from_node,
+            payload,
+        };
+        let mut client = RaftServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let ttl = option.hard_ttl();
+        let call = async {
+            match rpc {
+                Rpc::Append => client.append(request).await,
+                Rpc::Vote => client.vote(request).await,
+                Rpc::InstallSnapshot => client.install_snapshot(request).await,
+            }
+        };
+        let response: RaftResponse = match tokio::time::timeout(ttl, call).await {
+            Err(_elapsed) => {
+                return Err(RPCError::Timeout(Timeout {
+                    action: rpc.rpc_type(),
+                    id: self.from_node,
+                    target: self.target,
+                    timeout: ttl,
+                }))
+            }
+            Ok(Err(status)) => return Err(self.status_error(rpc, status, ttl)),
+            Ok(Ok(response)) => response.into_inner(),
+        };
+        if !response.error.is_empty() {
+            // A refused envelope will be refused again: back off.
+            return Err(RPCError::Unreachable(Unreachable::new(
+                &TransportError::Refused {
+                    target: self.target,
+                    reason: response.error,
+                },
+            )));
+        }
+        let result: Result<Resp, RaftError<NodeId, E>> = codec::decode(&response.payload)
+            .map_err(|e| RPCError::Network(NetworkError::new(&TransportError::Codec(e))))?;
+        result.map_err(|e| {
+            RPCError::RemoteError(RemoteError::new_with_node(
+                self.target,
+                self.node.clone(),
+                e,
+            ))
+        })
+    }
+
+    /// Maps a gRPC failure to the openraft error that gets the right retry
+    /// behaviour: unreachable peers are backed off, others retried.
+    fn status_error<E: std::error::Error>(
+        &self,
+        rpc: Rpc,
+        status: tonic::Status,
+        ttl: Duration,
+    ) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
+        match status.code() {
+            tonic::Code::DeadlineExceeded => RPCError::Timeout(Timeout {
+                action: rpc.rpc_type(),
+                id: self.from_node,
+                target: self.target,
+                timeout: ttl,
+            }),
+            code => {
+                let err = TransportError::Status {
+                    target: self.target,
+                    addr: self.node.addr.clone(),
+                    status,
+                };
+                if code == tonic::Code::Unavailable {
+                    RPCError::Unreachable(Unreachable::new(&err))
+                } else {
+                    RPCError::Network(NetworkError::new(&err))
+                }
+            }
+        }
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.call(Rpc::Append, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        self.call(Rpc::InstallSnapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        self.call(Rpc::Vote, &rpc, &option).await
+    }
+}

@@ -1,0 +1,343 @@
+//! The replicated state machine: the [`MetadataImage`] in memory, persisted
+//! only through snapshots kept in sled.
+//!
+//! On restart the latest snapshot becomes the image and openraft replays the
+//! log after it, so the image is never written entry by entry.
+
+use std::io::Cursor;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use keel_metadata::MetadataImage;
+use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
+use openraft::{
+    AnyError, BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder,
+    StorageError, StorageIOError, StoredMembership,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::codec;
+use crate::{ClientResponse, NodeId, TypeConfig};
+
+/// Key of the current snapshot in the `snapshot` tree.
+const SNAPSHOT_KEY: &[u8] = b"current";
+
+/// openraft's storage error for this node id type.
+type StorageResult<T> = Result<T, StorageError<NodeId>>;
+
+/// What a node has applied, as published to [`StateMachineStore::subscribe`]
+/// readers after every applied chunk and every installed snapshot.
+#[derive(Clone, Debug, Default)]
+pub struct AppliedState {
+    /// The metadata after the last applied entry.
+    pub image: MetadataImage,
+    /// The last applied entry; `None` before anything was applied.
+    pub last_applied: Option<LogId<NodeId>>,
+    /// The last membership config applied (or installed with a snapshot).
+    pub membership: StoredMembership<NodeId, BasicNode>,
+}
+
+/// The body of a snapshot: the image plus the Raft position it reflects,
+/// so the data alone is enough to check it against its metadata.
+#[derive(Serialize, Deserialize)]
+struct SnapshotPayload {
+    /// `MetadataImage::encode()` bytes (versioned, validated on decode).
+    image: Vec<u8>,
+    /// The last entry the image includes.
+    last_applied: Option<LogId<NodeId>>,
+    /// The membership in effect at `last_applied`.
+    membership: StoredMembership<NodeId, BasicNode>,
+}
+
+/// A snapshot as stored in sled: openraft's metadata plus the payload bytes.
+#[derive(Clone, Serialize, Deserialize)]
+struct StoredSnapshot {
+    /// openraft's description of the snapshot.
+    meta: SnapshotMeta<NodeId, BasicNode>,
+    /// Encoded [`SnapshotPayload`], exactly as sent to peers.
+    data: Vec<u8>,
+}
+
+impl StoredSnapshot {
+    /// The state this snapshot restores; fails on any inconsistency.
+    fn decode_state(&self) -> Result<AppliedState, String> {
+        let payload: SnapshotPayload =
+            codec::decode(&self.data).map_err(|e| format!("snapshot payload: {e}"))?;
+        let image =
+            MetadataImage::decode(&payload.image).map_err(|e| format!("snapshot image: {e}"))?;
+        if payload.last_applied != self.meta.last_log_id {
+            return Err(format!(
+                "snapshot data ends at {:?} but its metadata says {:?}",
+                payload.last_applied, self.meta.last_log_id
+            ));
+        }
+        if payload.membership != self.meta.last_membership {
+            return Err("snapshot data and metadata disagree on membership".into());
+        }
+        let expected_offset = payload.last_applied.map_or(0, |l| l.index);
+        if image.offset() != expected_offset {
+            return Err(format!(
+                "snapshot image is at offset {} but the snapshot ends at index {expected_offset}",
+                image.offset()
+            ));
+        }
+        Ok(AppliedState {
+            image,
+            last_applied: payload.last_applied,
+            membership: payload.membership,
+        })
+    }
+
+    /// The form openraft hands around.
+    fn to_snapshot(&self) -> Snapshot<TypeConfig> {
+        Snapshot {
+            meta: self.meta.clone(),
+            snapshot: Box::new(Cursor::new(self.data.clone())),
+        }
+    }
+}
+
+/// Durable home of the current snapshot, shared by the state machine and
+/// its snapshot builders.
+struct SnapshotStore {
+    /// Flushed after every snapshot write.
+    db: sled::Db,
+    /// Holds the one current snapshot.
+    tree: sled::Tree,
+    /// In-memory copy of the stored snapshot; the lock also orders a
+    /// concurrent build and install so an older one never replaces a newer.
+    current: tokio::sync::Mutex<Option<StoredSnapshot>>,
+    /// Makes snapshot ids unique across builds of the same index.
+    next_seq: AtomicU64,
+}
+
+impl SnapshotStore {
+    /// Stores `snapshot` unless a newer one is already stored.
+    async fn save(&self, snapshot: StoredSnapshot) -> Result<(), AnyError> {
+        let mut current = self.current.lock().await;
+        if let Some(existing) = current.as_ref() {
+            if existing.meta.last_log_id > snapshot.meta.last_log_id {
+                return Ok(());
+            }
+        }
+        let bytes = codec::encode(&snapshot).map_err(|e| AnyError::new(&e))?;
+        self.tree
+            .insert(SNAPSHOT_KEY, bytes)
+            .map_err(|e| AnyError::new(&e))?;
+        self.db.flush_async().await.map_err(|e| AnyError::new(&e))?;
+        *current = Some(snapshot);
+        Ok(())
+    }
+}
+
+/// The state machine openraft applies committed entries to. Owns the
+/// image; readers get copies through [`subscribe`](Self::subscribe).
+pub struct StateMachineStore {
+    /// The metadata after the last applied entry.
+    image: MetadataImage,
+    /// The last applied entry.
+    last_applied: Option<LogId<NodeId>>,
+    /// The last applied membership.
+    membership: StoredMembership<NodeId, BasicNode>,
+    /// Where snapshots are kept.
+    snapshots: Arc<SnapshotStore>,
+    /// Publishes every new applied state.
+    published: watch::Sender<Arc<AppliedState>>,
+}
+
+impl StateMachineStore {
+    /// Opens the snapshot tree and restores the latest snapshot, if any.
+    /// The error is a description of what is corrupt.
+    pub(crate) fn open(db: &sled::Db, seq_seed: u64) -> Result<Self, String> {
+        let tree = db
+            .open_tree("snapshot")
+            .map_err(|e| format!("snapshot tree: {e}"))?;
+        let stored = match tree
+            .get(SNAPSHOT_KEY)
+            .map_err(|e| format!("snapshot tree: {e}"))?
+        {
+            None => None,
+            Some(bytes) => Some(
+                codec::decode::<StoredSnapshot>(&bytes)
+                    .map_err(|e| format!("stored snapshot: {e}"))?,
+            ),
+        };
+        let state = match &stored {
+            None => AppliedState::default(),
+            Some(s) => s.decode_state()?,
+        };
+        let (published, _) = watch::channel(Arc::new(state.clone()));
+        Ok(Self {
+            image: state.image,
+            last_applied: state.last_applied,
+            membership: state.membership,
+            snapshots: Arc::new(SnapshotStore {
+                db: db.clone(),
+                tree,
+                current: tokio::sync::Mutex::new(stored),
+                next_seq: AtomicU64::new(seq_seed),
+            }),
+            published,
+        })
+    }
+
+    /// A receiver that always holds the latest applied state. Cheap to
+    /// read: the image is a persistent map shared with the state machine.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<AppliedState>> {
+        self.published.subscribe()
+    }
+
+    /// Sends the current state to subscribers.
+    fn publish(&self) {
+        self.published.send_replace(Arc::new(AppliedState {
+            image: self.image.clone(),
+            last_applied: self.last_applied,
+            membership: self.membership.clone(),
+        }));
+    }
+}
+
+/// Builds a snapshot from a frozen copy of the state machine, so openraft
+/// can keep applying while the snapshot is encoded and written.
+pub struct SnapshotBuilder {
+    /// The image at `last_applied`.
+    image: MetadataImage,
+    /// The last entry the snapshot includes.
+    last_applied: Option<LogId<NodeId>>,
+    /// The membership at `last_applied`.
+    membership: StoredMembership<NodeId, BasicNode>,
+    /// Where the snapshot is saved.
+    snapshots: Arc<SnapshotStore>,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
+        let write_err = |e: AnyError| StorageIOError::write_snapshot(None, e);
+        self.image
+            .validate()
+            .map_err(|e| write_err(AnyError::new(&e)))?;
+        let payload = SnapshotPayload {
+            image: self.image.encode(),
+            last_applied: self.last_applied,
+            membership: self.membership.clone(),
+        };
+        let data = codec::encode(&payload).map_err(|e| write_err(AnyError::new(&e)))?;
+        let seq = self.snapshots.next_seq.fetch_add(1, Ordering::Relaxed);
+        let snapshot_id = match self.last_applied {
+            Some(l) => format!("{}-{}-{seq}", l.leader_id, l.index),
+            None => format!("none-{seq}"),
+        };
+        let stored = StoredSnapshot {
+            meta: SnapshotMeta {
+                last_log_id: self.last_applied,
+                last_membership: self.membership.clone(),
+                snapshot_id,
+            },
+            data,
+        };
+        let snapshot = stored.to_snapshot();
+        self.snapshots
+            .save(stored)
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(Some(snapshot.meta.signature()), e))?;
+        tracing::info!(meta = %snapshot.meta, "built snapshot");
+        Ok(snapshot)
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(
+        &mut self,
+    ) -> StorageResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>)> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> StorageResult<Vec<ClientResponse>>
+    where
+        I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        // Work on a copy (O(1)) so a failed chunk leaves nothing half-applied.
+        let mut image = self.image.clone();
+        let mut last_applied = self.last_applied;
+        let mut membership = self.membership.clone();
+        let mut responses = Vec::new();
+        for entry in entries {
+            let log_id = entry.log_id;
+            match &entry.payload {
+                EntryPayload::Blank => image.advance_offset(log_id.index),
+                EntryPayload::Normal(batch) => {
+                    if let Err(e) = image.replay_batch(batch, log_id.index) {
+                        // A committed entry that does not replay means this
+                        // node's state diverged or the log is corrupt: stop.
+                        tracing::error!(
+                            index = log_id.index,
+                            error = %e,
+                            "replay of a committed entry failed; stopping this node"
+                        );
+                        return Err(StorageIOError::apply(log_id, AnyError::new(&e)).into());
+                    }
+                }
+                EntryPayload::Membership(m) => {
+                    image.advance_offset(log_id.index);
+                    membership = StoredMembership::new(Some(log_id), m.clone());
+                }
+            }
+            last_applied = Some(log_id);
+            responses.push(ClientResponse {});
+        }
+        if !responses.is_empty() {
+            self.image = image;
+            self.last_applied = last_applied;
+            self.membership = membership;
+            self.publish();
+        }
+        Ok(responses)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        SnapshotBuilder {
+            image: self.image.clone(),
+            last_applied: self.last_applied,
+            membership: self.membership.clone(),
+            snapshots: self.snapshots.clone(),
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> StorageResult<Box<Cursor<Vec<u8>>>> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> StorageResult<()> {
+        let stored = StoredSnapshot {
+            meta: meta.clone(),
+            data: snapshot.into_inner(),
+        };
+        let state = stored.decode_state().map_err(|e| {
+            tracing::error!(meta = %meta, error = %e, "refusing a snapshot that does not decode");
+            StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e))
+        })?;
+        self.snapshots
+            .save(stored)
+            .await
+            .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), e))?;
+        tracing::info!(meta = %meta, "installed snapshot");
+        self.image = state.image;
+        self.last_applied = state.last_applied;
+        self.membership = state.membership;
+        self.publish();
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
+        let current = self.snapshots.current.lock().await;
+        Ok(current.as_ref().map(StoredSnapshot::to_snapshot))
+    }
+}

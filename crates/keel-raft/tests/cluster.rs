@@ -1,0 +1,194 @@
+//! A three-node quorum in one process: replication, snapshot catch-up and
+//! recovery from disk.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use keel_raft::default_config;
+
+/// Total size of the files under `dir`.
+fn dir_size(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let p = e.path();
+            total += if p.is_dir() {
+                dir_size(&p)
+            } else {
+                e.metadata().map_or(0, |m| m.len())
+            };
+        }
+    }
+    total
+}
+use openraft::SnapshotPolicy;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_commit_ten_thousand_batches_to_identical_images() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let config = Arc::new(default_config(CLUSTER));
+    let nodes = start_cluster(root.path(), config).await;
+    let leader = wait_leader(&nodes).await;
+    let leader = &nodes[leader as usize - 1].raft;
+
+    let total = 10_000u64;
+    let started = Instant::now();
+    let last = write_batches(leader, 0..total, 256).await;
+    let elapsed = started.elapsed();
+    assert_converged(&nodes, last).await;
+    println!(
+        "durable commit throughput (3 nodes, 256 in flight): {total} batches in {:.2?} = {:.0} batches/s",
+        elapsed,
+        total as f64 / elapsed.as_secs_f64()
+    );
+
+    let started = Instant::now();
+    let serial = 200u64;
+    let last = write_batches(leader, total..total + serial, 1).await;
+    let elapsed = started.elapsed();
+    println!(
+        "durable commit latency (3 nodes, one at a time): {serial} batches in {:.2?} = {:.2?} per batch",
+        elapsed,
+        elapsed / serial as u32
+    );
+    assert_converged(&nodes, last).await;
+    for n in &nodes {
+        assert_eq!(
+            n.applied().image.topic_count(),
+            total as usize + serial as usize
+        );
+    }
+    let disk_bytes = dir_size(&nodes[0].dir);
+    println!(
+        "node 1 data dir after {} entries: {:.1} MiB",
+        last,
+        disk_bytes as f64 / (1 << 20) as f64
+    );
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .map(str::to_string)
+        });
+    println!("test process (3 nodes) {}", rss.unwrap_or_default());
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stopped_follower_catches_up_from_a_snapshot_after_the_log_was_purged() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let mut config = default_config(CLUSTER);
+    config.snapshot_policy = SnapshotPolicy::LogsSinceLast(200);
+    config.max_in_snapshot_log_to_keep = 0;
+    config.purge_batch_size = 1;
+    let config = Arc::new(config.validate().unwrap());
+    let mut nodes = start_cluster(root.path(), config.clone()).await;
+    let leader_id = wait_leader(&nodes).await;
+
+    let first = {
+        let leader = &nodes[leader_id as usize - 1].raft;
+        write_batches(leader, 0..50, 16).await
+    };
+    assert_converged(&nodes, first).await;
+
+    // Stop a follower.
+    let follower_pos = nodes.iter().position(|n| n.id != leader_id).unwrap();
+    let follower = nodes.remove(follower_pos);
+    let behind = follower.applied().last_applied.unwrap().index;
+    let (fid, fdir, faddr) = follower.stop().await;
+
+    // Enough writes for several snapshots and a purge past the follower.
+    let leader = &nodes.iter().find(|n| n.id == leader_id).unwrap().raft;
+    let last = write_batches(leader, 50..1_050, 64).await;
+    let purged = leader
+        .wait(Some(PATIENCE))
+        .metrics(
+            |m| m.purged.is_some_and(|p| p.index > behind + 200),
+            "leader purged past the stopped follower",
+        )
+        .await
+        .unwrap()
+        .purged
+        .unwrap()
+        .index;
+    println!("follower stopped at {behind}; leader purged up to {purged}; log at {last}");
+
+    // The follower comes back on the same dir and address.
+    let follower = TestNode::restart(fid, &fdir, &faddr, config.clone()).await;
+    assert_eq!(
+        follower.recovered.last_applied.map(|l| l.index),
+        Some(behind),
+        "the follower recovered what it had applied"
+    );
+    nodes.push(follower);
+    let hash = assert_converged(&nodes, last).await;
+
+    let follower = nodes.iter().find(|n| n.id == fid).unwrap();
+    let m = follower.raft.metrics().borrow().clone();
+    let snapshot = m.snapshot.expect("the follower holds a snapshot");
+    assert!(
+        snapshot.index >= purged,
+        "the follower's snapshot ({snapshot}) covers the purged log (up to {purged})"
+    );
+    assert_eq!(follower.applied().image.hash(), hash);
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn whole_cluster_restart_recovers_state_from_disk() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let mut config = default_config(CLUSTER);
+    // Small enough that recovery goes through a snapshot plus the log after it.
+    config.snapshot_policy = SnapshotPolicy::LogsSinceLast(300);
+    let config = Arc::new(config.validate().unwrap());
+    let nodes = start_cluster(root.path(), config.clone()).await;
+    let leader_id = wait_leader(&nodes).await;
+    let last = write_batches(&nodes[leader_id as usize - 1].raft, 0..1_000, 64).await;
+    let hash = assert_converged(&nodes, last).await;
+    let applied = nodes[0].applied().last_applied;
+    for n in &nodes {
+        // Recovery below starts from this snapshot, then replays the log.
+        n.raft
+            .wait(Some(PATIENCE))
+            .metrics(|m| m.snapshot.is_some(), "a snapshot was built")
+            .await
+            .unwrap();
+    }
+
+    let mut stopped = Vec::new();
+    for n in nodes {
+        stopped.push(n.stop().await);
+    }
+    // Give the dropped stores a moment; `restart` waits for the lock anyway.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let mut nodes = Vec::new();
+    for (id, dir, addr) in &stopped {
+        let node = TestNode::restart(*id, dir, addr, config.clone()).await;
+        // Raft::new re-applies the committed log after the snapshot before
+        // the node talks to anyone: the image is back as it was.
+        assert_eq!(node.recovered.last_applied, applied, "node {id}");
+        assert_eq!(node.recovered.image.hash(), hash, "node {id}");
+        nodes.push(node);
+    }
+    let leader_id = wait_leader(&nodes).await;
+    let more = write_batches(&nodes[leader_id as usize - 1].raft, 1_000..1_100, 16).await;
+    assert_converged(&nodes, more).await;
+    for n in &nodes {
+        assert_eq!(n.applied().image.topic_count(), 1_100);
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}

@@ -131,6 +131,7 @@ fn overwritten_db_files_fail_to_open_with_an_error() {
         }
     });
     let err = result.expect_err("a db full of garbage must not open");
+    println!("garbage-filled db: {err}");
     assert!(
         matches!(err, StorageOpenError::Corrupt(_)),
         "unexpected error: {err}"
@@ -148,6 +149,10 @@ fn truncated_db_files_fail_or_recover_without_panicking() {
             f.set_len(len / 3).unwrap();
         }
     });
+    println!(
+        "truncated db: {:?}",
+        result.as_ref().map_err(|e| e.to_string())
+    );
     if let Err(e) = result {
         assert!(
             matches!(
@@ -172,8 +177,39 @@ fn emptied_db_files_fail_to_open_instead_of_starting_empty() {
         }
     });
     let err = result.expect_err("an emptied db must not open as a new one");
+    println!("emptied db: {err}");
     assert!(
         matches!(err, StorageOpenError::Corrupt(_)),
         "unexpected error: {err}"
     );
+}
+
+#[test]
+fn flipped_bytes_inside_db_files_never_panic_the_open() {
+    for fraction in [10u64, 4, 2] {
+        let result = open_after(|dir| {
+            for file in db_files(dir) {
+                let len = fs::metadata(&file).unwrap().len();
+                if len < 64 {
+                    continue;
+                }
+                let mut f = fs::OpenOptions::new().write(true).open(&file).unwrap();
+                f.seek(SeekFrom::Start(len / fraction)).unwrap();
+                f.write_all(&[0xFF; 32]).unwrap();
+            }
+        });
+        println!(
+            "32 bytes flipped at 1/{fraction} of each file: {:?}",
+            result.as_ref().map_err(|e| e.to_string())
+        );
+        if let Err(e) = result {
+            assert!(
+                matches!(
+                    e,
+                    StorageOpenError::Corrupt(_) | StorageOpenError::Io { .. }
+                ),
+                "unexpected error: {e}"
+            );
+        }
+    }
 }

@@ -25,17 +25,26 @@ pub const PATIENCE: Duration = Duration::from_secs(60);
 
 /// One running node.
 pub struct TestNode {
+    /// Raft node id.
     pub id: u64,
+    /// `host:port` the node serves on (kept across restarts: it is in the
+    /// membership).
     pub addr: String,
+    /// The node's data dir.
     pub dir: PathBuf,
+    /// The running Raft.
     pub raft: KeelRaft,
+    /// Latest applied state, as the controller would read it.
     pub state: watch::Receiver<Arc<AppliedState>>,
     /// State right after `Raft::new`: what the node recovered from disk.
     pub recovered: Arc<AppliedState>,
+    /// The tonic server task.
     server: JoinHandle<()>,
+    /// Triggers the server's graceful shutdown.
     stop_server: Option<oneshot::Sender<()>>,
 }
 
+/// Test logs at `RUST_LOG` (default: warnings).
 pub fn init_tracing() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(
@@ -142,10 +151,12 @@ impl TestNode {
         (self.id, self.dir, self.addr)
     }
 
+    /// The node's latest applied state.
     pub fn applied(&self) -> Arc<AppliedState> {
         self.state.borrow().clone()
     }
 
+    /// Blocks until the node applied `index`.
     pub async fn wait_applied(&self, index: u64) {
         self.raft
             .wait(Some(PATIENCE))

@@ -5,6 +5,8 @@
 //! The replicated state is the [`keel_metadata::MetadataImage`]; each Raft
 //! entry carries one [`keel_metadata::RecordBatch`].
 
+#![warn(missing_docs)]
+
 mod codec;
 mod config;
 mod error;

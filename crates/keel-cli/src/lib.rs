@@ -9,7 +9,9 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod admin;
+mod broker;
 mod controller;
+mod dev;
 mod logging;
 mod output;
 
@@ -35,6 +37,10 @@ struct Cli {
 enum Command {
     /// Run a controller node (one voter of the Raft quorum).
     Controller(controller::ControllerArgs),
+    /// Run a broker process.
+    Broker(broker::BrokerArgs),
+    /// Start a local 3-controller + 3-broker cluster (the quickest way to try Keel).
+    Dev(dev::DevArgs),
     /// Topics: create, delete, list, describe, alter-config.
     Topics(admin::TopicsArgs),
     /// Partitions: add partitions to a topic.
@@ -65,6 +71,8 @@ pub fn main() -> ExitCode {
     rt.block_on(async move {
         match cli.command {
             Command::Controller(a) => controller::run(a).await,
+            Command::Broker(a) => broker::run(a).await,
+            Command::Dev(a) => dev::run(a).await,
             Command::Topics(a) => admin::topics(a).await,
             Command::Partitions(a) => admin::partitions(a).await,
             Command::Cluster(a) => admin::cluster(a).await,

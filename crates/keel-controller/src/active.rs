@@ -10,12 +10,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use keel_metadata::planner;
 use keel_metadata::{ApiError, ErrorCode, MetadataImage, MetadataRecord, RecordBatch};
 use keel_raft::KeelRaft;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::channel::ChannelManager;
 use crate::shared::{now_ms, Shared};
 
 /// Commands decided together in one batch, at most.
@@ -171,6 +173,7 @@ pub(crate) async fn run(
     };
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut channels = ChannelManager::start(shared.clone(), epoch, &shared.image());
     tracing::info!(
         node = shared.config.node_id,
         term = epoch,
@@ -191,7 +194,8 @@ pub(crate) async fn run(
         }
         metrics::gauge!("keel_controller_event_queue_size").set(rx.len() as f64);
 
-        let mut working = shared.image();
+        let base = shared.image();
+        let mut working = base.clone();
         let mut records = Vec::new();
         let mut replies = Vec::new();
         for cmd in batch {
@@ -226,6 +230,7 @@ pub(crate) async fn run(
             }
             continue;
         }
+        let plan = planner::plan(&base, &working, &records);
         let started = Instant::now();
         match propose(&shared.raft, records).await {
             Ok(index) => {
@@ -234,6 +239,9 @@ pub(crate) async fn run(
                 for r in replies {
                     r(Ok(index));
                 }
+                // The applied image now holds these entries (with their real
+                // indexes, e.g. broker epochs): plan requests from it.
+                channels.apply(&plan, &shared.image(), index);
             }
             Err(e) => {
                 tracing::warn!(node = shared.config.node_id, term = epoch, error = %e, "proposal failed; leaving the active role");

@@ -11,6 +11,7 @@ pub mod heartbeat;
 pub mod ids;
 pub mod image;
 pub mod placement;
+pub mod planner;
 pub mod records;
 pub mod selectors;
 pub mod state;

@@ -1,0 +1,219 @@
+//! `keel broker`: a broker process (and `keel broker unregister`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use keel_broker::{Broker, BrokerConfig};
+use serde::Deserialize;
+
+use crate::admin::Common;
+use crate::logging::{self, LogFormat};
+use crate::output::{self, Output};
+use crate::EXIT_LOCAL;
+
+/// Options of `keel broker`: flags, `KEEL_BROKER_*` environment variables,
+/// or keys of the optional TOML file (flags win).
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BrokerArgs {
+    #[command(subcommand)]
+    cmd: Option<BrokerCmd>,
+    /// TOML file with any of the options below (keys as the long flags, with `_`).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// This broker's id.
+    #[arg(long, env = "KEEL_BROKER_ID")]
+    broker_id: Option<u32>,
+    /// Own address, e.g. 127.0.0.21:9092 (also the source of outgoing connections).
+    #[arg(long, env = "KEEL_BROKER_LISTEN")]
+    listen: Option<SocketAddr>,
+    /// Any controller addresses, comma separated.
+    #[arg(long, env = "KEEL_CONTROLLERS")]
+    controllers: Option<String>,
+    #[arg(long, env = "KEEL_CLUSTER_ID")]
+    cluster_id: Option<String>,
+    #[arg(long, env = "KEEL_BROKER_RACK")]
+    rack: Option<String>,
+    /// Log directories, comma separated.
+    #[arg(long, env = "KEEL_BROKER_LOG_DIRS")]
+    log_dirs: Option<String>,
+    /// Holds the incarnation id, last epoch and leadership history.
+    #[arg(long, env = "KEEL_BROKER_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Heartbeat interval in ms [default: 2000].
+    #[arg(long, env = "KEEL_HEARTBEAT_INTERVAL_MS")]
+    heartbeat_interval_ms: Option<u64>,
+    /// Session timeout in ms [default: 9000].
+    #[arg(long, env = "KEEL_SESSION_TIMEOUT_MS")]
+    session_timeout_ms: Option<u64>,
+    /// replica.lag.time.max.ms [default: 30000].
+    #[arg(long, env = "KEEL_REPLICA_LAG_TIME_MAX_MS")]
+    replica_lag_time_max_ms: Option<u64>,
+    /// Prometheus metrics address.
+    #[arg(long, env = "KEEL_METRICS_LISTEN")]
+    metrics_listen: Option<SocketAddr>,
+    #[arg(long, env = "KEEL_LOG_FORMAT", value_enum)]
+    log_format: Option<LogFormat>,
+}
+
+#[derive(Subcommand, Debug)]
+enum BrokerCmd {
+    /// Remove a fenced broker from the cluster for good.
+    Unregister {
+        #[arg(long)]
+        id: u32,
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+#[derive(Deserialize, Debug, Default)]
+#[serde(deny_unknown_fields)]
+struct BrokerFile {
+    broker_id: Option<u32>,
+    listen: Option<SocketAddr>,
+    controllers: Option<String>,
+    cluster_id: Option<String>,
+    rack: Option<String>,
+    log_dirs: Option<String>,
+    data_dir: Option<PathBuf>,
+    heartbeat_interval_ms: Option<u64>,
+    session_timeout_ms: Option<u64>,
+    replica_lag_time_max_ms: Option<u64>,
+    metrics_listen: Option<SocketAddr>,
+    log_format: Option<LogFormat>,
+}
+
+fn list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(|x| x.trim().to_string())
+        .filter(|x| !x.is_empty())
+        .collect()
+}
+
+fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat), String> {
+    let f: BrokerFile = match &a.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
+        }
+        None => BrokerFile::default(),
+    };
+    let need = |n: &str| format!("--{n} is required (flag, env var or config file)");
+    let id = a
+        .broker_id
+        .or(f.broker_id)
+        .ok_or_else(|| need("broker-id"))?;
+    let listen = a.listen.or(f.listen).ok_or_else(|| need("listen"))?;
+    let controllers = list(
+        &a.controllers
+            .clone()
+            .or(f.controllers)
+            .ok_or_else(|| need("controllers"))?,
+    );
+    let cluster_id = a
+        .cluster_id
+        .clone()
+        .or(f.cluster_id)
+        .ok_or_else(|| need("cluster-id"))?;
+    let data_dir = a
+        .data_dir
+        .clone()
+        .or(f.data_dir)
+        .ok_or_else(|| need("data-dir"))?;
+    let mut c = BrokerConfig::new(id, listen, controllers, cluster_id, data_dir.clone());
+    c.rack = a.rack.clone().or(f.rack);
+    c.log_dirs = match a.log_dirs.clone().or(f.log_dirs) {
+        Some(s) => list(&s),
+        None => vec![data_dir.join("log").display().to_string()],
+    };
+    if let Some(v) = a.heartbeat_interval_ms.or(f.heartbeat_interval_ms) {
+        c.heartbeat_interval_ms = v;
+    }
+    if let Some(v) = a.session_timeout_ms.or(f.session_timeout_ms) {
+        c.session_timeout_ms = v;
+    }
+    if let Some(v) = a.replica_lag_time_max_ms.or(f.replica_lag_time_max_ms) {
+        c.replica_lag_time_max_ms = v;
+    }
+    Ok((
+        c,
+        a.metrics_listen.or(f.metrics_listen),
+        a.log_format.or(f.log_format).unwrap_or_default(),
+    ))
+}
+
+pub async fn run(a: BrokerArgs) -> ExitCode {
+    if let Some(BrokerCmd::Unregister { id, common }) = a.cmd {
+        let client = common.client();
+        let r = client
+            .admin(|mut c| async move {
+                c.unregister_broker(keel_proto::pb::UnregisterBrokerRequest { broker_id: id })
+                    .await
+            })
+            .await;
+        return match r {
+            Ok(r) => match keel_proto::convert::check(&r.error) {
+                Ok(()) => {
+                    match common.output {
+                        Output::Json => {
+                            output::json(&serde_json::json!({"id": id, "unregistered": true}))
+                        }
+                        Output::Table => println!("Broker {id} unregistered."),
+                    }
+                    ExitCode::SUCCESS
+                }
+                Err(e) => output::refused(&e),
+            },
+            Err(e) => output::unreachable(&e),
+        };
+    }
+    let (config, metrics, format) = match build(&a) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    logging::init(format);
+    if let Err(e) = logging::metrics(metrics) {
+        eprintln!("error: {e}");
+        return ExitCode::from(EXIT_LOCAL);
+    }
+    let broker = match Broker::start(config).await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "broker failed to start");
+            eprintln!("error: {e:#}");
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    };
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: cannot watch signals: {e}");
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+        e = broker.failed() => {
+            tracing::error!(error = %format!("{e:#}"), "broker stopped");
+            eprintln!("error: {e:#}");
+            let _ = broker.shutdown(false).await;
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    }
+    tracing::info!("shutting down (controlled)");
+    match broker.shutdown(true).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_LOCAL)
+        }
+    }
+}

@@ -1,0 +1,434 @@
+//! The channel manager: one tokio task per broker, each with a bounded
+//! queue, sending the `LeaderAndIsr` / `UpdateMetadata` / `StopReplica`
+//! requests the pure planner decided, with retry, backoff and reconnect.
+//!
+//! Owned by the active controller's event loop (no locks); dropped on
+//! resignation, which stops every task. Superseded `UpdateMetadata`
+//! requests are coalesced: a queued full view makes older ones moot. A
+//! queue that overflows is replaced by a full resync read from the image.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_metadata::planner::{BrokerRequestPlan, ChannelAction};
+use keel_metadata::{BrokerEpoch, BrokerId, ErrorCode, MetadataImage, TopicPartition};
+use keel_proto::convert::{broker_to_pb, partition_to_pb};
+use keel_proto::pb;
+use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::shared::Shared;
+
+/// Requests queued per broker before the channel falls back to a resync.
+const QUEUE: usize = 1024;
+/// Partitions per request: keeps every message far below gRPC's size limit.
+pub const PARTITIONS_PER_REQUEST: usize = 10_000;
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// One request to one broker (the stamp is added by the channel).
+#[derive(Clone, Debug)]
+pub enum Outgoing {
+    LeaderAndIsr(Vec<pb::PartitionState>, Vec<pb::BrokerInfo>),
+    UpdateMetadata {
+        offset: u64,
+        full: bool,
+        brokers: Vec<pb::BrokerInfo>,
+        partitions: Vec<pb::PartitionState>,
+        deleted: Vec<Vec<u8>>,
+    },
+    StopReplica(Vec<pb::StopReplicaItem>),
+}
+
+struct BrokerChannel {
+    epoch: BrokerEpoch,
+    tx: mpsc::Sender<Outgoing>,
+    /// Set when the queue overflowed: the task resends the full state.
+    resync: Arc<AtomicBool>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for BrokerChannel {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Every broker channel of one activation.
+pub struct ChannelManager {
+    shared: Arc<Shared>,
+    /// Controller epoch stamped on every request.
+    epoch: u64,
+    channels: BTreeMap<BrokerId, BrokerChannel>,
+}
+
+fn partition_states(
+    image: &MetadataImage,
+    tps: impl IntoIterator<Item = TopicPartition>,
+) -> Vec<pb::PartitionState> {
+    tps.into_iter()
+        .filter_map(|tp| {
+            let p = image.partition(&tp)?;
+            let name = image
+                .topic(tp.topic_id)
+                .map(|t| t.name.as_str())
+                .unwrap_or("");
+            Some(partition_to_pb(name, &tp, p))
+        })
+        .collect()
+}
+
+fn all_brokers(image: &MetadataImage) -> Vec<pb::BrokerInfo> {
+    image.brokers().map(broker_to_pb).collect()
+}
+
+/// The full state of one broker: every broker and partition for its cache,
+/// and `LeaderAndIsr` for every partition it hosts.
+pub fn full_state(image: &MetadataImage, broker: BrokerId) -> Vec<Outgoing> {
+    let brokers = all_brokers(image);
+    let all: Vec<pb::PartitionState> = image
+        .partitions()
+        .map(|(tp, p)| {
+            let name = image.topic(tp.topic_id).map(|t| t.name.as_str()).unwrap_or("");
+            partition_to_pb(name, tp, p)
+        })
+        .collect();
+    let hosted: Vec<pb::PartitionState> = all
+        .iter()
+        .filter(|p| p.replicas.contains(&broker.0))
+        .cloned()
+        .collect();
+    let mut out = vec![Outgoing::UpdateMetadata {
+        offset: image.offset(),
+        full: true,
+        brokers: brokers.clone(),
+        partitions: all,
+        deleted: vec![],
+    }];
+    if !hosted.is_empty() {
+        out.push(Outgoing::LeaderAndIsr(hosted, brokers));
+    }
+    out
+}
+
+impl ChannelManager {
+    /// Opens a channel with full state to every registered broker.
+    pub fn start(shared: Arc<Shared>, epoch: u64, image: &MetadataImage) -> Self {
+        let mut m = Self {
+            shared,
+            epoch,
+            channels: BTreeMap::new(),
+        };
+        let ids: Vec<BrokerId> = image.brokers().map(|b| b.id).collect();
+        for b in ids {
+            m.open(image, b);
+        }
+        m
+    }
+
+    fn open(&mut self, image: &MetadataImage, broker: BrokerId) {
+        self.channels.remove(&broker);
+        let Some(reg) = image.broker(broker) else {
+            return;
+        };
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let resync = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(run_channel(
+            self.shared.clone(),
+            broker,
+            reg.epoch,
+            reg.address.clone(),
+            self.epoch,
+            rx,
+            resync.clone(),
+        ));
+        let ch = BrokerChannel {
+            epoch: reg.epoch,
+            tx,
+            resync,
+            task,
+        };
+        for o in full_state(image, broker) {
+            enqueue(&ch, o);
+        }
+        self.channels.insert(broker, ch);
+    }
+
+    /// Number of open channels.
+    pub fn len(&self) -> usize {
+        self.channels.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.channels.is_empty()
+    }
+
+    /// Sends what `plan` says, reading partition states from `image` (the
+    /// image right after the records committed at `offset`).
+    pub fn apply(&mut self, plan: &BrokerRequestPlan, image: &MetadataImage, offset: u64) {
+        let mut fresh = BTreeSet::new();
+        for (b, action) in &plan.channels {
+            match action {
+                ChannelAction::Close => {
+                    self.channels.remove(b);
+                }
+                ChannelAction::OpenWithFullState => {
+                    self.open(image, *b);
+                    fresh.insert(*b);
+                }
+            }
+        }
+        let brokers = if plan.brokers_changed {
+            all_brokers(image)
+        } else {
+            vec![]
+        };
+        let changed = partition_states(image, plan.changed_partitions.iter().copied());
+        let deleted: Vec<Vec<u8>> = plan
+            .deleted_topics
+            .iter()
+            .map(|t| t.to_bytes().to_vec())
+            .collect();
+        let any_update = plan.brokers_changed || !changed.is_empty() || !deleted.is_empty();
+        let leaders = if plan.leader_and_isr.is_empty() {
+            vec![]
+        } else {
+            all_brokers(image)
+        };
+        for (b, ch) in &self.channels {
+            if fresh.contains(b) {
+                continue;
+            }
+            if any_update {
+                enqueue(
+                    ch,
+                    Outgoing::UpdateMetadata {
+                        offset,
+                        full: false,
+                        brokers: brokers.clone(),
+                        partitions: changed.clone(),
+                        deleted: deleted.clone(),
+                    },
+                );
+            }
+            if let Some(tps) = plan.leader_and_isr.get(b) {
+                enqueue(
+                    ch,
+                    Outgoing::LeaderAndIsr(
+                        partition_states(image, tps.iter().copied()),
+                        leaders.clone(),
+                    ),
+                );
+            }
+            if let Some(tps) = plan.stop_replica.get(b) {
+                enqueue(
+                    ch,
+                    Outgoing::StopReplica(
+                        tps.iter()
+                            .map(|tp| pb::StopReplicaItem {
+                                topic_id: tp.topic_id.to_bytes().to_vec(),
+                                partition: tp.partition.0,
+                                delete: true,
+                                leader_epoch: 0,
+                            })
+                            .collect(),
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Queues `StopReplica` for these replicas (deletion manager).
+    pub fn stop_replicas(&self, broker: BrokerId, items: Vec<pb::StopReplicaItem>) {
+        if let Some(ch) = self.channels.get(&broker) {
+            enqueue(ch, Outgoing::StopReplica(items));
+        }
+    }
+
+    /// The broker epoch a channel was opened for.
+    pub fn epoch_of(&self, broker: BrokerId) -> Option<BrokerEpoch> {
+        self.channels.get(&broker).map(|c| c.epoch)
+    }
+}
+
+fn enqueue(ch: &BrokerChannel, o: Outgoing) {
+    if ch.tx.try_send(o).is_err() {
+        // Overflow: everything queued is superseded by a full resync.
+        ch.resync.store(true, Ordering::Release);
+    }
+}
+
+/// Drops `UpdateMetadata` deltas queued before a later full view.
+fn coalesce(batch: Vec<Outgoing>) -> Vec<Outgoing> {
+    let last_full = batch
+        .iter()
+        .rposition(|o| matches!(o, Outgoing::UpdateMetadata { full: true, .. }));
+    match last_full {
+        None => batch,
+        Some(k) => batch
+            .into_iter()
+            .enumerate()
+            .filter(|(i, o)| *i >= k || !matches!(o, Outgoing::UpdateMetadata { .. }))
+            .map(|(_, o)| o)
+            .collect(),
+    }
+}
+
+/// Splits big requests so each message stays small.
+fn split(o: Outgoing) -> Vec<Outgoing> {
+    match o {
+        Outgoing::LeaderAndIsr(p, l) if p.len() > PARTITIONS_PER_REQUEST => p
+            .chunks(PARTITIONS_PER_REQUEST)
+            .map(|c| Outgoing::LeaderAndIsr(c.to_vec(), l.clone()))
+            .collect(),
+        Outgoing::UpdateMetadata {
+            offset,
+            full,
+            brokers,
+            partitions,
+            deleted,
+        } if partitions.len() > PARTITIONS_PER_REQUEST => partitions
+            .chunks(PARTITIONS_PER_REQUEST)
+            .enumerate()
+            .map(|(i, c)| Outgoing::UpdateMetadata {
+                offset,
+                full: full && i == 0,
+                brokers: brokers.clone(),
+                partitions: c.to_vec(),
+                deleted: if i == 0 { deleted.clone() } else { vec![] },
+            })
+            .collect(),
+        o => vec![o],
+    }
+}
+
+/// How a send ended.
+enum Sent {
+    Ok,
+    /// A newer controller exists: stop this channel.
+    Stop(ErrorCode),
+}
+
+async fn send(
+    client: &mut BrokerControlServiceClient<Channel>,
+    stamp: &pb::ControllerStamp,
+    o: &Outgoing,
+) -> Result<Sent, tonic::Status> {
+    let error = match o {
+        Outgoing::LeaderAndIsr(partitions, leaders) => {
+            client
+                .leader_and_isr(pb::LeaderAndIsrRequest {
+                    stamp: Some(*stamp),
+                    partitions: partitions.clone(),
+                    leaders: leaders.clone(),
+                })
+                .await?
+                .into_inner()
+                .error
+        }
+        Outgoing::UpdateMetadata {
+            offset,
+            full,
+            brokers,
+            partitions,
+            deleted,
+        } => {
+            client
+                .update_metadata(pb::UpdateMetadataRequest {
+                    stamp: Some(*stamp),
+                    metadata_offset: *offset,
+                    full: *full,
+                    brokers: brokers.clone(),
+                    partitions: partitions.clone(),
+                    deleted_topic_ids: deleted.clone(),
+                })
+                .await?
+                .into_inner()
+                .error
+        }
+        Outgoing::StopReplica(items) => {
+            client
+                .stop_replica(pb::StopReplicaRequest {
+                    stamp: Some(*stamp),
+                    partitions: items.clone(),
+                })
+                .await?
+                .into_inner()
+                .error
+        }
+    };
+    match error.map(|e| ErrorCode::from_i32(e.code).unwrap_or(ErrorCode::Internal)) {
+        None | Some(ErrorCode::None) => Ok(Sent::Ok),
+        Some(code @ ErrorCode::StaleControllerEpoch) => Ok(Sent::Stop(code)),
+        // The broker may not have read its registration answer yet; a newer
+        // registration replaces this channel anyway, so retry.
+        Some(ErrorCode::StaleBrokerEpoch) => Err(tonic::Status::unavailable(
+            "broker does not hold this epoch yet",
+        )),
+        Some(code) => Err(tonic::Status::internal(format!("broker answered {code}"))),
+    }
+}
+
+async fn run_channel(
+    shared: Arc<Shared>,
+    broker: BrokerId,
+    broker_epoch: BrokerEpoch,
+    address: String,
+    controller_epoch: u64,
+    mut rx: mpsc::Receiver<Outgoing>,
+    resync: Arc<AtomicBool>,
+) {
+    let stamp = pb::ControllerStamp {
+        controller_id: shared.config.node_id as u32,
+        controller_epoch,
+        broker_epoch: broker_epoch.0,
+    };
+    let Ok(endpoint) = Endpoint::from_shared(format!("http://{address}")) else {
+        tracing::warn!(broker = broker.0, %address, "broker address is not a valid URI; channel closed");
+        return;
+    };
+    let endpoint = endpoint
+        .connect_timeout(Duration::from_secs(1))
+        .timeout(Duration::from_secs(10));
+    let mut client = BrokerControlServiceClient::new(endpoint.connect_lazy())
+        .max_decoding_message_size(64 << 20)
+        .max_encoding_message_size(64 << 20);
+    loop {
+        let mut batch = Vec::new();
+        if resync.swap(false, Ordering::AcqRel) {
+            while rx.try_recv().is_ok() {}
+            batch.extend(full_state(&shared.image(), broker));
+        } else {
+            match rx.recv().await {
+                Some(o) => batch.push(o),
+                None => return,
+            }
+            while let Ok(o) = rx.try_recv() {
+                batch.push(o);
+            }
+        }
+        for o in coalesce(batch).into_iter().flat_map(split) {
+            let mut backoff = Duration::from_millis(20);
+            loop {
+                match send(&mut client, &stamp, &o).await {
+                    Ok(Sent::Ok) => break,
+                    Ok(Sent::Stop(code)) => {
+                        tracing::info!(broker = broker.0, epoch = broker_epoch.0, %code, "broker refused this channel's requests; closing it");
+                        return;
+                    }
+                    Err(status) => {
+                        tracing::debug!(broker = broker.0, error = %status.message(), "send failed; retrying");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        if resync.load(Ordering::Acquire) {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

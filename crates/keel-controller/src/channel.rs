@@ -92,7 +92,10 @@ pub fn full_state(image: &MetadataImage, broker: BrokerId) -> Vec<Outgoing> {
     let all: Vec<pb::PartitionState> = image
         .partitions()
         .map(|(tp, p)| {
-            let name = image.topic(tp.topic_id).map(|t| t.name.as_str()).unwrap_or("");
+            let name = image
+                .topic(tp.topic_id)
+                .map(|t| t.name.as_str())
+                .unwrap_or("");
             partition_to_pb(name, tp, p)
         })
         .collect();

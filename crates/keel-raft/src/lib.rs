@@ -20,7 +20,7 @@ pub use codec::{CodecError, STORAGE_FORMAT_VERSION};
 pub use config::default_config;
 pub use error::StorageOpenError;
 pub use log_store::LogStore;
-pub use network::{Network, PeerClient};
+pub use network::{Network, PeerClient, PeerContacts};
 pub use open::open_storage;
 pub use service::RaftGrpcService;
 pub use state_machine::{AppliedState, SnapshotBuilder, StateMachineStore};

@@ -1,9 +1,10 @@
 //! The client side of the Raft transport: openraft's RPCs as bincode bytes
 //! inside the `RaftService` gRPC envelope.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use keel_proto::pb::raft_service_client::RaftServiceClient;
 use keel_proto::pb::{RaftRequest, RaftResponse};
@@ -31,6 +32,43 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// default) or a batch of entries, with headroom.
 pub(crate) const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
+/// When each peer last answered one of this node's Raft RPCs. A cheap
+/// handle: clones share the record, which the [`Network`] it came from
+/// keeps updating after being moved into Raft.
+#[derive(Clone, Debug, Default)]
+pub struct PeerContacts {
+    /// Peer id to the moment its last response arrived.
+    last: Arc<Mutex<HashMap<NodeId, Instant>>>,
+}
+
+impl PeerContacts {
+    /// Milliseconds since each peer last answered an append, vote or
+    /// snapshot RPC (any answer that decoded, including a Raft-level
+    /// refusal such as a higher term). Peers never heard from are absent.
+    pub fn millis_since(&self) -> BTreeMap<u64, u64> {
+        let now = Instant::now();
+        self.lock()
+            .iter()
+            .map(|(id, at)| {
+                let ms = now.saturating_duration_since(*at).as_millis();
+                (*id, u64::try_from(ms).unwrap_or(u64::MAX))
+            })
+            .collect()
+    }
+
+    /// Notes that `target` just answered.
+    fn record(&self, target: NodeId) {
+        self.lock().insert(target, Instant::now());
+    }
+
+    /// The map, even if a panicking holder poisoned the lock.
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<NodeId, Instant>> {
+        self.last
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
 /// Creates openraft's per-peer clients. Channels are cached per peer and
 /// shared by every client for that peer, so a replication stream that
 /// restarts reuses the connection.
@@ -40,8 +78,13 @@ pub struct Network {
     cluster_id: Arc<str>,
     /// This node, named as the sender of every request.
     node_id: NodeId,
+    /// Local address outgoing connections bind to; `None` lets the kernel
+    /// choose.
+    bind_ip: Option<IpAddr>,
     /// Lazily connecting channel per peer, with the address it dials.
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+    /// When each peer last answered.
+    contacts: PeerContacts,
 }
 
 impl Network {
@@ -50,8 +93,28 @@ impl Network {
         Self {
             cluster_id: cluster_id.into(),
             node_id,
+            bind_ip: None,
             channels: Arc::new(Mutex::new(HashMap::new())),
+            contacts: PeerContacts::default(),
         }
+    }
+
+    /// Makes every outgoing Raft connection use `ip` as its source address
+    /// (port chosen by the kernel), so a packet filter can cut one pair of
+    /// nodes by address. An unspecified address (`0.0.0.0`, `::`) leaves
+    /// the choice to the kernel; a peer whose address family differs from
+    /// `ip`'s is dialed from a kernel-chosen address.
+    pub fn with_bind_ip(mut self, ip: IpAddr) -> Self {
+        self.bind_ip = (!ip.is_unspecified()).then_some(ip);
+        // Channels made so far dialed from another address.
+        self.channels = Arc::new(Mutex::new(HashMap::new()));
+        self
+    }
+
+    /// A handle on when each peer last answered; keeps updating after the
+    /// network is moved into Raft.
+    pub fn contacts(&self) -> PeerContacts {
+        self.contacts.clone()
     }
 
     /// The channel to `target` at `addr`, created (unconnected) on first use
@@ -69,7 +132,8 @@ impl Network {
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| format!("bad address {addr:?} for node {target}: {e}"))?
             .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            .local_address(self.bind_ip);
         // Lazy: the channel dials on first use and redials after failures.
         let channel = endpoint.connect_lazy();
         channels.insert(target, (addr.to_string(), channel.clone()));
@@ -87,6 +151,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             node: node.clone(),
             channel: self.channel(target, &node.addr),
+            contacts: self.contacts.clone(),
         }
     }
 }
@@ -103,6 +168,8 @@ pub struct PeerClient {
     node: BasicNode,
     /// The channel, or why the peer's address cannot be dialed.
     channel: Result<Channel, String>,
+    /// Where answers from `target` are noted.
+    contacts: PeerContacts,
 }
 
 /// Which RPC of the service to call.
@@ -219,6 +286,8 @@ impl PeerClient {
         }
         let result: Result<Resp, RaftError<NodeId, E>> = codec::decode(&response.payload)
             .map_err(|e| RPCError::Network(NetworkError::new(&TransportError::Codec(e))))?;
+        // The peer is up and speaks our protocol, whatever its Raft answer.
+        self.contacts.record(self.target);
         result.map_err(|e| {
             RPCError::RemoteError(RemoteError::new_with_node(
                 self.target,

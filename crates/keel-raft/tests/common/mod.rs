@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use keel_metadata::{MetadataRecord, RecordBatch, TopicId, TopicRecord};
-use keel_raft::{open_storage, AppliedState, KeelRaft, Network, RaftGrpcService, StorageOpenError};
+use keel_raft::{
+    open_storage, AppliedState, KeelRaft, Network, PeerContacts, RaftGrpcService, StorageOpenError,
+};
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{BasicNode, Config};
 use tokio::net::TcpListener;
@@ -38,6 +40,8 @@ pub struct TestNode {
     pub state: watch::Receiver<Arc<AppliedState>>,
     /// State right after `Raft::new`: what the node recovered from disk.
     pub recovered: Arc<AppliedState>,
+    /// When each peer last answered this node's RPCs.
+    pub contacts: PeerContacts,
     /// The tonic server task.
     server: JoinHandle<()>,
     /// Triggers the server's graceful shutdown.
@@ -98,9 +102,10 @@ impl TestNode {
         let addr = listener.local_addr().unwrap().to_string();
         let (log, sm) = open_when_free(dir, id).await;
         let state = sm.subscribe();
-        let raft = KeelRaft::new(id, config, Network::new(CLUSTER.into(), id), log, sm)
-            .await
-            .unwrap();
+        let network =
+            Network::new(CLUSTER.into(), id).with_bind_ip(listener.local_addr().unwrap().ip());
+        let contacts = network.contacts();
+        let raft = KeelRaft::new(id, config, network, log, sm).await.unwrap();
         let recovered = state.borrow().clone();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let service = RaftGrpcService::new(raft.clone(), CLUSTER.into()).into_server();
@@ -123,6 +128,7 @@ impl TestNode {
             raft,
             state,
             recovered,
+            contacts,
             server,
             stop_server: Some(stop_tx),
         }

@@ -1,0 +1,134 @@
+//! The client side of the transport: outgoing connections use the
+//! configured source address, and answers are recorded per peer.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use keel_raft::{default_config, Network};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::VoteRequest;
+use openraft::{BasicNode, Vote};
+
+/// Sends one vote request from `network` (as its node) to node `target`
+/// at `addr`; the answer, if any, is not looked at.
+async fn send_vote(network: &mut Network, target: u64, addr: &str) {
+    let mut client = network.new_client(target, &BasicNode::new(addr)).await;
+    let option = RPCOption::new(Duration::from_secs(2));
+    let _ = client
+        .vote(
+            VoteRequest {
+                vote: Vote::new(1, 9),
+                last_log_id: None,
+            },
+            option,
+        )
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outgoing_connections_bind_the_configured_source_ip() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let source: IpAddr = Ipv4Addr::new(127, 0, 0, 2).into();
+    let mut network = Network::new(CLUSTER.into(), 9).with_bind_ip(source);
+    // The listener speaks no HTTP/2, so the call fails; only who dialed counts.
+    let call = tokio::spawn(async move { send_vote(&mut network, 1, &addr).await });
+    let (_stream, peer) = tokio::time::timeout(PATIENCE, listener.accept())
+        .await
+        .expect("the network dialed the listener")
+        .unwrap();
+    assert_eq!(peer.ip(), source, "connection came from {peer}");
+    assert_ne!(peer.port(), 0);
+    call.abort();
+
+    // Without a bind ip (or with an unspecified one) the kernel picks 127.0.0.1.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let mut network = Network::new(CLUSTER.into(), 9).with_bind_ip(Ipv4Addr::UNSPECIFIED.into());
+    let call = tokio::spawn(async move { send_vote(&mut network, 1, &addr).await });
+    let (_stream, peer) = tokio::time::timeout(PATIENCE, listener.accept())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(peer.ip(), IpAddr::from(Ipv4Addr::LOCALHOST));
+    call.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_recorded_per_peer_and_age() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let config = Arc::new(default_config(CLUSTER));
+    let node = TestNode::start(1, &root.path().join("n1"), listener().await, config).await;
+
+    let mut network = Network::new(CLUSTER.into(), 9);
+    let contacts = network.contacts();
+    assert!(contacts.millis_since().is_empty());
+
+    // A peer that is not listening: no contact recorded.
+    let dead = listener().await;
+    let dead_addr = dead.local_addr().unwrap().to_string();
+    drop(dead);
+    send_vote(&mut network, 7, &dead_addr).await;
+    assert!(contacts.millis_since().is_empty());
+
+    // A real node answers (with a Raft-level refusal: node 9 is not a
+    // member); that still counts as contact, seen through the clone.
+    send_vote(&mut network, 1, &node.addr).await;
+    let seen = contacts.clone().millis_since();
+    assert_eq!(
+        seen.keys().copied().collect::<Vec<_>>(),
+        vec![1],
+        "{seen:?}"
+    );
+    assert!(seen[&1] < 1_000, "{seen:?}");
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let later = contacts.millis_since()[&1];
+    assert!(later >= 300, "{later}");
+
+    // A fresh answer resets the age; the network keeps recording after
+    // being moved elsewhere (as into Raft).
+    let started = Instant::now();
+    let mut moved = network;
+    send_vote(&mut moved, 1, &node.addr).await;
+    assert!(contacts.millis_since()[&1] <= started.elapsed().as_millis() as u64);
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_running_cluster_records_contact_with_every_peer() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let config = Arc::new(default_config(CLUSTER));
+    let nodes = start_cluster(root.path(), config).await;
+    let leader = wait_leader(&nodes).await;
+    let leader = &nodes[leader as usize - 1];
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let seen = leader.contacts.millis_since();
+        let peers: Vec<u64> = seen.keys().copied().collect();
+        let expected: Vec<u64> = nodes
+            .iter()
+            .map(|n| n.id)
+            .filter(|id| *id != leader.id)
+            .collect();
+        // Heartbeats every 100 ms keep every peer's age small.
+        if peers == expected && seen.values().all(|ms| *ms < 1_000) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "leader {} saw {seen:?}",
+            leader.id
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}

@@ -9,6 +9,7 @@
 
 mod codec;
 mod config;
+pub mod dump;
 mod error;
 mod log_store;
 mod network;
@@ -18,6 +19,7 @@ mod state_machine;
 
 pub use codec::{CodecError, STORAGE_FORMAT_VERSION};
 pub use config::default_config;
+pub use dump::{dump, DumpError};
 pub use error::StorageOpenError;
 pub use log_store::LogStore;
 pub use network::{Network, PeerClient, PeerContacts};

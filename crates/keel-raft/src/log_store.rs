@@ -48,7 +48,7 @@ fn index_key(index: u64) -> [u8; 8] {
 }
 
 /// The log index stored under `key`, if the key has the right shape.
-fn key_index(key: &[u8]) -> Option<u64> {
+pub(crate) fn key_index(key: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(key.try_into().ok()?))
 }
 
@@ -85,7 +85,7 @@ impl LogStore {
 }
 
 /// Reads the one record of a one-key tree.
-fn read_value<T: DeserializeOwned>(tree: &sled::Tree) -> Result<Option<T>, AnyError> {
+pub(crate) fn read_value<T: DeserializeOwned>(tree: &sled::Tree) -> Result<Option<T>, AnyError> {
     match tree.get(VALUE_KEY).map_err(|e| AnyError::new(&e))? {
         None => Ok(None),
         Some(bytes) => codec::decode(&bytes)
@@ -103,7 +103,7 @@ fn write_value<T: Serialize>(tree: &sled::Tree, value: &T) -> Result<(), AnyErro
 }
 
 /// Decodes a stored entry and checks it sits under its own index.
-fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry<TypeConfig>, AnyError> {
+pub(crate) fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry<TypeConfig>, AnyError> {
     let entry: Entry<TypeConfig> = codec::decode(value).map_err(|e| AnyError::new(&e))?;
     match key_index(key) {
         Some(i) if i == entry.log_id.index => Ok(entry),

@@ -14,15 +14,15 @@ use crate::log_store::LogStore;
 use crate::state_machine::StateMachineStore;
 
 /// Key of the identity record in the `meta` tree.
-const META_KEY: &[u8] = b"meta";
+pub(crate) const META_KEY: &[u8] = b"meta";
 
 /// Who a data dir belongs to; written once, checked on every open.
 #[derive(Serialize, Deserialize)]
-struct StorageMeta {
+pub(crate) struct StorageMeta {
     /// The cluster this dir's log belongs to.
-    cluster_id: String,
+    pub(crate) cluster_id: String,
     /// The node whose vote and log this is.
-    node_id: u64,
+    pub(crate) node_id: u64,
 }
 
 /// Opens (or creates) the Raft storage under `data_dir/raft`.

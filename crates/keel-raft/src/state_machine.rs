@@ -21,7 +21,7 @@ use crate::codec;
 use crate::{ClientResponse, NodeId, TypeConfig};
 
 /// Key of the current snapshot in the `snapshot` tree.
-const SNAPSHOT_KEY: &[u8] = b"current";
+pub(crate) const SNAPSHOT_KEY: &[u8] = b"current";
 
 /// openraft's storage error for this node id type.
 type StorageResult<T> = Result<T, StorageError<NodeId>>;
@@ -52,16 +52,16 @@ struct SnapshotPayload {
 
 /// A snapshot as stored in sled: openraft's metadata plus the payload bytes.
 #[derive(Clone, Serialize, Deserialize)]
-struct StoredSnapshot {
+pub(crate) struct StoredSnapshot {
     /// openraft's description of the snapshot.
-    meta: SnapshotMeta<NodeId, BasicNode>,
+    pub(crate) meta: SnapshotMeta<NodeId, BasicNode>,
     /// Encoded [`SnapshotPayload`], exactly as sent to peers.
     data: Vec<u8>,
 }
 
 impl StoredSnapshot {
     /// The state this snapshot restores; fails on any inconsistency.
-    fn decode_state(&self) -> Result<AppliedState, String> {
+    pub(crate) fn decode_state(&self) -> Result<AppliedState, String> {
         let payload: SnapshotPayload =
             codec::decode(&self.data).map_err(|e| format!("snapshot payload: {e}"))?;
         let image =

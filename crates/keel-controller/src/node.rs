@@ -41,7 +41,9 @@ impl ControllerNode {
         rc.snapshot_policy =
             openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_interval_entries);
         let rc = Arc::new(rc.validate().context("invalid raft settings")?);
-        let network = Network::new(config.cluster_id.clone(), config.node_id);
+        let network = Network::new(config.cluster_id.clone(), config.node_id)
+            .with_bind_ip(config.listen.ip());
+        let peer_contacts = network.contacts();
         let raft: KeelRaft = openraft::Raft::new(config.node_id, rc, network, log, sm)
             .await
             .context("raft failed to start")?;
@@ -49,7 +51,12 @@ impl ControllerNode {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
-        let shared = Arc::new(Shared::new(config.clone(), raft.clone(), image));
+        let shared = Arc::new(Shared::new(
+            config.clone(),
+            raft.clone(),
+            image,
+            peer_contacts,
+        ));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut server_stop = shutdown_rx.clone();
         let server = tokio::spawn(

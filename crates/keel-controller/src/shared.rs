@@ -10,7 +10,7 @@ use keel_metadata::heartbeat::HeartbeatTracker;
 use keel_metadata::{ApiError, ErrorCode, MetadataImage};
 use keel_proto::convert::not_controller;
 use keel_proto::pb;
-use keel_raft::{AppliedState, KeelRaft};
+use keel_raft::{AppliedState, KeelRaft, PeerContacts};
 use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -45,6 +45,8 @@ pub struct Shared {
     pub heartbeats: Mutex<HeartbeatTracker>,
     /// Housekeeping ticks so far (paces the slower periodic work).
     pub(crate) ticks: AtomicU64,
+    /// When each Raft peer last answered this node's RPCs.
+    peer_contacts: PeerContacts,
 }
 
 /// A reply channel was dropped: the event loop stopped (resignation).
@@ -60,6 +62,7 @@ impl Shared {
         config: ControllerConfig,
         raft: KeelRaft,
         image: watch::Receiver<Arc<AppliedState>>,
+        peer_contacts: PeerContacts,
     ) -> Self {
         let heartbeats = Mutex::new(HeartbeatTracker::new(config.session_timeout_ms));
         Self {
@@ -69,6 +72,7 @@ impl Shared {
             active: RwLock::new(None),
             heartbeats,
             ticks: AtomicU64::new(0),
+            peer_contacts,
         }
     }
 
@@ -84,7 +88,7 @@ impl Shared {
 
     /// Milliseconds since each peer last answered a Raft RPC of ours.
     pub fn peer_contacts(&self) -> BTreeMap<u64, u64> {
-        BTreeMap::new()
+        self.peer_contacts.millis_since()
     }
 
     /// The leader's id and address as this node knows them.

@@ -319,3 +319,189 @@ pub async fn topic_names(client: &ControllerClient) -> Vec<String> {
     assert!(r.error.is_none(), "describe refused: {:?}", r.error);
     r.topics.into_iter().map(|t| t.name).collect()
 }
+
+/// A quorum plus real `keel broker` processes.
+pub struct Cluster {
+    pub q: Quorum,
+    pub broker_addrs: Vec<String>,
+    pub brokers: Vec<Proc>,
+    pub broker_flags: Vec<String>,
+}
+
+impl Cluster {
+    /// Three controllers and `n` brokers with fast timings: heartbeat 300 ms,
+    /// session 3 s, replica lag 3 s.
+    pub fn start(n: usize) -> Self {
+        let q = Quorum::start(&["--session-timeout-ms", "3000"]);
+        let broker_addrs = (0..n)
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
+        let mut c = Cluster {
+            q,
+            broker_addrs,
+            brokers: Vec::new(),
+            broker_flags: [
+                "--heartbeat-interval-ms",
+                "300",
+                "--session-timeout-ms",
+                "3000",
+                "--replica-lag-time-max-ms",
+                "3000",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        };
+        for i in 0..n {
+            let p = c.spawn_broker(i);
+            c.brokers.push(p);
+        }
+        c
+    }
+
+    pub fn broker_dir(&self, i: usize) -> PathBuf {
+        self.q.dir.path().join(format!("b{}", i + 1))
+    }
+
+    pub fn broker_args(&self, i: usize, data_dir: &Path) -> Vec<String> {
+        let mut a = vec![
+            "broker".to_string(),
+            "--broker-id".into(),
+            (i + 1).to_string(),
+            "--listen".into(),
+            self.broker_addrs[i].clone(),
+            "--controllers".into(),
+            self.q.addrs.join(","),
+            "--cluster-id".into(),
+            self.q.cluster_id.clone(),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+        ];
+        a.extend(self.broker_flags.iter().cloned());
+        a
+    }
+
+    pub fn spawn_broker(&self, i: usize) -> Proc {
+        let log = self
+            .q
+            .dir
+            .path()
+            .join(format!("b{}-{}.log", i + 1, std::process::id()));
+        let log = unique(log);
+        spawn(&self.broker_args(i, &self.broker_dir(i)), &log)
+    }
+
+    pub fn restart_broker(&mut self, i: usize) {
+        self.brokers[i].kill();
+        self.brokers[i] = self.spawn_broker(i);
+    }
+
+    /// Waits until `pred` holds for the cluster description.
+    pub async fn wait_cluster<F>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        pred: F,
+    ) -> pb::DescribeClusterResponse
+    where
+        F: Fn(&pb::DescribeClusterResponse) -> bool,
+    {
+        let client = self.q.client();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(r) = client
+                .admin(|mut c| async move {
+                    c.describe_cluster(pb::DescribeClusterRequest::default())
+                        .await
+                })
+                .await
+            {
+                if r.error.is_none() && pred(&r) {
+                    return r;
+                }
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until `pred` holds for the description of `topic`.
+    pub async fn wait_topic<F>(
+        &self,
+        topic: &str,
+        what: &str,
+        timeout: Duration,
+        pred: F,
+    ) -> pb::TopicDescription
+    where
+        F: Fn(&pb::TopicDescription) -> bool,
+    {
+        let client = self.q.client();
+        let deadline = Instant::now() + timeout;
+        let req = pb::DescribeTopicsRequest {
+            names: vec![topic.to_string()],
+        };
+        loop {
+            if let Ok(r) = client
+                .admin(|mut c| {
+                    let req = req.clone();
+                    async move { c.describe_topics(req).await }
+                })
+                .await
+            {
+                if let Some(t) = r.topics.into_iter().next() {
+                    if t.error.is_none() && pred(&t) {
+                        return t;
+                    }
+                }
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Waits until every broker is registered and active.
+    pub async fn wait_all_active(&self, timeout: Duration) -> pb::DescribeClusterResponse {
+        let n = self.brokers.len();
+        self.wait_cluster("all brokers active", timeout, |r| {
+            r.brokers
+                .iter()
+                .filter_map(|b| b.broker.as_ref())
+                .filter(|b| !b.fenced && !b.shutting_down)
+                .count()
+                == n
+        })
+        .await
+    }
+
+    /// The leadership history a broker wrote (one JSON object per line).
+    pub fn history(&self, i: usize) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.broker_dir(i).join("history.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+/// A path that does not exist yet (appends a counter if needed).
+pub fn unique(p: PathBuf) -> PathBuf {
+    if !p.exists() {
+        return p;
+    }
+    for i in 1.. {
+        let q = p.with_extension(format!("{i}.log"));
+        if !q.exists() {
+            return q;
+        }
+    }
+    p
+}
+
+/// The broker's state as the cluster description shows it.
+pub fn broker_info(r: &pb::DescribeClusterResponse, id: u32) -> Option<pb::BrokerInfo> {
+    r.brokers
+        .iter()
+        .filter_map(|b| b.broker.clone())
+        .find(|b| b.broker_id == id)
+}

@@ -19,7 +19,7 @@ use crate::ids::{
     TopicPartition,
 };
 use crate::records::{
-    decode_versioned, encode_versioned, LeaderChange, MetadataRecord, PartitionChangeRecord,
+    decode_versioned, encode_plain, LeaderChange, MetadataRecord, PartitionChangeRecord,
     PartitionRecord, RecordBatch, RegisterBrokerRecord, TopicRecord,
 };
 use crate::state::{PartitionState, ReplicaState};
@@ -805,7 +805,7 @@ impl MetadataImage {
 
     /// The canonical encoding: format version + bincode of the ordered maps.
     pub fn encode(&self) -> Vec<u8> {
-        encode_versioned(self)
+        encode_plain(self)
     }
 
     /// Decodes an image written by [`encode`](Self::encode) and validates it.

@@ -162,7 +162,7 @@ impl RecordBatch {
 
     /// `version (u16 LE) ++ bincode(batch)`.
     pub fn encode(&self) -> Vec<u8> {
-        encode_versioned(self)
+        encode_plain(self)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
@@ -170,14 +170,38 @@ impl RecordBatch {
     }
 }
 
+/// A value serde cannot encode: a sequence or map of unknown length, a
+/// `collect_str`, or an error raised by the value's own `Serialize`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("cannot encode value: {0}")]
+pub struct EncodeError(pub String);
+
 /// Encodes any serde value behind the format version.
-pub fn encode_versioned<T: Serialize>(value: &T) -> Vec<u8> {
+///
+/// Fallible because `T` is arbitrary: bincode refuses sequences and maps of
+/// unknown length, and a hand-written `Serialize` may raise its own error.
+/// Writing into the `Vec` itself never fails.
+pub fn encode_versioned<T: Serialize>(value: &T) -> Result<Vec<u8>, EncodeError> {
     let mut out = RECORD_FORMAT_VERSION.to_le_bytes().to_vec();
-    // Encoding plain data into a Vec cannot fail; an error here is a bug.
-    let body = bincode::serde::encode_to_vec(value, bincode::config::standard())
-        .expect("bincode encoding of plain data into a Vec is infallible");
-    out.extend_from_slice(&body);
-    out
+    bincode::serde::encode_into_std_write(value, &mut out, bincode::config::standard())
+        .map_err(|e| EncodeError(e.to_string()))?;
+    Ok(out)
+}
+
+/// [`encode_versioned`] for this crate's own record and image types, whose
+/// `encode` keeps returning plain bytes (`MetadataImage::encode` and `hash`
+/// are called from other crates).
+///
+/// It cannot fail for them: every field is plain derived data — integers,
+/// strings, options, enums, `Vec`s and ordered maps, all of known length —
+/// so none of the three errors of [`encode_versioned`] can arise, and the
+/// `Vec` writer never fails. An error here would be a bug in a `Serialize`
+/// impl of this crate, which is fatal like any other broken invariant.
+pub(crate) fn encode_plain<T: Serialize>(value: &T) -> Vec<u8> {
+    match encode_versioned(value) {
+        Ok(bytes) => bytes,
+        Err(e) => unreachable!("encoding this crate's plain data failed: {e}"),
+    }
 }
 
 /// Decodes a value written by [`encode_versioned`]; never panics on bad input.

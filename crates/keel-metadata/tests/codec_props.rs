@@ -300,6 +300,20 @@ proptest! {
     }
 }
 
+/// A sequence whose length serde cannot know up front.
+struct UnknownLength;
+
+impl serde::Serialize for UnknownLength {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq((0u8..4).filter(|i| i % 2 == 0))
+    }
+}
+
+#[test]
+fn encoding_a_value_bincode_cannot_encode_is_an_error_not_a_panic() {
+    assert!(keel_metadata::records::encode_versioned(&UnknownLength).is_err());
+}
+
 #[test]
 fn huge_length_prefix_is_refused_without_allocating() {
     // Version, then a varint u64 marker (253) claiming 2^62 records.

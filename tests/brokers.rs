@@ -1,0 +1,268 @@
+//! Real `keel broker` processes against a real quorum: registration,
+//! heartbeats, fencing, epochs, duplicate ids, controlled shutdown.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use keel_proto::pb;
+
+const LONG: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_brokers_register_and_are_unfenced() {
+    let c = Cluster::start(3);
+    c.q.wait_active(LONG).await;
+    let r = c.wait_all_active(LONG).await;
+    let ids: Vec<u32> = r
+        .brokers
+        .iter()
+        .filter_map(|b| b.broker.as_ref())
+        .map(|b| b.broker_id)
+        .collect();
+    assert_eq!(ids, vec![1, 2, 3]);
+
+    // The CLI shows them too, with the JSON contract's field names.
+    let out = std::process::Command::new(keel_bin())
+        .args([
+            "cluster",
+            "describe",
+            "--output",
+            "json",
+            "--bootstrap",
+            &c.q.addrs.join(","),
+        ])
+        .output()
+        .expect("run keel cluster describe");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let brokers = v["brokers"].as_array().expect("brokers array");
+    assert_eq!(brokers.len(), 3);
+    for b in brokers {
+        assert_eq!(b["state"], "active");
+        assert!(b["epoch"].as_u64().unwrap() > 0);
+        assert!(b["address"].as_str().unwrap().starts_with("127.0.0.1:"));
+        assert!(b["last_heartbeat_ms"].as_u64().is_some());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_broker_is_fenced_and_unfenced_when_it_resumes() {
+    let c = Cluster::start(2);
+    c.q.wait_active(LONG).await;
+    c.wait_all_active(LONG).await;
+    let epoch = broker_info(&c.wait_all_active(LONG).await, 2)
+        .unwrap()
+        .broker_epoch;
+
+    c.brokers[1].signal("STOP");
+    let r = c
+        .wait_cluster("paused broker fenced", LONG, |r| {
+            broker_info(r, 2).is_some_and(|b| b.fenced)
+        })
+        .await;
+    assert_eq!(
+        broker_info(&r, 2).unwrap().broker_epoch,
+        epoch,
+        "fencing keeps the registration"
+    );
+
+    c.brokers[1].signal("CONT");
+    let r = c
+        .wait_cluster("resumed broker unfenced", LONG, |r| {
+            broker_info(r, 2).is_some_and(|b| !b.fenced)
+        })
+        .await;
+    let b = broker_info(&r, 2).unwrap();
+    // Either it heartbeated on with its epoch, or (if it noticed the lost
+    // session) re-registered with a newer one.
+    assert!(b.broker_epoch >= epoch);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_broker_gets_a_new_epoch_and_its_old_epoch_is_stale() {
+    let mut c = Cluster::start(1);
+    c.q.wait_active(LONG).await;
+    let old = broker_info(&c.wait_all_active(LONG).await, 1)
+        .unwrap()
+        .broker_epoch;
+
+    c.restart_broker(0);
+    let r = c
+        .wait_cluster("restarted broker re-registered", LONG, |r| {
+            broker_info(r, 1).is_some_and(|b| b.broker_epoch > old && !b.fenced)
+        })
+        .await;
+    assert!(broker_info(&r, 1).unwrap().broker_epoch > old);
+
+    let client = c.q.client();
+    let hb = pb::BrokerHeartbeatRequest {
+        broker_id: 1,
+        broker_epoch: old,
+        ..Default::default()
+    };
+    let r = client
+        .broker(|mut x| {
+            let hb = hb.clone();
+            async move { x.broker_heartbeat(hb).await }
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        r.error.map(|e| e.code),
+        Some(pb::ErrorCode::StaleBrokerEpoch as i32)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_incarnation_of_a_live_broker_id_is_refused() {
+    let c = Cluster::start(1);
+    c.q.wait_active(LONG).await;
+    c.wait_all_active(LONG).await;
+
+    // A second process with the same id but a fresh data dir.
+    let dir = c.q.dir.path().join("b1-twin");
+    let log = c.q.dir.path().join("b1-twin.log");
+    let mut args = c.broker_args(0, &dir);
+    let pos = args.iter().position(|a| a == "--listen").unwrap();
+    args[pos + 1] = format!("127.0.0.1:{}", free_port());
+    let twin = spawn(&args, &log);
+    let client = c.q.client();
+    let req = pb::RegisterBrokerRequest {
+        broker_id: 1,
+        incarnation_id: vec![7; 16],
+        cluster_id: c.q.cluster_id.clone(),
+        address: "127.0.0.1:1".into(),
+        ..Default::default()
+    };
+    let r = client
+        .broker(|mut x| {
+            let req = req.clone();
+            async move { x.register_broker(req).await }
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        r.error.map(|e| e.code),
+        Some(pb::ErrorCode::DuplicateBrokerRegistration as i32)
+    );
+
+    // The twin keeps being refused and the original stays registered and active.
+    let deadline = std::time::Instant::now() + LONG;
+    while !twin
+        .log_text()
+        .contains("another incarnation of this broker id")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the twin must log why it is refused: {}",
+            twin.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let r = c.wait_all_active(LONG).await;
+    assert_eq!(r.brokers.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_active_controller_still_fences_a_broker_that_died_before_failover() {
+    let mut c = Cluster::start(2);
+    let active = c.q.wait_active(LONG).await;
+    c.wait_all_active(LONG).await;
+
+    c.brokers[1].kill();
+    c.q.procs[active].kill();
+    let next = c.q.wait_active(LONG).await;
+    assert_ne!(next, active);
+    let r = c
+        .wait_cluster("dead broker fenced by the new controller", LONG, |r| {
+            broker_info(r, 2).is_some_and(|b| b.fenced)
+        })
+        .await;
+    assert!(
+        !broker_info(&r, 1).unwrap().fenced,
+        "the live broker must stay unfenced"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_registrations_and_heartbeats_get_typed_errors_and_write_nothing() {
+    let q = Quorum::start(&[]);
+    q.wait_active(LONG).await;
+    let (before, hash) = q.wait_converged(1, LONG).await;
+    let client = q.client();
+    let register = |req: pb::RegisterBrokerRequest| {
+        let client = &client;
+        async move {
+            client
+                .broker(|mut x| {
+                    let req = req.clone();
+                    async move { x.register_broker(req).await }
+                })
+                .await
+                .unwrap()
+                .error
+                .map(|e| e.code)
+        }
+    };
+    let good = pb::RegisterBrokerRequest {
+        broker_id: 9,
+        incarnation_id: vec![1; 16],
+        cluster_id: q.cluster_id.clone(),
+        address: "127.0.0.1:9".into(),
+        ..Default::default()
+    };
+    let wrong_cluster = pb::RegisterBrokerRequest {
+        cluster_id: "other".into(),
+        ..good.clone()
+    };
+    assert_eq!(
+        register(wrong_cluster).await,
+        Some(pb::ErrorCode::InconsistentClusterId as i32)
+    );
+    let short_incarnation = pb::RegisterBrokerRequest {
+        incarnation_id: vec![1, 2, 3],
+        ..good.clone()
+    };
+    assert_eq!(
+        register(short_incarnation).await,
+        Some(pb::ErrorCode::InvalidRequest as i32)
+    );
+    let bad_address = pb::RegisterBrokerRequest {
+        address: "not an address".into(),
+        ..good.clone()
+    };
+    assert_eq!(
+        register(bad_address).await,
+        Some(pb::ErrorCode::InvalidRequest as i32)
+    );
+
+    let hb = pb::BrokerHeartbeatRequest {
+        broker_id: 42,
+        broker_epoch: 1,
+        ..Default::default()
+    };
+    let r = client
+        .broker(|mut x| {
+            let hb = hb.clone();
+            async move { x.broker_heartbeat(hb).await }
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        r.error.map(|e| e.code),
+        Some(pb::ErrorCode::UnknownBroker as i32)
+    );
+
+    let (after, hash_after) = q.wait_converged(before, LONG).await;
+    assert_eq!(
+        (after, hash_after),
+        (before, hash),
+        "refused requests must not write anything"
+    );
+}

@@ -22,7 +22,7 @@ use crate::records::{
     decode_versioned, encode_plain, LeaderChange, MetadataRecord, PartitionChangeRecord,
     PartitionRecord, RecordBatch, RegisterBrokerRecord, TopicRecord,
 };
-use crate::state::{PartitionState, ReplicaState};
+use crate::state::{PartitionState, ReplicaState, TransitionError};
 
 /// A registered broker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -411,32 +411,7 @@ impl MetadataImage {
                 topic_id,
                 replicas,
                 state,
-            } => {
-                let t = self
-                    .topics
-                    .get_mut(topic_id)
-                    .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(*topic_id)))?;
-                let del = t
-                    .deletion
-                    .as_mut()
-                    .ok_or_else(|| err(offset, ReplayErrorKind::NotMarkedForDeletion(*topic_id)))?;
-                for (p, b) in replicas {
-                    let cur = del.get_mut(&(*p, *b)).ok_or_else(|| {
-                        err(
-                            offset,
-                            ReplayErrorKind::UnknownReplica {
-                                tp: TopicPartition {
-                                    topic_id: *topic_id,
-                                    partition: *p,
-                                },
-                                broker: *b,
-                            },
-                        )
-                    })?;
-                    *cur = cur.transition(*state).map_err(|e| err(offset, e.into()))?;
-                }
-                Ok(())
-            }
+            } => self.replay_replica_deletion_state(*topic_id, replicas, *state, offset),
             MetadataRecord::RemoveTopic { topic_id } => self.replay_remove_topic(*topic_id, offset),
         }
     }
@@ -728,6 +703,72 @@ impl MetadataImage {
             }
         }
         self.partitions.insert(tp, next);
+        Ok(())
+    }
+
+    /// Moves replicas of a topic under deletion to `state`: all of them or,
+    /// if any move is refused, none.
+    fn replay_replica_deletion_state(
+        &mut self,
+        topic_id: TopicId,
+        replicas: &[(PartitionId, BrokerId)],
+        state: ReplicaState,
+        offset: u64,
+    ) -> Result<(), ReplayError> {
+        // The states of the deletion machine. A replica of a topic under
+        // deletion never goes back to New or Online, and leaves the machine
+        // (NonExistent) only with its topic, through RemoveTopic.
+        let deletion_target = matches!(
+            state,
+            ReplicaState::Offline
+                | ReplicaState::DeletionStarted
+                | ReplicaState::DeletionSuccessful
+                | ReplicaState::DeletionIneligible
+        );
+        let del = self
+            .topics
+            .get(&topic_id)
+            .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(topic_id)))?
+            .deletion
+            .as_ref()
+            .ok_or_else(|| err(offset, ReplayErrorKind::NotMarkedForDeletion(topic_id)))?;
+        // Check every move before writing any. Moves are staged in order, so
+        // a replica listed twice is checked from the state its first listing
+        // left it in, exactly as applying them one by one would.
+        let mut staged: BTreeMap<(PartitionId, BrokerId), ReplicaState> = BTreeMap::new();
+        for &(p, b) in replicas {
+            let cur = match staged.get(&(p, b)).or_else(|| del.get(&(p, b))) {
+                Some(s) => *s,
+                None => {
+                    let tp = TopicPartition {
+                        topic_id,
+                        partition: p,
+                    };
+                    return Err(err(
+                        offset,
+                        ReplayErrorKind::UnknownReplica { tp, broker: b },
+                    ));
+                }
+            };
+            if !deletion_target {
+                // Legal for the state machine perhaps, but not for a replica
+                // being deleted.
+                let refused = TransitionError::Replica {
+                    from: cur,
+                    to: state,
+                };
+                return Err(err(offset, refused.into()));
+            }
+            let next = cur.transition(state).map_err(|e| err(offset, e.into()))?;
+            staged.insert((p, b), next);
+        }
+        if let Some(del) = self
+            .topics
+            .get_mut(&topic_id)
+            .and_then(|t| t.deletion.as_mut())
+        {
+            del.extend(staged);
+        }
         Ok(())
     }
 

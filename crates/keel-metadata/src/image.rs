@@ -218,6 +218,11 @@ fn err(offset: u64, kind: ReplayErrorKind) -> ReplayError {
 }
 
 fn has_duplicates(v: &[BrokerId]) -> bool {
+    // Replica lists are as long as the replication factor: a pairwise scan
+    // beats sorting a copy there, and allocates nothing.
+    if v.len() <= 16 {
+        return v.iter().enumerate().any(|(i, b)| v[i + 1..].contains(b));
+    }
     let mut s: Vec<BrokerId> = v.to_vec();
     s.sort_unstable();
     s.windows(2).any(|w| w[0] == w[1])
@@ -626,34 +631,19 @@ impl MetadataImage {
             .partitions
             .get(&tp)
             .ok_or_else(|| err(offset, ReplayErrorKind::UnknownPartition(tp)))?;
-        let mut next = cur.clone();
-        if let Some(v) = &r.replicas {
-            next.replicas = v.clone();
-        }
-        if let Some(v) = &r.isr {
-            next.isr = v.clone();
-        }
-        if let Some(v) = &r.adding {
-            next.adding = v.clone();
-        }
-        if let Some(v) = &r.removing {
-            next.removing = v.clone();
-        }
+        // The partition as the record leaves it, borrowed: checked in full
+        // before anything is written, so a refused record changes nothing.
+        let replicas = r.replicas.as_deref().unwrap_or(&cur.replicas);
+        let isr = r.isr.as_deref().unwrap_or(&cur.isr);
+        let adding = r.adding.as_deref().unwrap_or(&cur.adding);
+        let removing = r.removing.as_deref().unwrap_or(&cur.removing);
         let new_leader = match r.leader {
             LeaderChange::Unchanged => cur.leader,
             LeaderChange::NoLeader => None,
             LeaderChange::To(b) => Some(b),
         };
-        Self::check_shape(
-            tp,
-            &next.replicas,
-            &next.isr,
-            &next.adding,
-            &next.removing,
-            offset,
-        )?;
-        if let Some(b) = next
-            .replicas
+        Self::check_shape(tp, replicas, isr, adding, removing, offset)?;
+        if let Some(b) = replicas
             .iter()
             // Newly assigned replicas must be registered; existing ones may
             // belong to a broker that was unregistered since.
@@ -661,15 +651,14 @@ impl MetadataImage {
         {
             return Err(err(offset, ReplayErrorKind::UnknownBroker(*b)));
         }
-        if new_leader != cur.leader {
+        let leader_changed = new_leader != cur.leader;
+        if leader_changed {
             if let Some(l) = new_leader {
-                self.check_new_leader(tp, l, &next.replicas, &next.isr, offset)?;
+                self.check_new_leader(tp, l, replicas, isr, offset)?;
             }
-            next.leader = new_leader;
-            next.leader_epoch = LeaderEpoch(cur.leader_epoch.0 + 1);
         } else if let Some(l) = new_leader {
             // Leader kept: it must still be assigned and in the ISR.
-            if !next.replicas.contains(&l) || !next.isr.contains(&l) {
+            if !replicas.contains(&l) || !isr.contains(&l) {
                 return Err(err(
                     offset,
                     ReplayErrorKind::InvalidPartition {
@@ -679,30 +668,69 @@ impl MetadataImage {
                 ));
             }
         }
-        let target = if next.leader.is_some() {
+        let target = if new_leader.is_some() {
             PartitionState::Online
         } else if cur.state == PartitionState::New {
             PartitionState::New
         } else {
             PartitionState::Offline
         };
-        if target != cur.state || target == PartitionState::Online && new_leader != cur.leader {
-            next.state = cur
-                .state
+        let state = if target != cur.state || target == PartitionState::Online && leader_changed {
+            cur.state
                 .transition(target)
-                .map_err(|e| err(offset, e.into()))?;
+                .map_err(|e| err(offset, e.into()))?
+        } else {
+            cur.state
+        };
+        let leader_epoch = if leader_changed {
+            LeaderEpoch(cur.leader_epoch.0 + 1)
+        } else {
+            cur.leader_epoch
+        };
+        let partition_epoch = PartitionEpoch(cur.partition_epoch.0 + 1);
+
+        // Checked: write in place (imbl copies only the path it shares with
+        // other clones of the image).
+        let p = self
+            .partitions
+            .get_mut(&tp)
+            .ok_or_else(|| err(offset, ReplayErrorKind::UnknownPartition(tp)))?;
+        if let Some(v) = &r.replicas {
+            p.replicas.clone_from(v);
         }
-        next.partition_epoch = PartitionEpoch(cur.partition_epoch.0 + 1);
-        // Replicas added to a topic under deletion join its deletion map.
-        if let Some(t) = self.topics.get_mut(&tp.topic_id) {
-            if let Some(del) = t.deletion.as_mut() {
-                for b in &next.replicas {
-                    del.entry((tp.partition, *b))
-                        .or_insert(ReplicaState::Offline);
+        if let Some(v) = &r.isr {
+            p.isr.clone_from(v);
+        }
+        if let Some(v) = &r.adding {
+            p.adding.clone_from(v);
+        }
+        if let Some(v) = &r.removing {
+            p.removing.clone_from(v);
+        }
+        p.leader = new_leader;
+        p.leader_epoch = leader_epoch;
+        p.partition_epoch = partition_epoch;
+        p.state = state;
+        // Replicas added to a topic under deletion join its deletion map
+        // (an unchanged replica list is already in it).
+        if let Some(v) = &r.replicas {
+            let marked = self
+                .topics
+                .get(&tp.topic_id)
+                .is_some_and(|t| t.marked_for_deletion());
+            if marked {
+                if let Some(del) = self
+                    .topics
+                    .get_mut(&tp.topic_id)
+                    .and_then(|t| t.deletion.as_mut())
+                {
+                    for b in v {
+                        del.entry((tp.partition, *b))
+                            .or_insert(ReplicaState::Offline);
+                    }
                 }
             }
         }
-        self.partitions.insert(tp, next);
         Ok(())
     }
 

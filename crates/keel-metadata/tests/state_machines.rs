@@ -507,6 +507,27 @@ fn deletion_state_record_only_moves_replicas_within_the_deletion_machine() {
 }
 
 #[test]
+fn duplicate_replicas_are_refused_in_short_and_long_lists() {
+    let mut image = cluster(0);
+    for n in [3u32, 40] {
+        let mut replicas: Vec<BrokerId> = (1..=n).map(b).collect();
+        replicas.push(b(n / 2));
+        let e = refused(
+            &mut image,
+            6,
+            MetadataRecord::Partition(PartitionRecord {
+                topic_id: TOPIC,
+                partition: PartitionId(0),
+                replicas: replicas.clone(),
+                isr: vec![b(1)],
+                leader: Some(b(1)),
+            }),
+        );
+        assert!(e.to_string().contains("duplicate replicas"), "{n}: {e}");
+    }
+}
+
+#[test]
 fn partition_walks_its_whole_lifecycle_through_replay() {
     let mut image = cluster(0);
     // NonExistent -> New: created without a leader.

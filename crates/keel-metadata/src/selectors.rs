@@ -128,9 +128,11 @@ pub fn preferred_replica(
     })
 }
 
-/// Controlled shutdown of `shutting_down`: the ISR loses that broker (unless
-/// it is the only member), and the leader is the current one if it stays
-/// eligible, else the first eligible member of the new ISR in replica order.
+/// Controlled shutdown of `shutting_down`: the ISR always loses that broker,
+/// and the leader is the current one if it stays eligible, else the first
+/// eligible member of the new ISR in replica order. When no such member is
+/// left (the shutting-down broker was the only eligible one, or the only ISR
+/// member) the answer is `EligibleLeadersNotAvailable`.
 pub fn controlled_shutdown(
     p: &PartitionImage,
     shutting_down: BrokerId,

@@ -12,6 +12,7 @@ mod admin;
 mod broker;
 mod controller;
 mod dev;
+mod log;
 mod logging;
 mod output;
 
@@ -53,6 +54,8 @@ enum Command {
     Reassign(admin::ReassignArgs),
     /// Elect preferred or unclean leaders.
     ElectLeaders(admin::ElectArgs),
+    /// Decode a controller's Raft log and snapshot offline.
+    Log(log::LogArgs),
 }
 
 /// Entry point of the `keel` binary.
@@ -79,6 +82,7 @@ pub fn main() -> ExitCode {
             Command::Quorum(a) => admin::quorum(a).await,
             Command::Reassign(a) => admin::reassign(a).await,
             Command::ElectLeaders(a) => admin::elect(a).await,
+            Command::Log(a) => log::run(a),
         }
     })
 }

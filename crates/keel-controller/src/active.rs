@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keel_metadata::planner;
-use keel_metadata::{ApiError, ErrorCode, MetadataImage, MetadataRecord, RecordBatch};
+use keel_metadata::{
+    ApiError, BrokerId, ErrorCode, MetadataImage, MetadataRecord, RecordBatch, TopicPartition,
+};
 use keel_raft::KeelRaft;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
@@ -44,6 +46,9 @@ pub type Finish<T> = Box<dyn FnOnce(Result<u64, ApiError>) -> Result<T, ApiError
 pub struct Proposal<T> {
     pub records: Vec<MetadataRecord>,
     pub finish: Finish<T>,
+    /// `StopReplica(delete)` to send once the records commit (deletion
+    /// manager); each broker's answer comes back as a command.
+    pub stop_replicas: Vec<(TopicPartition, BrokerId)>,
 }
 
 impl<T: Send + 'static> Proposal<T> {
@@ -55,7 +60,14 @@ impl<T: Send + 'static> Proposal<T> {
         Self {
             records,
             finish: Box::new(finish),
+            stop_replicas: Vec::new(),
         }
+    }
+
+    /// Also send `StopReplica(delete)` to these replicas after commit.
+    pub fn with_stop_replicas(mut self, v: Vec<(TopicPartition, BrokerId)>) -> Self {
+        self.stop_replicas = v;
+        self
     }
 
     /// Records whose reply is fixed in advance (given once they commit).
@@ -68,6 +80,7 @@ type Run = Box<dyn FnOnce(&MetadataImage, &mut DecideEnv) -> Erased + Send>;
 
 struct Erased {
     records: Vec<MetadataRecord>,
+    stop_replicas: Vec<(TopicPartition, BrokerId)>,
     on_commit: Box<dyn FnOnce(Result<u64, ApiError>) + Send>,
 }
 
@@ -93,6 +106,7 @@ impl Command {
             let finish = p.finish;
             Erased {
                 records: p.records,
+                stop_replicas: p.stop_replicas,
                 on_commit: Box::new(move |r| {
                     let _ = reply.send(finish(r));
                 }),
@@ -164,6 +178,7 @@ pub(crate) async fn run(
     shared: Arc<Shared>,
     epoch: u64,
     mut rx: mpsc::Receiver<Command>,
+    events: mpsc::Sender<Command>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut env = DecideEnv {
@@ -173,7 +188,7 @@ pub(crate) async fn run(
     };
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut channels = ChannelManager::start(shared.clone(), epoch, &shared.image());
+    let mut channels = ChannelManager::start(shared.clone(), epoch, &shared.image(), events);
     tracing::info!(
         node = shared.config.node_id,
         term = epoch,
@@ -198,6 +213,7 @@ pub(crate) async fn run(
         let mut working = base.clone();
         let mut records = Vec::new();
         let mut replies = Vec::new();
+        let mut stop_replicas = Vec::new();
         for cmd in batch {
             let started = Instant::now();
             metrics::histogram!("keel_controller_event_queue_time_seconds", "kind" => cmd.kind)
@@ -221,6 +237,7 @@ pub(crate) async fn run(
             metrics::histogram!("keel_controller_event_process_time_seconds", "kind" => cmd.kind)
                 .record(started.elapsed().as_secs_f64());
             records.extend(p.records);
+            stop_replicas.extend(p.stop_replicas);
             replies.push(p.on_commit);
         }
         if records.is_empty() {
@@ -228,6 +245,7 @@ pub(crate) async fn run(
             for r in replies {
                 r(Ok(offset));
             }
+            channels.stop_replicas(stop_replicas);
             continue;
         }
         let plan = planner::plan(&base, &working, &records);
@@ -242,6 +260,7 @@ pub(crate) async fn run(
                 // The applied image now holds these entries (with their real
                 // indexes, e.g. broker epochs): plan requests from it.
                 channels.apply(&plan, &shared.image(), index);
+                channels.stop_replicas(stop_replicas);
             }
             Err(e) => {
                 tracing::warn!(node = shared.config.node_id, term = epoch, error = %e, "proposal failed; leaving the active role");

@@ -182,8 +182,13 @@ impl AdminService for AdminApi {
         let r = self
             .shared
             .submit("delete_topics", move |image, _| {
+                let mut work = image.clone();
+                let mut records = Vec::new();
                 let d = image.decide_delete_topics(&names);
-                Proposal::with_reply(d.records, Ok(d.reply))
+                let reply = crate::tasks::take(&mut work, &mut records, d);
+                // Start the deletion right away rather than at the next tick.
+                let stop = crate::tasks::deletion_progress(&mut work, &mut records);
+                Proposal::with_reply(records, Ok(reply)).with_stop_replicas(stop)
             })
             .await;
         Ok(Response::new(match r {

@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel_metadata::planner::{BrokerRequestPlan, ChannelAction};
-use keel_metadata::{BrokerEpoch, BrokerId, ErrorCode, MetadataImage, TopicPartition};
+use keel_metadata::{
+    BrokerEpoch, BrokerId, ErrorCode, MetadataImage, PartitionId, TopicId, TopicPartition,
+};
 use keel_proto::convert::{broker_to_pb, partition_to_pb};
 use keel_proto::pb;
 use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
@@ -21,6 +23,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::active::{Command, Proposal};
 use crate::shared::Shared;
 
 /// Requests queued per broker before the channel falls back to a resync.
@@ -60,6 +63,8 @@ impl Drop for BrokerChannel {
 /// Every broker channel of one activation.
 pub struct ChannelManager {
     shared: Arc<Shared>,
+    /// The event loop's own queue: StopReplica(delete) outcomes go back there.
+    events: mpsc::Sender<Command>,
     /// Controller epoch stamped on every request.
     epoch: u64,
     channels: BTreeMap<BrokerId, BrokerChannel>,
@@ -119,9 +124,15 @@ pub fn full_state(image: &MetadataImage, broker: BrokerId) -> Vec<Outgoing> {
 
 impl ChannelManager {
     /// Opens a channel with full state to every registered broker.
-    pub fn start(shared: Arc<Shared>, epoch: u64, image: &MetadataImage) -> Self {
+    pub fn start(
+        shared: Arc<Shared>,
+        epoch: u64,
+        image: &MetadataImage,
+        events: mpsc::Sender<Command>,
+    ) -> Self {
         let mut m = Self {
             shared,
+            events,
             epoch,
             channels: BTreeMap::new(),
         };
@@ -147,6 +158,7 @@ impl ChannelManager {
             self.epoch,
             rx,
             resync.clone(),
+            self.events.clone(),
         ));
         let ch = BrokerChannel {
             epoch: reg.epoch,
@@ -244,10 +256,22 @@ impl ChannelManager {
         }
     }
 
-    /// Queues `StopReplica` for these replicas (deletion manager).
-    pub fn stop_replicas(&self, broker: BrokerId, items: Vec<pb::StopReplicaItem>) {
-        if let Some(ch) = self.channels.get(&broker) {
-            enqueue(ch, Outgoing::StopReplica(items));
+    /// Queues `StopReplica(delete)` for these replicas (deletion manager);
+    /// replicas on brokers without a channel wait for the next retry.
+    pub fn stop_replicas(&self, replicas: Vec<(TopicPartition, BrokerId)>) {
+        let mut per_broker: BTreeMap<BrokerId, Vec<pb::StopReplicaItem>> = BTreeMap::new();
+        for (tp, b) in replicas {
+            per_broker.entry(b).or_default().push(pb::StopReplicaItem {
+                topic_id: tp.topic_id.to_bytes().to_vec(),
+                partition: tp.partition.0,
+                delete: true,
+                leader_epoch: 0,
+            });
+        }
+        for (b, items) in per_broker {
+            if let Some(ch) = self.channels.get(&b) {
+                enqueue(ch, Outgoing::StopReplica(items));
+            }
         }
     }
 
@@ -310,7 +334,8 @@ fn split(o: Outgoing) -> Vec<Outgoing> {
 
 /// How a send ended.
 enum Sent {
-    Ok,
+    /// Accepted; for StopReplica, the items the broker failed to stop.
+    Ok(Vec<(Vec<u8>, u32)>),
     /// A newer controller exists: stop this channel.
     Stop(ErrorCode),
 }
@@ -320,6 +345,7 @@ async fn send(
     stamp: &pb::ControllerStamp,
     o: &Outgoing,
 ) -> Result<Sent, tonic::Status> {
+    let mut failed = Vec::new();
     let error = match o {
         Outgoing::LeaderAndIsr(partitions, leaders) => {
             client
@@ -353,18 +379,24 @@ async fn send(
                 .error
         }
         Outgoing::StopReplica(items) => {
-            client
+            let r = client
                 .stop_replica(pb::StopReplicaRequest {
                     stamp: Some(*stamp),
                     partitions: items.clone(),
                 })
                 .await?
-                .into_inner()
-                .error
+                .into_inner();
+            failed = r
+                .partitions
+                .iter()
+                .filter(|p| p.error.as_ref().is_some_and(|e| e.code != 0))
+                .map(|p| (p.topic_id.clone(), p.partition))
+                .collect();
+            r.error
         }
     };
     match error.map(|e| ErrorCode::from_i32(e.code).unwrap_or(ErrorCode::Internal)) {
-        None | Some(ErrorCode::None) => Ok(Sent::Ok),
+        None | Some(ErrorCode::None) => Ok(Sent::Ok(failed)),
         Some(code @ ErrorCode::StaleControllerEpoch) => Ok(Sent::Stop(code)),
         // The broker may not have read its registration answer yet; a newer
         // registration replaces this channel anyway, so retry.
@@ -375,6 +407,45 @@ async fn send(
     }
 }
 
+/// Hands StopReplica(delete) outcomes to the event loop, which records
+/// them (DeletionSuccessful / DeletionIneligible) and removes finished topics.
+async fn report_deletions(
+    events: &mpsc::Sender<Command>,
+    broker: BrokerId,
+    items: &[pb::StopReplicaItem],
+    failed: &[(Vec<u8>, u32)],
+) {
+    let mut per_topic: BTreeMap<TopicId, Vec<(PartitionId, BrokerId, bool)>> = BTreeMap::new();
+    for it in items.iter().filter(|i| i.delete) {
+        let Some(t) = TopicId::from_bytes(&it.topic_id) else {
+            continue;
+        };
+        let ok = !failed
+            .iter()
+            .any(|(id, p)| *id == it.topic_id && *p == it.partition);
+        per_topic
+            .entry(t)
+            .or_default()
+            .push((PartitionId(it.partition), broker, ok));
+    }
+    if per_topic.is_empty() {
+        return;
+    }
+    let cmd = Command::internal("replica_deletion_results", move |image, _| {
+        let mut work = image.clone();
+        let mut records = Vec::new();
+        for (topic, results) in &per_topic {
+            let d = work.decide_replica_deletion_results(*topic, results);
+            if d.reply {
+                tracing::info!(topic = %topic, "topic deletion complete");
+            }
+            crate::tasks::take(&mut work, &mut records, d);
+        }
+        Proposal::with_reply(records, Ok(()))
+    });
+    let _ = events.send(cmd).await;
+}
+
 async fn run_channel(
     shared: Arc<Shared>,
     broker: BrokerId,
@@ -383,6 +454,7 @@ async fn run_channel(
     controller_epoch: u64,
     mut rx: mpsc::Receiver<Outgoing>,
     resync: Arc<AtomicBool>,
+    events: mpsc::Sender<Command>,
 ) {
     let stamp = pb::ControllerStamp {
         controller_id: shared.config.node_id as u32,
@@ -417,7 +489,12 @@ async fn run_channel(
             let mut backoff = Duration::from_millis(20);
             loop {
                 match send(&mut client, &stamp, &o).await {
-                    Ok(Sent::Ok) => break,
+                    Ok(Sent::Ok(failed)) => {
+                        if let Outgoing::StopReplica(items) = &o {
+                            report_deletions(&events, broker, items, &failed).await;
+                        }
+                        break;
+                    }
                     Ok(Sent::Stop(code)) => {
                         tracing::info!(broker = broker.0, epoch = broker_epoch.0, %code, "broker refused this channel's requests; closing it");
                         return;

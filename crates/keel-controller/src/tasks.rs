@@ -38,6 +38,7 @@ pub(crate) fn housekeeping(shared: Arc<Shared>) -> Command {
     Command::internal("housekeeping", move |image, env| {
         let mut work = image.clone();
         let mut records = Vec::new();
+        let mut stop = Vec::new();
         let expired = match shared.heartbeats.lock() {
             Ok(t) => t.expired(env.now_ms),
             Err(_) => Vec::new(),
@@ -64,9 +65,22 @@ pub(crate) fn housekeeping(shared: Arc<Shared>) -> Command {
             take(&mut work, &mut records, d);
             let d = work.decide_reassignment_progress();
             take(&mut work, &mut records, d);
+            stop.extend(deletion_progress(&mut work, &mut records));
+        }
+        let rebalance_every =
+            shared.config.auto_rebalance_interval_ms / crate::active::TICK.as_millis() as u64;
+        if rebalance_every > 0 && tick > 0 && tick.is_multiple_of(rebalance_every) {
+            let d = work.decide_auto_rebalance(shared.config.auto_rebalance_threshold_pct);
+            let moved = take(&mut work, &mut records, d);
+            if !moved.is_empty() {
+                tracing::info!(
+                    partitions = moved.len(),
+                    "auto rebalance: preferred leaders restored"
+                );
+            }
         }
         count_unclean(&records);
-        Proposal::with_reply(records, Ok(()))
+        Proposal::with_reply(records, Ok(())).with_stop_replicas(stop)
     })
 }
 
@@ -80,4 +94,28 @@ pub(crate) fn count_unclean(records: &[MetadataRecord]) {
         tracing::warn!(count = n, "unclean leader election");
         metrics::counter!("keel_controller_unclean_elections_total").increment(n as u64);
     }
+}
+
+/// The classic deletion manager's step for every topic marked for deletion:
+/// replicas move through the deletion state machine, and the returned
+/// replicas get `StopReplica(delete)` once the records commit.
+pub(crate) fn deletion_progress(
+    work: &mut MetadataImage,
+    records: &mut Vec<MetadataRecord>,
+) -> Vec<(keel_metadata::TopicPartition, keel_metadata::BrokerId)> {
+    let marked: Vec<keel_metadata::TopicId> = work
+        .topics()
+        .filter(|t| t.marked_for_deletion())
+        .map(|t| t.id)
+        .collect();
+    let mut stop = Vec::new();
+    for topic in marked {
+        let d = work.decide_deletion_progress(topic);
+        let step = take(work, records, d);
+        if let Some(why) = &step.paused {
+            tracing::debug!(topic = %topic, why = %why, "topic deletion paused");
+        }
+        stop.extend(step.send_stop_replica);
+    }
+    stop
 }

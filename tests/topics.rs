@@ -1,0 +1,223 @@
+//! Topic lifecycle on real processes: create, describe, delete (with the
+//! classic deletion manager's pauses), re-create, reassign, elect.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use keel_proto::pb;
+
+const LONG: Duration = Duration::from_secs(90);
+
+fn keel(c: &Cluster, args: &[&str]) -> (i32, serde_json::Value, String) {
+    let mut full: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    full.extend([
+        "--bootstrap".to_string(),
+        c.q.addrs.join(","),
+        "--output".into(),
+        "json".into(),
+    ]);
+    let out = std::process::Command::new(keel_bin())
+        .args(&full)
+        .output()
+        .expect("run keel");
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (
+        out.status.code().unwrap_or(-1),
+        v,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn topic_gone(c: &Cluster, name: &str) {
+    let client = c.q.client();
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        let names = topic_names(&client).await;
+        if !names.iter().any(|n| n == name) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "topic {name} was never removed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_describe_delete_and_recreate_through_the_cli() {
+    let c = Cluster::start(3);
+    c.q.wait_active(LONG).await;
+    c.wait_all_active(LONG).await;
+
+    let (code, v, err) = keel(
+        &c,
+        &[
+            "topics",
+            "create",
+            "events",
+            "--partitions",
+            "4",
+            "--replication-factor",
+            "3",
+            "--config",
+            "min.insync.replicas=2",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let first_id = v["topic_id"].as_str().unwrap().to_string();
+
+    let (code, v, err) = keel(&c, &["topics", "describe", "--topic", "events"]);
+    assert_eq!(code, 0, "{err}");
+    let t = &v["topics"][0];
+    assert_eq!(t["name"], "events");
+    assert_eq!(t["topic_id"], first_id.as_str());
+    assert_eq!(t["marked_for_deletion"], false);
+    assert_eq!(t["configs"]["min.insync.replicas"], "2");
+    let parts = t["partitions"].as_array().unwrap();
+    assert_eq!(parts.len(), 4);
+    for p in parts {
+        assert_eq!(p["replicas"].as_array().unwrap().len(), 3);
+        assert!(p["leader"].is_u64());
+        assert_eq!(p["leader_epoch"], 0);
+        assert!(p["isr"].as_array().unwrap().contains(&p["leader"]));
+    }
+
+    // A refusal: same name again.
+    let (code, _, err) = keel(&c, &["topics", "create", "events"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("TOPIC_ALREADY_EXISTS"), "{err}");
+    // --if-not-exists turns it into success.
+    let (code, _, _) = keel(&c, &["topics", "create", "events", "--if-not-exists"]);
+    assert_eq!(code, 0);
+
+    let (code, v, err) = keel(
+        &c,
+        &["topics", "delete", "events", "--wait", "--timeout-s", "60"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["deleted"], true);
+    let (_, v, _) = keel(&c, &["topics", "list"]);
+    assert_eq!(v["topics"], serde_json::json!([]));
+
+    // Re-created: a new topic id.
+    let (code, v, err) = keel(
+        &c,
+        &[
+            "topics",
+            "create",
+            "events",
+            "--partitions",
+            "2",
+            "--replication-factor",
+            "2",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_ne!(
+        v["topic_id"].as_str().unwrap(),
+        first_id,
+        "a re-created name is a different topic"
+    );
+
+    // Brokers stopped the old replicas with delete.
+    for b in 0..3 {
+        let h = c.history(b);
+        assert!(
+            h.iter()
+                .any(|e| e["event"] == "stopped" && e["topic_id"] == first_id.as_str()),
+            "broker {} never stopped the deleted topic's replicas",
+            b + 1
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_waits_for_a_down_broker_and_finishes_when_it_returns() {
+    let mut c = Cluster::start(3);
+    c.q.wait_active(LONG).await;
+    c.wait_all_active(LONG).await;
+    let client = c.q.client();
+    create_topic(&client, "logs", 3, 3).await;
+
+    c.brokers[2].kill();
+    c.wait_cluster("broker 3 fenced", LONG, |r| {
+        broker_info(r, 3).is_some_and(|b| b.fenced)
+    })
+    .await;
+
+    let req = pb::DeleteTopicsRequest {
+        names: vec!["logs".into()],
+    };
+    let r = client
+        .admin(|mut x| {
+            let req = req.clone();
+            async move { x.delete_topics(req).await }
+        })
+        .await
+        .unwrap();
+    assert!(r.error.is_none() && r.topics[0].error.is_none(), "{r:?}");
+
+    // Paused: still there, marked for deletion, while broker 3 is down.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let t = c
+        .wait_topic("logs", "marked", LONG, |t| t.marked_for_deletion)
+        .await;
+    assert!(t.marked_for_deletion);
+
+    c.restart_broker(2);
+    topic_gone(&c, "logs").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reassignment_that_removes_the_leader_moves_leadership_and_completes() {
+    let c = Cluster::start(3);
+    c.q.wait_active(LONG).await;
+    c.wait_all_active(LONG).await;
+    let client = c.q.client();
+    let req = pb::CreateTopicsRequest {
+        topics: vec![pb::CreatableTopic {
+            name: "r".into(),
+            assignments: vec![pb::ReplicaAssignment {
+                partition: 0,
+                replicas: vec![1, 2],
+            }],
+            ..Default::default()
+        }],
+        validate_only: false,
+    };
+    let r = client
+        .admin(|mut x| {
+            let req = req.clone();
+            async move { x.create_topics(req).await }
+        })
+        .await
+        .unwrap();
+    assert!(r.topics[0].error.is_none(), "{r:?}");
+    c.wait_topic("r", "led by 1", LONG, |t| {
+        t.partitions[0].state.as_ref().unwrap().leader == Some(1)
+    })
+    .await;
+
+    let plan = c.q.dir.path().join("plan.json");
+    std::fs::write(
+        &plan,
+        r#"{"partitions":[{"topic":"r","partition":0,"replicas":[3,2]}]}"#,
+    )
+    .unwrap();
+    let (code, _, err) = keel(&c, &["reassign", "start", "--plan", plan.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let t = c
+        .wait_topic("r", "reassignment complete", LONG, |t| {
+            let s = t.partitions[0].state.as_ref().unwrap();
+            s.replicas == vec![3, 2] && s.adding.is_empty() && s.removing.is_empty()
+        })
+        .await;
+    let s = t.partitions[0].state.as_ref().unwrap();
+    assert_ne!(s.leader, Some(1), "the removed replica cannot stay leader");
+    assert!(!s.isr.contains(&1));
+    let (_, v, _) = keel(&c, &["reassign", "list"]);
+    assert_eq!(v["reassignments"], serde_json::json!([]));
+}

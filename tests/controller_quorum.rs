@@ -177,3 +177,155 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_its_majority_stops_answering_as_active_controller() {
+    let q = Quorum::start(FLAGS);
+    let active = q.wait_active(LONG).await;
+    let client = q.client();
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    let followers: Vec<usize> = (0..3).filter(|i| *i != active).collect();
+    for f in &followers {
+        q.procs[*f].signal("STOP");
+    }
+    // Longer than the lease; the old leader still believes it leads.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut admin = keel_proto::pb::admin_service_client::AdminServiceClient::connect(format!(
+        "http://{}",
+        q.addrs[active]
+    ))
+    .await
+    .unwrap();
+    let r = admin
+        .describe_topics(keel_proto::pb::DescribeTopicsRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        r.error.map(|e| e.code),
+        Some(keel_proto::pb::ErrorCode::NotController as i32),
+        "a leader without quorum contact must not serve a linearizable read"
+    );
+    let mut brokers = keel_proto::pb::broker_service_client::BrokerServiceClient::connect(format!(
+        "http://{}",
+        q.addrs[active]
+    ))
+    .await
+    .unwrap();
+    let hb = brokers
+        .broker_heartbeat(keel_proto::pb::BrokerHeartbeatRequest {
+            broker_id: 1,
+            broker_epoch: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        hb.error.map(|e| e.code),
+        Some(keel_proto::pb::ErrorCode::NotController as i32)
+    );
+
+    for f in &followers {
+        q.procs[*f].signal("CONT");
+    }
+    q.wait_active(LONG).await;
+    assert_eq!(topic_names(&client).await.len(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn voters_can_be_added_and_removed_one_at_a_time() {
+    let mut q = Quorum::start(FLAGS);
+    q.wait_active(LONG).await;
+    let client = q.client();
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    create_topic(&client, "before", 1, 1).await;
+
+    // A fourth node joins (no bootstrap) and is promoted.
+    let addr4 = format!("127.0.0.1:{}", free_port());
+    let mut args = q.args(0, &q.cluster_id);
+    let set = |args: &mut Vec<String>, flag: &str, value: String| {
+        let pos = args.iter().position(|a| a == flag).unwrap();
+        args[pos + 1] = value;
+    };
+    set(&mut args, "--node-id", "4".into());
+    set(&mut args, "--listen", addr4.clone());
+    set(
+        &mut args,
+        "--data-dir",
+        q.dir.path().join("c4").display().to_string(),
+    );
+    args.push("--join".into());
+    let p4 = spawn(&args, &q.dir.path().join("c4.log"));
+    q.addrs.push(addr4.clone());
+    q.procs.push(p4);
+
+    let bootstrap = q.addrs[..3].join(",");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(keel_bin())
+            .args(args)
+            .args(["--bootstrap", &bootstrap, "--output", "json"])
+            .output()
+            .expect("run keel");
+        assert!(
+            out.status.success(),
+            "keel {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or(serde_json::Value::Null)
+    };
+    run(&["quorum", "add-voter", "--node-id", "4", "--address", &addr4]);
+    let v = run(&["quorum", "describe"]);
+    let voters: Vec<u64> = v["voters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|x| x["status"] != "learner")
+        .map(|x| x["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(voters, vec![1, 2, 3, 4]);
+
+    // Remove node 1 (whatever its role); the quorum keeps committing.
+    run(&["quorum", "remove-voter", "--node-id", "1"]);
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        let out = std::process::Command::new(keel_bin())
+            .args([
+                "quorum",
+                "describe",
+                "--output",
+                "json",
+                "--bootstrap",
+                &q.addrs[1..].join(","),
+            ])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let ids: Vec<u64> = v["voters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|x| x["status"] != "learner")
+                .map(|x| x["id"].as_u64().unwrap())
+                .collect();
+            if ids == vec![2, 3, 4] {
+                break;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node 1 was never removed"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let client = keel_proto::client::ControllerClient::new(q.addrs[1..].to_vec())
+        .with_timeouts(Duration::from_secs(5), Duration::from_secs(60));
+    create_topic(&client, "after", 1, 1).await;
+    let names = topic_names(&client).await;
+    assert!(names.contains(&"before".to_string()) && names.contains(&"after".to_string()));
+    // The joined node holds the same image as the others.
+    q.procs[0].kill();
+    let (_, hash) = q.wait_converged(1, LONG).await;
+    assert!(!hash.is_empty());
+}

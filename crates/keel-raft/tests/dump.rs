@@ -125,7 +125,7 @@ fn a_damaged_entry_is_reported_by_index_and_the_rest_still_dumps() {
         logs.insert(7u64.to_be_bytes(), vec![1, 0, 0xff, 0xff, 0xff])
             .unwrap();
         logs.insert(8u64.to_be_bytes(), vec![9, 9]).unwrap();
-        logs.insert(b"odd".to_vec(), vec![1, 0]).unwrap();
+        logs.insert(b"odd", vec![1, 0]).unwrap();
         db.open_tree("vote")
             .unwrap()
             .insert(b"value", vec![0xde, 0xad])

@@ -221,3 +221,177 @@ async fn reassignment_that_removes_the_leader_moves_leadership_and_completes() {
     let (_, v, _) = keel(&c, &["reassign", "list"]);
     assert_eq!(v["reassignments"], serde_json::json!([]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_failover_mid_deletion_and_mid_reassignment_completes_both() {
+    let mut c = Cluster::start(3);
+    c.q.wait_active(LONG).await;
+    c.wait_all_active(LONG).await;
+    let client = c.q.client();
+    create_topic(&client, "gone", 3, 3).await;
+    let req = pb::CreateTopicsRequest {
+        topics: vec![pb::CreatableTopic {
+            name: "moving".into(),
+            assignments: vec![pb::ReplicaAssignment {
+                partition: 0,
+                replicas: vec![1],
+            }],
+            ..Default::default()
+        }],
+        validate_only: false,
+    };
+    let r = client
+        .admin(|mut x| {
+            let req = req.clone();
+            async move { x.create_topics(req).await }
+        })
+        .await
+        .unwrap();
+    assert!(r.topics[0].error.is_none());
+
+    // Broker 3 down: the deletion pauses and the reassignment onto 3 waits.
+    c.brokers[2].kill();
+    c.wait_cluster("broker 3 fenced", LONG, |r| {
+        broker_info(r, 3).is_some_and(|b| b.fenced)
+    })
+    .await;
+    let del = pb::DeleteTopicsRequest {
+        names: vec!["gone".into()],
+    };
+    let r = client
+        .admin(|mut x| {
+            let del = del.clone();
+            async move { x.delete_topics(del).await }
+        })
+        .await
+        .unwrap();
+    assert!(r.topics[0].error.is_none());
+    let re = pb::AlterPartitionReassignmentsRequest {
+        partitions: vec![pb::ReassignablePartition {
+            topic: "moving".into(),
+            partition: 0,
+            replicas: vec![3],
+            cancel: false,
+        }],
+    };
+    let r = client
+        .admin(|mut x| {
+            let re = re.clone();
+            async move { x.alter_partition_reassignments(re).await }
+        })
+        .await
+        .unwrap();
+    assert!(r.partitions[0].error.is_none(), "{r:?}");
+
+    // The active controller dies; a new one takes over both flows.
+    let active = c.q.wait_active(LONG).await;
+    c.q.procs[active].kill();
+    c.q.wait_active(LONG).await;
+    c.restart_broker(2);
+
+    topic_gone(&c, "gone").await;
+    c.wait_topic(
+        "moving",
+        "reassignment complete on the new controller",
+        LONG,
+        |t| {
+            let s = t.partitions[0].state.as_ref().unwrap();
+            s.replicas == vec![3] && s.adding.is_empty() && s.leader == Some(3)
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preferred_election_after_a_broker_returns_restores_preferred_leaders() {
+    let mut c = Cluster::start(3);
+    c.q.wait_active(LONG).await;
+    c.wait_all_active(LONG).await;
+    let client = c.q.client();
+    create_topic(&client, "pref", 6, 3).await;
+    let preferred_of = |t: &pb::TopicDescription| -> Vec<(Option<u32>, u32)> {
+        t.partitions
+            .iter()
+            .map(|p| {
+                let s = p.state.as_ref().unwrap();
+                (s.leader, s.replicas[0])
+            })
+            .collect()
+    };
+    c.wait_topic("pref", "preferred leaders", LONG, |t| {
+        preferred_of(t).iter().all(|(l, p)| *l == Some(*p))
+    })
+    .await;
+
+    c.brokers[0].kill();
+    c.wait_topic("pref", "leaders off broker 1", LONG, |t| {
+        preferred_of(t)
+            .iter()
+            .all(|(l, _)| l.is_some() && *l != Some(1))
+    })
+    .await;
+    c.restart_broker(0);
+    c.wait_topic("pref", "broker 1 back in every ISR", LONG, |t| {
+        t.partitions
+            .iter()
+            .all(|p| p.state.as_ref().unwrap().isr.contains(&1))
+    })
+    .await;
+
+    let out = std::process::Command::new(keel_bin())
+        .args([
+            "elect-leaders",
+            "--preferred",
+            "--all",
+            "--bootstrap",
+            &c.q.addrs.join(","),
+            "--output",
+            "json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = c
+        .wait_topic("pref", "preferred leaders restored", LONG, |t| {
+            preferred_of(t).iter().all(|(l, p)| *l == Some(*p))
+        })
+        .await;
+    assert!(preferred_of(&t).iter().any(|(l, _)| *l == Some(1)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_rebalance_restores_preferred_leaders_on_its_own() {
+    let mut c = Cluster::start_with(3, &["--auto-rebalance-interval-ms", "1000"]);
+    c.q.wait_active(LONG).await;
+    c.wait_all_active(LONG).await;
+    create_topic(&c.q.client(), "auto", 6, 3).await;
+    let on_preferred = |t: &pb::TopicDescription| {
+        t.partitions.iter().all(|p| {
+            let s = p.state.as_ref().unwrap();
+            s.leader == Some(s.replicas[0])
+        })
+    };
+    c.wait_topic("auto", "preferred leaders", LONG, on_preferred)
+        .await;
+    c.brokers[1].kill();
+    c.wait_topic("auto", "leaders off broker 2", LONG, |t| {
+        t.partitions.iter().all(|p| {
+            let l = p.state.as_ref().unwrap().leader;
+            l.is_some() && l != Some(2)
+        })
+    })
+    .await;
+    c.restart_broker(1);
+    // No election is asked for: the periodic task moves leadership back.
+    c.wait_topic(
+        "auto",
+        "auto rebalance restored preferred leaders",
+        LONG,
+        on_preferred,
+    )
+    .await;
+}

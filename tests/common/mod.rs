@@ -332,7 +332,14 @@ impl Cluster {
     /// Three controllers and `n` brokers with fast timings: heartbeat 300 ms,
     /// session 3 s, replica lag 3 s.
     pub fn start(n: usize) -> Self {
-        let q = Quorum::start(&["--session-timeout-ms", "3000"]);
+        Self::start_with(n, &[])
+    }
+
+    /// As [`Cluster::start`], with extra controller flags.
+    pub fn start_with(n: usize, controller_flags: &[&str]) -> Self {
+        let mut flags = vec!["--session-timeout-ms", "3000"];
+        flags.extend_from_slice(controller_flags);
+        let q = Quorum::start(&flags);
         let broker_addrs = (0..n)
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();

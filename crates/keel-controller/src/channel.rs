@@ -151,14 +151,16 @@ impl ChannelManager {
         let (tx, rx) = mpsc::channel(QUEUE);
         let resync = Arc::new(AtomicBool::new(false));
         let task = tokio::spawn(run_channel(
-            self.shared.clone(),
-            broker,
-            reg.epoch,
-            reg.address.clone(),
-            self.epoch,
+            ChannelTask {
+                shared: self.shared.clone(),
+                broker,
+                broker_epoch: reg.epoch,
+                address: reg.address.clone(),
+                controller_epoch: self.epoch,
+                resync: resync.clone(),
+                events: self.events.clone(),
+            },
             rx,
-            resync.clone(),
-            self.events.clone(),
         ));
         let ch = BrokerChannel {
             epoch: reg.epoch,
@@ -446,16 +448,28 @@ async fn report_deletions(
     let _ = events.send(cmd).await;
 }
 
-async fn run_channel(
+/// What one per-broker task needs.
+struct ChannelTask {
     shared: Arc<Shared>,
     broker: BrokerId,
+    /// Stamped on every request; the broker refuses any other epoch.
     broker_epoch: BrokerEpoch,
     address: String,
     controller_epoch: u64,
-    mut rx: mpsc::Receiver<Outgoing>,
     resync: Arc<AtomicBool>,
     events: mpsc::Sender<Command>,
-) {
+}
+
+async fn run_channel(task: ChannelTask, mut rx: mpsc::Receiver<Outgoing>) {
+    let ChannelTask {
+        shared,
+        broker,
+        broker_epoch,
+        address,
+        controller_epoch,
+        resync,
+        events,
+    } = task;
     let stamp = pb::ControllerStamp {
         controller_id: shared.config.node_id as u32,
         controller_epoch,

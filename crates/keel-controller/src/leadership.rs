@@ -47,6 +47,17 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
         if let Some(l) = m.last_applied {
             metrics::gauge!("keel_controller_last_applied_index").set(l.index as f64);
         }
+        if let Some(i) = m.last_log_index {
+            metrics::gauge!("keel_controller_last_log_index").set(i as f64);
+        }
+        if let Some(rep) = &m.replication {
+            // Per-peer Raft lag (entries behind the leader's log end).
+            let end = m.last_log_index.unwrap_or(0);
+            for (peer, matched) in rep {
+                let lag = end.saturating_sub(matched.map(|l| l.index).unwrap_or(0));
+                metrics::gauge!("keel_controller_raft_peer_lag", "peer" => peer.to_string()).set(lag as f64);
+            }
+        }
         let leading = m.state == ServerState::Leader && m.current_leader == Some(me);
         if let Some(r) = running.take() {
             if !leading {

@@ -66,6 +66,7 @@ pub(crate) fn housekeeping(shared: Arc<Shared>) -> Command {
             let d = work.decide_reassignment_progress();
             take(&mut work, &mut records, d);
             stop.extend(deletion_progress(&mut work, &mut records));
+            publish_image_gauges(&work);
         }
         let rebalance_every =
             shared.config.auto_rebalance_interval_ms / crate::active::TICK.as_millis() as u64;
@@ -118,4 +119,38 @@ pub(crate) fn deletion_progress(
         stop.extend(step.send_stop_replica);
     }
     stop
+}
+
+/// Cluster-wide gauges read off the image (a full scan: reconcile cadence).
+pub(crate) fn publish_image_gauges(image: &MetadataImage) {
+    let mut offline = 0u64;
+    let mut preferred_total = 0u64;
+    let mut not_preferred = 0u64;
+    for (_, p) in image.partitions() {
+        if p.leader.is_none() {
+            offline += 1;
+        }
+        if let Some(first) = p.replicas.first() {
+            preferred_total += 1;
+            if p.leader != Some(*first) {
+                not_preferred += 1;
+            }
+        }
+    }
+    let (mut active, mut fenced) = (0u64, 0u64);
+    for b in image.brokers() {
+        if b.fenced {
+            fenced += 1;
+        } else {
+            active += 1;
+        }
+    }
+    metrics::gauge!("keel_controller_topics").set(image.topic_count() as f64);
+    metrics::gauge!("keel_controller_partitions").set(image.partition_count() as f64);
+    metrics::gauge!("keel_controller_offline_partitions").set(offline as f64);
+    metrics::gauge!("keel_controller_preferred_replica_imbalance").set(not_preferred as f64);
+    metrics::gauge!("keel_controller_preferred_replica_imbalance_ratio")
+        .set(if preferred_total == 0 { 0.0 } else { not_preferred as f64 / preferred_total as f64 });
+    metrics::gauge!("keel_controller_active_brokers").set(active as f64);
+    metrics::gauge!("keel_controller_fenced_brokers").set(fenced as f64);
 }

@@ -12,6 +12,7 @@ mod admin;
 mod broker;
 mod controller;
 mod dev;
+mod jepsen;
 mod log;
 mod logging;
 mod output;
@@ -42,6 +43,8 @@ enum Command {
     Broker(broker::BrokerArgs),
     /// Start a local 3-controller + 3-broker cluster (the quickest way to try Keel).
     Dev(dev::DevArgs),
+    /// Jepsen-style fault test of a local cluster: nemesis, workload, checkers, report.
+    Jepsen(jepsen::JepsenArgs),
     /// Topics: create, delete, list, describe, alter-config.
     Topics(admin::TopicsArgs),
     /// Partitions: add partitions to a topic.
@@ -76,6 +79,7 @@ pub fn main() -> ExitCode {
             Command::Controller(a) => controller::run(a).await,
             Command::Broker(a) => broker::run(a).await,
             Command::Dev(a) => dev::run(a).await,
+            Command::Jepsen(a) => jepsen::run(a).await,
             Command::Topics(a) => admin::topics(a).await,
             Command::Partitions(a) => admin::partitions(a).await,
             Command::Cluster(a) => admin::cluster(a).await,

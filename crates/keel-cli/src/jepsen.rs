@@ -1,0 +1,86 @@
+//! `keel jepsen`: Jepsen-style fault testing of a real local cluster (see
+//! the `keel-jepsen` crate). Needs root for network partitions (iptables).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use keel_jepsen::nemesis::Family;
+use keel_jepsen::Config;
+
+#[derive(Args, Debug)]
+pub struct JepsenArgs {
+    /// How long the workload and the nemesis run, in seconds.
+    #[arg(long, default_value_t = 60)]
+    time_limit: u64,
+    /// Fault families, comma separated: partition, kill, pause, zombie, or all.
+    #[arg(long, default_value = "all")]
+    nemesis: String,
+    /// Seed of the nemesis and workload choices (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Where each run's directory goes.
+    #[arg(long, default_value = "jepsen-results")]
+    results_dir: PathBuf,
+    /// Number of brokers (1-9).
+    #[arg(long, default_value_t = 3)]
+    brokers: usize,
+    /// Concurrent workload clients.
+    #[arg(long, default_value_t = 5)]
+    clients: usize,
+    /// Seconds each fault lasts.
+    #[arg(long, default_value_t = 10)]
+    fault_secs: u64,
+    /// Seconds of healed cluster between faults.
+    #[arg(long, default_value_t = 10)]
+    heal_secs: u64,
+    /// Bound for recovery after the final heal, in seconds.
+    #[arg(long, default_value_t = 30)]
+    recovery_secs: u64,
+    /// Topic names in the key space (small, so operations collide).
+    #[arg(long, default_value_t = 8)]
+    names: usize,
+}
+
+pub async fn run(a: JepsenArgs) -> ExitCode {
+    let families = match Family::parse_list(&a.nemesis) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(keel_jepsen::EXIT_USAGE);
+        }
+    };
+    if a.brokers == 0 || a.brokers > 9 || a.clients == 0 || a.names == 0 || a.time_limit == 0 {
+        eprintln!("error: --brokers must be 1-9; --clients, --names and --time-limit must be positive");
+        return ExitCode::from(keel_jepsen::EXIT_USAGE);
+    }
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: cannot find the keel binary: {e}");
+            return ExitCode::from(keel_jepsen::EXIT_LOCAL);
+        }
+    };
+    let seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64 % 1_000_000)
+            .unwrap_or(1)
+    });
+    let cfg = Config {
+        exe,
+        time_limit: Duration::from_secs(a.time_limit),
+        families,
+        seed,
+        results_dir: a.results_dir,
+        brokers: a.brokers,
+        clients: a.clients,
+        fault: Duration::from_secs(a.fault_secs),
+        heal: Duration::from_secs(a.heal_secs),
+        recovery_bound: Duration::from_secs(a.recovery_secs),
+        names: a.names,
+        replication_factor: a.brokers.min(2) as u32,
+    };
+    ExitCode::from(keel_jepsen::run(cfg).await)
+}

@@ -1,0 +1,367 @@
+//! The harness's own gRPC calls. Unlike `keel_proto::client::ControllerClient`
+//! (which retries through NOT_CONTROLLER and transport errors until a
+//! deadline, and so can turn "my first attempt may have been applied" into
+//! a definite "TOPIC_ALREADY_EXISTS"), writes here are retried only after an
+//! attempt that was *definitely not applied*: a connection that never
+//! opened, or NOT_CONTROLLER from a node that never submitted the command.
+//! Anything else ends the operation, as `info` when ambiguous.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use keel_metadata::TopicId;
+use keel_proto::pb;
+use keel_proto::pb::admin_service_client::AdminServiceClient;
+use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::history::{Outcome, Seen};
+
+/// A fresh lazy channel from `bind` to `addr`.
+pub fn channel(addr: &str, bind: IpAddr, timeout: Duration) -> Option<Channel> {
+    let ep = Endpoint::from_shared(format!("http://{addr}"))
+        .ok()?
+        .connect_timeout(Duration::from_millis(700).min(timeout))
+        .timeout(timeout)
+        .local_address(Some(bind));
+    Some(ep.connect_lazy())
+}
+
+/// Error code name of a wire error.
+pub fn code_name(code: i32) -> String {
+    pb::ErrorCode::try_from(code)
+        .map(|c| c.as_str_name().to_string())
+        .unwrap_or_else(|_| format!("CODE_{code}"))
+}
+
+/// The request never left: the connection could not be opened.
+fn never_sent(s: &tonic::Status) -> bool {
+    let text = format!("{s:?}");
+    s.code() == tonic::Code::Unavailable
+        && (text.contains("error trying to connect")
+            || text.contains("tcp connect error")
+            || text.contains("Connection refused"))
+}
+
+/// NOT_CONTROLLER that may follow a proposal (see keel-controller
+/// shared.rs `resigned` and active.rs `not_leader`).
+fn ambiguous_not_controller(msg: &str) -> bool {
+    msg.contains("resigned") || msg.contains("leadership was lost") || msg.contains("before the change committed")
+}
+
+/// Result of one client operation.
+#[derive(Clone, Debug, Default)]
+pub struct OpResult {
+    pub outcome: Option<Outcome>,
+    pub error: Option<String>,
+    pub message: Option<String>,
+    pub seen: Option<Seen>,
+    pub topic_id: Option<String>,
+    pub node: Option<String>,
+    pub attempts: u32,
+}
+
+impl OpResult {
+    fn done(outcome: Outcome) -> Self {
+        OpResult {
+            outcome: Some(outcome),
+            ..Default::default()
+        }
+    }
+}
+
+/// One workload client's view of the quorum.
+pub struct AdminClient {
+    addrs: Vec<String>,
+    hint: Option<String>,
+    rr: usize,
+    bind: IpAddr,
+    pub attempt_timeout: Duration,
+    pub op_budget: Duration,
+}
+
+fn hex_id(b: &[u8]) -> Option<String> {
+    TopicId::from_bytes(b).map(|t| t.to_string())
+}
+
+enum Attempt<T> {
+    /// Definitely not applied; try another node.
+    Retry(Option<String>, String),
+    /// Final.
+    Done(T),
+}
+
+impl AdminClient {
+    pub fn new(addrs: Vec<String>, bind: IpAddr) -> Self {
+        AdminClient {
+            addrs,
+            hint: None,
+            rr: 0,
+            bind,
+            attempt_timeout: Duration::from_millis(1500),
+            op_budget: Duration::from_secs(4),
+        }
+    }
+
+    fn next_addr(&mut self) -> String {
+        if let Some(h) = self.hint.take() {
+            return h;
+        }
+        let a = self.addrs[self.rr % self.addrs.len()].clone();
+        self.rr += 1;
+        a
+    }
+
+    /// Runs attempts until one is final or the budget is spent; attempts
+    /// that end in `Retry` were definitely not applied.
+    async fn run<F, Fut>(&mut self, mut attempt: F) -> OpResult
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: std::future::Future<Output = Attempt<OpResult>>,
+    {
+        let start = Instant::now();
+        let mut attempts = 0;
+        let mut last;
+        loop {
+            let addr = self.next_addr();
+            attempts += 1;
+            let Some(ch) = channel(&addr, self.bind, self.attempt_timeout) else {
+                return OpResult::done(Outcome::Fail);
+            };
+            match attempt(ch).await {
+                Attempt::Done(mut r) => {
+                    if r.outcome != Some(Outcome::Info) && r.error.as_deref() != Some("NOT_CONTROLLER") {
+                        self.hint = Some(addr.clone());
+                    }
+                    r.node = Some(addr);
+                    r.attempts = attempts;
+                    return r;
+                }
+                Attempt::Retry(hint, why) => {
+                    last = why;
+                    self.hint = hint.filter(|h| *h != addr);
+                }
+            }
+            if start.elapsed() >= self.op_budget {
+                return OpResult {
+                    outcome: Some(Outcome::Fail),
+                    error: Some("UNREACHABLE".into()),
+                    message: Some(format!("no attempt reached the active controller: {last}")),
+                    attempts,
+                    ..Default::default()
+                };
+            }
+            if self.hint.is_none() {
+                tokio::time::sleep(Duration::from_millis(50 + 25 * attempts.min(8) as u64)).await;
+            }
+        }
+    }
+
+    /// Classifies a write's answer.
+    fn write_answer(
+        top: Option<&pb::Error>,
+        item: Option<&pb::Error>,
+        topic_id: Option<String>,
+    ) -> Attempt<OpResult> {
+        if let Some(e) = top {
+            let code = code_name(e.code);
+            if e.code == pb::ErrorCode::NotController as i32 && !ambiguous_not_controller(&e.message) {
+                return Attempt::Retry(e.leader.as_ref().map(|l| l.address.clone()), e.message.clone());
+            }
+            let definite = !matches!(
+                code.as_str(),
+                "NOT_CONTROLLER" | "REQUEST_TIMED_OUT" | "INTERNAL"
+            );
+            return Attempt::Done(OpResult {
+                outcome: Some(if definite { Outcome::Fail } else { Outcome::Info }),
+                error: Some(code),
+                message: Some(e.message.clone()),
+                ..Default::default()
+            });
+        }
+        if let Some(e) = item {
+            let code = code_name(e.code);
+            let definite = !matches!(
+                code.as_str(),
+                "NOT_CONTROLLER" | "REQUEST_TIMED_OUT" | "INTERNAL"
+            );
+            return Attempt::Done(OpResult {
+                outcome: Some(if definite { Outcome::Fail } else { Outcome::Info }),
+                error: Some(code),
+                message: Some(e.message.clone()),
+                ..Default::default()
+            });
+        }
+        Attempt::Done(OpResult {
+            outcome: Some(Outcome::Ok),
+            topic_id,
+            ..Default::default()
+        })
+    }
+
+    fn status_answer(s: tonic::Status) -> Attempt<OpResult> {
+        if never_sent(&s) {
+            return Attempt::Retry(None, s.message().to_string());
+        }
+        Attempt::Done(OpResult {
+            outcome: Some(Outcome::Info),
+            error: Some(format!("GRPC_{:?}", s.code()).to_uppercase()),
+            message: Some(s.message().chars().take(200).collect()),
+            ..Default::default()
+        })
+    }
+
+    pub async fn create(&mut self, name: &str, partitions: u32, rf: u32) -> OpResult {
+        let req = pb::CreateTopicsRequest {
+            topics: vec![pb::CreatableTopic {
+                name: name.to_string(),
+                partitions,
+                replication_factor: rf,
+                ..Default::default()
+            }],
+            validate_only: false,
+        };
+        self.run(|ch| {
+            let req = req.clone();
+            async move {
+                match AdminServiceClient::new(ch).create_topics(req).await {
+                    Err(s) => Self::status_answer(s),
+                    Ok(r) => {
+                        let r = r.into_inner();
+                        let t = r.topics.first();
+                        Self::write_answer(
+                            r.error.as_ref(),
+                            t.and_then(|t| t.error.as_ref()),
+                            t.and_then(|t| hex_id(&t.topic_id)),
+                        )
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    pub async fn delete(&mut self, name: &str) -> OpResult {
+        let req = pb::DeleteTopicsRequest {
+            names: vec![name.to_string()],
+        };
+        self.run(|ch| {
+            let req = req.clone();
+            async move {
+                match AdminServiceClient::new(ch).delete_topics(req).await {
+                    Err(s) => Self::status_answer(s),
+                    Ok(r) => {
+                        let r = r.into_inner();
+                        Self::write_answer(
+                            r.error.as_ref(),
+                            r.topics.first().and_then(|t| t.error.as_ref()),
+                            None,
+                        )
+                    }
+                }
+            }
+        })
+        .await
+    }
+
+    /// Describe of one name; reads are always safe to retry.
+    pub async fn describe(&mut self, name: &str) -> OpResult {
+        let req = pb::DescribeTopicsRequest {
+            names: vec![name.to_string()],
+        };
+        self.run(|ch| {
+            let req = req.clone();
+            async move {
+                match AdminServiceClient::new(ch).describe_topics(req).await {
+                    Err(s) => Attempt::Retry(None, s.message().to_string()),
+                    Ok(r) => {
+                        let r = r.into_inner();
+                        if let Some(e) = r.error {
+                            return Attempt::Retry(
+                                e.leader.map(|l| l.address),
+                                format!("{}: {}", code_name(e.code), e.message),
+                            );
+                        }
+                        let Some(t) = r.topics.first() else {
+                            return Attempt::Retry(None, "empty describe".into());
+                        };
+                        let (seen, id) = match &t.error {
+                            Some(e) if e.code == pb::ErrorCode::UnknownTopic as i32 => (Seen::Absent, None),
+                            Some(e) => {
+                                return Attempt::Done(OpResult {
+                                    outcome: Some(Outcome::Fail),
+                                    error: Some(code_name(e.code)),
+                                    message: Some(e.message.clone()),
+                                    ..Default::default()
+                                })
+                            }
+                            None if t.marked_for_deletion => (Seen::Deleting, hex_id(&t.topic_id)),
+                            None => (Seen::Present, hex_id(&t.topic_id)),
+                        };
+                        Attempt::Done(OpResult {
+                            outcome: Some(Outcome::Ok),
+                            seen: Some(seen),
+                            topic_id: id,
+                            ..Default::default()
+                        })
+                    }
+                }
+            }
+        })
+        .await
+    }
+}
+
+/// DescribeNode on one controller (no redirect).
+pub async fn describe_node(addr: &str, timeout: Duration) -> Option<pb::DescribeNodeResponse> {
+    let ch = channel(addr, crate::cluster::CLIENT_IP.into(), timeout)?;
+    AdminServiceClient::new(ch)
+        .describe_node(pb::DescribeNodeRequest {})
+        .await
+        .ok()
+        .map(|r| r.into_inner())
+}
+
+/// DescribeBroker on one broker.
+pub async fn describe_broker(addr: &str, timeout: Duration) -> Option<pb::DescribeBrokerResponse> {
+    let ch = channel(addr, crate::cluster::CLIENT_IP.into(), timeout)?;
+    BrokerControlServiceClient::new(ch)
+        .describe_broker(pb::DescribeBrokerRequest {})
+        .await
+        .ok()
+        .map(|r| r.into_inner())
+}
+
+/// The active controller's address, asking every controller.
+pub async fn find_active(addrs: &[String], timeout: Duration) -> Option<String> {
+    for a in addrs {
+        if let Some(d) = describe_node(a, timeout).await {
+            if d.active_controller {
+                return Some(a.clone());
+            }
+        }
+    }
+    None
+}
+
+/// DescribeTopics (all) on a given controller.
+pub async fn describe_all(addr: &str, timeout: Duration) -> Option<pb::DescribeTopicsResponse> {
+    let ch = channel(addr, crate::cluster::CLIENT_IP.into(), timeout)?;
+    let r = AdminServiceClient::new(ch)
+        .describe_topics(pb::DescribeTopicsRequest::default())
+        .await
+        .ok()?
+        .into_inner();
+    r.error.is_none().then_some(r)
+}
+
+/// DescribeCluster on a given controller.
+pub async fn describe_cluster(addr: &str, timeout: Duration) -> Option<pb::DescribeClusterResponse> {
+    let ch = channel(addr, crate::cluster::CLIENT_IP.into(), timeout)?;
+    let r = AdminServiceClient::new(ch)
+        .describe_cluster(pb::DescribeClusterRequest::default())
+        .await
+        .ok()?
+        .into_inner();
+    r.error.is_none().then_some(r)
+}

@@ -1,0 +1,483 @@
+//! The nemesis: faults on a schedule (fault window, heal window), chosen
+//! with a seeded RNG from the enabled families.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use keel_proto::pb;
+use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::Rng;
+use serde::Serialize;
+
+use crate::client;
+use crate::cluster::{Cluster, Role, CLIENT_IP};
+use crate::net::Net;
+
+/// Fault families.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    Partition,
+    Kill,
+    Pause,
+    /// A deposed controller's late request: a LeaderAndIsr stamped with a
+    /// controller epoch lower than the broker has seen (must be refused).
+    Zombie,
+}
+
+impl Family {
+    /// Parses `partition,kill,pause,zombie` or `all`.
+    pub fn parse_list(s: &str) -> Result<BTreeSet<Family>, String> {
+        let mut out = BTreeSet::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            match part {
+                "all" => {
+                    out.extend([Family::Partition, Family::Kill, Family::Pause, Family::Zombie])
+                }
+                "partition" => {
+                    out.insert(Family::Partition);
+                }
+                "kill" => {
+                    out.insert(Family::Kill);
+                }
+                "pause" => {
+                    out.insert(Family::Pause);
+                }
+                "zombie" => {
+                    out.insert(Family::Zombie);
+                }
+                "none" => {}
+                other => {
+                    return Err(format!(
+                        "unknown nemesis family {other:?} (partition, kill, pause, zombie, all, none)"
+                    ))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn kinds(self) -> &'static [&'static str] {
+        match self {
+            Family::Partition => &[
+                "isolate-active-controller",
+                "isolate-node",
+                "random-halves",
+                "majorities-ring",
+                "brokers-from-controllers",
+                "brokers-from-brokers",
+            ],
+            Family::Kill => &["kill-active-controller", "kill-controller", "kill-broker"],
+            Family::Pause => &["pause-active-controller", "pause-controller", "pause-broker"],
+            Family::Zombie => &["stale-controller-request"],
+        }
+    }
+}
+
+/// One injected fault.
+#[derive(Clone, Debug, Serialize)]
+pub struct FaultEvent {
+    pub family: Family,
+    pub kind: String,
+    pub targets: Vec<String>,
+    pub start_ms: f64,
+    pub end_ms: Option<f64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub detail: Vec<String>,
+}
+
+/// A zombie probe's outcome.
+#[derive(Clone, Debug, Serialize)]
+pub struct ZombieProbe {
+    pub broker: u32,
+    pub at_ms: f64,
+    pub stale_epoch: u64,
+    pub seen_epoch: u64,
+    pub topic_id: String,
+    pub partition: u32,
+    /// Error code of the broker's answer; `None` = accepted (a violation).
+    pub answer: Option<String>,
+    pub accepted: bool,
+}
+
+/// Shared state of the nemesis.
+pub struct Nemesis {
+    pub cluster: Arc<Mutex<Cluster>>,
+    pub net: Option<Net>,
+    pub families: Vec<Family>,
+    pub rng: StdRng,
+    pub start: Instant,
+    pub faults: Arc<Mutex<Vec<FaultEvent>>>,
+    pub current: Arc<Mutex<String>>,
+    pub probes: Arc<Mutex<Vec<ZombieProbe>>>,
+}
+
+/// What to undo at heal.
+enum Undo {
+    Net,
+    Restart(usize),
+    Resume(usize),
+    Nothing,
+}
+
+const LOOPBACK: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
+
+impl Nemesis {
+    fn ms(&self) -> f64 {
+        self.start.elapsed().as_secs_f64() * 1000.0
+    }
+
+    async fn active_index(&self) -> Option<usize> {
+        let addrs: Vec<(usize, String)> = {
+            let c = self.cluster.lock().unwrap();
+            c.controllers().map(|(i, n)| (i, n.addr())).collect()
+        };
+        for (i, a) in addrs {
+            if let Some(d) = client::describe_node(&a, Duration::from_millis(700)).await {
+                if d.active_controller {
+                    return Some(i);
+                }
+            }
+        }
+        None
+    }
+
+    fn pick(&mut self, role: Role) -> usize {
+        let c = self.cluster.lock().unwrap();
+        let v: Vec<usize> = c
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.role == role)
+            .map(|(i, _)| i)
+            .collect();
+        v[self.rng.random_range(0..v.len())]
+    }
+
+    /// Every pair between the two groups, plus 127.0.0.1 <-> broker when a
+    /// broker is cut from every controller: controllers' connections to
+    /// brokers do not bind the listen address yet (keel-controller
+    /// channel.rs), so they leave from 127.0.0.1.
+    fn pairs(&self, cuts: &[(usize, usize)]) -> Vec<(Ipv4Addr, Ipv4Addr)> {
+        let c = self.cluster.lock().unwrap();
+        let mut v: Vec<(Ipv4Addr, Ipv4Addr)> = cuts
+            .iter()
+            .map(|&(a, b)| (c.nodes[a].ip, c.nodes[b].ip))
+            .collect();
+        let ctrls: Vec<usize> = c.controllers().map(|(i, _)| i).collect();
+        for (b, n) in c.brokers() {
+            let all = ctrls.iter().all(|&k| {
+                cuts.iter()
+                    .any(|&(x, y)| (x == k && y == b) || (x == b && y == k))
+            });
+            if all {
+                v.push((LOOPBACK, n.ip));
+            }
+        }
+        v
+    }
+
+    fn isolate(&self, i: usize) -> Vec<(usize, usize)> {
+        let n = self.cluster.lock().unwrap().nodes.len();
+        (0..n).filter(|&j| j != i).map(|j| (i, j)).collect()
+    }
+
+    fn name(&self, i: usize) -> String {
+        self.cluster.lock().unwrap().nodes[i].name.clone()
+    }
+
+    /// Applies one fault; returns the event and how to undo it.
+    async fn inject(&mut self, family: Family, kind: &str) -> (FaultEvent, Undo) {
+        let mut ev = FaultEvent {
+            family,
+            kind: kind.to_string(),
+            targets: Vec::new(),
+            start_ms: self.ms(),
+            end_ms: None,
+            detail: Vec::new(),
+        };
+        let n = self.cluster.lock().unwrap().nodes.len();
+        let undo = match kind {
+            "isolate-active-controller" | "isolate-node" => {
+                let i = if kind == "isolate-node" {
+                    self.rng.random_range(0..n)
+                } else {
+                    match self.active_index().await {
+                        Some(i) => i,
+                        None => {
+                            ev.detail.push("no active controller found; isolating a random controller".into());
+                            self.pick(Role::Controller)
+                        }
+                    }
+                };
+                ev.targets.push(self.name(i));
+                let cuts = self.isolate(i);
+                self.cut(&cuts, &mut ev)
+            }
+            "random-halves" => {
+                let mut idx: Vec<usize> = (0..n).collect();
+                idx.shuffle(&mut self.rng);
+                let (a, b) = idx.split_at(n / 2);
+                let cuts: Vec<(usize, usize)> = a
+                    .iter()
+                    .flat_map(|&x| b.iter().map(move |&y| (x, y)))
+                    .collect();
+                ev.targets.push(format!(
+                    "{:?} | {:?}",
+                    a.iter().map(|&i| self.name(i)).collect::<Vec<_>>(),
+                    b.iter().map(|&i| self.name(i)).collect::<Vec<_>>()
+                ));
+                self.cut(&cuts, &mut ev)
+            }
+            "majorities-ring" => {
+                // Shuffled ring of every node; each keeps the links to its
+                // nearest neighbours (a majority of the nodes including
+                // itself) and loses the rest, so every node sees a majority
+                // but no two see the same one.
+                let mut ring: Vec<usize> = (0..n).collect();
+                ring.shuffle(&mut self.rng);
+                let keep = n / 2; // neighbours on each side within this distance stay linked
+                let keep = keep.saturating_sub(usize::from(n % 2 == 0)).max(1);
+                let mut cuts = Vec::new();
+                for x in 0..n {
+                    for y in (x + 1)..n {
+                        let d = (y - x).min(n - (y - x));
+                        if d > keep {
+                            cuts.push((ring[x], ring[y]));
+                        }
+                    }
+                }
+                ev.targets.push(format!(
+                    "ring {:?}",
+                    ring.iter().map(|&i| self.name(i)).collect::<Vec<_>>()
+                ));
+                self.cut(&cuts, &mut ev)
+            }
+            "brokers-from-controllers" | "brokers-from-brokers" => {
+                let (ctrls, brokers): (Vec<usize>, Vec<usize>) = {
+                    let c = self.cluster.lock().unwrap();
+                    (
+                        c.controllers().map(|(i, _)| i).collect(),
+                        c.brokers().map(|(i, _)| i).collect(),
+                    )
+                };
+                let cuts: Vec<(usize, usize)> = if kind == "brokers-from-controllers" {
+                    brokers
+                        .iter()
+                        .flat_map(|&b| ctrls.iter().map(move |&k| (b, k)))
+                        .collect()
+                } else {
+                    let mut v = Vec::new();
+                    for (x, &a) in brokers.iter().enumerate() {
+                        for &b in &brokers[x + 1..] {
+                            v.push((a, b));
+                        }
+                    }
+                    v
+                };
+                ev.targets.push("all brokers".into());
+                self.cut(&cuts, &mut ev)
+            }
+            "kill-active-controller" | "kill-controller" | "kill-broker" | "pause-active-controller"
+            | "pause-controller" | "pause-broker" => {
+                let i = if kind.ends_with("active-controller") {
+                    match self.active_index().await {
+                        Some(i) => i,
+                        None => {
+                            ev.detail.push("no active controller found; using a random controller".into());
+                            self.pick(Role::Controller)
+                        }
+                    }
+                } else if kind.ends_with("broker") {
+                    self.pick(Role::Broker)
+                } else {
+                    self.pick(Role::Controller)
+                };
+                ev.targets.push(self.name(i));
+                let mut c = self.cluster.lock().unwrap();
+                if kind.starts_with("kill") {
+                    c.nodes[i].kill();
+                    Undo::Restart(i)
+                } else {
+                    c.nodes[i].pause();
+                    Undo::Resume(i)
+                }
+            }
+            "stale-controller-request" => {
+                self.zombie(&mut ev).await;
+                Undo::Nothing
+            }
+            _ => Undo::Nothing,
+        };
+        (ev, undo)
+    }
+
+    fn cut(&mut self, cuts: &[(usize, usize)], ev: &mut FaultEvent) -> Undo {
+        let pairs = self.pairs(cuts);
+        match self.net.as_mut() {
+            Some(net) => {
+                if let Err(e) = net.cut(&pairs) {
+                    ev.detail.push(format!("iptables failed: {e}"));
+                }
+                ev.detail.push(format!("{} DROP rules", net.rules()));
+                Undo::Net
+            }
+            None => {
+                ev.detail.push("no packet filter: partition skipped".into());
+                Undo::Nothing
+            }
+        }
+    }
+
+    /// Sends every live broker a LeaderAndIsr stamped with an older
+    /// controller epoch than it has seen.
+    async fn zombie(&mut self, ev: &mut FaultEvent) {
+        let brokers: Vec<(u32, String)> = {
+            let c = self.cluster.lock().unwrap();
+            c.brokers()
+                .filter(|(_, n)| n.running() && !n.paused)
+                .map(|(_, n)| (n.id, n.addr()))
+                .collect()
+        };
+        for (id, addr) in brokers {
+            let Some(d) = client::describe_broker(&addr, Duration::from_millis(700)).await else {
+                continue;
+            };
+            if d.controller_epoch_seen < 1 {
+                continue;
+            }
+            let mine: Vec<&pb::PartitionState> = d
+                .cache
+                .iter()
+                .filter(|p| p.replicas.contains(&id) && p.leader.is_some())
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let mut p = mine[self.rng.random_range(0..mine.len())].clone();
+            p.leader_epoch += 1;
+            p.partition_epoch += 1;
+            let leaders = d
+                .brokers
+                .iter()
+                .filter(|b| Some(b.broker_id) == p.leader)
+                .cloned()
+                .collect();
+            let stale = d.controller_epoch_seen - 1;
+            let req = pb::LeaderAndIsrRequest {
+                stamp: Some(pb::ControllerStamp {
+                    controller_id: 1,
+                    controller_epoch: stale,
+                    broker_epoch: d.broker_epoch,
+                }),
+                partitions: vec![p.clone()],
+                leaders,
+            };
+            let Some(ch) = client::channel(&addr, CLIENT_IP.into(), Duration::from_millis(1500)) else {
+                continue;
+            };
+            let answer = match BrokerControlServiceClient::new(ch).leader_and_isr(req).await {
+                Err(s) => Some(format!("GRPC_{:?}", s.code()).to_uppercase()),
+                Ok(r) => {
+                    let r = r.into_inner();
+                    r.error
+                        .map(|e| client::code_name(e.code))
+                        .or_else(|| r.partitions.first().and_then(|pe| pe.error.as_ref()).map(|e| client::code_name(e.code)))
+                }
+            };
+            let accepted = answer.is_none();
+            ev.targets.push(format!("b{id}"));
+            ev.detail.push(format!(
+                "b{id}: epoch {stale} < seen {} -> {}",
+                d.controller_epoch_seen,
+                answer.as_deref().unwrap_or("ACCEPTED")
+            ));
+            self.probes.lock().unwrap().push(ZombieProbe {
+                broker: id,
+                at_ms: self.ms(),
+                stale_epoch: stale,
+                seen_epoch: d.controller_epoch_seen,
+                topic_id: keel_metadata::TopicId::from_bytes(&p.topic_id)
+                    .map(|t| t.to_string())
+                    .unwrap_or_default(),
+                partition: p.partition,
+                answer,
+                accepted,
+            });
+        }
+    }
+
+    fn heal(&mut self, undo: Undo) -> Vec<String> {
+        match undo {
+            Undo::Net => match self.net.as_mut().map(|n| n.heal()) {
+                Some(Err(e)) => vec![format!("heal failed: {e}")],
+                _ => vec![],
+            },
+            Undo::Restart(i) => {
+                let mut c = self.cluster.lock().unwrap();
+                match c.restart(i) {
+                    Ok(()) => vec![],
+                    Err(e) => vec![e],
+                }
+            }
+            Undo::Resume(i) => {
+                self.cluster.lock().unwrap().nodes[i].resume();
+                vec![]
+            }
+            Undo::Nothing => vec![],
+        }
+    }
+
+    /// Heals everything: rules, paused and dead processes.
+    pub fn heal_all(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(net) = self.net.as_mut() {
+            if let Err(e) = net.heal() {
+                out.push(format!("heal failed: {e}"));
+            }
+        }
+        out.extend(self.cluster.lock().unwrap().heal_processes());
+        out
+    }
+
+    /// Runs the schedule until `until` (relative to start).
+    pub async fn run(&mut self, until: Duration, fault: Duration, heal: Duration) {
+        let quiet = heal.min(Duration::from_secs(5));
+        tokio::time::sleep(quiet).await;
+        loop {
+            if self.families.is_empty() || self.start.elapsed() + fault + Duration::from_secs(1) > until {
+                break;
+            }
+            let family = self.families[self.rng.random_range(0..self.families.len())];
+            let kinds = family.kinds();
+            let kind = kinds[self.rng.random_range(0..kinds.len())];
+            let (mut ev, undo) = self.inject(family, kind).await;
+            *self.current.lock().unwrap() = format!("{kind} {}", ev.targets.join(" "));
+            let idx = {
+                let mut f = self.faults.lock().unwrap();
+                f.push(ev.clone());
+                f.len() - 1
+            };
+            let hold = if family == Family::Zombie {
+                Duration::from_secs(1)
+            } else {
+                fault
+            };
+            tokio::time::sleep(hold).await;
+            let notes = self.heal(undo);
+            ev.end_ms = Some(self.ms());
+            ev.detail.extend(notes);
+            self.faults.lock().unwrap()[idx] = ev;
+            *self.current.lock().unwrap() = "healed".into();
+            if self.start.elapsed() + heal > until {
+                break;
+            }
+            tokio::time::sleep(heal).await;
+        }
+        *self.current.lock().unwrap() = "healed".into();
+    }
+}

@@ -1,0 +1,197 @@
+//! `report.html`: latency of every operation over time colored by outcome,
+//! throughput over time, fault windows shaded and labelled (SVG, plotters).
+
+use plotters::prelude::*;
+use serde_json::Value;
+
+use crate::history::{OpRecord, Outcome};
+use crate::nemesis::FaultEvent;
+
+fn color(o: Outcome) -> RGBColor {
+    match o {
+        Outcome::Ok => RGBColor(46, 139, 87),
+        Outcome::Fail => RGBColor(30, 100, 200),
+        Outcome::Info => RGBColor(220, 50, 47),
+    }
+}
+
+fn fault_color(i: usize) -> RGBAColor {
+    let palette = [
+        RGBColor(255, 165, 0),
+        RGBColor(186, 85, 211),
+        RGBColor(255, 99, 71),
+        RGBColor(100, 149, 237),
+    ];
+    palette[i % palette.len()].mix(0.18)
+}
+
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+fn shade<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>,
+    faults: &[FaultEvent],
+    end_s: f64,
+    ymin: f64,
+    ymax: f64,
+) -> Result<(), String> {
+    for (i, f) in faults.iter().enumerate() {
+        let a = f.start_ms / 1000.0;
+        let b = f.end_ms.map_or(end_s, |e| e / 1000.0).max(a + 0.3);
+        chart
+            .draw_series(std::iter::once(Rectangle::new(
+                [(a, ymin), (b, ymax)],
+                fault_color(i).filled(),
+            )))
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                f.kind.clone(),
+                (a, ymax),
+                ("sans-serif", 11).into_font().color(&BLACK),
+            )))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn latency_chart(root: &Area, ops: &[OpRecord], faults: &[FaultEvent], end_s: f64) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let ymax = ops.iter().map(|o| o.latency_ms()).fold(10.0f64, f64::max) * 1.15;
+    let mut chart = ChartBuilder::on(root)
+        .caption("latency of every operation (ms) — green ok, blue fail, red info", ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..end_s, 0f64..ymax)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc("ms")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    shade(&mut chart, faults, end_s, 0.0, ymax)?;
+    for outcome in [Outcome::Ok, Outcome::Fail, Outcome::Info] {
+        let c = color(outcome);
+        chart
+            .draw_series(
+                ops.iter()
+                    .filter(|o| o.outcome == outcome)
+                    .map(|o| Circle::new((o.invoke_ms / 1000.0, o.latency_ms()), 2, c.filled())),
+            )
+            .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())
+}
+
+fn throughput_chart(root: &Area, ops: &[OpRecord], faults: &[FaultEvent], end_s: f64) -> Result<(), String> {
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let secs = end_s.ceil().max(1.0) as usize;
+    let mut buckets = vec![[0u32; 3]; secs + 1];
+    for o in ops {
+        let s = ((o.complete_ms / 1000.0) as usize).min(secs);
+        let k = match o.outcome {
+            Outcome::Ok => 0,
+            Outcome::Fail => 1,
+            Outcome::Info => 2,
+        };
+        buckets[s][k] += 1;
+    }
+    let ymax = buckets.iter().flat_map(|b| b.iter()).copied().max().unwrap_or(1).max(1) as f64 * 1.15;
+    let mut chart = ChartBuilder::on(root)
+        .caption("throughput (completed ops per second, by outcome)", ("sans-serif", 16))
+        .margin(10)
+        .x_label_area_size(30)
+        .y_label_area_size(50)
+        .build_cartesian_2d(0f64..end_s, 0f64..ymax)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc("ops/s")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    shade(&mut chart, faults, end_s, 0.0, ymax)?;
+    for (k, outcome) in [Outcome::Ok, Outcome::Fail, Outcome::Info].into_iter().enumerate() {
+        let c = color(outcome);
+        chart
+            .draw_series(LineSeries::new(
+                buckets
+                    .iter()
+                    .enumerate()
+                    .map(|(s, b)| (s as f64 + 0.5, b[k] as f64)),
+                c.stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?;
+    }
+    root.present().map_err(|e| e.to_string())
+}
+
+/// The two SVG plots.
+pub fn plots(ops: &[OpRecord], faults: &[FaultEvent], end_ms: f64) -> (String, String) {
+    let end_s = (end_ms / 1000.0).max(1.0);
+    let mut lat = String::new();
+    let mut thr = String::new();
+    {
+        let root = SVGBackend::with_string(&mut lat, (1100, 380)).into_drawing_area();
+        if let Err(e) = latency_chart(&root, ops, faults, end_s) {
+            drop(root);
+            lat = format!("<p>latency plot failed: {}</p>", html_escape(&e));
+        }
+    }
+    {
+        let root = SVGBackend::with_string(&mut thr, (1100, 300)).into_drawing_area();
+        if let Err(e) = throughput_chart(&root, ops, faults, end_s) {
+            drop(root);
+            thr = format!("<p>throughput plot failed: {}</p>", html_escape(&e));
+        }
+    }
+    (lat, thr)
+}
+
+pub fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// The whole page.
+pub fn html(results: &Value, ops: &[OpRecord], faults: &[FaultEvent], end_ms: f64) -> String {
+    let (lat, thr) = plots(ops, faults, end_ms);
+    let valid = results.get("valid").cloned().unwrap_or(Value::Null);
+    let mut rows = String::new();
+    if let Some(cs) = results.get("checkers").and_then(|c| c.as_object()) {
+        for (name, v) in cs {
+            let ok = v.get("valid").cloned().unwrap_or(Value::Null);
+            let style = if ok == Value::Bool(true) { "ok" } else { "bad" };
+            rows.push_str(&format!(
+                "<tr><td>{name}</td><td class=\"{style}\">{ok}</td></tr>\n"
+            ));
+        }
+    }
+    let mut frows = String::new();
+    for f in faults {
+        frows.push_str(&format!(
+            "<tr><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+            f.start_ms / 1000.0,
+            f.end_ms.map_or("-".into(), |e| format!("{:.1}", e / 1000.0)),
+            html_escape(&f.kind),
+            html_escape(&f.targets.join(" ")),
+            html_escape(&f.detail.join("; ")),
+        ));
+    }
+    format!(
+        r#"<!doctype html><html><head><meta charset="utf-8"><title>keel jepsen report</title>
+<style>body{{font-family:sans-serif;margin:20px}} td,th{{padding:2px 8px;border-bottom:1px solid #ddd}}
+.ok{{color:#2e8b57;font-weight:bold}} .bad{{color:#dc322f;font-weight:bold}} pre{{background:#f6f6f6;padding:8px;overflow:auto;max-height:600px}}</style></head>
+<body><h1>keel jepsen run: <span class="{cls}">valid = {valid}</span></h1>
+<p>{summary}</p>
+<h2>Checkers</h2><table>{rows}</table>
+<h2>Latency</h2>{lat}
+<h2>Throughput</h2>{thr}
+<h2>Faults</h2><table><tr><th>start s</th><th>end s</th><th>kind</th><th>targets</th><th>detail</th></tr>{frows}</table>
+<h2>results.json</h2><pre>{json}</pre>
+</body></html>"#,
+        cls = if valid == Value::Bool(true) { "ok" } else { "bad" },
+        summary = html_escape(&results.get("summary").map(|s| s.to_string()).unwrap_or_default()),
+        json = html_escape(&serde_json::to_string_pretty(results).unwrap_or_default()),
+    )
+}

@@ -1,0 +1,293 @@
+//! Every checker is fed hand-made bad histories and must catch them; good
+//! ones must pass. The linearizability checker is cross-checked against
+//! stateright's `LinearizabilityTester` on random small histories.
+
+use std::collections::BTreeMap;
+
+use keel_jepsen::brokers::{self, BrokerEvent};
+use keel_jepsen::history::{OpKind, OpRecord, Outcome, Seen};
+use keel_jepsen::linear::{self, LinOp, Step, Verdict};
+use keel_jepsen::lost;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn op(name: &str, kind: OpKind, t0: f64, t1: f64, outcome: Outcome) -> OpRecord {
+    OpRecord {
+        index: 0,
+        client: 0,
+        process: 0,
+        op: kind,
+        name: name.into(),
+        invoke_ms: t0,
+        complete_ms: t1,
+        outcome,
+        error: None,
+        message: None,
+        seen: None,
+        topic_id: None,
+        node: None,
+        attempts: 1,
+    }
+}
+
+fn create_ok(t0: f64, t1: f64) -> OpRecord {
+    op("t", OpKind::Create, t0, t1, Outcome::Ok)
+}
+fn delete_ok(t0: f64, t1: f64) -> OpRecord {
+    op("t", OpKind::Delete, t0, t1, Outcome::Ok)
+}
+fn read(t0: f64, t1: f64, seen: Seen) -> OpRecord {
+    let mut o = op("t", OpKind::Describe, t0, t1, Outcome::Ok);
+    o.seen = Some(seen);
+    o
+}
+fn create_exists(t0: f64, t1: f64, deleting: bool) -> OpRecord {
+    let mut o = op("t", OpKind::Create, t0, t1, Outcome::Fail);
+    o.error = Some("TOPIC_ALREADY_EXISTS".into());
+    o.message = Some(if deleting {
+        "topic \"t\" already exists and is marked for deletion".into()
+    } else {
+        "topic \"t\" already exists".into()
+    });
+    o
+}
+fn index(mut v: Vec<OpRecord>) -> Vec<OpRecord> {
+    for (i, o) in v.iter_mut().enumerate() {
+        o.index = i;
+    }
+    v
+}
+
+fn lin(v: Vec<OpRecord>) -> Option<bool> {
+    linear::check_history(&index(v), 1_000_000).0
+}
+
+#[test]
+fn sequential_good_history_is_linearizable() {
+    let h = vec![
+        read(0.0, 1.0, Seen::Absent),
+        create_ok(2.0, 3.0),
+        read(4.0, 5.0, Seen::Present),
+        create_exists(6.0, 7.0, false),
+        delete_ok(8.0, 9.0),
+        read(10.0, 11.0, Seen::Deleting),
+        create_exists(12.0, 13.0, true),
+        read(14.0, 15.0, Seen::Absent),
+        create_ok(16.0, 17.0),
+    ];
+    assert_eq!(lin(h), Some(true));
+}
+
+#[test]
+fn stale_read_is_caught() {
+    // Created and acknowledged, then a later read says absent.
+    let h = vec![create_ok(0.0, 1.0), read(2.0, 3.0, Seen::Absent)];
+    assert_eq!(lin(h), Some(false));
+    // Deleted (marked) then a later read sees it present again.
+    let h = vec![create_ok(0.0, 1.0), delete_ok(2.0, 3.0), read(4.0, 5.0, Seen::Present)];
+    assert_eq!(lin(h), Some(false));
+    // Fully deleted, then seen as deleting again without a delete.
+    let h = vec![
+        create_ok(0.0, 1.0),
+        delete_ok(2.0, 3.0),
+        read(4.0, 5.0, Seen::Absent),
+        read(6.0, 7.0, Seen::Deleting),
+    ];
+    assert_eq!(lin(h), Some(false));
+}
+
+#[test]
+fn lost_write_is_caught_by_linearizability_and_lost_checker() {
+    let h = index(vec![create_ok(0.0, 1.0), read(5.0, 6.0, Seen::Absent)]);
+    assert_eq!(linear::check_history(&h, 1_000_000).0, Some(false));
+    let mut fin = BTreeMap::new();
+    fin.insert("t".to_string(), Seen::Absent);
+    let (ok, detail) = lost::check(&h, &fin);
+    assert!(!ok, "{detail}");
+    fin.insert("t".to_string(), Seen::Present);
+    assert!(lost::check(&h, &fin).0);
+    // An acknowledged delete after the create excuses the absence.
+    let h2 = index(vec![create_ok(0.0, 1.0), delete_ok(2.0, 3.0)]);
+    fin.insert("t".to_string(), Seen::Absent);
+    assert!(lost::check(&h2, &fin).0);
+    // So does an indeterminate one, whenever it was invoked.
+    let h3 = index(vec![op("t", OpKind::Delete, 0.0, 0.5, Outcome::Info), create_ok(1.0, 2.0)]);
+    assert!(lost::check(&h3, &fin).0);
+    // A refused delete does not.
+    let mut refused = op("t", OpKind::Delete, 3.0, 4.0, Outcome::Fail);
+    refused.error = Some("UNKNOWN_TOPIC".into());
+    let h4 = index(vec![create_ok(0.0, 1.0), refused]);
+    assert!(!lost::check(&h4, &fin).0);
+}
+
+#[test]
+fn double_create_ok_is_caught() {
+    let h = vec![create_ok(0.0, 1.0), create_ok(2.0, 3.0)];
+    assert_eq!(lin(h), Some(false));
+    // Concurrent with a delete in between it is fine.
+    let h = vec![create_ok(0.0, 1.0), delete_ok(1.5, 1.8), read(1.9, 2.0, Seen::Absent), create_ok(2.0, 3.0)];
+    assert_eq!(lin(h), Some(true));
+}
+
+#[test]
+fn concurrency_and_info_ops_are_respected() {
+    // Overlapping create and read: the read may come first.
+    let h = vec![create_ok(0.0, 10.0), read(1.0, 2.0, Seen::Absent), read(11.0, 12.0, Seen::Present)];
+    assert_eq!(lin(h), Some(true));
+    // An indeterminate create may explain a later present read...
+    let h = vec![op("t", OpKind::Create, 0.0, 1.0, Outcome::Info), read(5.0, 6.0, Seen::Present)];
+    assert_eq!(lin(h), Some(true));
+    // ...or never happen.
+    let h = vec![op("t", OpKind::Create, 0.0, 1.0, Outcome::Info), read(5.0, 6.0, Seen::Absent)];
+    assert_eq!(lin(h), Some(true));
+    // But it cannot take effect before it was invoked.
+    let h = vec![read(0.0, 1.0, Seen::Present), op("t", OpKind::Create, 2.0, 3.0, Outcome::Info)];
+    assert_eq!(lin(h), Some(false));
+    // Create refused as existing while nothing was ever created.
+    let h = vec![create_exists(0.0, 1.0, false)];
+    assert_eq!(lin(h), Some(false));
+    // Refused "marked for deletion" while the topic is plainly present.
+    let h = vec![create_ok(0.0, 1.0), create_exists(2.0, 3.0, true)];
+    assert_eq!(lin(h), Some(false));
+}
+
+#[test]
+fn counterexample_names_the_stuck_operation() {
+    let h = index(vec![create_ok(0.0, 1.0), read(2.0, 3.0, Seen::Absent)]);
+    let (_, detail) = linear::check_history(&h, 1_000_000);
+    let v = &detail["violations"][0];
+    assert_eq!(v["name"], "t");
+    assert_eq!(v["counterexample"]["cannot_linearize"]["index"], 1);
+}
+
+fn random_ops(rng: &mut StdRng, n: usize) -> Vec<LinOp> {
+    let steps = [
+        Step::CreateOk,
+        Step::CreateExists { deleting: false },
+        Step::CreateExists { deleting: true },
+        Step::CreateInfo,
+        Step::DeleteOk,
+        Step::DeleteUnknown,
+        Step::DeleteInfo,
+        Step::Read(Seen::Absent),
+        Step::Read(Seen::Present),
+        Step::Read(Seen::Deleting),
+    ];
+    (0..n)
+        .map(|i| {
+            let step = steps[rng.random_range(0..steps.len())];
+            let invoke = rng.random_range(0..20) as f64;
+            let info = matches!(step, Step::CreateInfo | Step::DeleteInfo);
+            LinOp {
+                step,
+                invoke,
+                complete: (!info).then(|| invoke + rng.random_range(1..6) as f64),
+                index: i,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn agrees_with_stateright_on_random_small_histories() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let (mut yes, mut no) = (0, 0);
+    for _ in 0..3000 {
+        let n = rng.random_range(1..7);
+        let ops = random_ops(&mut rng, n);
+        let ours = match linear::check_ops(&ops, 1_000_000) {
+            Verdict::Linearizable => true,
+            Verdict::Violation(_) => false,
+            Verdict::Unknown => panic!("budget"),
+        };
+        let theirs = linear::check_with_stateright(&ops);
+        assert_eq!(ours, theirs, "disagreement on {ops:#?}");
+        if ours {
+            yes += 1
+        } else {
+            no += 1
+        }
+    }
+    assert!(yes > 100 && no > 100, "both verdicts exercised: {yes} {no}");
+}
+
+fn ev(broker: u32, event: &str, leader: Option<u32>, le: u32, ce: u64, isr: Vec<u32>) -> BrokerEvent {
+    BrokerEvent {
+        event: event.into(),
+        topic_id: "00000000-0000-0000-0000-000000000001".into(),
+        partition: 0,
+        leader,
+        leader_epoch: le,
+        partition_epoch: le,
+        isr,
+        replicas: vec![1, 2, 3],
+        controller_epoch: ce,
+        broker_id: broker,
+        broker_epoch: 10,
+        accepted_at_ms: 0,
+    }
+}
+
+fn hist(v: Vec<BrokerEvent>) -> BTreeMap<u32, Vec<BrokerEvent>> {
+    let mut m: BTreeMap<u32, Vec<BrokerEvent>> = BTreeMap::new();
+    for e in v {
+        m.entry(e.broker_id).or_default().push(e);
+    }
+    m
+}
+
+#[test]
+fn good_broker_history_passes() {
+    let h = hist(vec![
+        ev(1, "leader_and_isr", Some(1), 1, 1, vec![1, 2]),
+        ev(2, "leader_and_isr", Some(1), 1, 1, vec![1, 2]),
+        ev(1, "alter_partition", Some(1), 1, 1, vec![1]),
+        ev(1, "resigned", Some(1), 1, 1, vec![1]),
+        ev(2, "leader_and_isr", Some(2), 2, 2, vec![2]),
+        ev(1, "leader_and_isr", Some(2), 2, 2, vec![2]),
+    ]);
+    let (ok, d) = brokers::check(&h);
+    assert!(ok, "{d}");
+}
+
+#[test]
+fn two_leaders_in_one_epoch_are_caught() {
+    let h = hist(vec![
+        ev(1, "leader_and_isr", Some(1), 3, 1, vec![1, 2]),
+        ev(2, "leader_and_isr", Some(2), 3, 2, vec![1, 2]),
+    ]);
+    let (ok, d) = brokers::check(&h);
+    assert!(!ok);
+    assert_eq!(d["one_leader_per_epoch"]["valid"], false);
+}
+
+#[test]
+fn leader_epoch_going_back_is_caught() {
+    let h = hist(vec![
+        ev(1, "leader_and_isr", Some(1), 5, 2, vec![1]),
+        ev(1, "leader_and_isr", Some(2), 4, 2, vec![2]),
+    ]);
+    let (ok, d) = brokers::check(&h);
+    assert!(!ok);
+    assert_eq!(d["leader_epoch_monotonic"]["valid"], false);
+}
+
+#[test]
+fn controller_epoch_going_back_is_caught() {
+    let h = hist(vec![
+        ev(1, "leader_and_isr", Some(1), 5, 7, vec![1]),
+        ev(1, "leader_and_isr", Some(1), 6, 6, vec![1]),
+    ]);
+    let (ok, d) = brokers::check(&h);
+    assert!(!ok);
+    assert_eq!(d["controller_epoch_monotonic"]["valid"], false);
+    assert_eq!(d["leader_epoch_monotonic"]["valid"], true);
+}
+
+#[test]
+fn leader_outside_isr_is_caught() {
+    let h = hist(vec![ev(1, "leader_and_isr", Some(3), 1, 1, vec![1, 2])]);
+    let (ok, d) = brokers::check(&h);
+    assert!(!ok);
+    assert_eq!(d["leader_in_isr"]["valid"], false);
+}

@@ -145,6 +145,18 @@ pub async fn run(a: DevArgs) -> ExitCode {
             return ExitCode::from(EXIT_LOCAL);
         }
     }
+    // Refuse early when another cluster (an earlier `keel dev`?) holds the
+    // addresses: its answers would be mistaken for ours.
+    let taken: Vec<String> = (0..3)
+        .map(controller_addr)
+        .chain((0..a.brokers).map(|i| format!("{}:9092", broker_ip(i))))
+        .filter(|addr| std::net::TcpListener::bind(addr.as_str()).is_err())
+        .collect();
+    if !taken.is_empty() {
+        eprintln!("error: address(es) already in use: {}", taken.join(", "));
+        eprintln!("hint: is another `keel dev` running? stop it first");
+        return ExitCode::from(EXIT_LOCAL);
+    }
     let logs = a.dir.join("logs");
     if let Err(e) = std::fs::create_dir_all(&logs) {
         eprintln!("error: cannot create {}: {e}", logs.display());

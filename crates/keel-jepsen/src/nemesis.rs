@@ -241,7 +241,7 @@ impl Nemesis {
                 let mut ring: Vec<usize> = (0..n).collect();
                 ring.shuffle(&mut self.rng);
                 let keep = n / 2; // neighbours on each side within this distance stay linked
-                let keep = keep.saturating_sub(usize::from(n % 2 == 0)).max(1);
+                let keep = keep.saturating_sub(usize::from(n.is_multiple_of(2))).max(1);
                 let mut cuts = Vec::new();
                 for x in 0..n {
                     for y in (x + 1)..n {

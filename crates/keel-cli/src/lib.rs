@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod admin;
+mod bench;
 mod broker;
 mod controller;
 mod dev;
@@ -45,6 +46,8 @@ enum Command {
     Dev(dev::DevArgs),
     /// Jepsen-style fault test of a local cluster: nemesis, workload, checkers, report.
     Jepsen(jepsen::JepsenArgs),
+    /// Run a benchmark scenario against real local clusters.
+    Bench(bench::BenchArgs),
     /// Topics: create, delete, list, describe, alter-config.
     Topics(admin::TopicsArgs),
     /// Partitions: add partitions to a topic.
@@ -80,6 +83,7 @@ pub fn main() -> ExitCode {
             Command::Broker(a) => broker::run(a).await,
             Command::Dev(a) => dev::run(a).await,
             Command::Jepsen(a) => jepsen::run(a).await,
+            Command::Bench(a) => bench::run(a).await,
             Command::Topics(a) => admin::topics(a).await,
             Command::Partitions(a) => admin::partitions(a).await,
             Command::Cluster(a) => admin::cluster(a).await,

@@ -1,0 +1,354 @@
+//! Scenario `commit`: durable commit throughput of the 3-node quorum with
+//! small (~100-byte) metadata records.
+//!
+//! Each op is one IncrementalAlterConfigs SET of `bench.k<writer>` with a
+//! 100-byte value (it changes every op, so every op is one TopicConfig
+//! record). Writers are tokio tasks, each with its own persistent
+//! connection to the active controller. The bulk level sets 1,000 keys per
+//! request (1,000 records in one Raft entry).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use keel_proto::pb;
+use keel_proto::pb::admin_service_client::AdminServiceClient;
+use serde_json::{json, Value};
+use tokio::sync::Barrier;
+
+use crate::cluster::{self, alter_ok, connect, set_config, value, Cluster};
+use crate::stats::{cell, latency_json, machine, percentile, r1, r3, unix_now};
+use crate::{progress, Env, Report};
+
+/// Parameters of the `commit` scenario.
+#[derive(Clone, Debug)]
+pub struct CommitParams {
+    /// Concurrent writers per level.
+    pub writers: Vec<usize>,
+    /// Wall time per level.
+    pub level_secs: f64,
+    /// Upper bound on ops per level (all writers together).
+    pub max_ops_per_level: u64,
+    /// Bytes of each config value.
+    pub value_bytes: usize,
+    /// Keys per request at the bulk level.
+    pub bulk_keys: usize,
+    /// Wall time of the bulk level.
+    pub bulk_secs: f64,
+    /// Also time one writer through `ControllerClient` (a connection per call).
+    pub compare_client: bool,
+}
+
+impl Default for CommitParams {
+    fn default() -> Self {
+        Self {
+            writers: vec![1, 16, 64],
+            level_secs: 10.0,
+            max_ops_per_level: 2_000_000,
+            value_bytes: 100,
+            bulk_keys: 1_000,
+            bulk_secs: 10.0,
+            compare_client: true,
+        }
+    }
+}
+
+const TOPIC: &str = "bench-commit";
+const BULK_TOPIC: &str = "bench-bulk";
+
+struct Level {
+    writers: usize,
+    ops: u64,
+    errors: u64,
+    secs: f64,
+    lat_ms: Vec<f64>,
+}
+
+/// Runs `writers` tasks against `leader` for `secs` (or `max_ops`); each op
+/// is the request `make(writer, seq)`, carrying `records_per_op` records.
+async fn run_level<F>(
+    leader: &str,
+    writers: usize,
+    secs: f64,
+    max_ops: u64,
+    make: F,
+) -> anyhow::Result<Level>
+where
+    F: Fn(usize, u64) -> pb::IncrementalAlterConfigsRequest + Send + Sync + 'static,
+{
+    let make = Arc::new(make);
+    let barrier = Arc::new(Barrier::new(writers + 1));
+    let per_writer = (max_ops / writers as u64).max(1);
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let ch = connect(leader, Duration::from_secs(10))
+            .await
+            .with_context(|| format!("connect writer {w} to {leader}"))?;
+        let make = make.clone();
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut c = AdminServiceClient::new(ch);
+            let mut lat = Vec::new();
+            let mut errors = 0u64;
+            let mut first_error = None;
+            barrier.wait().await;
+            let start = Instant::now();
+            let stop = start + Duration::from_secs_f64(secs);
+            let mut seq = 0u64;
+            while Instant::now() < stop && seq < per_writer {
+                let req = make(w, seq);
+                seq += 1;
+                let t = Instant::now();
+                match c.incremental_alter_configs(req).await {
+                    Ok(r) if alter_ok(r.get_ref()) => lat.push(t.elapsed().as_secs_f64() * 1000.0),
+                    Ok(r) => {
+                        errors += 1;
+                        first_error.get_or_insert(format!("{:?}", r.into_inner()));
+                    }
+                    Err(s) => {
+                        errors += 1;
+                        first_error.get_or_insert(s.to_string());
+                    }
+                }
+                if errors > 100 {
+                    break;
+                }
+            }
+            (lat, errors, first_error, start.elapsed().as_secs_f64())
+        }));
+    }
+    barrier.wait().await;
+    let start = Instant::now();
+    let mut level = Level {
+        writers,
+        ops: 0,
+        errors: 0,
+        secs: 0.0,
+        lat_ms: Vec::new(),
+    };
+    let mut first_error = None;
+    for t in tasks {
+        let (lat, errors, fe, _) = t.await?;
+        level.ops += lat.len() as u64;
+        level.errors += errors;
+        level.lat_ms.extend(lat);
+        if first_error.is_none() {
+            first_error = fe;
+        }
+    }
+    level.secs = start.elapsed().as_secs_f64();
+    if level.errors > 0 {
+        progress!(
+            "{} failed ops at {writers} writers; first: {}",
+            level.errors,
+            first_error.unwrap_or_default()
+        );
+    }
+    if level.ops == 0 {
+        bail!("no op succeeded at {writers} writers");
+    }
+    Ok(level)
+}
+
+/// Runs the scenario.
+pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
+    let started_at = unix_now();
+    progress!("commit: starting a 3-controller quorum on 127.0.1.11-13");
+    let mut c = Cluster::start(&env.exe, 1, &["--session-timeout-ms", "600000"])?;
+    let active = c.wait_active(Duration::from_secs(60)).await?;
+    let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
+    cluster::register_stand_in(&client, 1).await?;
+    cluster::create_topic(&client, TOPIC, 1, 1).await?;
+    cluster::create_topic(&client, BULK_TOPIC, 1, 1).await?;
+    let leader = c.addrs[active].clone();
+    progress!(
+        "commit: active controller is node {} at {leader}",
+        active + 1
+    );
+    c.wait_converged(Duration::from_secs(30)).await?;
+    let disk_before = c.disk_bytes();
+
+    let vb = p.value_bytes;
+    let mut levels = Vec::new();
+    let mut records = 0u64;
+    for &w in &p.writers {
+        progress!("commit: {w} writers for {} s", p.level_secs);
+        let l = run_level(
+            &leader,
+            w,
+            p.level_secs,
+            p.max_ops_per_level,
+            move |w, s| set_config(TOPIC, format!("bench.k{w}"), value(w, s, vb)),
+        )
+        .await?;
+        c.check_alive()?;
+        records += l.ops;
+        levels.push(l);
+    }
+
+    progress!(
+        "commit: bulk, {} keys per request, for {} s",
+        p.bulk_keys,
+        p.bulk_secs
+    );
+    let keys = p.bulk_keys;
+    let bulk = run_level(&leader, 1, p.bulk_secs, p.max_ops_per_level, move |_, s| {
+        pb::IncrementalAlterConfigsRequest {
+            topics: vec![pb::AlterTopicConfig {
+                topic: BULK_TOPIC.to_string(),
+                ops: (0..keys)
+                    .map(|k| pb::AlterConfigOp {
+                        key: format!("bench.b{k}"),
+                        value: value(k, s, vb),
+                        op: pb::ConfigOp::Set as i32,
+                    })
+                    .collect(),
+            }],
+            validate_only: false,
+        }
+    })
+    .await?;
+    c.check_alive()?;
+    records += bulk.ops * keys as u64;
+
+    // Let the followers apply the tail, then measure the disk.
+    c.wait_converged(Duration::from_secs(60)).await?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let disk_after = c.disk_bytes();
+    let disk_delta = disk_after.saturating_sub(disk_before);
+    let per_record = disk_delta as f64 / records.max(1) as f64;
+
+    let compare = if p.compare_client {
+        progress!("commit: 1 writer through ControllerClient (a new connection per call) for 3 s");
+        let cc = c.client(Duration::from_secs(10), Duration::from_secs(30));
+        let mut lat = Vec::new();
+        let start = Instant::now();
+        let mut s = 0u64;
+        while start.elapsed() < Duration::from_secs(3) && s < 100_000 {
+            let req = set_config(TOPIC, "bench.cc".into(), value(0, s, vb));
+            s += 1;
+            let t = Instant::now();
+            let r = cc
+                .admin(|mut a| {
+                    let req = req.clone();
+                    async move { a.incremental_alter_configs(req).await }
+                })
+                .await;
+            if matches!(&r, Ok(r) if alter_ok(r)) {
+                lat.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let mut j = latency_json(&lat);
+        j["ops_per_s"] = json!(r1(lat.len() as f64 / secs));
+        Some(j)
+    } else {
+        None
+    };
+    drop(c);
+
+    let level_json: Vec<Value> = levels
+        .iter()
+        .map(|l| {
+            let ops_s = l.ops as f64 / l.secs;
+            json!({
+                "writers": l.writers,
+                "ops": l.ops,
+                "errors": l.errors,
+                "secs": r3(l.secs),
+                "ops_per_s": r1(ops_s),
+                "records_per_s": r1(ops_s),
+                "p50_ms": r3(percentile(&l.lat_ms, 50.0)),
+                "p99_ms": r3(percentile(&l.lat_ms, 99.0)),
+            })
+        })
+        .collect();
+    let bulk_batches_s = bulk.ops as f64 / bulk.secs;
+    let bulk_json = json!({
+        "writers": 1,
+        "keys_per_request": keys,
+        "batches": bulk.ops,
+        "errors": bulk.errors,
+        "secs": r3(bulk.secs),
+        "batches_per_s": r1(bulk_batches_s),
+        "records_per_s": r1(bulk_batches_s * keys as f64),
+        "p50_ms": r3(percentile(&bulk.lat_ms, 50.0)),
+        "p99_ms": r3(percentile(&bulk.lat_ms, 99.0)),
+    });
+    let mut json = json!({
+        "scenario": "commit",
+        "started_at_unix": started_at,
+        "parameters": {
+            "controllers": 3,
+            "writers": p.writers,
+            "level_secs": p.level_secs,
+            "max_ops_per_level": p.max_ops_per_level,
+            "value_bytes": p.value_bytes,
+            "bulk_keys": p.bulk_keys,
+            "bulk_secs": p.bulk_secs,
+            "op": "IncrementalAlterConfigs SET of one key (one TopicConfig record)",
+            "connection": "one persistent gRPC connection per writer to the active controller",
+        },
+        "levels": level_json,
+        "bulk": bulk_json,
+        "records_written": records,
+        "disk_bytes_written": disk_delta,
+        "disk_bytes_per_record": r1(per_record),
+        "disk_bytes_per_record_per_node": r1(per_record / 3.0),
+        "machine": machine(),
+    });
+    if let Some(cc) = compare {
+        json["controller_client_1_writer"] = cc;
+    }
+
+    let mut table = String::from("commit (3 controllers, ~100-byte TopicConfig records)\n");
+    table += &format!(
+        "{:>10} {:>12} {:>10} {:>10} {:>8}\n",
+        "writers", "records/s", "p50 ms", "p99 ms", "errors"
+    );
+    for l in &level_json {
+        table += &format!(
+            "{:>10} {:>12} {:>10} {:>10} {:>8}\n",
+            cell(&l["writers"]),
+            cell(&l["records_per_s"]),
+            cell(&l["p50_ms"]),
+            cell(&l["p99_ms"]),
+            cell(&l["errors"])
+        );
+    }
+    table += &format!(
+        "{:>10} {:>12} {:>10} {:>10} {:>8}   ({} batches/s of {keys} records)\n",
+        "bulk",
+        cell(&bulk_json["records_per_s"]),
+        cell(&bulk_json["p50_ms"]),
+        cell(&bulk_json["p99_ms"]),
+        cell(&bulk_json["errors"]),
+        cell(&bulk_json["batches_per_s"])
+    );
+    table += &format!(
+        "disk: {} bytes over 3 nodes for {records} records = {:.1} B/record ({:.1} per node)\n",
+        disk_delta,
+        per_record,
+        per_record / 3.0
+    );
+    if let Some(cc) = json.get("controller_client_1_writer") {
+        table += &format!(
+            "1 writer via ControllerClient (new connection per call): {} ops/s, p50 {} ms, p99 {} ms\n",
+            cell(&cc["ops_per_s"]), cell(&cc["p50_ms"]), cell(&cc["p99_ms"])
+        );
+    }
+    let best = level_json
+        .iter()
+        .map(|l| l["records_per_s"].as_f64().unwrap_or(0.0))
+        .fold(0.0, f64::max);
+    let summary = format!(
+        "commit: up to {best:.0} records/s with 1-record ops, {:.0} records/s bulk, {per_record:.0} disk bytes/record (3 nodes)",
+        bulk_json["records_per_s"].as_f64().unwrap_or(0.0)
+    );
+    Ok(Report {
+        scenario: "commit",
+        json,
+        table,
+        summary,
+    })
+}

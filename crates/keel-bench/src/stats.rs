@@ -1,0 +1,141 @@
+//! Percentiles, medians and machine facts.
+
+use serde_json::{json, Value};
+
+/// Nearest-rank percentile (`p` in 0..=100) of unsorted samples; 0 if empty.
+pub fn percentile(samples: &[f64], p: f64) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    let mut v = samples.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    percentile_sorted(&v, p)
+}
+
+/// Nearest-rank percentile of sorted samples.
+pub fn percentile_sorted(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Median (mean of the two middle values for an even count); 0 if empty.
+pub fn median(samples: &[f64]) -> f64 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    let mut v = samples.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// A JSON value as a table cell (so width and alignment apply).
+pub fn cell(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Rounds to 3 decimals for JSON and tables.
+pub fn r3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Rounds to 1 decimal.
+pub fn r1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// Latency summary of samples in milliseconds.
+pub fn latency_json(ms: &[f64]) -> Value {
+    let mut v = ms.to_vec();
+    v.sort_by(|a, b| a.total_cmp(b));
+    json!({
+        "samples": v.len(),
+        "p50_ms": r3(percentile_sorted(&v, 50.0)),
+        "p99_ms": r3(percentile_sorted(&v, 99.0)),
+        "max_ms": r3(v.last().copied().unwrap_or(0.0)),
+    })
+}
+
+fn first_field(text: &str, key: &str) -> Option<String> {
+    text.lines()
+        .find(|l| l.starts_with(key))
+        .and_then(|l| l.split_once(':'))
+        .map(|(_, v)| v.trim().to_string())
+}
+
+/// nproc, CPU model, total memory, kernel, build profile.
+pub fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let mem_kb: u64 = first_field(&meminfo, "MemTotal")
+        .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
+        .unwrap_or(0);
+    let nproc = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    json!({
+        "nproc": nproc,
+        "cpu_model": first_field(&cpuinfo, "model name").unwrap_or_else(|| "unknown".into()),
+        "mem_total_bytes": mem_kb * 1024,
+        "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
+        "build": if cfg!(debug_assertions) { "debug" } else { "release" },
+        "keel_version": env!("CARGO_PKG_VERSION"),
+    })
+}
+
+/// Bytes of memory the kernel says are available (MemAvailable).
+pub fn mem_available_bytes() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    first_field(&meminfo, "MemAvailable")
+        .and_then(|v| {
+            v.split_whitespace()
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(u64::MAX)
+}
+
+/// Seconds since the Unix epoch (for the `started_at` stamp).
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&v, 50.0), 50.0);
+        assert_eq!(percentile(&v, 99.0), 99.0);
+        assert_eq!(percentile(&v, 100.0), 100.0);
+        assert_eq!(percentile(&[], 99.0), 0.0);
+        assert_eq!(percentile(&[7.0], 1.0), 7.0);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    #[test]
+    fn machine_has_the_contract_keys() {
+        let m = machine();
+        for k in ["nproc", "cpu_model", "mem_total_bytes"] {
+            assert!(m.get(k).is_some(), "{k}");
+        }
+    }
+}

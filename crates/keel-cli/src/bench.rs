@@ -1,0 +1,158 @@
+//! `keel bench <scenario>`: benchmark scenarios against real local
+//! clusters (controllers are child processes of this binary, on their own
+//! 127.0.x.y addresses, with data in a temp dir). Prints a table and a
+//! one-line summary, writes `<out-dir>/<scenario>.json`, and with `--json`
+//! prints the JSON to stdout too.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use keel_bench::commit::CommitParams;
+use keel_bench::failover::FailoverParams;
+use keel_bench::heartbeats::HeartbeatParams;
+use keel_bench::{Env, Report};
+
+use crate::EXIT_LOCAL;
+
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// Durable commit throughput and latency of small metadata records.
+    Commit,
+    /// Time from SIGKILL of the active controller to the first acknowledged write.
+    Failover,
+    /// Heartbeat latency and false fencing with N simulated brokers.
+    Heartbeats,
+    /// Every scenario, one after the other.
+    All,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Which scenario to run.
+    #[arg(value_enum)]
+    scenario: Scenario,
+    /// Also print the JSON result to stdout.
+    #[arg(long)]
+    json: bool,
+    /// Where `<scenario>.json` is written.
+    #[arg(long, default_value = "bench-results")]
+    out_dir: PathBuf,
+    /// failover: trials per image size.
+    #[arg(long, default_value_t = 10)]
+    trials: usize,
+    /// failover: partitions of the large image (0 = only the empty one).
+    #[arg(long, default_value_t = 1_000_000)]
+    partitions: u64,
+    /// failover: seconds allowed for creating the large image.
+    #[arg(long, default_value_t = 240.0)]
+    create_budget_secs: f64,
+    /// failover: skip the empty image.
+    #[arg(long)]
+    skip_empty: bool,
+    /// commit: writer counts, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    writers: Vec<usize>,
+    /// commit: seconds per writer level (and for the bulk level).
+    #[arg(long, default_value_t = 10.0)]
+    level_secs: f64,
+    /// heartbeats: simulated broker counts, comma separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "250,500,1000,2500,5000,10000,20000"
+    )]
+    brokers: Vec<usize>,
+    /// heartbeats: measurement seconds per level.
+    #[arg(long, default_value_t = 20.0)]
+    heartbeat_secs: f64,
+    /// heartbeats: run every level even after one fails.
+    #[arg(long)]
+    no_stop_on_failure: bool,
+}
+
+fn emit(a: &BenchArgs, r: &Report) -> Result<(), String> {
+    println!("{}", r.table);
+    println!("{}", r.summary);
+    let path = r
+        .write(&a.out_dir)
+        .map_err(|e| format!("cannot write results: {e:#}"))?;
+    eprintln!("[bench] wrote {}", path.display());
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&r.json).unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
+async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
+    let r = match s {
+        Scenario::Commit => {
+            let p = CommitParams {
+                writers: a.writers.clone(),
+                level_secs: a.level_secs,
+                bulk_secs: a.level_secs,
+                ..CommitParams::default()
+            };
+            keel_bench::commit::run(env, &p).await
+        }
+        Scenario::Failover => {
+            let p = FailoverParams {
+                trials: a.trials,
+                partitions: a.partitions,
+                create_budget_secs: a.create_budget_secs,
+                skip_empty: a.skip_empty,
+                ..FailoverParams::default()
+            };
+            keel_bench::failover::run(env, &p).await
+        }
+        Scenario::Heartbeats => {
+            let p = HeartbeatParams {
+                ladder: a.brokers.clone(),
+                level_secs: a.heartbeat_secs,
+                stop_on_failure: !a.no_stop_on_failure,
+                ..HeartbeatParams::default()
+            };
+            keel_bench::heartbeats::run(env, &p).await
+        }
+        Scenario::All => unreachable!("expanded by the caller"),
+    }
+    .map_err(|e| format!("{s:?} failed: {e:#}"))?;
+    emit(a, &r)
+}
+
+pub async fn run(a: BenchArgs) -> ExitCode {
+    if a.trials == 0 || a.writers.is_empty() || a.brokers.is_empty() || a.writers.contains(&0) {
+        eprintln!("error: --trials, --writers and --brokers must be non-empty and positive");
+        return ExitCode::from(2);
+    }
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: cannot find the keel binary: {e}");
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    };
+    if cfg!(debug_assertions) {
+        eprintln!("[bench] WARNING: this is a debug build; measure with `cargo build --release`");
+    }
+    let env = Env { exe };
+    let scenarios = match a.scenario {
+        Scenario::All => vec![Scenario::Commit, Scenario::Failover, Scenario::Heartbeats],
+        s => vec![s],
+    };
+    let mut failed = false;
+    for s in scenarios {
+        if let Err(e) = one(&a, &env, s).await {
+            eprintln!("error: {e}");
+            failed = true;
+        }
+    }
+    if failed {
+        ExitCode::from(EXIT_LOCAL)
+    } else {
+        ExitCode::SUCCESS
+    }
+}

@@ -249,6 +249,7 @@ pub(crate) async fn run(
             continue;
         }
         let plan = planner::plan(&base, &working, &records);
+        let summary = crate::tasks::ChangeSummary::of(&records);
         let started = Instant::now();
         match propose(&shared.raft, records).await {
             Ok(index) => {
@@ -259,6 +260,7 @@ pub(crate) async fn run(
                 }
                 // The applied image now holds these entries (with their real
                 // indexes, e.g. broker epochs): plan requests from it.
+                summary.log(shared.config.node_id, epoch, index);
                 channels.apply(&plan, &shared.image(), index);
                 channels.stop_replicas(stop_replicas);
             }

@@ -365,7 +365,6 @@ impl AdminService for AdminApi {
                 for (tp, r) in &d.reply {
                     results.push((topic_name(image, tp), tp.partition.0, r.clone()));
                 }
-                crate::tasks::count_unclean(&d.records);
                 Proposal::with_reply(d.records, Ok(results))
             })
             .await;

@@ -141,7 +141,6 @@ impl BrokerService for BrokerApi {
                     if let Ok(mut t) = shared.heartbeats.lock() {
                         t.touch(broker, epoch, now_ms());
                     }
-                    tracing::info!(broker = broker.0, epoch = epoch.0, "broker registered");
                     Ok(epoch)
                 })
             })
@@ -235,11 +234,6 @@ impl BrokerService for BrokerApi {
                 Proposal::with_reply(d.records, d.reply)
             })
             .await;
-        if let Ok(h) = &r {
-            if !h.is_fenced && reg.fenced {
-                tracing::info!(broker = reg.id.0, epoch = reg.epoch.0, "broker unfenced");
-            }
-        }
         answer(r)
     }
 

@@ -3,7 +3,7 @@
 
 use crate::active::Command;
 use crate::shared::Shared;
-use crate::tasks::{count_unclean, take};
+use crate::tasks::take;
 
 /// Queues the first command of a new activation: elect every partition that
 /// can get a leader, and finish reassignments whose replicas caught up.
@@ -21,7 +21,6 @@ pub(crate) fn on_activation(shared: &Shared, epoch: u64) {
         take(&mut work, &mut records, d);
         let d = work.decide_reassignment_progress();
         take(&mut work, &mut records, d);
-        count_unclean(&records);
         crate::active::Proposal::with_reply(records, Ok(()))
     });
     if handle.tx.try_send(cmd).is_err() {

@@ -55,7 +55,8 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
             let end = m.last_log_index.unwrap_or(0);
             for (peer, matched) in rep {
                 let lag = end.saturating_sub(matched.map(|l| l.index).unwrap_or(0));
-                metrics::gauge!("keel_controller_raft_peer_lag", "peer" => peer.to_string()).set(lag as f64);
+                metrics::gauge!("keel_controller_raft_peer_lag", "peer" => peer.to_string())
+                    .set(lag as f64);
             }
         }
         let leading = m.state == ServerState::Leader && m.current_leader == Some(me);

@@ -80,20 +80,82 @@ pub(crate) fn housekeeping(shared: Arc<Shared>) -> Command {
                 );
             }
         }
-        count_unclean(&records);
         Proposal::with_reply(records, Ok(())).with_stop_replicas(stop)
     })
 }
 
-/// Counts unclean elections among records about to be proposed.
-pub(crate) fn count_unclean(records: &[MetadataRecord]) {
-    let n = records
-        .iter()
-        .filter(|r| matches!(r, MetadataRecord::PartitionChange(c) if c.unclean))
-        .count();
-    if n > 0 {
-        tracing::warn!(count = n, "unclean leader election");
-        metrics::counter!("keel_controller_unclean_elections_total").increment(n as u64);
+/// What an operator wants to hear about a committed batch: one line per
+/// broker state change, one summary line for partitions that went offline
+/// or were elected uncleanly.
+#[derive(Default)]
+pub(crate) struct ChangeSummary {
+    brokers: Vec<(&'static str, u32, u64)>,
+    offline: Vec<String>,
+    offline_count: usize,
+    unclean: Vec<String>,
+    unclean_count: usize,
+}
+
+impl ChangeSummary {
+    pub(crate) fn of(records: &[MetadataRecord]) -> Self {
+        let mut s = Self::default();
+        for r in records {
+            match r {
+                MetadataRecord::RegisterBroker(b) => {
+                    s.brokers
+                        .push(("broker registered (fenced until caught up)", b.broker.0, 0))
+                }
+                MetadataRecord::FenceBroker { broker, epoch } => {
+                    s.brokers.push(("broker fenced", broker.0, epoch.0))
+                }
+                MetadataRecord::UnfenceBroker { broker, epoch } => {
+                    s.brokers.push(("broker unfenced", broker.0, epoch.0))
+                }
+                MetadataRecord::BrokerShuttingDown { broker, epoch } => {
+                    s.brokers
+                        .push(("broker in controlled shutdown", broker.0, epoch.0))
+                }
+                MetadataRecord::UnregisterBroker { broker, epoch } => {
+                    s.brokers.push(("broker unregistered", broker.0, epoch.0))
+                }
+                MetadataRecord::LogDirsOffline { broker, epoch, .. } => {
+                    s.brokers
+                        .push(("broker log dir offline", broker.0, epoch.0))
+                }
+                MetadataRecord::PartitionChange(c) => {
+                    let name = || format!("{}-{}", c.topic_id, c.partition.0);
+                    if c.leader == keel_metadata::LeaderChange::NoLeader {
+                        s.offline_count += 1;
+                        if s.offline.len() < 5 {
+                            s.offline.push(name());
+                        }
+                    }
+                    if c.unclean {
+                        s.unclean_count += 1;
+                        if s.unclean.len() < 5 {
+                            s.unclean.push(name());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        s
+    }
+
+    /// Logs the summary and counts unclean elections, once committed.
+    pub(crate) fn log(&self, node: u64, term: u64, index: u64) {
+        for (what, broker, epoch) in &self.brokers {
+            tracing::info!(node, term, index, broker, broker_epoch = epoch, "{what}");
+        }
+        if self.offline_count > 0 {
+            tracing::warn!(node, term, index, count = self.offline_count, sample = ?self.offline, "partitions went offline (no eligible leader)");
+        }
+        if self.unclean_count > 0 {
+            tracing::warn!(node, term, index, count = self.unclean_count, sample = ?self.unclean, "unclean leader election");
+            metrics::counter!("keel_controller_unclean_elections_total")
+                .increment(self.unclean_count as u64);
+        }
     }
 }
 
@@ -149,8 +211,13 @@ pub(crate) fn publish_image_gauges(image: &MetadataImage) {
     metrics::gauge!("keel_controller_partitions").set(image.partition_count() as f64);
     metrics::gauge!("keel_controller_offline_partitions").set(offline as f64);
     metrics::gauge!("keel_controller_preferred_replica_imbalance").set(not_preferred as f64);
-    metrics::gauge!("keel_controller_preferred_replica_imbalance_ratio")
-        .set(if preferred_total == 0 { 0.0 } else { not_preferred as f64 / preferred_total as f64 });
+    metrics::gauge!("keel_controller_preferred_replica_imbalance_ratio").set(
+        if preferred_total == 0 {
+            0.0
+        } else {
+            not_preferred as f64 / preferred_total as f64
+        },
+    );
     metrics::gauge!("keel_controller_active_brokers").set(active as f64);
     metrics::gauge!("keel_controller_fenced_brokers").set(fenced as f64);
 }

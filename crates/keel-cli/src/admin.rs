@@ -236,7 +236,7 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
                 }],
                 validate_only,
             };
-            let r = call!(client, admin, create_topics, req.clone());
+            let r = call!(client, admin_write, create_topics, req.clone());
             let Some(t) = r.topics.first() else {
                 return usage("the controller returned no result");
             };
@@ -469,7 +469,7 @@ pub async fn partitions(a: PartitionsArgs) -> ExitCode {
         }],
         validate_only: false,
     };
-    let r = call!(client, admin, create_partitions, req.clone());
+    let r = call!(client, admin_write, create_partitions, req.clone());
     if let Some(e) = r.topics.first().and_then(|t| item_error(&t.error)) {
         return output::refused(&e);
     }
@@ -693,7 +693,7 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
         }
         QuorumCmd::AddVoter { node_id, address } => {
             let req = pb::AddVoterRequest { node_id, address };
-            let _ = call!(client, admin, add_voter, req.clone());
+            let _ = call!(client, admin_write, add_voter, req.clone());
             match a.common.output {
                 Output::Json => output::json(&json!({"node_id": node_id, "added": true})),
                 Output::Table => println!("Node {node_id} is now a voter."),
@@ -821,14 +821,20 @@ pub async fn reassign(a: ReassignArgs) -> ExitCode {
             }
             return ExitCode::SUCCESS;
         }
-        ReassignCmd::Generate { topics, brokers, seed } => {
+        ReassignCmd::Generate {
+            topics,
+            brokers,
+            seed,
+        } => {
             return generate(&client, topics, brokers, *seed).await;
         }
         ReassignCmd::Start { plan, .. } => (plan, false),
         ReassignCmd::Cancel { plan } => (plan, true),
     };
     let (wait, timeout_s) = match &a.cmd {
-        ReassignCmd::Start { wait, timeout_s, .. } => (*wait, *timeout_s),
+        ReassignCmd::Start {
+            wait, timeout_s, ..
+        } => (*wait, *timeout_s),
         _ => (false, 0),
     };
     let plan = match read_plan(plan) {
@@ -877,16 +883,26 @@ pub async fn reassign(a: ReassignArgs) -> ExitCode {
         return output::refused(&e);
     }
     if wait {
-        let wanted: std::collections::BTreeSet<(String, u32)> =
-            plan.partitions.iter().map(|p| (p.topic.clone(), p.partition)).collect();
+        let wanted: std::collections::BTreeSet<(String, u32)> = plan
+            .partitions
+            .iter()
+            .map(|p| (p.topic.clone(), p.partition))
+            .collect();
         let bar = indicatif::ProgressBar::new(wanted.len() as u64);
         bar.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} reassigning [{bar:40}] {pos}/{len} partitions ({elapsed})")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            indicatif::ProgressStyle::with_template(
+                "{spinner} reassigning [{bar:40}] {pos}/{len} partitions ({elapsed})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
         let deadline = Instant::now() + Duration::from_secs(timeout_s);
         loop {
-            let r = call!(client, admin, list_partition_reassignments, pb::ListPartitionReassignmentsRequest::default());
+            let r = call!(
+                client,
+                admin,
+                list_partition_reassignments,
+                pb::ListPartitionReassignmentsRequest::default()
+            );
             let pending = r
                 .reassignments
                 .iter()
@@ -913,12 +929,24 @@ pub async fn reassign(a: ReassignArgs) -> ExitCode {
 /// topic's replication factor; racks come from the cluster description.
 async fn generate(client: &ControllerClient, topics: &str, brokers: &str, seed: u64) -> ExitCode {
     use rand::SeedableRng;
-    let names: Vec<String> = topics.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
-    let ids: Result<Vec<u32>, _> = brokers.split(',').map(|s| s.trim().parse::<u32>()).collect();
+    let names: Vec<String> = topics
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let ids: Result<Vec<u32>, _> = brokers
+        .split(',')
+        .map(|s| s.trim().parse::<u32>())
+        .collect();
     let Ok(ids) = ids else {
         return usage(format!("--brokers {brokers:?} is not a list of broker ids"));
     };
-    let cluster = call!(client, admin, describe_cluster, pb::DescribeClusterRequest::default());
+    let cluster = call!(
+        client,
+        admin,
+        describe_cluster,
+        pb::DescribeClusterRequest::default()
+    );
     let racks: BTreeMap<u32, Option<String>> = cluster
         .brokers
         .iter()
@@ -938,7 +966,9 @@ async fn generate(client: &ControllerClient, topics: &str, brokers: &str, seed: 
             rack: racks.get(b).cloned().flatten(),
         })
         .collect();
-    let req = pb::DescribeTopicsRequest { names: names.clone() };
+    let req = pb::DescribeTopicsRequest {
+        names: names.clone(),
+    };
     let r = call!(client, admin, describe_topics, req);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut items = Vec::new();
@@ -952,7 +982,12 @@ async fn generate(client: &ControllerClient, topics: &str, brokers: &str, seed: 
             .and_then(|p| p.state.as_ref())
             .map(|s| s.replicas.len() as u32)
             .unwrap_or(1);
-        let assignment = match keel_metadata::placement::place_replicas(&placement, t.partitions.len() as u32, rf, &mut rng) {
+        let assignment = match keel_metadata::placement::place_replicas(
+            &placement,
+            t.partitions.len() as u32,
+            rf,
+            &mut rng,
+        ) {
             Ok(a) => a,
             Err(e) => return output::refused(&e),
         };

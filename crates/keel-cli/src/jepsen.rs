@@ -52,7 +52,9 @@ pub async fn run(a: JepsenArgs) -> ExitCode {
         }
     };
     if a.brokers == 0 || a.brokers > 9 || a.clients == 0 || a.names == 0 || a.time_limit == 0 {
-        eprintln!("error: --brokers must be 1-9; --clients, --names and --time-limit must be positive");
+        eprintln!(
+            "error: --brokers must be 1-9; --clients, --names and --time-limit must be positive"
+        );
         return ExitCode::from(keel_jepsen::EXIT_USAGE);
     }
     let exe = match std::env::current_exe() {

@@ -58,7 +58,14 @@ pub fn refused(e: &ApiError) -> ExitCode {
 /// Prints an unreachable-cluster error and returns exit code 3.
 pub fn unreachable(e: &ClientError) -> ExitCode {
     eprintln!("error: {e}");
-    eprintln!("hint: check --bootstrap (or KEEL_BOOTSTRAP) and that the controllers are running (`keel dev` starts a local cluster)");
+    match e {
+        ClientError::OutcomeUnknown { .. } => {
+            eprintln!("hint: describe the resource to see whether the change took effect")
+        }
+        _ => eprintln!(
+            "hint: check --bootstrap (or KEEL_BOOTSTRAP) and that the controllers are running (`keel dev` starts a local cluster)"
+        ),
+    }
     ExitCode::from(EXIT_UNREACHABLE)
 }
 

@@ -7,6 +7,7 @@
 //! answers every command once the entry commits. On any sign of lost
 //! leadership it answers NOT_CONTROLLER to everything pending and stops.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -89,6 +90,9 @@ pub struct Command {
     kind: &'static str,
     enqueued: Instant,
     run: Run,
+    /// Set once the command's records were handed to Raft: from then on a
+    /// dropped reply means "outcome unknown", not "not the controller".
+    proposed: Arc<AtomicBool>,
 }
 
 impl Command {
@@ -116,7 +120,13 @@ impl Command {
             kind,
             enqueued: Instant::now(),
             run,
+            proposed: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// A flag that turns true when the command's records are proposed.
+    pub(crate) fn proposed_flag(&self) -> Arc<AtomicBool> {
+        self.proposed.clone()
     }
 
     /// An internal command nobody waits for.
@@ -166,10 +176,13 @@ pub async fn propose(raft: &KeelRaft, records: Vec<MetadataRecord>) -> Result<u6
     Ok(last)
 }
 
-fn not_leader() -> ApiError {
+/// Leadership was lost while the records were being committed: they may or
+/// may not have been committed by the next leader, so the caller must not
+/// blindly retry (it is not NOT_CONTROLLER, which means "never proposed").
+pub fn outcome_unknown() -> ApiError {
     ApiError::new(
-        ErrorCode::NotController,
-        "leadership was lost before the change committed; retry",
+        ErrorCode::RequestTimedOut,
+        "leadership was lost while the change was being committed; its outcome is unknown: check before retrying",
     )
 }
 
@@ -220,6 +233,7 @@ pub(crate) async fn run(
                 .record(cmd.enqueued.elapsed().as_secs_f64());
             env.now_ms = now_ms();
             let before = working.clone();
+            let proposed = cmd.proposed.clone();
             let p = (cmd.run)(&working, &mut env);
             let speculative_offset = working.offset() + 1;
             if let Some(e) = p
@@ -236,6 +250,9 @@ pub(crate) async fn run(
             }
             metrics::histogram!("keel_controller_event_process_time_seconds", "kind" => cmd.kind)
                 .record(started.elapsed().as_secs_f64());
+            if !p.records.is_empty() {
+                proposed.store(true, Ordering::Release);
+            }
             records.extend(p.records);
             stop_replicas.extend(p.stop_replicas);
             replies.push(p.on_commit);
@@ -267,7 +284,7 @@ pub(crate) async fn run(
             Err(e) => {
                 tracing::warn!(node = shared.config.node_id, term = epoch, error = %e, "proposal failed; leaving the active role");
                 for r in replies {
-                    r(Err(not_leader()));
+                    r(Err(outcome_unknown()));
                 }
                 break;
             }

@@ -481,6 +481,8 @@ async fn run_channel(task: ChannelTask, mut rx: mpsc::Receiver<Outgoing>) {
     };
     let endpoint = endpoint
         .connect_timeout(Duration::from_secs(1))
+        // Leave from our own address, so a packet filter can cut this pair.
+        .local_address(Some(shared.config.listen.ip()))
         .timeout(Duration::from_secs(10));
     let mut client = BrokerControlServiceClient::new(endpoint.connect_lazy())
         .max_decoding_message_size(64 << 20)

@@ -49,7 +49,8 @@ pub struct Shared {
     peer_contacts: PeerContacts,
 }
 
-/// A reply channel was dropped: the event loop stopped (resignation).
+/// A reply channel was dropped before the command was proposed: the event
+/// loop stopped (resignation); safe to retry elsewhere.
 fn resigned() -> ApiError {
     ApiError::new(
         ErrorCode::NotController,
@@ -150,11 +151,15 @@ impl Shared {
             .map_err(|e| ApiError::new(ErrorCode::NotController, e.message))?;
         let (tx, rx) = oneshot::channel();
         let cmd = Command::new(kind, decide, tx);
+        let proposed = cmd.proposed_flag();
         if handle.tx.send(cmd).await.is_err() {
             return Err(resigned());
         }
         match tokio::time::timeout(Duration::from_secs(30), rx).await {
             Ok(Ok(v)) => v,
+            Ok(Err(_)) if proposed.load(std::sync::atomic::Ordering::Acquire) => {
+                Err(crate::active::outcome_unknown())
+            }
             Ok(Err(_)) => Err(resigned()),
             Err(_) => Err(ApiError::new(
                 ErrorCode::RequestTimedOut,

@@ -46,7 +46,9 @@ fn never_sent(s: &tonic::Status) -> bool {
 /// NOT_CONTROLLER that may follow a proposal (see keel-controller
 /// shared.rs `resigned` and active.rs `not_leader`).
 fn ambiguous_not_controller(msg: &str) -> bool {
-    msg.contains("resigned") || msg.contains("leadership was lost") || msg.contains("before the change committed")
+    msg.contains("resigned")
+        || msg.contains("leadership was lost")
+        || msg.contains("before the change committed")
 }
 
 /// Result of one client operation.
@@ -130,7 +132,9 @@ impl AdminClient {
             };
             match attempt(ch).await {
                 Attempt::Done(mut r) => {
-                    if r.outcome != Some(Outcome::Info) && r.error.as_deref() != Some("NOT_CONTROLLER") {
+                    if r.outcome != Some(Outcome::Info)
+                        && r.error.as_deref() != Some("NOT_CONTROLLER")
+                    {
                         self.hint = Some(addr.clone());
                     }
                     r.node = Some(addr);
@@ -165,15 +169,24 @@ impl AdminClient {
     ) -> Attempt<OpResult> {
         if let Some(e) = top {
             let code = code_name(e.code);
-            if e.code == pb::ErrorCode::NotController as i32 && !ambiguous_not_controller(&e.message) {
-                return Attempt::Retry(e.leader.as_ref().map(|l| l.address.clone()), e.message.clone());
+            if e.code == pb::ErrorCode::NotController as i32
+                && !ambiguous_not_controller(&e.message)
+            {
+                return Attempt::Retry(
+                    e.leader.as_ref().map(|l| l.address.clone()),
+                    e.message.clone(),
+                );
             }
             let definite = !matches!(
                 code.as_str(),
                 "NOT_CONTROLLER" | "REQUEST_TIMED_OUT" | "INTERNAL"
             );
             return Attempt::Done(OpResult {
-                outcome: Some(if definite { Outcome::Fail } else { Outcome::Info }),
+                outcome: Some(if definite {
+                    Outcome::Fail
+                } else {
+                    Outcome::Info
+                }),
                 error: Some(code),
                 message: Some(e.message.clone()),
                 ..Default::default()
@@ -186,7 +199,11 @@ impl AdminClient {
                 "NOT_CONTROLLER" | "REQUEST_TIMED_OUT" | "INTERNAL"
             );
             return Attempt::Done(OpResult {
-                outcome: Some(if definite { Outcome::Fail } else { Outcome::Info }),
+                outcome: Some(if definite {
+                    Outcome::Fail
+                } else {
+                    Outcome::Info
+                }),
                 error: Some(code),
                 message: Some(e.message.clone()),
                 ..Default::default()
@@ -286,7 +303,9 @@ impl AdminClient {
                             return Attempt::Retry(None, "empty describe".into());
                         };
                         let (seen, id) = match &t.error {
-                            Some(e) if e.code == pb::ErrorCode::UnknownTopic as i32 => (Seen::Absent, None),
+                            Some(e) if e.code == pb::ErrorCode::UnknownTopic as i32 => {
+                                (Seen::Absent, None)
+                            }
                             Some(e) => {
                                 return Attempt::Done(OpResult {
                                     outcome: Some(Outcome::Fail),
@@ -356,7 +375,10 @@ pub async fn describe_all(addr: &str, timeout: Duration) -> Option<pb::DescribeT
 }
 
 /// DescribeCluster on a given controller.
-pub async fn describe_cluster(addr: &str, timeout: Duration) -> Option<pb::DescribeClusterResponse> {
+pub async fn describe_cluster(
+    addr: &str,
+    timeout: Duration,
+) -> Option<pb::DescribeClusterResponse> {
     let ch = channel(addr, crate::cluster::CLIENT_IP.into(), timeout)?;
     let r = AdminServiceClient::new(ch)
         .describe_cluster(pb::DescribeClusterRequest::default())

@@ -151,7 +151,10 @@ async fn worker(id: usize, cfg: Config, ctrl: Vec<String>, shared: Arc<Shared>) 
         let t0 = shared.ms();
         let (kind, r) = if roll < 40 {
             let parts = rng.random_range(1..=2);
-            (OpKind::Create, admin.create(&name, parts, cfg.replication_factor).await)
+            (
+                OpKind::Create,
+                admin.create(&name, parts, cfg.replication_factor).await,
+            )
         } else if roll < 70 {
             (OpKind::Delete, admin.delete(&name).await)
         } else {
@@ -235,7 +238,10 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         match net::Net::install() {
             Ok(n) => Some(n),
             Err(e) => {
-                eprintln!("keel jepsen: cannot set up iptables chain {}: {e}", net::CHAIN);
+                eprintln!(
+                    "keel jepsen: cannot set up iptables chain {}: {e}",
+                    net::CHAIN
+                );
                 return EXIT_NO_PACKET_FILTER;
             }
         }
@@ -301,7 +307,12 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     });
     let mut workers = Vec::new();
     for id in 0..cfg.clients {
-        workers.push(tokio::spawn(worker(id, cfg.clone(), ctrl.clone(), shared.clone())));
+        workers.push(tokio::spawn(worker(
+            id,
+            cfg.clone(),
+            ctrl.clone(),
+            shared.clone(),
+        )));
     }
     // Progress line and crash watch until the time limit.
     let mut crashes: Vec<Value> = Vec::new();
@@ -314,17 +325,30 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
             for n in c.nodes.iter_mut() {
                 if let Some(st) = n.exited() {
                     crashes.push(json!({"node": n.name, "at_ms": shared.ms(), "status": st}));
-                    eprintln!("\nkeel jepsen: {} exited by itself ({st}); see {}", n.name, n.log.display());
+                    eprintln!(
+                        "\nkeel jepsen: {} exited by itself ({st}); see {}",
+                        n.name,
+                        n.log.display()
+                    );
                 }
             }
         }
-        let every = if tty { Duration::from_millis(500) } else { Duration::from_secs(5) };
+        let every = if tty {
+            Duration::from_millis(500)
+        } else {
+            Duration::from_secs(5)
+        };
         if last_print.elapsed() >= every {
             last_print = Instant::now();
             let (n, ok, fail, info) = {
                 let ops = shared.ops.lock().unwrap();
                 let c = |o: Outcome| ops.iter().filter(|x| x.outcome == o).count();
-                (ops.len(), c(Outcome::Ok), c(Outcome::Fail), c(Outcome::Info))
+                (
+                    ops.len(),
+                    c(Outcome::Ok),
+                    c(Outcome::Fail),
+                    c(Outcome::Info),
+                )
             };
             let line = format!(
                 "[{:>5.1}s/{}s] ops {n} (ok {ok}, fail {fail}, info {info}) fault: {}",
@@ -356,14 +380,32 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     let heal_notes = nemesis.heal_all();
     let healed_ms = shared.ms();
     let healed_at = Instant::now();
-    eprintln!("keel jepsen: final heal at {:.1}s ({}); checking recovery", healed_ms / 1000.0, heal_notes.join(", "));
+    eprintln!(
+        "keel jepsen: final heal at {:.1}s ({}); checking recovery",
+        healed_ms / 1000.0,
+        heal_notes.join(", ")
+    );
 
     // (e) recovery.
     let mut admin = AdminClient::new(ctrl.clone(), CLIENT_IP.into());
-    let (rec_ok, rec_detail, rec_ops) =
-        probes::recovery(&ctrl, &mut admin, healed_at, cfg.recovery_bound, cfg.brokers).await;
+    let (rec_ok, rec_detail, rec_ops) = probes::recovery(
+        &ctrl,
+        &mut admin,
+        healed_at,
+        cfg.recovery_bound,
+        cfg.brokers,
+    )
+    .await;
     for (name, r, t0, t1) in rec_ops {
-        shared.push(record(-1, u64::MAX, OpKind::Create, &name, healed_ms + t0, healed_ms + t1, r));
+        shared.push(record(
+            -1,
+            u64::MAX,
+            OpKind::Create,
+            &name,
+            healed_ms + t0,
+            healed_ms + t1,
+            r,
+        ));
     }
     // Final reads, for (b) and as the last operations of (a).
     let mut final_read: BTreeMap<String, Seen> = BTreeMap::new();
@@ -402,7 +444,10 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         let v = c
             .nodes
             .iter_mut()
-            .filter_map(|n| n.exited().map(|st| json!({"node": n.name, "status": st, "when": "after heal"})))
+            .filter_map(|n| {
+                n.exited()
+                    .map(|st| json!({"node": n.name, "status": st, "when": "after heal"}))
+            })
             .collect();
         c.shutdown();
         v

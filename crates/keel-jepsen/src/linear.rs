@@ -62,7 +62,9 @@ pub const DELETING: u8 = 4;
 pub enum Step {
     CreateOk,
     /// TOPIC_ALREADY_EXISTS; `deleting` when the message says it is marked for deletion.
-    CreateExists { deleting: bool },
+    CreateExists {
+        deleting: bool,
+    },
     CreateInfo,
     DeleteOk,
     DeleteUnknown,

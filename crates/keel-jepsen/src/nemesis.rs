@@ -35,9 +35,12 @@ impl Family {
         let mut out = BTreeSet::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             match part {
-                "all" => {
-                    out.extend([Family::Partition, Family::Kill, Family::Pause, Family::Zombie])
-                }
+                "all" => out.extend([
+                    Family::Partition,
+                    Family::Kill,
+                    Family::Pause,
+                    Family::Zombie,
+                ]),
                 "partition" => {
                     out.insert(Family::Partition);
                 }
@@ -51,11 +54,9 @@ impl Family {
                     out.insert(Family::Zombie);
                 }
                 "none" => {}
-                other => {
-                    return Err(format!(
-                        "unknown nemesis family {other:?} (partition, kill, pause, zombie, all, none)"
-                    ))
-                }
+                other => return Err(format!(
+                    "unknown nemesis family {other:?} (partition, kill, pause, zombie, all, none)"
+                )),
             }
         }
         Ok(out)
@@ -72,7 +73,11 @@ impl Family {
                 "brokers-from-brokers",
             ],
             Family::Kill => &["kill-active-controller", "kill-controller", "kill-broker"],
-            Family::Pause => &["pause-active-controller", "pause-controller", "pause-broker"],
+            Family::Pause => &[
+                "pause-active-controller",
+                "pause-controller",
+                "pause-broker",
+            ],
             Family::Zombie => &["stale-controller-request"],
         }
     }
@@ -209,7 +214,9 @@ impl Nemesis {
                     match self.active_index().await {
                         Some(i) => i,
                         None => {
-                            ev.detail.push("no active controller found; isolating a random controller".into());
+                            ev.detail.push(
+                                "no active controller found; isolating a random controller".into(),
+                            );
                             self.pick(Role::Controller)
                         }
                     }
@@ -282,13 +289,19 @@ impl Nemesis {
                 ev.targets.push("all brokers".into());
                 self.cut(&cuts, &mut ev)
             }
-            "kill-active-controller" | "kill-controller" | "kill-broker" | "pause-active-controller"
-            | "pause-controller" | "pause-broker" => {
+            "kill-active-controller"
+            | "kill-controller"
+            | "kill-broker"
+            | "pause-active-controller"
+            | "pause-controller"
+            | "pause-broker" => {
                 let i = if kind.ends_with("active-controller") {
                     match self.active_index().await {
                         Some(i) => i,
                         None => {
-                            ev.detail.push("no active controller found; using a random controller".into());
+                            ev.detail.push(
+                                "no active controller found; using a random controller".into(),
+                            );
                             self.pick(Role::Controller)
                         }
                     }
@@ -377,16 +390,23 @@ impl Nemesis {
                 partitions: vec![p.clone()],
                 leaders,
             };
-            let Some(ch) = client::channel(&addr, CLIENT_IP.into(), Duration::from_millis(1500)) else {
+            let Some(ch) = client::channel(&addr, CLIENT_IP.into(), Duration::from_millis(1500))
+            else {
                 continue;
             };
-            let answer = match BrokerControlServiceClient::new(ch).leader_and_isr(req).await {
+            let answer = match BrokerControlServiceClient::new(ch)
+                .leader_and_isr(req)
+                .await
+            {
                 Err(s) => Some(format!("GRPC_{:?}", s.code()).to_uppercase()),
                 Ok(r) => {
                     let r = r.into_inner();
-                    r.error
-                        .map(|e| client::code_name(e.code))
-                        .or_else(|| r.partitions.first().and_then(|pe| pe.error.as_ref()).map(|e| client::code_name(e.code)))
+                    r.error.map(|e| client::code_name(e.code)).or_else(|| {
+                        r.partitions
+                            .first()
+                            .and_then(|pe| pe.error.as_ref())
+                            .map(|e| client::code_name(e.code))
+                    })
                 }
             };
             let accepted = answer.is_none();
@@ -449,7 +469,9 @@ impl Nemesis {
         let quiet = heal.min(Duration::from_secs(5));
         tokio::time::sleep(quiet).await;
         loop {
-            if self.families.is_empty() || self.start.elapsed() + fault + Duration::from_secs(1) > until {
+            if self.families.is_empty()
+                || self.start.elapsed() + fault + Duration::from_secs(1) > until
+            {
                 break;
             }
             let family = self.families[self.rng.random_range(0..self.families.len())];

@@ -71,10 +71,8 @@ pub async fn recovery(
                     if bad.is_empty() && live.len() >= expected_brokers {
                         leaders_ok_at = Some(healed_at.elapsed());
                     } else {
-                        last_problem = format!(
-                            "live brokers {live:?}; leaderless: {}",
-                            bad.join(", ")
-                        );
+                        last_problem =
+                            format!("live brokers {live:?}; leaderless: {}", bad.join(", "));
                     }
                 }
             } else {
@@ -167,14 +165,18 @@ async fn converged_once(ctrl: &[String], brokers: &[(u32, String)]) -> Result<Va
         }
         for (k, v) in &image {
             if cache.get(k) != Some(v) {
-                diffs.push(json!({"broker": id, "partition": format!("{}-{}", k.0, k.1),
-                    "image": format!("{v:?}"), "broker_cache": format!("{:?}", cache.get(k))}));
+                diffs.push(
+                    json!({"broker": id, "partition": format!("{}-{}", k.0, k.1),
+                    "image": format!("{v:?}"), "broker_cache": format!("{:?}", cache.get(k))}),
+                );
             }
         }
         for k in cache.keys() {
             if !image.contains_key(k) {
-                diffs.push(json!({"broker": id, "partition": format!("{}-{}", k.0, k.1),
-                    "image": "absent", "broker_cache": format!("{:?}", cache.get(k))}));
+                diffs.push(
+                    json!({"broker": id, "partition": format!("{}-{}", k.0, k.1),
+                    "image": "absent", "broker_cache": format!("{:?}", cache.get(k))}),
+                );
             }
         }
     }

@@ -28,7 +28,11 @@ fn fault_color(i: usize) -> RGBAColor {
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
 fn shade<DB: DrawingBackend>(
-    chart: &mut ChartContext<'_, DB, Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>>,
+    chart: &mut ChartContext<
+        '_,
+        DB,
+        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+    >,
     faults: &[FaultEvent],
     end_s: f64,
     ymin: f64,
@@ -54,11 +58,19 @@ fn shade<DB: DrawingBackend>(
     Ok(())
 }
 
-fn latency_chart(root: &Area, ops: &[OpRecord], faults: &[FaultEvent], end_s: f64) -> Result<(), String> {
+fn latency_chart(
+    root: &Area,
+    ops: &[OpRecord],
+    faults: &[FaultEvent],
+    end_s: f64,
+) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let ymax = ops.iter().map(|o| o.latency_ms()).fold(10.0f64, f64::max) * 1.15;
     let mut chart = ChartBuilder::on(root)
-        .caption("latency of every operation (ms) — green ok, blue fail, red info", ("sans-serif", 16))
+        .caption(
+            "latency of every operation (ms) — green ok, blue fail, red info",
+            ("sans-serif", 16),
+        )
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(50)
@@ -84,7 +96,12 @@ fn latency_chart(root: &Area, ops: &[OpRecord], faults: &[FaultEvent], end_s: f6
     root.present().map_err(|e| e.to_string())
 }
 
-fn throughput_chart(root: &Area, ops: &[OpRecord], faults: &[FaultEvent], end_s: f64) -> Result<(), String> {
+fn throughput_chart(
+    root: &Area,
+    ops: &[OpRecord],
+    faults: &[FaultEvent],
+    end_s: f64,
+) -> Result<(), String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let secs = end_s.ceil().max(1.0) as usize;
     let mut buckets = vec![[0u32; 3]; secs + 1];
@@ -97,9 +114,19 @@ fn throughput_chart(root: &Area, ops: &[OpRecord], faults: &[FaultEvent], end_s:
         };
         buckets[s][k] += 1;
     }
-    let ymax = buckets.iter().flat_map(|b| b.iter()).copied().max().unwrap_or(1).max(1) as f64 * 1.15;
+    let ymax = buckets
+        .iter()
+        .flat_map(|b| b.iter())
+        .copied()
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64
+        * 1.15;
     let mut chart = ChartBuilder::on(root)
-        .caption("throughput (completed ops per second, by outcome)", ("sans-serif", 16))
+        .caption(
+            "throughput (completed ops per second, by outcome)",
+            ("sans-serif", 16),
+        )
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(50)
@@ -112,7 +139,10 @@ fn throughput_chart(root: &Area, ops: &[OpRecord], faults: &[FaultEvent], end_s:
         .draw()
         .map_err(|e| e.to_string())?;
     shade(&mut chart, faults, end_s, 0.0, ymax)?;
-    for (k, outcome) in [Outcome::Ok, Outcome::Fail, Outcome::Info].into_iter().enumerate() {
+    for (k, outcome) in [Outcome::Ok, Outcome::Fail, Outcome::Info]
+        .into_iter()
+        .enumerate()
+    {
         let c = color(outcome);
         chart
             .draw_series(LineSeries::new(
@@ -150,7 +180,9 @@ pub fn plots(ops: &[OpRecord], faults: &[FaultEvent], end_ms: f64) -> (String, S
 }
 
 pub fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// The whole page.
@@ -172,7 +204,8 @@ pub fn html(results: &Value, ops: &[OpRecord], faults: &[FaultEvent], end_ms: f6
         frows.push_str(&format!(
             "<tr><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
             f.start_ms / 1000.0,
-            f.end_ms.map_or("-".into(), |e| format!("{:.1}", e / 1000.0)),
+            f.end_ms
+                .map_or("-".into(), |e| format!("{:.1}", e / 1000.0)),
             html_escape(&f.kind),
             html_escape(&f.targets.join(" ")),
             html_escape(&f.detail.join("; ")),
@@ -190,8 +223,17 @@ pub fn html(results: &Value, ops: &[OpRecord], faults: &[FaultEvent], end_ms: f6
 <h2>Faults</h2><table><tr><th>start s</th><th>end s</th><th>kind</th><th>targets</th><th>detail</th></tr>{frows}</table>
 <h2>results.json</h2><pre>{json}</pre>
 </body></html>"#,
-        cls = if valid == Value::Bool(true) { "ok" } else { "bad" },
-        summary = html_escape(&results.get("summary").map(|s| s.to_string()).unwrap_or_default()),
+        cls = if valid == Value::Bool(true) {
+            "ok"
+        } else {
+            "bad"
+        },
+        summary = html_escape(
+            &results
+                .get("summary")
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        ),
         json = html_escape(&serde_json::to_string_pretty(results).unwrap_or_default()),
     )
 }

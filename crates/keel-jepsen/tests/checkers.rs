@@ -84,7 +84,11 @@ fn stale_read_is_caught() {
     let h = vec![create_ok(0.0, 1.0), read(2.0, 3.0, Seen::Absent)];
     assert_eq!(lin(h), Some(false));
     // Deleted (marked) then a later read sees it present again.
-    let h = vec![create_ok(0.0, 1.0), delete_ok(2.0, 3.0), read(4.0, 5.0, Seen::Present)];
+    let h = vec![
+        create_ok(0.0, 1.0),
+        delete_ok(2.0, 3.0),
+        read(4.0, 5.0, Seen::Present),
+    ];
     assert_eq!(lin(h), Some(false));
     // Fully deleted, then seen as deleting again without a delete.
     let h = vec![
@@ -111,7 +115,10 @@ fn lost_write_is_caught_by_linearizability_and_lost_checker() {
     fin.insert("t".to_string(), Seen::Absent);
     assert!(lost::check(&h2, &fin).0);
     // So does an indeterminate one, whenever it was invoked.
-    let h3 = index(vec![op("t", OpKind::Delete, 0.0, 0.5, Outcome::Info), create_ok(1.0, 2.0)]);
+    let h3 = index(vec![
+        op("t", OpKind::Delete, 0.0, 0.5, Outcome::Info),
+        create_ok(1.0, 2.0),
+    ]);
     assert!(lost::check(&h3, &fin).0);
     // A refused delete does not.
     let mut refused = op("t", OpKind::Delete, 3.0, 4.0, Outcome::Fail);
@@ -125,23 +132,41 @@ fn double_create_ok_is_caught() {
     let h = vec![create_ok(0.0, 1.0), create_ok(2.0, 3.0)];
     assert_eq!(lin(h), Some(false));
     // Concurrent with a delete in between it is fine.
-    let h = vec![create_ok(0.0, 1.0), delete_ok(1.5, 1.8), read(1.9, 2.0, Seen::Absent), create_ok(2.0, 3.0)];
+    let h = vec![
+        create_ok(0.0, 1.0),
+        delete_ok(1.5, 1.8),
+        read(1.9, 2.0, Seen::Absent),
+        create_ok(2.0, 3.0),
+    ];
     assert_eq!(lin(h), Some(true));
 }
 
 #[test]
 fn concurrency_and_info_ops_are_respected() {
     // Overlapping create and read: the read may come first.
-    let h = vec![create_ok(0.0, 10.0), read(1.0, 2.0, Seen::Absent), read(11.0, 12.0, Seen::Present)];
+    let h = vec![
+        create_ok(0.0, 10.0),
+        read(1.0, 2.0, Seen::Absent),
+        read(11.0, 12.0, Seen::Present),
+    ];
     assert_eq!(lin(h), Some(true));
     // An indeterminate create may explain a later present read...
-    let h = vec![op("t", OpKind::Create, 0.0, 1.0, Outcome::Info), read(5.0, 6.0, Seen::Present)];
+    let h = vec![
+        op("t", OpKind::Create, 0.0, 1.0, Outcome::Info),
+        read(5.0, 6.0, Seen::Present),
+    ];
     assert_eq!(lin(h), Some(true));
     // ...or never happen.
-    let h = vec![op("t", OpKind::Create, 0.0, 1.0, Outcome::Info), read(5.0, 6.0, Seen::Absent)];
+    let h = vec![
+        op("t", OpKind::Create, 0.0, 1.0, Outcome::Info),
+        read(5.0, 6.0, Seen::Absent),
+    ];
     assert_eq!(lin(h), Some(true));
     // But it cannot take effect before it was invoked.
-    let h = vec![read(0.0, 1.0, Seen::Present), op("t", OpKind::Create, 2.0, 3.0, Outcome::Info)];
+    let h = vec![
+        read(0.0, 1.0, Seen::Present),
+        op("t", OpKind::Create, 2.0, 3.0, Outcome::Info),
+    ];
     assert_eq!(lin(h), Some(false));
     // Create refused as existing while nothing was ever created.
     let h = vec![create_exists(0.0, 1.0, false)];
@@ -211,7 +236,14 @@ fn agrees_with_stateright_on_random_small_histories() {
     assert!(yes > 100 && no > 100, "both verdicts exercised: {yes} {no}");
 }
 
-fn ev(broker: u32, event: &str, leader: Option<u32>, le: u32, ce: u64, isr: Vec<u32>) -> BrokerEvent {
+fn ev(
+    broker: u32,
+    event: &str,
+    leader: Option<u32>,
+    le: u32,
+    ce: u64,
+    isr: Vec<u32>,
+) -> BrokerEvent {
     BrokerEvent {
         event: event.into(),
         topic_id: "00000000-0000-0000-0000-000000000001".into(),

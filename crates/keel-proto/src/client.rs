@@ -16,6 +16,10 @@ use crate::pb::broker_service_client::BrokerServiceClient;
 /// Why a call did not get an answer from the active controller.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
+    /// A write reached a controller but its answer was lost (timeout,
+    /// connection reset): it may or may not have been applied.
+    #[error("no answer from {address} after sending the request ({reason}); the change may or may not have been applied: check before retrying")]
+    OutcomeUnknown { address: String, reason: String },
     /// No controller could be reached (or none knew a leader) before the deadline.
     #[error("no active controller reachable at {addresses} within {waited_ms} ms: {last}")]
     Unreachable {
@@ -73,14 +77,27 @@ impl ControllerClient {
         Ok(ep.connect_lazy())
     }
 
-    /// Calls the admin service of the active controller.
+    /// Calls the admin service of the active controller, retrying any
+    /// failure: for reads and idempotent requests.
     pub async fn admin<R, F, Fut>(&self, f: F) -> Result<R, ClientError>
     where
         R: HasError,
         F: Fn(AdminServiceClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
-        self.call(|ch| f(AdminServiceClient::new(ch))).await
+        self.call(true, |ch| f(AdminServiceClient::new(ch))).await
+    }
+
+    /// Calls the admin service with a write that must not be applied twice:
+    /// retried only when it surely was not applied (NOT_CONTROLLER, or no
+    /// connection); a lost answer is [`ClientError::OutcomeUnknown`].
+    pub async fn admin_write<R, F, Fut>(&self, f: F) -> Result<R, ClientError>
+    where
+        R: HasError,
+        F: Fn(AdminServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        self.call(false, |ch| f(AdminServiceClient::new(ch))).await
     }
 
     /// Calls the broker service of the active controller.
@@ -90,10 +107,10 @@ impl ControllerClient {
         F: Fn(BrokerServiceClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
-        self.call(|ch| f(BrokerServiceClient::new(ch))).await
+        self.call(true, |ch| f(BrokerServiceClient::new(ch))).await
     }
 
-    async fn call<R, F, Fut>(&self, f: F) -> Result<R, ClientError>
+    async fn call<R, F, Fut>(&self, retry_ambiguous: bool, f: F) -> Result<R, ClientError>
     where
         R: HasError,
         F: Fn(Channel) -> Fut,
@@ -135,6 +152,15 @@ impl ControllerClient {
                     }
                 }
                 Err(status) => {
+                    // Only a failed connection proves the request never left.
+                    let never_sent = status.code() == tonic::Code::Unavailable
+                        && status.message().contains("connect");
+                    if !retry_ambiguous && !never_sent {
+                        return Err(ClientError::OutcomeUnknown {
+                            address: addr,
+                            reason: status.message().to_string(),
+                        });
+                    }
                     last = format!("{addr}: {}", status.message());
                     if let Ok(mut g) = self.leader.lock() {
                         if g.as_deref() == Some(addr.as_str()) {

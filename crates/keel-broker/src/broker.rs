@@ -89,7 +89,8 @@ impl Broker {
                 shared: shared.clone(),
             }));
         let mut server_stop = stop_rx.clone();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         tasks.push(tokio::spawn(async move {
             let shutdown = async move {
                 let _ = server_stop.wait_for(|s| *s).await;

@@ -67,7 +67,8 @@ impl ControllerNode {
                 .add_service(AdminServiceServer::new(AdminApi::new(shared.clone())))
                 .add_service(BrokerServiceServer::new(BrokerApi::new(shared.clone())))
                 .serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    // No Nagle: Raft and controller RPCs are small and latency-bound.
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
                     async move {
                         let _ = server_stop.wait_for(|v| *v).await;
                     },

@@ -250,6 +250,13 @@ async fn run_size(env: &Env, p: &FailoverParams, target: u64) -> anyhow::Result<
             }
             Err(e) => {
                 progress!("failover: size {created}: trial {} failed: {e:#}", n + 1);
+                for i in 0..3 {
+                    progress!(
+                        "failover: controller {} log tail:\n{}",
+                        i + 1,
+                        c.log_tail(i, 8)
+                    );
+                }
                 failures.push(format!("{e:#}"));
                 // A failed trial leaves the cluster in an unknown state: stop here.
                 break;

@@ -47,6 +47,12 @@ pub struct BenchArgs {
     /// failover: seconds allowed for creating the large image.
     #[arg(long, default_value_t = 240.0)]
     create_budget_secs: f64,
+    /// failover: per-attempt timeout of the write retried after the kill.
+    #[arg(long, default_value_t = 300)]
+    attempt_timeout_ms: u64,
+    /// failover: give up on a trial after this many seconds without an acknowledged write.
+    #[arg(long, default_value_t = 60.0)]
+    trial_timeout_secs: f64,
     /// failover: skip the empty image.
     #[arg(long)]
     skip_empty: bool,
@@ -104,6 +110,8 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 partitions: a.partitions,
                 create_budget_secs: a.create_budget_secs,
                 skip_empty: a.skip_empty,
+                attempt_timeout_ms: a.attempt_timeout_ms,
+                trial_timeout_secs: a.trial_timeout_secs,
                 ..FailoverParams::default()
             };
             keel_bench::failover::run(env, &p).await

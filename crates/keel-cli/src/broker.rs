@@ -178,10 +178,8 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    logging::init(format);
-    if let Err(e) = logging::metrics(metrics) {
-        eprintln!("error: {e}");
-        return ExitCode::from(EXIT_LOCAL);
+    if let Err(code) = logging::setup(format, metrics) {
+        return code;
     }
     let broker = match Broker::start(config).await {
         Ok(b) => b,
@@ -191,16 +189,10 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
             return ExitCode::from(EXIT_LOCAL);
         }
     };
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: cannot watch signals: {e}");
-            return ExitCode::from(EXIT_LOCAL);
-        }
-    };
+    let stop = logging::shutdown_signal();
+    tokio::pin!(stop);
     tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+        _ = &mut stop => {}
         e = broker.failed() => {
             tracing::error!(error = %format!("{e:#}"), "broker stopped");
             eprintln!("error: {e:#}");

@@ -169,10 +169,8 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    logging::init(format);
-    if let Err(e) = logging::metrics(metrics) {
-        eprintln!("error: {e}");
-        return ExitCode::from(EXIT_LOCAL);
+    if let Err(code) = logging::setup(format, metrics) {
+        return code;
     }
     let node = match ControllerNode::start(config).await {
         Ok(n) => n,
@@ -182,18 +180,12 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
             return ExitCode::from(EXIT_LOCAL);
         }
     };
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: cannot watch signals: {e}");
-            return ExitCode::from(EXIT_LOCAL);
-        }
-    };
+    let stop = logging::shutdown_signal();
+    tokio::pin!(stop);
     let mut fatal = node.raft().metrics();
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
-            _ = term.recv() => break,
+            _ = &mut stop => break,
             r = fatal.changed() => {
                 if r.is_err() {
                     break;

@@ -36,3 +36,32 @@ pub fn metrics(addr: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Logging and metrics for a long-running node; prints and returns the exit
+/// code on failure.
+pub fn setup(
+    format: LogFormat,
+    metrics_addr: Option<std::net::SocketAddr>,
+) -> Result<(), std::process::ExitCode> {
+    init(format);
+    metrics(metrics_addr).map_err(|e| {
+        eprintln!("error: {e}");
+        std::process::ExitCode::from(crate::EXIT_LOCAL)
+    })
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops this process");
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

@@ -190,9 +190,14 @@ async fn trial(c: &mut Cluster, p: &FailoverParams, n: usize) -> anyhow::Result<
         }
     }
     let ms = t0.elapsed().as_secs_f64() * 1000.0;
+    progress!("failover: write acknowledged {ms:.1} ms after the kill ({attempts} attempts); restarting node {}", active + 1);
     c.restart(active)?;
-    c.wait_converged(Duration::from_secs_f64(p.converge_timeout_secs))
-        .await?;
+    if let Err(e) = c
+        .wait_converged(Duration::from_secs_f64(p.converge_timeout_secs))
+        .await
+    {
+        bail!("failover took {ms:.1} ms, but then {e:#}");
+    }
     Ok((ms, attempts))
 }
 

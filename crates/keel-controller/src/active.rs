@@ -26,8 +26,10 @@ use crate::shared::{now_ms, Shared};
 /// Commands decided together in one batch, at most.
 pub const MAX_COMMANDS_PER_BATCH: usize = 512;
 /// Records per Raft entry, at most: a decision larger than this (a broker
-/// failure touching 100,000 partitions) spans a few entries.
-pub const MAX_RECORDS_PER_ENTRY: usize = 20_000;
+/// failure touching 100,000 partitions) spans a few entries. Together with
+/// the entries-per-AppendEntries limit in `keel_raft::default_config` it
+/// bounds an RPC (openraft gives AppendEntries one heartbeat interval).
+pub const MAX_RECORDS_PER_ENTRY: usize = 5_000;
 /// Period of the housekeeping tick (session expiry, reconciliation).
 pub const TICK: Duration = Duration::from_millis(200);
 

@@ -86,6 +86,15 @@ fn partition_states(
         .collect()
 }
 
+/// The brokers leading any of `states` (followers connect to them).
+fn leaders_of(image: &MetadataImage, states: &[pb::PartitionState]) -> Vec<pb::BrokerInfo> {
+    let ids: BTreeSet<u32> = states.iter().filter_map(|s| s.leader).collect();
+    ids.into_iter()
+        .filter_map(|id| image.broker(BrokerId(id)))
+        .map(broker_to_pb)
+        .collect()
+}
+
 fn all_brokers(image: &MetadataImage) -> Vec<pb::BrokerInfo> {
     image.brokers().map(broker_to_pb).collect()
 }
@@ -117,7 +126,8 @@ pub fn full_state(image: &MetadataImage, broker: BrokerId) -> Vec<Outgoing> {
         deleted: vec![],
     }];
     if !hosted.is_empty() {
-        out.push(Outgoing::LeaderAndIsr(hosted, brokers));
+        let leaders = leaders_of(image, &hosted);
+        out.push(Outgoing::LeaderAndIsr(hosted, leaders));
     }
     out
 }
@@ -168,9 +178,10 @@ impl ChannelManager {
             resync,
             task,
         };
-        for o in full_state(image, broker) {
-            enqueue(&ch, o);
-        }
+        // The task builds the full state itself (off the event loop, from
+        // the newest image): activation and registration stay O(1) here
+        // whatever the metadata size.
+        ch.resync.store(true, Ordering::Release);
         self.channels.insert(broker, ch);
     }
 
@@ -198,23 +209,19 @@ impl ChannelManager {
                 }
             }
         }
-        let brokers = if plan.brokers_changed {
-            all_brokers(image)
-        } else {
-            vec![]
-        };
+        let brokers: Vec<pb::BrokerInfo> = plan
+            .changed_brokers
+            .iter()
+            .filter_map(|b| image.broker(*b))
+            .map(broker_to_pb)
+            .collect();
         let changed = partition_states(image, plan.changed_partitions.iter().copied());
         let deleted: Vec<Vec<u8>> = plan
             .deleted_topics
             .iter()
             .map(|t| t.to_bytes().to_vec())
             .collect();
-        let any_update = plan.brokers_changed || !changed.is_empty() || !deleted.is_empty();
-        let leaders = if plan.leader_and_isr.is_empty() {
-            vec![]
-        } else {
-            all_brokers(image)
-        };
+        let any_update = !brokers.is_empty() || !changed.is_empty() || !deleted.is_empty();
         for (b, ch) in &self.channels {
             if fresh.contains(b) {
                 continue;
@@ -232,13 +239,9 @@ impl ChannelManager {
                 );
             }
             if let Some(tps) = plan.leader_and_isr.get(b) {
-                enqueue(
-                    ch,
-                    Outgoing::LeaderAndIsr(
-                        partition_states(image, tps.iter().copied()),
-                        leaders.clone(),
-                    ),
-                );
+                let states = partition_states(image, tps.iter().copied());
+                let leaders = leaders_of(image, &states);
+                enqueue(ch, Outgoing::LeaderAndIsr(states, leaders));
             }
             if let Some(tps) = plan.stop_replica.get(b) {
                 enqueue(
@@ -490,8 +493,20 @@ async fn run_channel(task: ChannelTask, mut rx: mpsc::Receiver<Outgoing>) {
     loop {
         let mut batch = Vec::new();
         if resync.swap(false, Ordering::AcqRel) {
-            while rx.try_recv().is_ok() {}
-            batch.extend(full_state(&shared.image(), broker));
+            // Everything queued is superseded by the full state, except the
+            // StopReplica requests it cannot express.
+            let mut keep = Vec::new();
+            while let Ok(o) = rx.try_recv() {
+                if matches!(o, Outgoing::StopReplica(_)) {
+                    keep.push(o);
+                }
+            }
+            let image = shared.image();
+            match tokio::task::spawn_blocking(move || full_state(&image, broker)).await {
+                Ok(full) => batch.extend(full),
+                Err(_) => return,
+            }
+            batch.extend(keep);
         } else {
             match rx.recv().await {
                 Some(o) => batch.push(o),

@@ -29,8 +29,9 @@ pub struct BrokerRequestPlan {
     pub changed_partitions: BTreeSet<TopicPartition>,
     /// Topics every broker's metadata cache must forget.
     pub deleted_topics: BTreeSet<TopicId>,
-    /// The broker list changed: every cache gets the new one.
-    pub brokers_changed: bool,
+    /// Brokers whose registration or state changed: every cache gets their
+    /// new entries (only those, so N registrations cost O(N) each, not O(N²)).
+    pub changed_brokers: BTreeSet<BrokerId>,
     /// Replicas removed from an assignment: `StopReplica` with delete.
     pub stop_replica: BTreeMap<BrokerId, BTreeSet<TopicPartition>>,
 }
@@ -42,7 +43,7 @@ impl BrokerRequestPlan {
             && self.leader_and_isr.is_empty()
             && self.changed_partitions.is_empty()
             && self.deleted_topics.is_empty()
-            && !self.brokers_changed
+            && self.changed_brokers.is_empty()
             && self.stop_replica.is_empty()
     }
 }
@@ -60,19 +61,20 @@ pub fn plan(
             MetadataRecord::RegisterBroker(reg) => {
                 p.channels
                     .insert(reg.broker, ChannelAction::OpenWithFullState);
-                p.brokers_changed = true;
+                p.changed_brokers.insert(reg.broker);
             }
             MetadataRecord::UnfenceBroker { broker, .. } => {
                 p.channels.insert(*broker, ChannelAction::OpenWithFullState);
-                p.brokers_changed = true;
+                p.changed_brokers.insert(*broker);
             }
             MetadataRecord::FenceBroker { broker, .. }
             | MetadataRecord::UnregisterBroker { broker, .. } => {
                 p.channels.insert(*broker, ChannelAction::Close);
-                p.brokers_changed = true;
+                p.changed_brokers.insert(*broker);
             }
-            MetadataRecord::BrokerShuttingDown { .. } | MetadataRecord::LogDirsOffline { .. } => {
-                p.brokers_changed = true;
+            MetadataRecord::BrokerShuttingDown { broker, .. }
+            | MetadataRecord::LogDirsOffline { broker, .. } => {
+                p.changed_brokers.insert(*broker);
             }
             MetadataRecord::Partition(r) => {
                 touched.insert(TopicPartition {
@@ -148,7 +150,7 @@ mod tests {
             p.channels.get(&BrokerId(1)),
             Some(&ChannelAction::OpenWithFullState)
         );
-        assert!(p.brokers_changed);
+        assert!(p.changed_brokers.contains(&BrokerId(1)));
 
         let before = after.clone();
         let recs = vec![MetadataRecord::FenceBroker {

@@ -36,6 +36,8 @@ pub struct ControllerClient {
     bootstrap: Vec<String>,
     /// Where the active controller was last seen (hint or success).
     leader: Mutex<Option<String>>,
+    /// One HTTP/2 connection per address, reused across calls.
+    channels: Mutex<std::collections::HashMap<String, Channel>>,
     /// Per-attempt timeout.
     request_timeout: Duration,
     /// Total budget for one logical call, redirects and retries included.
@@ -47,6 +49,7 @@ impl ControllerClient {
         Self {
             bootstrap,
             leader: Mutex::new(None),
+            channels: Mutex::new(std::collections::HashMap::new()),
             request_timeout: Duration::from_secs(10),
             deadline: Duration::from_secs(20),
         }
@@ -65,6 +68,17 @@ impl ControllerClient {
     }
 
     fn channel(&self, addr: &str) -> Result<Channel, ClientError> {
+        if let Some(ch) = self.channels.lock().ok().and_then(|m| m.get(addr).cloned()) {
+            return Ok(ch);
+        }
+        let ch = self.connect(addr)?;
+        if let Ok(mut m) = self.channels.lock() {
+            m.insert(addr.to_string(), ch.clone());
+        }
+        Ok(ch)
+    }
+
+    fn connect(&self, addr: &str) -> Result<Channel, ClientError> {
         let uri = if addr.starts_with("http://") {
             addr.to_string()
         } else {
@@ -73,6 +87,7 @@ impl ControllerClient {
         let ep = Endpoint::from_shared(uri)
             .map_err(|_| ClientError::BadAddress(addr.to_string()))?
             .connect_timeout(Duration::from_secs(1))
+            .tcp_nodelay(true)
             .timeout(self.request_timeout);
         Ok(ep.connect_lazy())
     }

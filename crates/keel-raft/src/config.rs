@@ -21,6 +21,10 @@ pub fn default_config(cluster_name: &str) -> Config {
         max_in_snapshot_log_to_keep: 1_000,
         // Purge in batches so compaction is not one flush per entry.
         purge_batch_size: 256,
+        // openraft times AppendEntries out after one heartbeat interval; an
+        // entry carries up to 5,000 records, so a few entries per RPC keep
+        // each one small enough to send, store and flush in that time.
+        max_payload_entries: 4,
         ..Config::default()
     };
     // These constants satisfy every rule `validate` checks (pinned by a test).

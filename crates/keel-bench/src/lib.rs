@@ -7,6 +7,7 @@
 //! human table and a one-line summary. Every loop is bounded in count and
 //! time; the clusters are killed on drop, also on error.
 
+pub mod broker_failure;
 pub mod cluster;
 pub mod commit;
 pub mod failover;
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 /// What a scenario hands back.
 pub struct Report {
-    /// Scenario name (`commit`, `failover`, `heartbeats`); the file is `<name>.json`.
+    /// Scenario name (`commit`, `failover`, `heartbeats`, `broker-failure`); the file is `<name>.json`.
     pub scenario: &'static str,
     pub json: serde_json::Value,
     pub table: String,

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
+use keel_bench::broker_failure::BrokerFailureParams;
 use keel_bench::commit::CommitParams;
 use keel_bench::failover::FailoverParams;
 use keel_bench::heartbeats::HeartbeatParams;
@@ -23,6 +24,8 @@ pub enum Scenario {
     Failover,
     /// Heartbeat latency and false fencing with N simulated brokers.
     Heartbeats,
+    /// Leadership moves off a real broker that is SIGKILLed or SIGTERMed.
+    BrokerFailure,
     /// Every scenario, one after the other.
     All,
 }
@@ -38,12 +41,14 @@ pub struct BenchArgs {
     /// Where `<scenario>.json` is written.
     #[arg(long, default_value = "bench-results")]
     out_dir: PathBuf,
-    /// failover: trials per image size.
-    #[arg(long, default_value_t = 10)]
-    trials: usize,
-    /// failover: partitions of the large image (0 = only the empty one).
-    #[arg(long, default_value_t = 1_000_000)]
-    partitions: u64,
+    /// failover: trials per image size [default: 10]; broker-failure: trials
+    /// per measurement [default: 3].
+    #[arg(long)]
+    trials: Option<usize>,
+    /// failover: partitions of the large image, 0 = only the empty one
+    /// [default: 1000000]; broker-failure: partitions led by broker 1 [default: 100000].
+    #[arg(long)]
+    partitions: Option<u64>,
     /// failover: seconds allowed for creating the large image.
     #[arg(long, default_value_t = 240.0)]
     create_budget_secs: f64,
@@ -106,8 +111,8 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
         }
         Scenario::Failover => {
             let p = FailoverParams {
-                trials: a.trials,
-                partitions: a.partitions,
+                trials: a.trials.unwrap_or(10),
+                partitions: a.partitions.unwrap_or(1_000_000),
                 create_budget_secs: a.create_budget_secs,
                 skip_empty: a.skip_empty,
                 attempt_timeout_ms: a.attempt_timeout_ms,
@@ -125,6 +130,15 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
             };
             keel_bench::heartbeats::run(env, &p).await
         }
+        Scenario::BrokerFailure => {
+            let d = BrokerFailureParams::default();
+            let p = BrokerFailureParams {
+                trials: a.trials.unwrap_or(d.trials),
+                partitions: a.partitions.unwrap_or(d.partitions),
+                ..d
+            };
+            keel_bench::broker_failure::run(env, &p).await
+        }
         Scenario::All => unreachable!("expanded by the caller"),
     }
     .map_err(|e| format!("{s:?} failed: {e:#}"))?;
@@ -132,7 +146,7 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
 }
 
 pub async fn run(a: BenchArgs) -> ExitCode {
-    if a.trials == 0 || a.writers.is_empty() || a.brokers.is_empty() || a.writers.contains(&0) {
+    if a.trials == Some(0) || a.writers.is_empty() || a.brokers.is_empty() || a.writers.contains(&0) {
         eprintln!("error: --trials, --writers and --brokers must be non-empty and positive");
         return ExitCode::from(2);
     }
@@ -148,7 +162,12 @@ pub async fn run(a: BenchArgs) -> ExitCode {
     }
     let env = Env { exe };
     let scenarios = match a.scenario {
-        Scenario::All => vec![Scenario::Commit, Scenario::Failover, Scenario::Heartbeats],
+        Scenario::All => vec![
+            Scenario::Commit,
+            Scenario::Failover,
+            Scenario::Heartbeats,
+            Scenario::BrokerFailure,
+        ],
         s => vec![s],
     };
     let mut failed = false;

@@ -93,24 +93,46 @@ async fn create_image(c: &Cluster, p: &FailoverParams, target: u64) -> anyhow::R
                         .collect(),
                     validate_only: false,
                 };
-                let r = client
-                    .admin(|mut a| {
-                        let req = req.clone();
-                        async move { a.create_topics(req).await }
-                    })
-                    .await;
-                let r = match r {
-                    Ok(r) => r,
-                    Err(e) => {
-                        stop.store(true, Ordering::Relaxed);
-                        bail!("CreateTopics failed: {e}");
+                // A request whose outcome is unknown (leadership moved while
+                // it was committing, e.g. the start-up election) is sent
+                // again: topics it did create answer TOPIC_ALREADY_EXISTS.
+                let mut attempts = 0;
+                let r = loop {
+                    attempts += 1;
+                    let r = client
+                        .admin(|mut a| {
+                            let req = req.clone();
+                            async move { a.create_topics(req).await }
+                        })
+                        .await;
+                    match r {
+                        Ok(r)
+                            if r.error.as_ref().is_some_and(|e| {
+                                e.code == pb::ErrorCode::RequestTimedOut as i32
+                            }) && attempts < 5 =>
+                        {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                        Ok(r) => break r,
+                        Err(e) => {
+                            stop.store(true, Ordering::Relaxed);
+                            bail!("CreateTopics failed: {e}");
+                        }
                     }
                 };
                 if let Some(e) = r.error {
                     stop.store(true, Ordering::Relaxed);
                     bail!("CreateTopics refused: {e:?}");
                 }
-                let ok = r.topics.iter().filter(|t| t.error.is_none()).count() as u64;
+                let ok = r
+                    .topics
+                    .iter()
+                    .filter(|t| {
+                        t.error
+                            .as_ref()
+                            .is_none_or(|e| e.code == pb::ErrorCode::TopicAlreadyExists as i32)
+                    })
+                    .count() as u64;
                 created.fetch_add(ok * u64::from(ppt), Ordering::Relaxed);
             }
         }));

@@ -40,13 +40,13 @@ pub struct ControllerArgs {
     /// Broker session timeout in ms [default: 9000].
     #[arg(long, env = "KEEL_SESSION_TIMEOUT_MS")]
     session_timeout_ms: Option<u64>,
-    /// Raft heartbeat interval in ms [default: 100].
+    /// Raft heartbeat interval in ms (also the AppendEntries timeout) [default: 150].
     #[arg(long, env = "KEEL_RAFT_HEARTBEAT_MS")]
     raft_heartbeat_ms: Option<u64>,
-    /// Raft election timeout lower bound in ms [default: 500].
+    /// Raft election timeout lower bound in ms [default: 300].
     #[arg(long, env = "KEEL_ELECTION_TIMEOUT_MIN_MS")]
     election_timeout_min_ms: Option<u64>,
-    /// Raft election timeout upper bound in ms [default: 800].
+    /// Raft election timeout upper bound in ms [default: 450].
     #[arg(long, env = "KEEL_ELECTION_TIMEOUT_MAX_MS")]
     election_timeout_max_ms: Option<u64>,
     /// Entries between snapshots [default: 10000].

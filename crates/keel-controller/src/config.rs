@@ -52,22 +52,26 @@ impl ControllerConfig {
             cluster_id,
             join: false,
             session_timeout_ms: 9_000,
-            raft_heartbeat_ms: 100,
-            election_timeout_min_ms: 500,
-            election_timeout_max_ms: 800,
+            raft_heartbeat_ms: 150,
+            // openraft followers first honour the old leader for
+            // `election_timeout_max` (its lease), then wait a random election
+            // timeout: 450 + 300..450 ms of silence before a new election.
+            election_timeout_min_ms: 300,
+            election_timeout_max_ms: 450,
             snapshot_interval_entries: 10_000,
             auto_rebalance_interval_ms: 300_000,
             auto_rebalance_threshold_pct: 10,
         }
     }
 
-    /// How long quorum contact stays valid for acting as active controller:
-    /// shorter than the election timeout, so a deposed leader stops acting
-    /// before a successor can be elected.
+    /// How long quorum contact stays valid for acting as active controller.
+    /// A follower that acknowledged us at time t refuses to vote for anyone
+    /// else until t + `election_timeout_max` (openraft's leader lease), so no
+    /// successor exists before then; we stop one heartbeat earlier.
     pub fn lease_ms(&self) -> u64 {
-        self.election_timeout_min_ms
+        self.election_timeout_max_ms
             .saturating_sub(self.raft_heartbeat_ms)
-            .max(self.raft_heartbeat_ms * 2)
+            .max(self.raft_heartbeat_ms)
     }
 }
 
@@ -120,6 +124,7 @@ mod tests {
             "x".into(),
             "c".into(),
         );
-        assert!(c.lease_ms() < c.election_timeout_min_ms);
+        assert!(c.lease_ms() < c.election_timeout_max_ms);
+        assert!(c.lease_ms() >= c.raft_heartbeat_ms);
     }
 }

@@ -201,7 +201,9 @@ pub(crate) async fn run(
         rng: StdRng::from_os_rng(),
         epoch,
     };
-    let mut tick = tokio::time::interval(TICK);
+    // The first tick comes one period in: a new active controller serves
+    // its first requests before any full-image housekeeping scan.
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut channels = ChannelManager::start(shared.clone(), epoch, &shared.image(), events);
     tracing::info!(

@@ -226,6 +226,13 @@ impl ChannelManager {
             if fresh.contains(b) {
                 continue;
             }
+            // Leadership first (as the classic controller did): replicas act
+            // on it; the metadata caches follow.
+            if let Some(tps) = plan.leader_and_isr.get(b) {
+                let states = partition_states(image, tps.iter().copied());
+                let leaders = leaders_of(image, &states);
+                enqueue(ch, Outgoing::LeaderAndIsr(states, leaders));
+            }
             if any_update {
                 enqueue(
                     ch,
@@ -237,11 +244,6 @@ impl ChannelManager {
                         deleted: deleted.clone(),
                     },
                 );
-            }
-            if let Some(tps) = plan.leader_and_isr.get(b) {
-                let states = partition_states(image, tps.iter().copied());
-                let leaders = leaders_of(image, &states);
-                enqueue(ch, Outgoing::LeaderAndIsr(states, leaders));
             }
             if let Some(tps) = plan.stop_replica.get(b) {
                 enqueue(

@@ -84,6 +84,11 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
                 // is fenced by this controller.
                 t.reset_all(image.brokers().map(|b| (b.id, b.epoch)), now_ms());
             }
+            // onControllerFailover, minus the ZooKeeper reads: the image is
+            // already here. The loop opens a channel (full state) to every
+            // broker; its first reconcile tick (2 s in) elects offline
+            // partitions and resumes reassignments and deletions.
+            shared.ticks.store(0, std::sync::atomic::Ordering::Relaxed);
             let (tx, rx) = mpsc::channel(EVENT_QUEUE);
             let (stop_tx, stop_rx) = oneshot::channel();
             let task = tokio::spawn(crate::active::run(
@@ -104,7 +109,6 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
                 partitions = image.partition_count(),
                 "became active controller"
             );
-            crate::failover::on_activation(&shared, epoch);
             running = Some(Running {
                 epoch,
                 stop: stop_tx,

@@ -10,7 +10,6 @@ pub mod admin;
 pub mod broker_api;
 pub mod channel;
 pub mod config;
-mod failover;
 mod leadership;
 pub mod node;
 pub mod quorum;

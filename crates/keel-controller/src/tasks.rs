@@ -9,8 +9,9 @@ use keel_metadata::{MetadataImage, MetadataRecord};
 use crate::active::{Command, Proposal};
 use crate::shared::Shared;
 
-/// Reconciliation (offline elections, reassignment progress) runs every
-/// this many ticks: it scans every partition, so not on every tick.
+/// Reconciliation (offline elections, reassignment progress, deletions,
+/// gauges) runs every this many ticks: it scans every partition, so not on
+/// every tick, and not before a new activation served its first requests.
 const RECONCILE_EVERY_TICKS: u64 = 10;
 
 /// Replays a decision onto the working image and keeps its records.
@@ -59,7 +60,7 @@ pub(crate) fn housekeeping(shared: Arc<Shared>) -> Command {
                 t.remove(b);
             }
         }
-        let tick = shared.ticks.fetch_add(1, Ordering::Relaxed);
+        let tick = shared.ticks.fetch_add(1, Ordering::Relaxed) + 1;
         if tick.is_multiple_of(RECONCILE_EVERY_TICKS) {
             let d = work.decide_elect_offline();
             take(&mut work, &mut records, d);

@@ -146,7 +146,8 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
 }
 
 pub async fn run(a: BenchArgs) -> ExitCode {
-    if a.trials == Some(0) || a.writers.is_empty() || a.brokers.is_empty() || a.writers.contains(&0) {
+    if a.trials == Some(0) || a.writers.is_empty() || a.brokers.is_empty() || a.writers.contains(&0)
+    {
         eprintln!("error: --trials, --writers and --brokers must be non-empty and positive");
         return ExitCode::from(2);
     }

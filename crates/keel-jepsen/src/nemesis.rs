@@ -54,9 +54,11 @@ impl Family {
                     out.insert(Family::Zombie);
                 }
                 "none" => {}
-                other => return Err(format!(
+                other => {
+                    return Err(format!(
                     "unknown nemesis family {other:?} (partition, kill, pause, zombie, all, none)"
-                )),
+                ))
+                }
             }
         }
         Ok(out)

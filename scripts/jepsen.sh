@@ -15,10 +15,10 @@ cd "$(dirname "$0")/.."
 profile="${KEEL_JEPSEN_PROFILE:-release}"
 if [[ "$profile" == release ]]; then
   cargo build --release -p keel
-  bin=target/release/keel
+  bin="${CARGO_TARGET_DIR:-target}/release/keel"
 else
   cargo build -p keel
-  bin=target/debug/keel
+  bin="${CARGO_TARGET_DIR:-target}/debug/keel"
 fi
 
 if [[ "${1:-}" != "--ci" ]]; then

@@ -13,6 +13,14 @@ use crate::convert::HasError;
 use crate::pb::admin_service_client::AdminServiceClient;
 use crate::pb::broker_service_client::BrokerServiceClient;
 
+/// Largest answer accepted: describing a cluster with a million partitions
+/// is far beyond gRPC's 4 MiB default.
+pub const MAX_RESPONSE_BYTES: usize = 1 << 30;
+
+fn admin_client(ch: Channel) -> AdminServiceClient<Channel> {
+    AdminServiceClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
+}
+
 /// Why a call did not get an answer from the active controller.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -100,7 +108,7 @@ impl ControllerClient {
         F: Fn(AdminServiceClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
-        self.call(true, |ch| f(AdminServiceClient::new(ch))).await
+        self.call(true, |ch| f(admin_client(ch))).await
     }
 
     /// Calls the admin service with a write that must not be applied twice:
@@ -112,7 +120,7 @@ impl ControllerClient {
         F: Fn(AdminServiceClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
-        self.call(false, |ch| f(AdminServiceClient::new(ch))).await
+        self.call(false, |ch| f(admin_client(ch))).await
     }
 
     /// Calls the broker service of the active controller.

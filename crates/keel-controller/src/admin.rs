@@ -186,8 +186,13 @@ impl AdminService for AdminApi {
                 let mut records = Vec::new();
                 let d = image.decide_delete_topics(&names);
                 let reply = crate::tasks::take(&mut work, &mut records, d);
-                // Start the deletion right away rather than at the next tick.
-                let stop = crate::tasks::deletion_progress(&mut work, &mut records);
+                // Start these topics' deletion right away rather than at the
+                // next tick (only these: others progress on the tick).
+                let ids: Vec<keel_metadata::TopicId> = reply
+                    .iter()
+                    .filter_map(|(_, r)| r.as_ref().ok().copied())
+                    .collect();
+                let stop = crate::tasks::deletion_progress_of(&mut work, &mut records, &ids);
                 Proposal::with_reply(records, Ok(reply)).with_stop_replicas(stop)
             })
             .await;

@@ -172,9 +172,21 @@ pub(crate) fn deletion_progress(
         .filter(|t| t.marked_for_deletion())
         .map(|t| t.id)
         .collect();
+    deletion_progress_of(work, records, &marked)
+}
+
+/// The deletion manager's step for these topics only.
+pub(crate) fn deletion_progress_of(
+    work: &mut MetadataImage,
+    records: &mut Vec<MetadataRecord>,
+    topics: &[keel_metadata::TopicId],
+) -> Vec<(keel_metadata::TopicPartition, keel_metadata::BrokerId)> {
     let mut stop = Vec::new();
-    for topic in marked {
-        let d = work.decide_deletion_progress(topic);
+    for topic in topics {
+        if !work.topic(*topic).is_some_and(|t| t.marked_for_deletion()) {
+            continue;
+        }
+        let d = work.decide_deletion_progress(*topic);
         let step = take(work, records, d);
         if let Some(why) = &step.paused {
             tracing::debug!(topic = %topic, why = %why, "topic deletion paused");

@@ -40,14 +40,15 @@ pub enum Outgoing {
         offset: u64,
         full: bool,
         brokers: Vec<pb::BrokerInfo>,
-        partitions: Vec<pb::PartitionState>,
+        /// Shared by every broker's copy of one delta: the event loop
+        /// builds it once; each channel task copies it when it sends.
+        partitions: Arc<Vec<pb::PartitionState>>,
         deleted: Vec<Vec<u8>>,
     },
     StopReplica(Vec<pb::StopReplicaItem>),
 }
 
 struct BrokerChannel {
-    epoch: BrokerEpoch,
     tx: mpsc::Sender<Outgoing>,
     /// Set when the queue overflowed: the task resends the full state.
     resync: Arc<AtomicBool>,
@@ -122,7 +123,7 @@ pub fn full_state(image: &MetadataImage, broker: BrokerId) -> Vec<Outgoing> {
         offset: image.offset(),
         full: true,
         brokers: brokers.clone(),
-        partitions: all,
+        partitions: Arc::new(all),
         deleted: vec![],
     }];
     if !hosted.is_empty() {
@@ -172,12 +173,7 @@ impl ChannelManager {
             },
             rx,
         ));
-        let ch = BrokerChannel {
-            epoch: reg.epoch,
-            tx,
-            resync,
-            task,
-        };
+        let ch = BrokerChannel { tx, resync, task };
         // The task builds the full state itself (off the event loop, from
         // the newest image): activation and registration stay O(1) here
         // whatever the metadata size.
@@ -215,7 +211,10 @@ impl ChannelManager {
             .filter_map(|b| image.broker(*b))
             .map(broker_to_pb)
             .collect();
-        let changed = partition_states(image, plan.changed_partitions.iter().copied());
+        let changed = Arc::new(partition_states(
+            image,
+            plan.changed_partitions.iter().copied(),
+        ));
         let deleted: Vec<Vec<u8>> = plan
             .deleted_topics
             .iter()
@@ -281,11 +280,6 @@ impl ChannelManager {
             }
         }
     }
-
-    /// The broker epoch a channel was opened for.
-    pub fn epoch_of(&self, broker: BrokerId) -> Option<BrokerEpoch> {
-        self.channels.get(&broker).map(|c| c.epoch)
-    }
 }
 
 fn enqueue(ch: &BrokerChannel, o: Outgoing) {
@@ -331,7 +325,7 @@ fn split(o: Outgoing) -> Vec<Outgoing> {
                 offset,
                 full: full && i == 0,
                 brokers: brokers.clone(),
-                partitions: c.to_vec(),
+                partitions: Arc::new(c.to_vec()),
                 deleted: if i == 0 { deleted.clone() } else { vec![] },
             })
             .collect(),
@@ -378,7 +372,7 @@ async fn send(
                     metadata_offset: *offset,
                     full: *full,
                     brokers: brokers.clone(),
-                    partitions: partitions.clone(),
+                    partitions: partitions.as_ref().clone(),
                     deleted_topic_ids: deleted.clone(),
                 })
                 .await?

@@ -2,7 +2,7 @@
 
 use keel_metadata::{ApiError, ErrorCode};
 use keel_proto::pb;
-use openraft::{BasicNode, ChangeMembers, ServerState};
+use openraft::{BasicNode, ChangeMembers};
 
 use crate::shared::Shared;
 
@@ -136,9 +136,4 @@ pub(crate) async fn remove_voter(shared: &Shared, id: u64) -> Result<(), ApiErro
         .map_err(raft_error)?;
     tracing::info!(node = shared.config.node_id, voter = id, "voter removed");
     Ok(())
-}
-
-/// True if this node's Raft role is leader.
-pub fn is_leader(shared: &Shared) -> bool {
-    shared.raft.metrics().borrow().state == ServerState::Leader
 }

@@ -2,7 +2,6 @@
 //! records and the reply, replay, check the image.
 
 use std::collections::BTreeMap;
-use std::time::Instant;
 
 use keel_metadata::decide::*;
 use keel_metadata::*;
@@ -334,14 +333,11 @@ fn fencing_a_broker_that_leads_100k_partitions_is_fast() {
         .count();
     assert_eq!(led_by_1, 50_000);
 
-    let started = Instant::now();
+    // How long this takes is measured by `keel bench broker-failure`, not
+    // asserted here (a busy 2-core machine would make it flaky).
     let d = c.image.decide_fence_broker(b(1));
-    let took = started.elapsed();
     // FenceBroker + one change for every partition (leader or ISR).
     assert_eq!(d.records.len(), 100_001);
-    // Well under a second when optimized; unoptimized test builds get slack.
-    let limit_ms = if cfg!(debug_assertions) { 3_000 } else { 500 };
-    assert!(took.as_millis() < limit_ms, "fencing took {took:?}");
     // The decided records replay: no partition is left with broker 1 leading.
     let offset = c.image.offset() + 1;
     c.image

@@ -32,11 +32,6 @@ pub fn error_to_pb(e: &ApiError) -> pb::Error {
     }
 }
 
-/// The wire form of "no error".
-pub fn ok_pb() -> Option<pb::Error> {
-    None
-}
-
 /// Wraps a result's error for a response field.
 pub fn result_error<T>(r: &Result<T, ApiError>) -> Option<pb::Error> {
     r.as_ref().err().map(error_to_pb)

@@ -296,24 +296,34 @@ pub async fn run(a: DevArgs) -> ExitCode {
         stop(&mut brokers, &mut controllers);
         return ExitCode::SUCCESS;
     }
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(_) => {
+    // Both streams exist before the loop: a signal that arrives while a
+    // status query is in flight is kept, not lost.
+    use tokio::signal::unix::{signal, SignalKind};
+    let (mut int, mut term) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(i), Ok(t)) => (i, t),
+        _ => {
             stop(&mut brokers, &mut controllers);
             return ExitCode::from(EXIT_LOCAL);
         }
     };
     loop {
-        let line = match status(&client).await {
-            Some((leader, term, active, total)) => {
-                format!("leader: controller {leader}  term: {term}  brokers up: {active}/{total}")
-            }
-            None => "leader: none (election in progress?)".to_string(),
+        let line = tokio::select! {
+            _ = int.recv() => break,
+            _ = term.recv() => break,
+            s = status(&client) => match s {
+                Some((leader, term, active, total)) => {
+                    format!("leader: controller {leader}  term: {term}  brokers up: {active}/{total}")
+                }
+                None => "leader: none (election in progress?)".to_string(),
+            },
         };
         eprint!("\r\x1b[2K{line}");
         let _ = std::io::stderr().flush();
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => break,
+            _ = int.recv() => break,
             _ = term.recv() => break,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }

@@ -56,20 +56,20 @@ impl Default for CommitParams {
 const TOPIC: &str = "bench-commit";
 const BULK_TOPIC: &str = "bench-bulk";
 
-struct Level {
-    writers: usize,
-    ops: u64,
-    errors: u64,
-    secs: f64,
-    lat_ms: Vec<f64>,
+pub(crate) struct Level {
+    pub writers: usize,
+    pub ops: u64,
+    pub errors: u64,
+    pub secs: f64,
+    pub lat_ms: Vec<f64>,
 }
 
 /// Runs `writers` tasks against `leader` for `secs` (or `max_ops`); each op
 /// is the request `make(writer, seq)`, carrying `records_per_op` records.
-async fn run_level<F>(
+pub(crate) async fn run_level<F>(
     leader: &str,
-    writers: usize,
-    secs: f64,
+    pub writers: usize,
+    pub secs: f64,
     max_ops: u64,
     make: F,
 ) -> anyhow::Result<Level>

@@ -10,8 +10,11 @@
 pub mod broker_failure;
 pub mod cluster;
 pub mod commit;
+pub mod compare;
+pub mod create_topics;
 pub mod failover;
 pub mod heartbeats;
+pub mod scale;
 pub mod stats;
 
 use std::path::{Path, PathBuf};

@@ -10,8 +10,11 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use keel_bench::broker_failure::BrokerFailureParams;
 use keel_bench::commit::CommitParams;
+use keel_bench::compare::CompareParams;
+use keel_bench::create_topics::CreateTopicsParams;
 use keel_bench::failover::FailoverParams;
 use keel_bench::heartbeats::HeartbeatParams;
+use keel_bench::scale::ScaleParams;
 use keel_bench::{Env, Report};
 
 use crate::EXIT_LOCAL;
@@ -26,7 +29,14 @@ pub enum Scenario {
     Heartbeats,
     /// Leadership moves off a real broker that is SIGKILLed or SIGTERMed.
     BrokerFailure,
-    /// Every scenario, one after the other.
+    /// Create 100,000 partitions through the admin API, then delete them.
+    CreateTopics,
+    /// Memory, snapshot and disk figures of a 1,000,000-partition image.
+    Scale,
+    /// The `commit` workload against ZooKeeper and etcd ensembles (started
+    /// by `scripts/bench-compare.sh`) and Keel, in one run.
+    Compare,
+    /// Every scenario but `compare`, one after the other.
     All,
 }
 
@@ -80,6 +90,14 @@ pub struct BenchArgs {
     /// heartbeats: run every level even after one fails.
     #[arg(long)]
     no_stop_on_failure: bool,
+    /// compare: ZooKeeper ensemble, `host:port` comma separated (the first is
+    /// tried first; the bench finds and talks to the leader).
+    #[arg(long, value_delimiter = ',')]
+    zookeeper: Vec<String>,
+    /// compare: etcd endpoints, `http://host:port` comma separated (the bench
+    /// finds and talks to the leader).
+    #[arg(long, value_delimiter = ',')]
+    etcd: Vec<String>,
 }
 
 fn emit(a: &BenchArgs, r: &Report) -> Result<(), String> {
@@ -139,6 +157,35 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
             };
             keel_bench::broker_failure::run(env, &p).await
         }
+        Scenario::CreateTopics => {
+            let d = CreateTopicsParams::default();
+            let p = CreateTopicsParams {
+                trials: a.trials.unwrap_or(d.trials),
+                partitions: a.partitions.unwrap_or(d.partitions),
+                ..d
+            };
+            keel_bench::create_topics::run(env, &p).await
+        }
+        Scenario::Scale => {
+            let d = ScaleParams::default();
+            let p = ScaleParams {
+                partitions: a.partitions.unwrap_or(d.partitions),
+                ..d
+            };
+            keel_bench::scale::run(env, &p).await
+        }
+        Scenario::Compare => {
+            let d = CompareParams::default();
+            let p = CompareParams {
+                writers: a.writers.clone(),
+                level_secs: a.level_secs,
+                trials: a.trials.unwrap_or(d.trials),
+                zookeeper: a.zookeeper.clone(),
+                etcd: a.etcd.clone(),
+                ..d
+            };
+            keel_bench::compare::run(env, &p).await
+        }
         Scenario::All => unreachable!("expanded by the caller"),
     }
     .map_err(|e| format!("{s:?} failed: {e:#}"))?;
@@ -168,6 +215,8 @@ pub async fn run(a: BenchArgs) -> ExitCode {
             Scenario::Failover,
             Scenario::Heartbeats,
             Scenario::BrokerFailure,
+            Scenario::CreateTopics,
+            Scenario::Scale,
         ],
         s => vec![s],
     };

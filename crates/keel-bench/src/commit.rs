@@ -68,8 +68,8 @@ pub(crate) struct Level {
 /// is the request `make(writer, seq)`, carrying `records_per_op` records.
 pub(crate) async fn run_level<F>(
     leader: &str,
-    pub writers: usize,
-    pub secs: f64,
+    writers: usize,
+    secs: f64,
     max_ops: u64,
     make: F,
 ) -> anyhow::Result<Level>

@@ -8,6 +8,7 @@
 //! against a working copy that shares structure with the committed one.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
@@ -153,7 +154,10 @@ pub struct MetadataImage {
     #[serde(deserialize_with = "sorted_map::deserialize")]
     brokers: OrdMap<BrokerId, BrokerRegistration>,
     #[serde(deserialize_with = "sorted_map::deserialize")]
-    topics: OrdMap<TopicId, TopicImage>,
+    /// Behind an `Arc`: copying a shared map node (copy-on-write after every
+    /// clone of the image) then copies pointers, not each topic's configs
+    /// and deletion state; only the topic being changed is copied.
+    topics: OrdMap<TopicId, Arc<TopicImage>>,
     /// Name -> id for every topic, including those being deleted.
     #[serde(deserialize_with = "sorted_map::deserialize")]
     topic_names: OrdMap<String, TopicId>,
@@ -264,17 +268,18 @@ impl MetadataImage {
     }
 
     pub fn topic(&self, id: TopicId) -> Option<&TopicImage> {
-        self.topics.get(&id)
+        self.topics.get(&id).map(|t| &**t)
     }
 
     pub fn topic_by_name(&self, name: &str) -> Option<&TopicImage> {
         self.topic_names
             .get(name)
             .and_then(|id| self.topics.get(id))
+            .map(|t| &**t)
     }
 
     pub fn topics(&self) -> impl Iterator<Item = &TopicImage> {
-        self.topics.values()
+        self.topics.values().map(|t| &**t)
     }
 
     pub fn topic_count(&self) -> usize {
@@ -399,10 +404,11 @@ impl MetadataImage {
                 key,
                 value,
             } => {
-                let t = self
-                    .topics
-                    .get_mut(topic_id)
-                    .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(*topic_id)))?;
+                let t = Arc::make_mut(
+                    self.topics
+                        .get_mut(topic_id)
+                        .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(*topic_id)))?,
+                );
                 match value {
                     Some(v) => t.configs.insert(key.clone(), v.clone()),
                     None => t.configs.remove(key),
@@ -479,13 +485,13 @@ impl MetadataImage {
         self.topic_names.insert(r.name.clone(), r.topic_id);
         self.topics.insert(
             r.topic_id,
-            TopicImage {
+            Arc::new(TopicImage {
                 id: r.topic_id,
                 name: r.name.clone(),
                 configs: r.configs.clone(),
                 partition_count: 0,
                 deletion: None,
-            },
+            }),
         );
         Ok(())
     }
@@ -604,7 +610,7 @@ impl MetadataImage {
             },
         );
         if let Some(t) = self.topics.get_mut(&r.topic_id) {
-            t.partition_count += 1;
+            Arc::make_mut(t).partition_count += 1;
         }
         Ok(())
     }
@@ -722,7 +728,7 @@ impl MetadataImage {
                 if let Some(del) = self
                     .topics
                     .get_mut(&tp.topic_id)
-                    .and_then(|t| t.deletion.as_mut())
+                    .and_then(|t| Arc::make_mut(t).deletion.as_mut())
                 {
                     for b in v {
                         del.entry((tp.partition, *b))
@@ -793,7 +799,7 @@ impl MetadataImage {
         if let Some(del) = self
             .topics
             .get_mut(&topic_id)
-            .and_then(|t| t.deletion.as_mut())
+            .and_then(|t| Arc::make_mut(t).deletion.as_mut())
         {
             del.extend(staged);
         }
@@ -823,7 +829,7 @@ impl MetadataImage {
             }
         }
         if let Some(t) = self.topics.get_mut(&topic_id) {
-            t.deletion = Some(del);
+            Arc::make_mut(t).deletion = Some(del);
         }
         Ok(())
     }

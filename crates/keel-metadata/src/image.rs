@@ -25,6 +25,10 @@ use crate::records::{
 };
 use crate::state::{PartitionState, ReplicaState, TransitionError};
 
+mod partition_table;
+
+use partition_table::PartitionTable;
+
 /// A registered broker.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRegistration {
@@ -161,8 +165,9 @@ pub struct MetadataImage {
     /// Name -> id for every topic, including those being deleted.
     #[serde(deserialize_with = "sorted_map::deserialize")]
     topic_names: OrdMap<String, TopicId>,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    partitions: OrdMap<TopicPartition, PartitionImage>,
+    /// Every topic's partitions, stored densely (see [`PartitionTable`]);
+    /// encoded as the ordered map from partition to its state.
+    partitions: PartitionTable,
 }
 
 /// Reads an `OrdMap` from untrusted bytes (a snapshot).
@@ -303,9 +308,7 @@ impl MetadataImage {
         &self,
         topic: TopicId,
     ) -> impl Iterator<Item = (&TopicPartition, &PartitionImage)> {
-        let lo = TopicPartition::new(topic, 0);
-        let hi = TopicPartition::new(topic, u32::MAX);
-        self.partitions.range(lo..=hi)
+        self.partitions.topic(topic)
     }
 
     /// The replica state of `broker`'s copy of `tp`, derived from the image.
@@ -596,19 +599,27 @@ impl MetadataImage {
                 .transition(PartitionState::Online)
                 .map_err(|e| err(offset, e.into()))?;
         }
-        self.partitions.insert(
-            tp,
-            PartitionImage {
-                replicas: r.replicas.clone(),
-                isr: r.isr.clone(),
-                leader: r.leader,
-                leader_epoch: LeaderEpoch(0),
-                partition_epoch: PartitionEpoch(0),
-                adding: Vec::new(),
-                removing: Vec::new(),
-                state,
-            },
-        );
+        let partition = PartitionImage {
+            replicas: r.replicas.clone(),
+            isr: r.isr.clone(),
+            leader: r.leader,
+            leader_epoch: LeaderEpoch(0),
+            partition_epoch: PartitionEpoch(0),
+            adding: Vec::new(),
+            removing: Vec::new(),
+            state,
+        };
+        // The index was checked against the topic's count above; the table
+        // holds exactly partitions 0..count of every topic.
+        self.partitions.push(tp, partition).map_err(|_| {
+            err(
+                offset,
+                ReplayErrorKind::PartitionOutOfOrder {
+                    tp,
+                    expected: count,
+                },
+            )
+        })?;
         if let Some(t) = self.topics.get_mut(&r.topic_id) {
             Arc::make_mut(t).partition_count += 1;
         }
@@ -866,9 +877,7 @@ impl MetadataImage {
                     .map_err(|e| err(offset, e.into()))?;
             }
         }
-        for i in 0..count {
-            self.partitions.remove(&TopicPartition::new(topic_id, i));
-        }
+        self.partitions.remove_topic(topic_id, count);
         self.topics.remove(&topic_id);
         self.topic_names.remove(&name);
         Ok(())
@@ -888,14 +897,17 @@ impl MetadataImage {
         if self.topic_names.len() != self.topics.len() {
             return fail("topic name index size differs from topic count".into());
         }
-        let mut seen_partitions = 0usize;
+        // Topics and partitions are both in key order: walk them side by
+        // side (one pass, no lookups), expecting each topic's 0..count.
+        let mut partitions = self.partitions.iter().peekable();
         for t in self.topics.values() {
             for i in 0..t.partition_count {
                 let tp = TopicPartition::new(t.id, i);
-                let Some(p) = self.partitions.get(&tp) else {
-                    return fail(format!("topic {} misses partition {i}", t.name));
+                let p = match partitions.next_if(|(k, _)| **k <= tp) {
+                    Some((k, p)) if *k == tp => p,
+                    Some(_) => return fail("partitions exist outside any topic's range".into()),
+                    None => return fail(format!("topic {} misses partition {i}", t.name)),
                 };
-                seen_partitions += 1;
                 if let Err(e) =
                     Self::check_shape(tp, &p.replicas, &p.isr, &p.adding, &p.removing, 0)
                 {
@@ -926,7 +938,7 @@ impl MetadataImage {
                 }
             }
         }
-        if seen_partitions != self.partitions.len() {
+        if partitions.next().is_some() {
             return fail("partitions exist outside any topic's range".into());
         }
         for (id, b) in self.brokers.iter() {

@@ -4,16 +4,13 @@
 //! trials. Two image sizes: empty (one small topic) and large (`partitions`
 //! created up front, topics of 100 partitions, RF 3, 3 stand-in brokers).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use keel_proto::client::ControllerClient;
-use keel_proto::pb;
 use serde_json::{json, Value};
 
-use crate::cluster::{self, alter_ok, set_config, value, Cluster};
+use crate::cluster::{self, alter_ok, set_config, value, Cluster, ImageSpec};
 use crate::stats::{cell, machine, median, percentile, r1, r3, unix_now};
 use crate::{progress, Env, Report};
 
@@ -59,115 +56,17 @@ const TOPIC: &str = "bench-failover";
 
 /// Creates up to `target` partitions; returns (created, seconds).
 async fn create_image(c: &Cluster, p: &FailoverParams, target: u64) -> anyhow::Result<(u64, f64)> {
-    let per_topic = u64::from(p.partitions_per_topic);
-    let topics = target.div_ceil(per_topic);
-    let next = Arc::new(AtomicU64::new(0));
-    let created = Arc::new(AtomicU64::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let start = Instant::now();
-    let budget = Duration::from_secs_f64(p.create_budget_secs);
-    let mut tasks = Vec::new();
-    for _ in 0..p.create_concurrency {
-        let client = c.client(Duration::from_secs(120), Duration::from_secs(180));
-        let (next, created, stop) = (next.clone(), created.clone(), stop.clone());
-        let tpr = p.topics_per_request as u64;
-        let ppt = p.partitions_per_topic;
-        tasks.push(tokio::spawn(async move {
-            loop {
-                if stop.load(Ordering::Relaxed) || start.elapsed() >= budget {
-                    return Ok::<(), anyhow::Error>(());
-                }
-                let first = next.fetch_add(tpr, Ordering::Relaxed);
-                if first >= topics {
-                    return Ok(());
-                }
-                let last = (first + tpr).min(topics);
-                let req = pb::CreateTopicsRequest {
-                    topics: (first..last)
-                        .map(|t| pb::CreatableTopic {
-                            name: format!("big-{t:06}"),
-                            partitions: ppt,
-                            replication_factor: 3,
-                            ..Default::default()
-                        })
-                        .collect(),
-                    validate_only: false,
-                };
-                // A request whose outcome is unknown (leadership moved while
-                // it was committing, e.g. the start-up election) is sent
-                // again: topics it did create answer TOPIC_ALREADY_EXISTS.
-                let mut attempts = 0;
-                let r = loop {
-                    attempts += 1;
-                    let r = client
-                        .admin(|mut a| {
-                            let req = req.clone();
-                            async move { a.create_topics(req).await }
-                        })
-                        .await;
-                    match r {
-                        Ok(r)
-                            if r.error.as_ref().is_some_and(|e| {
-                                e.code == pb::ErrorCode::RequestTimedOut as i32
-                            }) && attempts < 5 =>
-                        {
-                            tokio::time::sleep(Duration::from_millis(200)).await;
-                        }
-                        Ok(r) => break r,
-                        Err(e) => {
-                            stop.store(true, Ordering::Relaxed);
-                            bail!("CreateTopics failed: {e}");
-                        }
-                    }
-                };
-                if let Some(e) = r.error {
-                    stop.store(true, Ordering::Relaxed);
-                    bail!("CreateTopics refused: {e:?}");
-                }
-                let ok = r
-                    .topics
-                    .iter()
-                    .filter(|t| {
-                        t.error
-                            .as_ref()
-                            .is_none_or(|e| e.code == pb::ErrorCode::TopicAlreadyExists as i32)
-                    })
-                    .count() as u64;
-                created.fetch_add(ok * u64::from(ppt), Ordering::Relaxed);
-            }
-        }));
-    }
-    let mut last_report = Instant::now();
-    let mut first_err = None;
-    loop {
-        if tasks.iter().all(|t| t.is_finished()) {
-            break;
-        }
-        if last_report.elapsed() >= Duration::from_secs(10) {
-            let n = created.load(Ordering::Relaxed);
-            progress!(
-                "failover: {n} partitions created in {:.0} s ({:.0}/s)",
-                start.elapsed().as_secs_f64(),
-                n as f64 / start.elapsed().as_secs_f64()
-            );
-            last_report = Instant::now();
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    for t in tasks {
-        if let Err(e) = t.await? {
-            first_err.get_or_insert(e);
-        }
-    }
-    let secs = start.elapsed().as_secs_f64();
-    let n = created.load(Ordering::Relaxed);
-    if let Some(e) = first_err {
-        progress!("failover: image creation stopped early: {e:#}");
-        if n == 0 {
-            return Err(e);
-        }
-    }
-    Ok((n, secs))
+    let spec = ImageSpec {
+        partitions: target,
+        partitions_per_topic: p.partitions_per_topic,
+        replication_factor: 3,
+        topics_per_request: p.topics_per_request,
+        concurrency: p.create_concurrency,
+        budget: Duration::from_secs_f64(p.create_budget_secs),
+        prefix: "big".into(),
+    };
+    let made = cluster::create_image(c, &spec, "failover").await?;
+    Ok((made.partitions, made.secs))
 }
 
 /// One trial; returns milliseconds from SIGKILL to the first acknowledged write.

@@ -1,23 +1,620 @@
 //! Scenario `scale`: a 1,000,000-partition image (RF 3).
+//!
+//! A fresh 3-controller quorum on 127.0.23.11-13 with three stand-in
+//! brokers gets the image through the admin API (topics of 100 partitions).
+//! Measured on the cluster: resident memory of the active controller and of
+//! the standbys (from `/proc`), per partition; snapshot size and build time
+//! (TriggerSnapshot on every node, which also purges the log the snapshot
+//! covers); sled disk use per node after that compaction; and the load of
+//! the snapshot by a restarted standby (the node's own figure and the time
+//! from its start until it serves the image), then that standby's memory.
+//! Measured in this process on an equivalent image built by the pure core:
+//! replay of 1,000,000 `PartitionChange` records, snapshot encode and
+//! decode, and the image's own memory.
 
-use crate::{Env, Report};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use keel_metadata::records::RecordBatch;
+use keel_metadata::{
+    BrokerEpoch, BrokerId, IncarnationId, LeaderChange, MetadataImage, MetadataRecord,
+    PartitionChangeRecord, PartitionId, PartitionRecord, RegisterBrokerRecord, TopicId,
+    TopicPartition, TopicRecord,
+};
+use keel_proto::pb;
+use serde_json::{json, Value};
+
+use crate::cluster::{self, Cluster, ImageSpec};
+use crate::stats::{cell, machine, median, r1, r3, unix_now};
+use crate::{progress, Env, Report};
 
 /// Parameters of the `scale` scenario.
 #[derive(Clone, Debug)]
 pub struct ScaleParams {
     /// Partitions in the image.
     pub partitions: u64,
+    pub partitions_per_topic: u32,
+    /// Topics per CreateTopics request.
+    pub topics_per_request: usize,
+    /// CreateTopics requests in flight.
+    pub create_concurrency: usize,
+    /// Time allowed for creating the image.
+    pub create_budget_secs: f64,
+    /// Wait after convergence before reading memory (background work settles).
+    pub settle_secs: f64,
+    /// Time allowed per snapshot build, and for a restarted node to load it.
+    pub snapshot_timeout_secs: f64,
+    /// `PartitionChange` records replayed in process.
+    pub replay_records: usize,
+    /// Records per replayed batch (one Raft entry each).
+    pub replay_batch: usize,
+    /// Repetitions of the in-process encode and decode (median reported).
+    pub codec_repeats: usize,
 }
 
 impl Default for ScaleParams {
     fn default() -> Self {
         Self {
             partitions: 1_000_000,
+            partitions_per_topic: 100,
+            topics_per_request: 50,
+            create_concurrency: 4,
+            create_budget_secs: 900.0,
+            settle_secs: 5.0,
+            snapshot_timeout_secs: 180.0,
+            replay_records: 1_000_000,
+            replay_batch: 1_000,
+            codec_repeats: 3,
         }
     }
 }
 
+/// The scenario's own subnet: controllers on 127.0.23.11-13.
+const SUBNET: u8 = 23;
+/// Targets of the issue: resident bytes per partition, snapshot load time.
+const TARGET_RSS_BYTES_PER_PARTITION: f64 = 500.0;
+const TARGET_SNAPSHOT_LOAD_MS: f64 = 2_000.0;
+
+/// Resident-memory figures of one controller.
+fn memory(c: &Cluster, i: usize, partitions: u64, baseline: u64) -> Value {
+    let rss = c.rss_bytes(i);
+    let per = |b: u64| {
+        if partitions == 0 {
+            Value::Null
+        } else {
+            json!(r1(b as f64 / partitions as f64))
+        }
+    };
+    json!({
+        "node": i + 1,
+        "rss_bytes": rss,
+        "rss_anon_bytes": c.status_bytes(i, "RssAnon:"),
+        "peak_rss_bytes": c.status_bytes(i, "VmHWM:"),
+        "rss_bytes_per_partition": per(rss),
+        "rss_over_empty_bytes_per_partition": per(rss.saturating_sub(baseline)),
+    })
+}
+
+fn mb(b: u64) -> f64 {
+    r1(b as f64 / (1u64 << 20) as f64)
+}
+
+/// Figures of one TriggerSnapshot answer.
+fn snapshot_json(node: usize, r: &pb::TriggerSnapshotResponse) -> Value {
+    let s = r.snapshot.clone().unwrap_or_default();
+    json!({
+        "node": node + 1,
+        "last_index": s.last_index,
+        "size_bytes": s.size_bytes,
+        "image_bytes": s.image_bytes,
+        "build_ms": s.build_ms.map(r1),
+        "encode_ms": s.encode_ms.map(r1),
+        "wait_ms": r1(r.wait_ms),
+        "purged_index": r.purged_index,
+    })
+}
+
+/// Waits for restarted controller `i` to serve an image at `index` or
+/// later; returns the milliseconds from `spawned` and its DescribeNode.
+async fn wait_loaded(
+    c: &mut Cluster,
+    i: usize,
+    index: u64,
+    spawned: Instant,
+    timeout: Duration,
+) -> anyhow::Result<(f64, pb::DescribeNodeResponse)> {
+    loop {
+        c.check_alive()?;
+        if let Some(d) = c.describe_node_within(i, Duration::from_secs(5)).await {
+            if d.last_applied_index >= index {
+                return Ok((spawned.elapsed().as_secs_f64() * 1000.0, d));
+            }
+        }
+        if spawned.elapsed() >= timeout {
+            bail!(
+                "controller {} did not serve index {index} within {timeout:?}; log tail:\n{}",
+                i + 1,
+                c.log_tail(i, 10)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The cluster part; returns its JSON section.
+async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
+    progress!("scale: starting a 3-controller quorum on 127.0.{SUBNET}.11-13");
+    let mut c = Cluster::start(&env.exe, SUBNET, &["--session-timeout-ms", "600000"])?;
+    c.wait_active(Duration::from_secs(60)).await?;
+    let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
+    for id in 1..=3 {
+        cluster::register_stand_in(&client, id).await?;
+    }
+    c.wait_converged(Duration::from_secs(60)).await?;
+    let empty_rss: Vec<u64> = (0..3).map(|i| c.rss_bytes(i)).collect();
+    progress!(
+        "scale: empty cluster RSS {:?} MB; creating {} partitions",
+        empty_rss.iter().map(|b| mb(*b)).collect::<Vec<_>>(),
+        p.partitions
+    );
+
+    let spec = ImageSpec {
+        partitions: p.partitions,
+        partitions_per_topic: p.partitions_per_topic,
+        replication_factor: 3,
+        topics_per_request: p.topics_per_request,
+        concurrency: p.create_concurrency,
+        budget: Duration::from_secs_f64(p.create_budget_secs),
+        prefix: "scale".into(),
+    };
+    let made = cluster::create_image(&c, &spec, "scale").await?;
+    let n = made.partitions;
+    progress!(
+        "scale: created {n} partitions in {:.1} s ({:.0}/s)",
+        made.secs,
+        n as f64 / made.secs
+    );
+    if n < p.partitions {
+        progress!(
+            "scale: NOTE only {n} of {} partitions within the {} s budget; figures are for {n}",
+            p.partitions,
+            p.create_budget_secs
+        );
+    }
+    let t = Instant::now();
+    let (index, hash) = c
+        .wait_converged(Duration::from_secs_f64(p.snapshot_timeout_secs))
+        .await?;
+    let converge_secs = t.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs_f64(p.settle_secs)).await;
+    let active = c.wait_active(Duration::from_secs(30)).await?;
+    let standbys: Vec<usize> = (0..3).filter(|i| *i != active).collect();
+    let after_create: Vec<Value> = (0..3).map(|i| memory(&c, i, n, empty_rss[i])).collect();
+    progress!(
+        "scale: converged at index {index} in {converge_secs:.1} s; RSS {:?} MB (node {} active)",
+        (0..3).map(|i| mb(c.rss_bytes(i))).collect::<Vec<_>>(),
+        active + 1
+    );
+
+    // Snapshot and compact every node: standbys first, the active last.
+    let timeout = Duration::from_secs_f64(p.snapshot_timeout_secs);
+    let mut snapshots = Vec::new();
+    let mut snapshot_index = 0;
+    for &i in standbys.iter().chain([active].iter()) {
+        let r = c.trigger_snapshot(i, true, timeout).await?;
+        let j = snapshot_json(i, &r);
+        progress!("scale: snapshot on node {}: {j}", i + 1);
+        snapshot_index = snapshot_index.max(r.snapshot.as_ref().map_or(0, |s| s.last_index));
+        snapshots.push(j);
+    }
+    tokio::time::sleep(Duration::from_secs_f64(p.settle_secs)).await;
+    let after_snapshot: Vec<Value> = (0..3).map(|i| memory(&c, i, n, empty_rss[i])).collect();
+    let disk: Vec<u64> = (0..3).map(|i| c.disk_bytes_of(i)).collect();
+    progress!(
+        "scale: after snapshot and purge: RSS {:?} MB, disk {:?} MB",
+        (0..3).map(|i| mb(c.rss_bytes(i))).collect::<Vec<_>>(),
+        disk.iter().map(|b| mb(*b)).collect::<Vec<_>>()
+    );
+
+    // A standby restarted on its compacted data dir loads the snapshot.
+    let restarted = standbys[0];
+    c.kill(restarted);
+    let spawned = Instant::now();
+    c.restart(restarted)?;
+    let (serve_ms, d) = wait_loaded(&mut c, restarted, snapshot_index, spawned, timeout).await?;
+    let s = d.snapshot.clone().unwrap_or_default();
+    progress!(
+        "scale: restarted node {} serves index {} after {serve_ms:.0} ms (snapshot load {:?} ms, decode {:?} ms, from {:?})",
+        restarted + 1,
+        d.last_applied_index,
+        s.load_ms,
+        s.decode_ms,
+        s.load_source
+    );
+    let (index2, hash2) = c.wait_converged(timeout).await?;
+    tokio::time::sleep(Duration::from_secs_f64(p.settle_secs)).await;
+    let restarted_memory = memory(&c, restarted, n, 0);
+    progress!(
+        "scale: restarted node {} converged (index {index2}); RSS {} MB",
+        restarted + 1,
+        mb(c.rss_bytes(restarted))
+    );
+    let load = json!({
+        "node": restarted + 1,
+        "load_ms": s.load_ms.map(r1),
+        "decode_ms": s.decode_ms.map(r1),
+        "load_source": s.load_source,
+        "start_to_serving_ms": r1(serve_ms),
+        "served_index": d.last_applied_index,
+        "snapshot_index": snapshot_index,
+        "memory_after_load": restarted_memory,
+        "converged_index": index2,
+        "hash_unchanged_by_restart": hash == hash2,
+    });
+
+    let rss_active = c.rss_bytes(active);
+    let rss_standby = standbys.iter().map(|i| c.rss_bytes(*i)).max().unwrap_or(0);
+    let create_rate = n as f64 / made.secs.max(1e-9);
+    Ok(json!({
+        "partitions": n,
+        "topics": n.div_ceil(u64::from(p.partitions_per_topic)),
+        "create_secs": r3(made.secs),
+        "create_partitions_per_s": r1(create_rate),
+        "create_requests": made.request_ms.len(),
+        "create_request_p50_ms": r1(median(&made.request_ms)),
+        "create_retries": made.retries,
+        "converge_secs": r3(converge_secs),
+        "image_index": index,
+        "active_node": active + 1,
+        "empty_rss_bytes": empty_rss,
+        "memory_after_create": after_create,
+        "snapshots": snapshots,
+        "memory_after_snapshot": after_snapshot,
+        "disk_bytes_after_compaction": disk,
+        "snapshot_load": load,
+        "rss_bytes_per_partition_active": r1(rss_active as f64 / n.max(1) as f64),
+        "rss_bytes_per_partition_standby": r1(rss_standby as f64 / n.max(1) as f64),
+    }))
+}
+
+fn topic_id(t: u32) -> TopicId {
+    TopicId(0x5ca1e << 64 | u128::from(t))
+}
+
+/// 3 unfenced brokers and `topics` topics of `per_topic` partitions, RF 3
+/// (preferred leader rotating), built by replay; returns the image, the
+/// next log index, and the partition records per second of that replay.
+fn build_image(topics: u32, per_topic: u32) -> anyhow::Result<(MetadataImage, u64, f64)> {
+    let mut image = MetadataImage::new();
+    let mut offset = 0;
+    let mut apply = |image: &mut MetadataImage, records: Vec<MetadataRecord>| {
+        offset += 1;
+        image
+            .replay_batch(&RecordBatch::new(records), offset)
+            .map(|()| offset)
+    };
+    let mut epochs = Vec::new();
+    for b in 0..3 {
+        epochs.push(BrokerEpoch(apply(
+            &mut image,
+            vec![MetadataRecord::RegisterBroker(RegisterBrokerRecord {
+                broker: BrokerId(b),
+                incarnation: IncarnationId(u128::from(b) + 1),
+                address: format!("127.0.0.{}:9092", b + 1),
+                rack: None,
+                log_dirs: vec![],
+            })],
+        )?));
+    }
+    apply(
+        &mut image,
+        (0..3)
+            .map(|b| MetadataRecord::UnfenceBroker {
+                broker: BrokerId(b),
+                epoch: epochs[b as usize],
+            })
+            .collect(),
+    )?;
+    let start = Instant::now();
+    for t in 0..topics {
+        let mut records = vec![MetadataRecord::Topic(TopicRecord {
+            topic_id: topic_id(t),
+            name: format!("scale-{t:06}"),
+            configs: BTreeMap::new(),
+        })];
+        for p in 0..per_topic {
+            let replicas = replicas_of(t, p);
+            records.push(MetadataRecord::Partition(PartitionRecord {
+                topic_id: topic_id(t),
+                partition: PartitionId(p),
+                isr: replicas.clone(),
+                leader: Some(replicas[0]),
+                replicas,
+            }));
+        }
+        apply(&mut image, records)?;
+    }
+    let rate = (u64::from(topics) * u64::from(per_topic)) as f64 / start.elapsed().as_secs_f64();
+    Ok((image, offset + 1, rate))
+}
+
+fn replicas_of(t: u32, p: u32) -> Vec<BrokerId> {
+    let first = ((u64::from(t) + u64::from(p)) % 3) as u32;
+    (0..3).map(|i| BrokerId((first + i) % 3)).collect()
+}
+
+/// `n` valid `PartitionChange` records cycling over every partition: an
+/// ISR shrink (last follower out), an ISR expand, a leader move, ...
+fn partition_changes(topics: u32, per_topic: u32, n: usize) -> Vec<MetadataRecord> {
+    let partitions = (u64::from(topics) * u64::from(per_topic)) as usize;
+    let mut leader_at = vec![0usize; partitions];
+    (0..n)
+        .map(|i| {
+            let idx = i % partitions;
+            let round = i / partitions;
+            let (t, p) = (
+                (idx / per_topic as usize) as u32,
+                (idx % per_topic as usize) as u32,
+            );
+            let replicas = replicas_of(t, p);
+            let mut c = PartitionChangeRecord::new(topic_id(t), PartitionId(p));
+            let leader = &mut leader_at[idx];
+            match round % 3 {
+                0 => {
+                    let dropped = replicas[(*leader + 2) % 3];
+                    c.isr = Some(replicas.iter().copied().filter(|b| *b != dropped).collect());
+                }
+                1 => c.isr = Some(replicas.clone()),
+                _ => {
+                    *leader = (*leader + 1) % 3;
+                    c.leader = LeaderChange::To(replicas[*leader]);
+                }
+            }
+            MetadataRecord::PartitionChange(c)
+        })
+        .collect()
+}
+
+/// Resident memory of this process.
+fn own_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|kb| kb.parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// The in-process part: the pure core on an equivalent image.
+fn run_core(p: &ScaleParams) -> anyhow::Result<Value> {
+    let per_topic = p.partitions_per_topic.max(1);
+    let topics = u32::try_from(p.partitions.div_ceil(u64::from(per_topic)))?;
+    let rss_before = own_rss();
+    let (image, first, create_rate) = build_image(topics, per_topic)?;
+    let partitions = image.partition_count() as u64;
+    let image_rss = own_rss().saturating_sub(rss_before);
+    progress!(
+        "scale: in-process image of {partitions} partitions: {} MB resident ({:.0} bytes/partition)",
+        mb(image_rss),
+        image_rss as f64 / partitions as f64
+    );
+
+    // Replay as the state machine applies: each batch on a copy of the
+    // image while the previous image is still held (published to readers),
+    // so every first write to a shared chunk copies it.
+    let log: Vec<RecordBatch> = partition_changes(topics, per_topic, p.replay_records)
+        .chunks(p.replay_batch.max(1))
+        .map(|c| RecordBatch::new(c.to_vec()))
+        .collect();
+    let mut held = image.clone();
+    let start = Instant::now();
+    for (i, batch) in log.iter().enumerate() {
+        let mut next = held.clone();
+        next.replay_batch(batch, first + i as u64)?;
+        held = next;
+    }
+    let cow_secs = start.elapsed().as_secs_f64();
+    held.validate()?;
+    drop(held);
+    // The same records replayed in place (no other holder of the image).
+    let mut work = image.clone();
+    drop(image);
+    let start = Instant::now();
+    for (i, batch) in log.iter().enumerate() {
+        work.replay_batch(batch, first + i as u64)?;
+    }
+    let in_place_secs = start.elapsed().as_secs_f64();
+    work.validate()?;
+    let records = p.replay_records as f64;
+    progress!(
+        "scale: replay of {} PartitionChange records: {:.0}/s copy-on-write, {:.0}/s in place",
+        p.replay_records,
+        records / cow_secs,
+        records / in_place_secs
+    );
+    drop(log);
+
+    let mut encode_ms = Vec::new();
+    let mut decode_ms = Vec::new();
+    let mut bytes = Vec::new();
+    for _ in 0..p.codec_repeats.max(1) {
+        let t = Instant::now();
+        bytes = work.encode();
+        encode_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        let t = Instant::now();
+        let back = MetadataImage::decode(&bytes)?;
+        decode_ms.push(t.elapsed().as_secs_f64() * 1000.0);
+        if back.partition_count() != work.partition_count() {
+            bail!("the decoded image lost partitions");
+        }
+    }
+    let tp = TopicPartition::new(topic_id(0), 0);
+    let epoch = work.partition(&tp).map_or(0, |x| x.partition_epoch.0);
+    progress!(
+        "scale: in-process snapshot image {} MB: encode {:.0} ms, decode + validate {:.0} ms",
+        mb(bytes.len() as u64),
+        median(&encode_ms),
+        median(&decode_ms)
+    );
+    Ok(json!({
+        "partitions": partitions,
+        "image_rss_bytes": image_rss,
+        "image_rss_bytes_per_partition": r1(image_rss as f64 / partitions.max(1) as f64),
+        "partition_records_per_s": r1(create_rate),
+        "replay": {
+            "records": p.replay_records,
+            "batch": p.replay_batch,
+            "copy_on_write_secs": r3(cow_secs),
+            "copy_on_write_records_per_s": r1(records / cow_secs),
+            "in_place_secs": r3(in_place_secs),
+            "in_place_records_per_s": r1(records / in_place_secs),
+            "partition_epoch_of_first_partition": epoch,
+        },
+        "image_bytes": bytes.len(),
+        "encode_ms": encode_ms.iter().map(|x| r1(*x)).collect::<Vec<_>>(),
+        "encode_median_ms": r1(median(&encode_ms)),
+        "decode_ms": decode_ms.iter().map(|x| r1(*x)).collect::<Vec<_>>(),
+        "decode_median_ms": r1(median(&decode_ms)),
+    }))
+}
+
 /// Runs the scenario.
-pub async fn run(_env: &Env, _p: &ScaleParams) -> anyhow::Result<Report> {
-    anyhow::bail!("the scale scenario is being built")
+pub async fn run(env: &Env, p: &ScaleParams) -> anyhow::Result<Report> {
+    if p.partitions == 0 || p.partitions > 100_000_000 || p.partitions_per_topic == 0 {
+        bail!(
+            "scale needs 1..=100000000 partitions and a positive partition count per topic (got {} and {})",
+            p.partitions,
+            p.partitions_per_topic
+        );
+    }
+    let started_at = unix_now();
+    let cluster = run_cluster(env, p).await?;
+    progress!("scale: cluster stopped; measuring the pure core in process");
+    let params = p.clone();
+    let core = tokio::task::spawn_blocking(move || run_core(&params)).await??;
+
+    let n = cluster["partitions"].as_u64().unwrap_or(0);
+    let rss_active = cluster["rss_bytes_per_partition_active"]
+        .as_f64()
+        .unwrap_or(f64::INFINITY);
+    let rss_standby = cluster["rss_bytes_per_partition_standby"]
+        .as_f64()
+        .unwrap_or(f64::INFINITY);
+    let load_ms = cluster["snapshot_load"]["load_ms"]
+        .as_f64()
+        .unwrap_or(f64::INFINITY);
+    let targets = json!({
+        "rss_bytes_per_partition_max": TARGET_RSS_BYTES_PER_PARTITION,
+        "rss_met_active": rss_active <= TARGET_RSS_BYTES_PER_PARTITION,
+        "rss_met_standby": rss_standby <= TARGET_RSS_BYTES_PER_PARTITION,
+        "snapshot_load_ms_max": TARGET_SNAPSHOT_LOAD_MS,
+        "snapshot_load_met": load_ms <= TARGET_SNAPSHOT_LOAD_MS,
+    });
+    let json = json!({
+        "scenario": "scale",
+        "started_at_unix": started_at,
+        "parameters": {
+            "controllers": 3,
+            "stand_in_brokers": 3,
+            "partitions": p.partitions,
+            "partitions_per_topic": p.partitions_per_topic,
+            "replication_factor": 3,
+            "topics_per_request": p.topics_per_request,
+            "create_concurrency": p.create_concurrency,
+            "settle_secs": p.settle_secs,
+            "replay_records": p.replay_records,
+            "replay_batch": p.replay_batch,
+            "codec_repeats": p.codec_repeats,
+            "malloc_arena_max": std::env::var("MALLOC_ARENA_MAX").ok(),
+            "measured": "controller RSS from /proc after creation, after TriggerSnapshot+purge on every node, and of a standby restarted on its compacted data dir; snapshot figures as reported by each node; sled disk use per data dir; pure-core replay/encode/decode in this process on an equivalent image",
+        },
+        "cluster": cluster,
+        "core": core,
+        "targets": targets,
+        "machine": machine(),
+    });
+
+    let c = &json["cluster"];
+    let k = &json["core"];
+    let snap0 = &c["snapshots"][0];
+    let mut table = format!("scale ({n} partitions, RF 3, 3 controllers)\n");
+    let row = |name: &str, value: String| format!("{name:<52} {value:>16}\n");
+    table += &row(
+        "create through the admin API (partitions/s)",
+        cell(&c["create_partitions_per_s"]),
+    );
+    table += &row(
+        "RSS active after create (bytes/partition)",
+        cell(
+            &c["memory_after_create"][c["active_node"].as_u64().unwrap_or(1) as usize - 1]
+                ["rss_bytes_per_partition"],
+        ),
+    );
+    table += &row(
+        "RSS active after snapshot (bytes/partition)",
+        cell(&c["rss_bytes_per_partition_active"]),
+    );
+    table += &row(
+        "RSS standby after snapshot, max (bytes/partition)",
+        cell(&c["rss_bytes_per_partition_standby"]),
+    );
+    table += &row(
+        "RSS restarted standby (bytes/partition)",
+        cell(&c["snapshot_load"]["memory_after_load"]["rss_bytes_per_partition"]),
+    );
+    table += &row("snapshot size (bytes)", cell(&snap0["size_bytes"]));
+    table += &row("snapshot build, first node (ms)", cell(&snap0["build_ms"]));
+    table += &row(
+        "snapshot load by a restarted standby (ms)",
+        cell(&c["snapshot_load"]["load_ms"]),
+    );
+    table += &row(
+        "restarted standby: start to serving (ms)",
+        cell(&c["snapshot_load"]["start_to_serving_ms"]),
+    );
+    table += &row(
+        "sled disk after compaction, per node (MB)",
+        c["disk_bytes_after_compaction"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|b| format!("{:.0}", mb(b.as_u64().unwrap_or(0))))
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
+            .unwrap_or_default(),
+    );
+    table += &row(
+        "core replay, copy-on-write (records/s)",
+        cell(&k["replay"]["copy_on_write_records_per_s"]),
+    );
+    table += &row(
+        "core replay, in place (records/s)",
+        cell(&k["replay"]["in_place_records_per_s"]),
+    );
+    table += &row(
+        "core image alone (bytes/partition)",
+        cell(&k["image_rss_bytes_per_partition"]),
+    );
+    table += &row("core snapshot decode (ms)", cell(&k["decode_median_ms"]));
+    table += &row("core snapshot encode (ms)", cell(&k["encode_median_ms"]));
+    let summary = format!(
+        "scale: {n} partitions; RSS {} bytes/partition active, {} standby (target {}); snapshot {} MB, build {} ms, load {} ms (target {}); replay {} records/s",
+        cell(&c["rss_bytes_per_partition_active"]),
+        cell(&c["rss_bytes_per_partition_standby"]),
+        TARGET_RSS_BYTES_PER_PARTITION,
+        mb(snap0["size_bytes"].as_u64().unwrap_or(0)),
+        cell(&snap0["build_ms"]),
+        cell(&c["snapshot_load"]["load_ms"]),
+        TARGET_SNAPSHOT_LOAD_MS,
+        cell(&k["replay"]["copy_on_write_records_per_s"]),
+    );
+    Ok(Report {
+        scenario: "scale",
+        json,
+        table,
+        summary,
+    })
 }

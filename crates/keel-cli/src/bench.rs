@@ -56,9 +56,18 @@ pub struct BenchArgs {
     #[arg(long)]
     trials: Option<usize>,
     /// failover: partitions of the large image, 0 = only the empty one
-    /// [default: 1000000]; broker-failure: partitions led by broker 1 [default: 100000].
+    /// [default: 1000000]; broker-failure: partitions led by broker 1 [default: 100000];
+    /// create-topics: partitions created per trial [default: 100000];
+    /// scale: partitions of the image [default: 1000000].
     #[arg(long)]
     partitions: Option<u64>,
+    /// create-topics and scale: topics per CreateTopics (and DeleteTopics)
+    /// call [default: 10 for create-topics, 50 for scale].
+    #[arg(long)]
+    topics_per_request: Option<usize>,
+    /// create-topics and scale: calls in flight at once [default: 4].
+    #[arg(long)]
+    create_concurrency: Option<usize>,
     /// failover: seconds allowed for creating the large image.
     #[arg(long, default_value_t = 240.0)]
     create_budget_secs: f64,
@@ -162,6 +171,8 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
             let p = CreateTopicsParams {
                 trials: a.trials.unwrap_or(d.trials),
                 partitions: a.partitions.unwrap_or(d.partitions),
+                topics_per_request: a.topics_per_request.unwrap_or(d.topics_per_request),
+                concurrency: a.create_concurrency.unwrap_or(d.concurrency),
                 ..d
             };
             keel_bench::create_topics::run(env, &p).await
@@ -170,6 +181,8 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
             let d = ScaleParams::default();
             let p = ScaleParams {
                 partitions: a.partitions.unwrap_or(d.partitions),
+                topics_per_request: a.topics_per_request.unwrap_or(d.topics_per_request),
+                create_concurrency: a.create_concurrency.unwrap_or(d.create_concurrency),
                 ..d
             };
             keel_bench::scale::run(env, &p).await
@@ -193,9 +206,14 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
 }
 
 pub async fn run(a: BenchArgs) -> ExitCode {
-    if a.trials == Some(0) || a.writers.is_empty() || a.brokers.is_empty() || a.writers.contains(&0)
+    if a.trials == Some(0)
+        || a.writers.is_empty()
+        || a.brokers.is_empty()
+        || a.writers.contains(&0)
+        || a.topics_per_request == Some(0)
+        || a.create_concurrency == Some(0)
     {
-        eprintln!("error: --trials, --writers and --brokers must be non-empty and positive");
+        eprintln!("error: --trials, --writers, --brokers, --topics-per-request and --create-concurrency must be non-empty and positive");
         return ExitCode::from(2);
     }
     let exe = match std::env::current_exe() {

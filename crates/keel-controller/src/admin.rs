@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use keel_metadata::decide::{ConfigOp, CreatePartitions, CreateTopic, ElectionKind};
 use keel_metadata::{ApiError, BrokerId, ErrorCode, MetadataImage, TopicPartition};
@@ -620,6 +621,89 @@ impl AdminService for AdminApi {
                 .read()
                 .map(|g| g.is_some())
                 .unwrap_or(false),
+            snapshot: Some(snapshot_to_pb(&applied.snapshots.get())),
         }))
+    }
+
+    async fn trigger_snapshot(
+        &self,
+        req: Request<pb::TriggerSnapshotRequest>,
+    ) -> Result<Response<pb::TriggerSnapshotResponse>, Status> {
+        let req = req.into_inner();
+        let timeout = match req.timeout_ms {
+            0 => Duration::from_secs(60),
+            ms => Duration::from_millis(ms),
+        };
+        let started = Instant::now();
+        let fail = |code: ErrorCode, message: String| {
+            Ok(Response::new(pb::TriggerSnapshotResponse {
+                error: top(ApiError::new(code, message)),
+                ..Default::default()
+            }))
+        };
+        // The snapshot must include everything applied when asked.
+        let applied = self.shared.applied();
+        let target = applied.last_applied.map_or(0, |l| l.index);
+        let raft = &self.shared.raft;
+        if let Err(e) = raft.trigger().snapshot().await {
+            return fail(ErrorCode::Internal, format!("cannot build a snapshot: {e}"));
+        }
+        let built = raft
+            .wait(Some(timeout))
+            .metrics(
+                |m| m.snapshot.is_some_and(|s| s.index >= target),
+                "snapshot covers the applied index",
+            )
+            .await;
+        if let Err(e) = built {
+            return fail(
+                ErrorCode::RequestTimedOut,
+                format!("no snapshot up to index {target} within {timeout:?}: {e}"),
+            );
+        }
+        let wait_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let figures = applied.snapshots.get();
+        if req.purge_log {
+            let upto = figures.last_index.unwrap_or(target);
+            if let Err(e) = raft.trigger().purge_log(upto).await {
+                return fail(ErrorCode::Internal, format!("cannot purge the log: {e}"));
+            }
+            // openraft purges once no replication still reads those entries;
+            // wait for it within what is left of the timeout.
+            let left = timeout.saturating_sub(started.elapsed());
+            let _ = raft
+                .wait(Some(left))
+                .metrics(
+                    |m| m.purged.is_some_and(|p| p.index >= upto),
+                    "log purged up to the snapshot",
+                )
+                .await;
+        }
+        let purged_index = raft.metrics().borrow().purged.map_or(0, |p| p.index);
+        Ok(Response::new(pb::TriggerSnapshotResponse {
+            error: None,
+            snapshot: Some(snapshot_to_pb(&figures)),
+            purged_index,
+            wait_ms,
+        }))
+    }
+}
+
+/// The wire form of a node's snapshot figures.
+fn snapshot_to_pb(f: &keel_raft::SnapshotFigures) -> pb::SnapshotInfo {
+    pb::SnapshotInfo {
+        last_index: f.last_index.unwrap_or(0),
+        size_bytes: f.size_bytes,
+        image_bytes: f.image_bytes,
+        build_ms: f.build_ms,
+        encode_ms: f.encode_ms,
+        load_ms: f.load_ms,
+        decode_ms: f.decode_ms,
+        load_source: match f.load_source {
+            Some(keel_raft::SnapshotSource::Disk) => "disk",
+            Some(keel_raft::SnapshotSource::Leader) => "leader",
+            None => "",
+        }
+        .to_string(),
     }
 }

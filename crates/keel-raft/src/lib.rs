@@ -25,7 +25,10 @@ pub use log_store::LogStore;
 pub use network::{Network, PeerClient, PeerContacts};
 pub use open::open_storage;
 pub use service::RaftGrpcService;
-pub use state_machine::{AppliedState, SnapshotBuilder, StateMachineStore};
+pub use state_machine::{
+    AppliedState, SnapshotBuilder, SnapshotFigures, SnapshotSource, SnapshotStats,
+    StateMachineStore,
+};
 
 use serde::{Deserialize, Serialize};
 

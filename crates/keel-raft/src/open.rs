@@ -13,6 +13,12 @@ use crate::error::StorageOpenError;
 use crate::log_store::LogStore;
 use crate::state_machine::StateMachineStore;
 
+/// sled's page cache. sled reads back only the log tail (for followers and
+/// on restart) and the snapshot (on start or for a lagging peer); the image
+/// lives in memory anyway. sled's 1 GiB default would keep every written
+/// page of a large image's log and snapshots resident.
+pub(crate) const SLED_CACHE_BYTES: u64 = 64 << 20;
+
 /// Key of the identity record in the `meta` tree.
 pub(crate) const META_KEY: &[u8] = b"meta";
 
@@ -44,7 +50,12 @@ pub fn open_storage(
     let existed = std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some());
     // sled may panic on some malformed files; that is corruption, not a bug
     // of this process, so it becomes an error like any other.
-    let opened = catch_unwind(AssertUnwindSafe(|| sled::Config::new().path(&dir).open()));
+    let opened = catch_unwind(AssertUnwindSafe(|| {
+        sled::Config::new()
+            .path(&dir)
+            .cache_capacity(SLED_CACHE_BYTES)
+            .open()
+    }));
     let db = match opened {
         Ok(Ok(db)) => db,
         Ok(Err(sled::Error::Io(source))) => {

@@ -6,7 +6,8 @@
 
 use std::io::Cursor;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use keel_metadata::MetadataImage;
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
@@ -36,6 +37,88 @@ pub struct AppliedState {
     pub last_applied: Option<LogId<NodeId>>,
     /// The last membership config applied (or installed with a snapshot).
     pub membership: StoredMembership<NodeId, BasicNode>,
+    /// Figures of this node's snapshots (one handle, shared by every
+    /// published state).
+    pub snapshots: Arc<SnapshotStats>,
+}
+
+/// Where the image of a loaded snapshot came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotSource {
+    /// Read from this node's own storage when it started.
+    Disk,
+    /// Received from the leader and installed.
+    Leader,
+}
+
+/// What is known about this node's snapshots: the stored one, the last
+/// build and the last load. For operators and benchmarks; never replicated.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SnapshotFigures {
+    /// Last log index the stored snapshot includes (`None`: no snapshot).
+    pub last_index: Option<u64>,
+    /// Size of the stored snapshot's data (what is sent to peers).
+    pub size_bytes: u64,
+    /// Size of the encoded image inside it.
+    pub image_bytes: u64,
+    /// Last build on this node, in ms: validate, encode, store and flush.
+    pub build_ms: Option<f64>,
+    /// The encoding part of `build_ms`.
+    pub encode_ms: Option<f64>,
+    /// Last load, in ms: read (from disk), decode, validate, and for an
+    /// installed snapshot also storing it.
+    pub load_ms: Option<f64>,
+    /// The decoding and validating part of `load_ms`.
+    pub decode_ms: Option<f64>,
+    /// Where the last loaded snapshot came from.
+    pub load_source: Option<SnapshotSource>,
+}
+
+/// A shared, lock-protected [`SnapshotFigures`].
+#[derive(Debug, Default)]
+pub struct SnapshotStats {
+    /// The figures; every update is a short overwrite.
+    figures: Mutex<SnapshotFigures>,
+}
+
+impl SnapshotStats {
+    /// The figures as of now.
+    pub fn get(&self) -> SnapshotFigures {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SnapshotFigures> {
+        // Every critical section is a plain overwrite: never inconsistent.
+        self.figures.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records the snapshot now stored.
+    fn stored(&self, snapshot: &StoredSnapshot, image_bytes: Option<u64>) {
+        let mut f = self.lock();
+        f.last_index = snapshot.meta.last_log_id.map(|l| l.index);
+        f.size_bytes = snapshot.data.len() as u64;
+        if let Some(b) = image_bytes {
+            f.image_bytes = b;
+        }
+    }
+
+    fn built(&self, build_ms: f64, encode_ms: f64) {
+        let mut f = self.lock();
+        f.build_ms = Some(build_ms);
+        f.encode_ms = Some(encode_ms);
+    }
+
+    fn loaded(&self, source: SnapshotSource, load_ms: f64, decode_ms: f64) {
+        let mut f = self.lock();
+        f.load_ms = Some(load_ms);
+        f.decode_ms = Some(decode_ms);
+        f.load_source = Some(source);
+    }
+}
+
+/// Milliseconds since `t`.
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
 }
 
 /// The body of a snapshot: the image plus the Raft position it reflects,
@@ -60,8 +143,14 @@ pub(crate) struct StoredSnapshot {
 }
 
 impl StoredSnapshot {
-    /// The state this snapshot restores; fails on any inconsistency.
+    /// The state this snapshot restores; fails on any inconsistency. The
+    /// state's `snapshots` handle is a new one; the caller replaces it.
     pub(crate) fn decode_state(&self) -> Result<AppliedState, String> {
+        self.decode_state_sized().map(|(state, _)| state)
+    }
+
+    /// [`decode_state`](Self::decode_state), and the size of the encoded image.
+    fn decode_state_sized(&self) -> Result<(AppliedState, u64), String> {
         let payload: SnapshotPayload =
             codec::decode(&self.data).map_err(|e| format!("snapshot payload: {e}"))?;
         let image =
@@ -82,18 +171,20 @@ impl StoredSnapshot {
                 image.offset()
             ));
         }
-        Ok(AppliedState {
+        let state = AppliedState {
             image,
             last_applied: payload.last_applied,
             membership: payload.membership,
-        })
+            snapshots: Arc::default(),
+        };
+        Ok((state, payload.image.len() as u64))
     }
 
     /// The form openraft hands around.
-    fn to_snapshot(&self) -> Snapshot<TypeConfig> {
+    fn into_snapshot(self) -> Snapshot<TypeConfig> {
         Snapshot {
-            meta: self.meta.clone(),
-            snapshot: Box::new(Cursor::new(self.data.clone())),
+            meta: self.meta,
+            snapshot: Box::new(Cursor::new(self.data)),
         }
     }
 }
@@ -105,29 +196,48 @@ struct SnapshotStore {
     db: sled::Db,
     /// Holds the one current snapshot.
     tree: sled::Tree,
-    /// In-memory copy of the stored snapshot; the lock also orders a
-    /// concurrent build and install so an older one never replaces a newer.
-    current: tokio::sync::Mutex<Option<StoredSnapshot>>,
+    /// Metadata of the stored snapshot. Only the metadata stays in memory
+    /// (the data is read back from the tree when a peer needs it); the lock
+    /// also orders a concurrent build and install so an older one never
+    /// replaces a newer.
+    current: tokio::sync::Mutex<Option<SnapshotMeta<NodeId, BasicNode>>>,
     /// Makes snapshot ids unique across builds of the same index.
     next_seq: AtomicU64,
+    /// Figures of the stored snapshot and of the last build and load.
+    stats: Arc<SnapshotStats>,
 }
 
 impl SnapshotStore {
     /// Stores `snapshot` unless a newer one is already stored.
-    async fn save(&self, snapshot: StoredSnapshot) -> Result<(), AnyError> {
+    async fn save(
+        &self,
+        snapshot: &StoredSnapshot,
+        image_bytes: Option<u64>,
+    ) -> Result<(), AnyError> {
         let mut current = self.current.lock().await;
         if let Some(existing) = current.as_ref() {
-            if existing.meta.last_log_id > snapshot.meta.last_log_id {
+            if existing.last_log_id > snapshot.meta.last_log_id {
                 return Ok(());
             }
         }
-        let bytes = codec::encode(&snapshot).map_err(|e| AnyError::new(&e))?;
+        let bytes = codec::encode(snapshot).map_err(|e| AnyError::new(&e))?;
         self.tree
             .insert(SNAPSHOT_KEY, bytes)
             .map_err(|e| AnyError::new(&e))?;
         self.db.flush_async().await.map_err(|e| AnyError::new(&e))?;
-        *current = Some(snapshot);
+        *current = Some(snapshot.meta.clone());
+        self.stats.stored(snapshot, image_bytes);
         Ok(())
+    }
+
+    /// Reads the stored snapshot back (for a peer that needs it).
+    fn load(&self) -> Result<Option<StoredSnapshot>, AnyError> {
+        match self.tree.get(SNAPSHOT_KEY).map_err(|e| AnyError::new(&e))? {
+            None => Ok(None),
+            Some(bytes) => codec::decode(&bytes)
+                .map(Some)
+                .map_err(|e| AnyError::new(&e)),
+        }
     }
 }
 
@@ -150,6 +260,7 @@ impl StateMachineStore {
     /// Opens the snapshot tree and restores the latest snapshot, if any.
     /// The error is a description of what is corrupt.
     pub(crate) fn open(db: &sled::Db, seq_seed: u64) -> Result<Self, String> {
+        let started = Instant::now();
         let tree = db
             .open_tree("snapshot")
             .map_err(|e| format!("snapshot tree: {e}"))?;
@@ -163,10 +274,26 @@ impl StateMachineStore {
                     .map_err(|e| format!("stored snapshot: {e}"))?,
             ),
         };
-        let state = match &stored {
-            None => AppliedState::default(),
-            Some(s) => s.decode_state()?,
+        let stats = Arc::new(SnapshotStats::default());
+        let decoding = Instant::now();
+        let (mut state, image_bytes) = match &stored {
+            None => (AppliedState::default(), 0),
+            Some(s) => s.decode_state_sized()?,
         };
+        if let Some(s) = &stored {
+            let (decode_ms, load_ms) = (ms_since(decoding), ms_since(started));
+            stats.stored(s, Some(image_bytes));
+            stats.loaded(SnapshotSource::Disk, load_ms, decode_ms);
+            tracing::info!(
+                meta = %s.meta,
+                bytes = s.data.len(),
+                partitions = state.image.partition_count(),
+                load_ms,
+                decode_ms,
+                "loaded snapshot"
+            );
+        }
+        state.snapshots = stats.clone();
         let (published, _) = watch::channel(Arc::new(state.clone()));
         Ok(Self {
             image: state.image,
@@ -175,8 +302,9 @@ impl StateMachineStore {
             snapshots: Arc::new(SnapshotStore {
                 db: db.clone(),
                 tree,
-                current: tokio::sync::Mutex::new(stored),
+                current: tokio::sync::Mutex::new(stored.map(|s| s.meta)),
                 next_seq: AtomicU64::new(seq_seed),
+                stats,
             }),
             published,
         })
@@ -194,6 +322,7 @@ impl StateMachineStore {
             image: self.image.clone(),
             last_applied: self.last_applied,
             membership: self.membership.clone(),
+            snapshots: self.snapshots.stats.clone(),
         }));
     }
 }
@@ -213,16 +342,21 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> StorageResult<Snapshot<TypeConfig>> {
+        let started = Instant::now();
         let write_err = |e: AnyError| StorageIOError::write_snapshot(None, e);
         self.image
             .validate()
             .map_err(|e| write_err(AnyError::new(&e)))?;
+        let encoding = Instant::now();
         let payload = SnapshotPayload {
             image: self.image.encode(),
             last_applied: self.last_applied,
             membership: self.membership.clone(),
         };
+        let image_bytes = payload.image.len() as u64;
         let data = codec::encode(&payload).map_err(|e| write_err(AnyError::new(&e)))?;
+        drop(payload);
+        let encode_ms = ms_since(encoding);
         let seq = self.snapshots.next_seq.fetch_add(1, Ordering::Relaxed);
         let snapshot_id = match self.last_applied {
             Some(l) => format!("{}-{}-{seq}", l.leader_id, l.index),
@@ -236,13 +370,21 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
             },
             data,
         };
-        let snapshot = stored.to_snapshot();
         self.snapshots
-            .save(stored)
+            .save(&stored, Some(image_bytes))
             .await
-            .map_err(|e| StorageIOError::write_snapshot(Some(snapshot.meta.signature()), e))?;
-        tracing::info!(meta = %snapshot.meta, "built snapshot");
-        Ok(snapshot)
+            .map_err(|e| StorageIOError::write_snapshot(Some(stored.meta.signature()), e))?;
+        let build_ms = ms_since(started);
+        self.snapshots.stats.built(build_ms, encode_ms);
+        tracing::info!(
+            meta = %stored.meta,
+            bytes = stored.data.len(),
+            partitions = self.image.partition_count(),
+            build_ms,
+            encode_ms,
+            "built snapshot"
+        );
+        Ok(stored.into_snapshot())
     }
 }
 
@@ -316,19 +458,32 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         meta: &SnapshotMeta<NodeId, BasicNode>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StorageResult<()> {
+        let started = Instant::now();
         let stored = StoredSnapshot {
             meta: meta.clone(),
             data: snapshot.into_inner(),
         };
-        let state = stored.decode_state().map_err(|e| {
+        let (state, image_bytes) = stored.decode_state_sized().map_err(|e| {
             tracing::error!(meta = %meta, error = %e, "refusing a snapshot that does not decode");
             StorageIOError::read_snapshot(Some(meta.signature()), AnyError::error(e))
         })?;
+        let decode_ms = ms_since(started);
         self.snapshots
-            .save(stored)
+            .save(&stored, Some(image_bytes))
             .await
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), e))?;
-        tracing::info!(meta = %meta, "installed snapshot");
+        let load_ms = ms_since(started);
+        self.snapshots
+            .stats
+            .loaded(SnapshotSource::Leader, load_ms, decode_ms);
+        tracing::info!(
+            meta = %meta,
+            bytes = stored.data.len(),
+            partitions = state.image.partition_count(),
+            load_ms,
+            decode_ms,
+            "installed snapshot"
+        );
         self.image = state.image;
         self.last_applied = state.last_applied;
         self.membership = state.membership;
@@ -337,7 +492,22 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> StorageResult<Option<Snapshot<TypeConfig>>> {
+        // Held so a concurrent save cannot swap the stored snapshot between
+        // checking the metadata and reading the data.
         let current = self.snapshots.current.lock().await;
-        Ok(current.as_ref().map(StoredSnapshot::to_snapshot))
+        let Some(meta) = current.as_ref() else {
+            return Ok(None);
+        };
+        let stored = self
+            .snapshots
+            .load()
+            .map_err(|e| StorageIOError::read_snapshot(Some(meta.signature()), e))?
+            .ok_or_else(|| {
+                StorageIOError::read_snapshot(
+                    Some(meta.signature()),
+                    AnyError::error("the stored snapshot is gone"),
+                )
+            })?;
+        Ok(Some(stored.into_snapshot()))
     }
 }

@@ -1,6 +1,36 @@
-//! Scenario `compare`: the `commit` workload against ZooKeeper, etcd and Keel.
+//! Scenario `compare`: the `commit` workload against a 3-node ZooKeeper
+//! ensemble, a 3-node etcd cluster and a 3-node Keel quorum, in one run,
+//! from this one load generator.
+//!
+//! Every system gets the same shape of load: `writers` tokio tasks, each
+//! with its own persistent connection (a ZooKeeper session, an etcd gRPC
+//! channel, a Keel gRPC channel) to the system's leader, one durable
+//! 100-byte write in flight per writer.
+//! - ZooKeeper: create the persistent znode `/keel-bench/w<writer>-<seq>`
+//!   (one znode per partition state, as the classic controller kept them).
+//! - etcd: Put `/keel-bench/w<writer>`.
+//! - Keel: the `commit` op, an IncrementalAlterConfigs SET of
+//!   `bench.k<writer>` on one topic (one TopicConfig record).
+//!
+//! Systems are interleaved inside a trial (trial t: for each writer level:
+//! zookeeper, etcd, keel) so machine noise hits all three alike. ZooKeeper
+//! and etcd are started and stopped by `scripts/bench-compare.sh`; Keel is
+//! started here on 127.0.20.11-13.
 
-use crate::{Env, Report};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use tokio::sync::Barrier;
+
+use crate::cluster::{self, set_config, value, Cluster};
+use crate::commit::{run_level, Level};
+use crate::etcd::{self, EtcdError};
+use crate::stats::{cell, machine, median, percentile, r1, r3, unix_now};
+use crate::zk::{self, ZkError, ZkSession, ERR_NODE_EXISTS};
+use crate::{progress, Env, Report};
 
 /// Parameters of the `compare` scenario.
 #[derive(Clone, Debug)]
@@ -17,6 +47,13 @@ pub struct CompareParams {
     pub zookeeper: Vec<String>,
     /// etcd endpoints (empty = skip etcd).
     pub etcd: Vec<String>,
+    /// Untimed warm-up per system at the largest writer count, before the
+    /// first trial (JIT compilation, connection pools, page cache).
+    pub warmup_secs: f64,
+    /// Upper bound on ops per level and system (all writers together).
+    pub max_ops_per_level: u64,
+    /// Per-request deadline of every client.
+    pub request_timeout_ms: u64,
 }
 
 impl Default for CompareParams {
@@ -28,11 +65,1123 @@ impl Default for CompareParams {
             value_bytes: 100,
             zookeeper: Vec::new(),
             etcd: Vec::new(),
+            warmup_secs: 10.0,
+            max_ops_per_level: 2_000_000,
+            request_timeout_ms: 10_000,
         }
     }
 }
 
+/// Bad input to the scenario, or a peer that is not in the state the
+/// comparison needs.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    #[error("bad parameter: {0}")]
+    BadParams(String),
+    /// Nothing to compare Keel with.
+    #[error("give --zookeeper and/or --etcd endpoints (scripts/bench-compare.sh starts both)")]
+    NoPeers,
+    /// Znodes from an earlier run would collide with this run's names.
+    #[error("ZooKeeper already holds {0} znodes under {ZK_ROOT} from an earlier run; start a fresh ensemble (scripts/bench-compare.sh does)")]
+    StaleZnodes(i32),
+    #[error(transparent)]
+    Zk(#[from] ZkError),
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+}
+
+/// Parent of every znode the bench creates.
+const ZK_ROOT: &str = "/keel-bench";
+/// Session timeout asked of ZooKeeper (writers never idle that long).
+const ZK_SESSION_TIMEOUT_MS: i32 = 30_000;
+/// Keel topic the `commit` op writes to.
+const TOPIC: &str = "bench-compare";
+/// Flags of every Keel controller (as in `commit`).
+const KEEL_FLAGS: [&str; 2] = ["--session-timeout-ms", "600000"];
+/// 127.0.<subnet>.11-13 of the Keel quorum.
+const KEEL_SUBNET: u8 = 20;
+/// Ticks per second of /proc/<pid>/stat times (USER_HZ, 100 on Linux).
+const CLOCK_TICKS_PER_S: f64 = 100.0;
+/// A writer stops after this many failed ops (as in `commit`).
+const MAX_ERRORS_PER_WRITER: u64 = 100;
+
+/// The three systems, in the order they run inside a level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum System {
+    Zookeeper,
+    Etcd,
+    Keel,
+}
+
+impl System {
+    const ALL: [System; 3] = [System::Zookeeper, System::Etcd, System::Keel];
+
+    fn name(self) -> &'static str {
+        match self {
+            System::Zookeeper => "zookeeper",
+            System::Etcd => "etcd",
+            System::Keel => "keel",
+        }
+    }
+}
+
+/// Keel ops/s ÷ peer ops/s; `None` when either is missing or the peer did
+/// nothing.
+pub fn ratio(keel_ops_s: Option<f64>, peer_ops_s: Option<f64>) -> Option<f64> {
+    match (keel_ops_s, peer_ops_s) {
+        (Some(k), Some(p)) if p > 0.0 && k.is_finite() && p.is_finite() => Some(k / p),
+        _ => None,
+    }
+}
+
+/// utime + stime (clock ticks) from the text of /proc/<pid>/stat.
+pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    // The command name may hold spaces and parentheses: fields start after
+    // the last ')'. There, index 0 is field 3 (state); utime and stime are
+    // fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// CPU ticks used so far by process `pid` (all its threads).
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    parse_stat_cpu_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// CPU ticks used so far by this process (the load generator).
+fn own_cpu_ticks() -> Option<u64> {
+    parse_stat_cpu_ticks(&std::fs::read_to_string("/proc/self/stat").ok()?)
+}
+
+/// Busy clock ticks of the whole machine (all CPUs) from the text of
+/// /proc/stat: everything in the `cpu` line but idle and iowait.
+pub fn parse_machine_busy_ticks(stat: &str) -> Option<u64> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|x| x.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice]:
+    // guest time is already inside user and nice.
+    let total: u64 = v.iter().take(8).sum();
+    Some(total - v.get(3)? - v.get(4)?)
+}
+
+/// Busy clock ticks of the whole machine so far.
+fn machine_busy_ticks() -> Option<u64> {
+    parse_machine_busy_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
+}
+
+/// The 1-minute load average.
+fn load_avg_1m() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// The `/proc/net/tcp{,6}` spellings of a listening IPv4 `ip:port`: plain,
+/// IPv4-mapped IPv6 (a Java server's dual-stack socket), and the wildcards.
+fn proc_net_addrs(ip: std::net::Ipv4Addr, port: u16) -> [String; 4] {
+    let v4 = format!("{:08X}", u32::from_le_bytes(ip.octets()));
+    [
+        format!("{v4}:{port:04X}"),
+        format!("0000000000000000FFFF0000{v4}:{port:04X}"),
+        format!("00000000:{port:04X}"),
+        format!("00000000000000000000000000000000:{port:04X}"),
+    ]
+}
+
+/// Socket inode of the listener on `ip:port` in a /proc/net/tcp{,6} table.
+pub fn listen_inode(table: &str, ip: std::net::Ipv4Addr, port: u16) -> Option<u64> {
+    let want = proc_net_addrs(ip, port);
+    table.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        // local_address is field 1, st field 3 (0A = LISTEN), inode field 9.
+        let (local, state, inode) = (f.get(1)?, f.get(3)?, f.get(9)?);
+        if *state == "0A" && want.iter().any(|w| w.eq_ignore_ascii_case(local)) {
+            inode.parse().ok()
+        } else {
+            None
+        }
+    })
+}
+
+/// Pid of the process listening on `addr` (`host:port` or `http://host:port`),
+/// found through /proc; `None` if it cannot be seen (other user, not IPv4).
+fn listener_pid(addr: &str) -> Option<u32> {
+    let hp = addr.trim_start_matches("http://").trim_end_matches('/');
+    let (host, port) = hp.rsplit_once(':')?;
+    let ip: std::net::Ipv4Addr = host.parse().ok()?;
+    let port: u16 = port.parse().ok()?;
+    let inode = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .find_map(|t| listen_inode(&std::fs::read_to_string(t).ok()?, ip, port))?;
+    let target = format!("socket:[{inode}]");
+    let procs = std::fs::read_dir("/proc").ok()?;
+    // Bounded by the number of processes and their descriptors.
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path())
+                .map(|l| l.to_string_lossy() == target)
+                .unwrap_or(false)
+            {
+                return Some(pid);
+            }
+        }
+    }
+    None
+}
+
+/// A writer of a peer system: one connection, one op in flight.
+trait PeerWriter: Send + 'static {
+    /// One durable write; `Err` carries the error text.
+    fn op(&mut self, writer: usize, seq: u64) -> impl Future<Output = Result<(), String>> + Send;
+    /// Releases server-side state (outside the timed part).
+    fn finish(self) -> impl Future<Output = ()> + Send;
+}
+
+/// A ZooKeeper writer: its own session to the leader.
+struct ZkWriter {
+    session: ZkSession,
+    /// Added to `seq` so names never repeat across levels and trials.
+    seq_base: u64,
+    value_bytes: usize,
+}
+
+impl PeerWriter for ZkWriter {
+    async fn op(&mut self, writer: usize, seq: u64) -> Result<(), String> {
+        let n = self.seq_base + seq;
+        let path = format!("{ZK_ROOT}/w{writer}-{n}");
+        let data = value(writer, n, self.value_bytes);
+        self.session
+            .create(&path, data.as_bytes())
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn finish(self) {
+        let _ = self.session.close().await;
+    }
+}
+
+/// An etcd writer: its own gRPC connection to the leader.
+struct EtcdWriter {
+    client: etcd::pb::kv_client::KvClient<tonic::transport::Channel>,
+    endpoint: String,
+    value_bytes: usize,
+}
+
+impl PeerWriter for EtcdWriter {
+    async fn op(&mut self, writer: usize, seq: u64) -> Result<(), String> {
+        let key = format!("{ZK_ROOT}/w{writer}").into_bytes();
+        let v = value(writer, seq, self.value_bytes).into_bytes();
+        etcd::put(&mut self.client, &self.endpoint, key, v)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    async fn finish(self) {}
+}
+
+/// [`run_level`] for a peer: `writers` tasks, each connected by
+/// `connect(writer)`, for `secs` (or `max_ops` in all).
+async fn run_peer_level<W, C, F>(
+    system: System,
+    writers: usize,
+    secs: f64,
+    max_ops: u64,
+    connect: C,
+) -> anyhow::Result<Level>
+where
+    W: PeerWriter,
+    C: Fn(usize) -> F,
+    F: Future<Output = anyhow::Result<W>>,
+{
+    let barrier = Arc::new(Barrier::new(writers + 1));
+    let per_writer = (max_ops / writers as u64).max(1);
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let mut conn = connect(w)
+            .await
+            .with_context(|| format!("connect {} writer {w}", system.name()))?;
+        let barrier = barrier.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0u64;
+            let mut first_error = None;
+            barrier.wait().await;
+            let stop = Instant::now() + Duration::from_secs_f64(secs);
+            let mut seq = 0u64;
+            while Instant::now() < stop && seq < per_writer {
+                let t = Instant::now();
+                let r = conn.op(w, seq).await;
+                seq += 1;
+                match r {
+                    Ok(()) => lat.push(t.elapsed().as_secs_f64() * 1000.0),
+                    Err(e) => {
+                        errors += 1;
+                        first_error.get_or_insert(e);
+                    }
+                }
+                if errors > MAX_ERRORS_PER_WRITER {
+                    break;
+                }
+            }
+            (lat, errors, first_error, conn)
+        }));
+    }
+    barrier.wait().await;
+    let start = Instant::now();
+    let mut level = Level {
+        writers,
+        ops: 0,
+        errors: 0,
+        secs: 0.0,
+        lat_ms: Vec::new(),
+    };
+    let mut first_error = None;
+    let mut conns = Vec::new();
+    for t in tasks {
+        let (lat, errors, fe, conn) = t.await?;
+        level.ops += lat.len() as u64;
+        level.errors += errors;
+        level.lat_ms.extend(lat);
+        if first_error.is_none() {
+            first_error = fe;
+        }
+        conns.push(conn);
+    }
+    level.secs = start.elapsed().as_secs_f64();
+    for c in conns {
+        c.finish().await;
+    }
+    if level.errors > 0 {
+        progress!(
+            "compare: {} failed {} ops at {writers} writers; first: {}",
+            level.errors,
+            system.name(),
+            first_error.unwrap_or_default()
+        );
+    }
+    if level.ops == 0 {
+        anyhow::bail!("no {} op succeeded at {writers} writers", system.name());
+    }
+    Ok(level)
+}
+
+/// A peer the run talks to: its endpoints, leader and server processes.
+struct Peer {
+    endpoints: Vec<String>,
+    /// Server version as the server reports it.
+    version: String,
+    /// Leader address at the start of the run.
+    leader: String,
+    /// Pids of the server processes (for CPU figures); may be incomplete.
+    pids: Vec<u32>,
+}
+
+/// One system at one writer level in one trial.
+struct Trial {
+    trial: usize,
+    /// Address the writers talked to.
+    leader: String,
+    /// The level, or why it failed.
+    result: Result<Level, String>,
+    /// Wall time of the whole level call (connects and closes included).
+    wall_secs: f64,
+    /// CPU seconds of the system's server processes during the call.
+    server_cpu_secs: Option<f64>,
+    /// CPU seconds of this process during the call.
+    client_cpu_secs: Option<f64>,
+    /// CPU seconds of the whole machine (all processes) during the call.
+    machine_cpu_secs: Option<f64>,
+    /// 1-minute load average when the level started.
+    load_avg_1m: Option<f64>,
+}
+
+impl Trial {
+    fn ops_per_s(&self) -> Option<f64> {
+        self.result.as_ref().ok().map(|l| l.ops as f64 / l.secs)
+    }
+
+    /// CPU of everything but this system's servers and the load generator
+    /// (the idle systems, other work on the machine): noise.
+    fn other_cpu_secs(&self) -> Option<f64> {
+        let (m, s, c) = (
+            self.machine_cpu_secs?,
+            self.server_cpu_secs?,
+            self.client_cpu_secs?,
+        );
+        Some((m - s - c).max(0.0))
+    }
+
+    fn ops(&self) -> u64 {
+        self.result.as_ref().map(|l| l.ops).unwrap_or(0)
+    }
+
+    fn json(&self) -> Value {
+        let cpu_pct = |c: Option<f64>| c.map(|c| r1(100.0 * c / self.wall_secs.max(1e-9)));
+        let cpu_us_per_op = |c: Option<f64>| {
+            c.filter(|_| self.ops() > 0)
+                .map(|c| r1(c * 1e6 / self.ops() as f64))
+        };
+        let mut j = json!({
+            "trial": self.trial,
+            "leader": self.leader,
+            "wall_secs": r3(self.wall_secs),
+            "server_cpu_secs": self.server_cpu_secs.map(r3),
+            "server_cpu_pct": cpu_pct(self.server_cpu_secs),
+            "server_cpu_us_per_op": cpu_us_per_op(self.server_cpu_secs),
+            "client_cpu_secs": self.client_cpu_secs.map(r3),
+            "client_cpu_pct": cpu_pct(self.client_cpu_secs),
+            "client_cpu_us_per_op": cpu_us_per_op(self.client_cpu_secs),
+            "machine_cpu_pct": cpu_pct(self.machine_cpu_secs),
+            "other_cpu_pct": cpu_pct(self.other_cpu_secs()),
+            "load_avg_1m": self.load_avg_1m,
+        });
+        match &self.result {
+            Ok(l) => {
+                j["ops"] = json!(l.ops);
+                j["errors"] = json!(l.errors);
+                j["secs"] = json!(r3(l.secs));
+                j["ops_per_s"] = json!(r1(l.ops as f64 / l.secs));
+                j["p50_ms"] = json!(r3(percentile(&l.lat_ms, 50.0)));
+                j["p99_ms"] = json!(r3(percentile(&l.lat_ms, 99.0)));
+            }
+            Err(e) => j["error"] = json!(e),
+        }
+        j
+    }
+}
+
+/// Median ops/s, pooled latency percentiles and median CPU of one system
+/// at one level.
+fn summarize(trials: &[Trial]) -> Value {
+    let ok: Vec<&Trial> = trials.iter().filter(|t| t.result.is_ok()).collect();
+    if ok.is_empty() {
+        return json!({ "ok_trials": 0, "ops_per_s": null, "p50_ms": null, "p99_ms": null });
+    }
+    let ops_s: Vec<f64> = ok.iter().filter_map(|t| t.ops_per_s()).collect();
+    let mut pooled = Vec::new();
+    let mut errors = 0;
+    for l in ok.iter().filter_map(|t| t.result.as_ref().ok()) {
+        pooled.extend_from_slice(&l.lat_ms);
+        errors += l.errors;
+    }
+    let med = |f: &dyn Fn(&Value) -> Option<f64>| {
+        let v: Vec<f64> = ok.iter().filter_map(|t| f(&t.json())).collect();
+        (!v.is_empty()).then(|| r1(median(&v)))
+    };
+    json!({
+        "ok_trials": ok.len(),
+        "ops_per_s": r1(median(&ops_s)),
+        "ops_per_s_min": r1(ops_s.iter().copied().fold(f64::INFINITY, f64::min)),
+        "ops_per_s_max": r1(ops_s.iter().copied().fold(0.0, f64::max)),
+        "p50_ms": r3(percentile(&pooled, 50.0)),
+        "p99_ms": r3(percentile(&pooled, 99.0)),
+        "errors": errors,
+        "server_cpu_pct": med(&|j| j["server_cpu_pct"].as_f64()),
+        "server_cpu_us_per_op": med(&|j| j["server_cpu_us_per_op"].as_f64()),
+        "client_cpu_pct": med(&|j| j["client_cpu_pct"].as_f64()),
+        "client_cpu_us_per_op": med(&|j| j["client_cpu_us_per_op"].as_f64()),
+        "other_cpu_pct": med(&|j| j["other_cpu_pct"].as_f64()),
+    })
+}
+
+fn validate(p: &CompareParams) -> Result<(), CompareError> {
+    let bad = |m: &str| Err(CompareError::BadParams(m.to_string()));
+    if p.trials == 0 || p.trials > 1_000 {
+        return bad("--trials must be 1..=1000");
+    }
+    if p.writers.is_empty() || p.writers.iter().any(|&w| w == 0 || w > 10_000) {
+        return bad("--writers must be a non-empty list of counts in 1..=10000");
+    }
+    if !(p.level_secs.is_finite() && p.level_secs > 0.0 && p.level_secs <= 3_600.0) {
+        return bad("--level-secs must be in (0, 3600]");
+    }
+    if !(p.warmup_secs.is_finite() && (0.0..=3_600.0).contains(&p.warmup_secs)) {
+        return bad("warm-up seconds must be in [0, 3600]");
+    }
+    if p.value_bytes == 0 || p.value_bytes > 512 << 10 {
+        return bad("value bytes must be in 1..=524288");
+    }
+    if p.max_ops_per_level == 0 || p.request_timeout_ms == 0 {
+        return bad("max ops per level and the request timeout must be positive");
+    }
+    if p.zookeeper.is_empty() && p.etcd.is_empty() {
+        return Err(CompareError::NoPeers);
+    }
+    Ok(())
+}
+
+/// Finds the ZooKeeper leader, checks the tree has no znodes of an
+/// earlier run, and creates the parent znode.
+async fn setup_zookeeper(p: &CompareParams) -> Result<Peer, CompareError> {
+    let (leader, info) = zk::find_leader(&p.zookeeper, Duration::from_secs(60)).await?;
+    let timeout = Duration::from_millis(p.request_timeout_ms);
+    let mut s = ZkSession::connect(&leader, ZK_SESSION_TIMEOUT_MS, timeout).await?;
+    match s.create(ZK_ROOT, b"").await {
+        Ok(()) => {}
+        Err(ZkError::Server {
+            code: ERR_NODE_EXISTS,
+            ..
+        }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let children = s.exists(ZK_ROOT).await?.map(|st| st.num_children);
+    s.close().await?;
+    if let Some(n) = children.filter(|&n| n > 0) {
+        return Err(CompareError::StaleZnodes(n));
+    }
+    Ok(Peer {
+        endpoints: p.zookeeper.clone(),
+        version: info.version.unwrap_or_else(|| "unknown".into()),
+        leader,
+        pids: p.zookeeper.iter().filter_map(|a| listener_pid(a)).collect(),
+    })
+}
+
+async fn setup_etcd(p: &CompareParams) -> Result<Peer, CompareError> {
+    let m = etcd::find_leader(&p.etcd, Duration::from_secs(60)).await?;
+    Ok(Peer {
+        endpoints: p.etcd.clone(),
+        version: m.version,
+        leader: m.endpoint,
+        pids: p.etcd.iter().filter_map(|a| listener_pid(a)).collect(),
+    })
+}
+
+/// What runs one level of one system.
+struct Systems {
+    zk: Option<Peer>,
+    etcd: Option<Peer>,
+    keel: Cluster,
+    keel_pids: Vec<u32>,
+    /// Next free ZooKeeper sequence number (names never repeat in a run).
+    zk_seq_next: u64,
+}
+
+impl Systems {
+    fn present(&self, s: System) -> bool {
+        match s {
+            System::Zookeeper => self.zk.is_some(),
+            System::Etcd => self.etcd.is_some(),
+            System::Keel => true,
+        }
+    }
+
+    fn pids(&self, s: System) -> &[u32] {
+        match s {
+            System::Zookeeper => self.zk.as_ref().map(|z| z.pids.as_slice()).unwrap_or(&[]),
+            System::Etcd => self.etcd.as_ref().map(|e| e.pids.as_slice()).unwrap_or(&[]),
+            System::Keel => &self.keel_pids,
+        }
+    }
+
+    /// CPU seconds of system `s`'s servers so far (`None` if any is unknown).
+    fn server_cpu(&self, s: System) -> Option<f64> {
+        let pids = self.pids(s);
+        if pids.len() != 3 {
+            return None;
+        }
+        let mut ticks = 0;
+        for &pid in pids {
+            ticks += cpu_ticks(pid)?;
+        }
+        Some(ticks as f64 / CLOCK_TICKS_PER_S)
+    }
+
+    /// The current leader of `s` (looked up again before every level, so a
+    /// leadership change between levels is followed).
+    async fn leader(&mut self, s: System, p: &CompareParams) -> anyhow::Result<String> {
+        Ok(match s {
+            System::Zookeeper => {
+                zk::find_leader(&p.zookeeper, Duration::from_secs(30))
+                    .await?
+                    .0
+            }
+            System::Etcd => {
+                etcd::find_leader(&p.etcd, Duration::from_secs(30))
+                    .await?
+                    .endpoint
+            }
+            System::Keel => {
+                let i = self.keel.wait_active(Duration::from_secs(30)).await?;
+                self.keel.addrs[i].clone()
+            }
+        })
+    }
+
+    /// One level of `writers` on system `s` against `leader`.
+    async fn level(
+        &mut self,
+        s: System,
+        leader: &str,
+        writers: usize,
+        secs: f64,
+        p: &CompareParams,
+    ) -> anyhow::Result<Level> {
+        let vb = p.value_bytes;
+        let timeout = Duration::from_millis(p.request_timeout_ms);
+        let max_ops = p.max_ops_per_level;
+        match s {
+            System::Zookeeper => {
+                let seq_base = self.zk_seq_next;
+                // Each writer's seq stays below max_ops / writers (or 1).
+                self.zk_seq_next += (max_ops / writers as u64).max(1);
+                let leader = leader.to_string();
+                run_peer_level(s, writers, secs, max_ops, |_| {
+                    let leader = leader.clone();
+                    async move {
+                        let session =
+                            ZkSession::connect(&leader, ZK_SESSION_TIMEOUT_MS, timeout).await?;
+                        Ok(ZkWriter {
+                            session,
+                            seq_base,
+                            value_bytes: vb,
+                        })
+                    }
+                })
+                .await
+            }
+            System::Etcd => {
+                let leader = leader.to_string();
+                run_peer_level(s, writers, secs, max_ops, |_| {
+                    let leader = leader.clone();
+                    async move {
+                        let client = etcd::kv_client(&leader, timeout).await?;
+                        Ok(EtcdWriter {
+                            client,
+                            endpoint: leader,
+                            value_bytes: vb,
+                        })
+                    }
+                })
+                .await
+            }
+            System::Keel => {
+                let l = run_level(leader, writers, secs, max_ops, move |w, s| {
+                    set_config(TOPIC, format!("bench.k{w}"), value(w, s, vb))
+                })
+                .await;
+                self.keel.check_alive()?;
+                l
+            }
+        }
+    }
+
+    /// One level with CPU accounting around it.
+    async fn trial(
+        &mut self,
+        s: System,
+        trial: usize,
+        writers: usize,
+        p: &CompareParams,
+    ) -> anyhow::Result<Trial> {
+        let leader = self.leader(s, p).await?;
+        let load_avg_1m = load_avg_1m();
+        let cpu0 = (self.server_cpu(s), own_cpu_ticks(), machine_busy_ticks());
+        let t0 = Instant::now();
+        let result = self
+            .level(s, &leader, writers, p.level_secs, p)
+            .await
+            .map_err(|e| format!("{e:#}"));
+        let wall_secs = t0.elapsed().as_secs_f64();
+        let cpu1 = (self.server_cpu(s), own_cpu_ticks(), machine_busy_ticks());
+        if s == System::Keel {
+            // A dead controller is fatal for Keel's figures.
+            self.keel.check_alive()?;
+        }
+        Ok(Trial {
+            trial,
+            leader,
+            result,
+            wall_secs,
+            server_cpu_secs: cpu0.0.zip(cpu1.0).map(|(a, b)| (b - a).max(0.0)),
+            client_cpu_secs: cpu0
+                .1
+                .zip(cpu1.1)
+                .map(|(a, b)| b.saturating_sub(a) as f64 / CLOCK_TICKS_PER_S),
+            machine_cpu_secs: cpu0
+                .2
+                .zip(cpu1.2)
+                .map(|(a, b)| b.saturating_sub(a) as f64 / CLOCK_TICKS_PER_S),
+            load_avg_1m,
+        })
+    }
+}
+
+/// The fixed description of the comparison (the `setup` JSON field).
+fn setup_json(p: &CompareParams, sys: &Systems) -> Value {
+    let peer = |peer: &Option<Peer>, flag: &str| match peer {
+        None => json!({ "skipped": true, "reason": format!("no {flag} endpoints given") }),
+        Some(x) => json!({
+            "skipped": false,
+            "endpoints": x.endpoints,
+            "leader_at_start": x.leader,
+            "version": x.version,
+            "server_pids": x.pids,
+        }),
+    };
+    let mut zk = peer(&sys.zk, "--zookeeper");
+    let mut et = peer(&sys.etcd, "--etcd");
+    zk["op"] = json!(format!(
+        "create of the persistent znode {ZK_ROOT}/w<writer>-<seq> with a {}-byte value and the open ACL (one znode per partition state)",
+        p.value_bytes
+    ));
+    zk["connection"] = json!(format!(
+        "one ZooKeeper session (own TCP connection, TCP_NODELAY) per writer, to the leader found with `srvr` (Mode: leader); session timeout {ZK_SESSION_TIMEOUT_MS} ms; client: this crate's jute client on tokio"
+    ));
+    zk["durability"] = json!("server defaults: forceSync=yes, the transaction log is fsynced before a proposal is acknowledged, a quorum of 2 acknowledges each write");
+    et["op"] = json!(format!(
+        "KV.Put of {ZK_ROOT}/w<writer> with a {}-byte value (one Raft entry, a new revision per op)",
+        p.value_bytes
+    ));
+    et["connection"] = json!("one gRPC (HTTP/2) connection per writer to the leader's client URL, found with Maintenance.Status (leader == header.member_id); client: tonic with the etcdserverpb messages in proto/etcd.proto");
+    et["durability"] = json!("server defaults: the WAL is fsynced before a Raft entry is acknowledged, a quorum of 2 acknowledges each write");
+    json!({
+        "order": "trial t: for each writer level: zookeeper, etcd, keel (systems interleaved so machine noise hits all three alike)",
+        "warmup": format!("{} s per system at {} writers before the first trial, not recorded", p.warmup_secs, p.writers.iter().max().copied().unwrap_or(1)),
+        "load_generator": "this process (the `keel` binary, tokio multi-thread runtime): one task per writer, its own persistent connection, one op in flight; the same loop, value generator, timer and error budget for every system",
+        "latency": "p50/p99 pooled over the samples of every successful trial; ops/s is the median of the trials' ops/s",
+        "cpu": "utime+stime of the three server processes of the system (from /proc/<pid>/stat, 100 ticks/s) and of this load generator, over the whole level call (session/connection set-up and close included), as % of one core; other_cpu_pct is the rest of the machine's busy time (/proc/stat) in that window: the idle systems and any other work, i.e. noise",
+        "zookeeper": zk,
+        "etcd": et,
+        "keel": {
+            "skipped": false,
+            "addresses": sys.keel.addrs,
+            "version": env!("CARGO_PKG_VERSION"),
+            "flags": KEEL_FLAGS,
+            "op": format!("IncrementalAlterConfigs SET of bench.k<writer> on topic {TOPIC} with a {}-byte value (one TopicConfig record), the `commit` workload", p.value_bytes),
+            "connection": "one persistent gRPC (HTTP/2) connection per writer to the active controller",
+            "durability": "the Raft log is flushed (sled flush, fsync) before an append is acknowledged; a quorum of 2 acknowledges each write",
+        },
+        "servers_started_by": std::env::var("KEEL_BENCH_COMPARE_SETUP").ok().map(|s| s.lines().map(str::to_string).collect::<Vec<_>>()),
+    })
+}
+
 /// Runs the scenario.
-pub async fn run(_env: &Env, _p: &CompareParams) -> anyhow::Result<Report> {
-    anyhow::bail!("the compare scenario is being built")
+pub async fn run(env: &Env, p: &CompareParams) -> anyhow::Result<Report> {
+    validate(p)?;
+    let started_at = unix_now();
+    let zk = if p.zookeeper.is_empty() {
+        progress!("compare: no --zookeeper endpoints, ZooKeeper is skipped");
+        None
+    } else {
+        let z = setup_zookeeper(p).await?;
+        progress!(
+            "compare: ZooKeeper {} leader {} (server pids {:?})",
+            z.version,
+            z.leader,
+            z.pids
+        );
+        Some(z)
+    };
+    let et = if p.etcd.is_empty() {
+        progress!("compare: no --etcd endpoints, etcd is skipped");
+        None
+    } else {
+        let e = setup_etcd(p).await?;
+        progress!(
+            "compare: etcd {} leader {} (server pids {:?})",
+            e.version,
+            e.leader,
+            e.pids
+        );
+        Some(e)
+    };
+
+    progress!("compare: starting a 3-controller Keel quorum on 127.0.{KEEL_SUBNET}.11-13");
+    let mut c = Cluster::start(&env.exe, KEEL_SUBNET, &KEEL_FLAGS)?;
+    c.wait_active(Duration::from_secs(60)).await?;
+    let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
+    cluster::register_stand_in(&client, 1).await?;
+    cluster::create_topic(&client, TOPIC, 1, 1).await?;
+    c.wait_converged(Duration::from_secs(30)).await?;
+    let keel_pids: Vec<u32> = (0..3).filter_map(|i| c.pid(i)).collect();
+    let mut sys = Systems {
+        zk,
+        etcd: et,
+        keel: c,
+        keel_pids,
+        zk_seq_next: 0,
+    };
+    let systems: Vec<System> = System::ALL
+        .into_iter()
+        .filter(|&s| sys.present(s))
+        .collect();
+
+    if p.warmup_secs > 0.0 {
+        let w = p.writers.iter().max().copied().unwrap_or(1);
+        for &s in &systems {
+            progress!(
+                "compare: warm-up {} at {w} writers for {} s",
+                s.name(),
+                p.warmup_secs
+            );
+            let leader = sys.leader(s, p).await?;
+            sys.level(s, &leader, w, p.warmup_secs, p)
+                .await
+                .with_context(|| format!("warm-up of {}", s.name()))?;
+        }
+    }
+
+    // results[level][system] = trials
+    let mut results: Vec<Vec<Vec<Trial>>> = p
+        .writers
+        .iter()
+        .map(|_| System::ALL.iter().map(|_| Vec::new()).collect())
+        .collect();
+    for t in 0..p.trials {
+        for (li, &w) in p.writers.iter().enumerate() {
+            for &s in &systems {
+                progress!(
+                    "compare: trial {}/{}, {} at {w} writers for {} s",
+                    t + 1,
+                    p.trials,
+                    s.name(),
+                    p.level_secs
+                );
+                let tr = sys.trial(s, t, w, p).await?;
+                if let Err(e) = &tr.result {
+                    progress!("compare: {} trial {} failed: {e}", s.name(), t + 1);
+                }
+                let si = System::ALL.iter().position(|x| *x == s).unwrap_or(0);
+                results[li][si].push(tr);
+            }
+        }
+    }
+    let setup = setup_json(p, &sys);
+    drop(sys);
+
+    let mut levels_json = Vec::new();
+    let mut ratios = Vec::new();
+    for (li, &w) in p.writers.iter().enumerate() {
+        let mut per = serde_json::Map::new();
+        for (si, s) in System::ALL.iter().enumerate() {
+            let v = if systems.contains(s) {
+                let mut v = summarize(&results[li][si]);
+                v["trials"] = Value::Array(results[li][si].iter().map(Trial::json).collect());
+                v
+            } else {
+                json!({ "skipped": true })
+            };
+            per.insert(s.name().to_string(), v);
+        }
+        let ops = |s: &str| per.get(s).and_then(|v| v["ops_per_s"].as_f64());
+        let r = json!({
+            "writers": w,
+            "keel_vs_etcd": ratio(ops("keel"), ops("etcd")).map(r3),
+            "keel_vs_zookeeper": ratio(ops("keel"), ops("zookeeper")).map(r3),
+        });
+        ratios.push(r.clone());
+        let mut l = json!({ "writers": w });
+        for (k, v) in per {
+            l[k] = v;
+        }
+        l["keel_vs_etcd"] = r["keel_vs_etcd"].clone();
+        l["keel_vs_zookeeper"] = r["keel_vs_zookeeper"].clone();
+        levels_json.push(l);
+    }
+
+    let json = json!({
+        "scenario": "compare",
+        "started_at_unix": started_at,
+        "parameters": {
+            "nodes_per_system": 3,
+            "writers": p.writers,
+            "level_secs": p.level_secs,
+            "trials": p.trials,
+            "value_bytes": p.value_bytes,
+            "warmup_secs": p.warmup_secs,
+            "max_ops_per_level": p.max_ops_per_level,
+            "request_timeout_ms": p.request_timeout_ms,
+            "zookeeper": p.zookeeper,
+            "etcd": p.etcd,
+        },
+        "setup": setup,
+        "levels": levels_json,
+        "ratios": ratios,
+        "machine": machine(),
+    });
+    let table = table(p, &json);
+    let summary = summary_line(&json);
+    Ok(Report {
+        scenario: "compare",
+        json,
+        table,
+        summary,
+    })
+}
+
+fn table(p: &CompareParams, j: &Value) -> String {
+    let version = |s: &str| {
+        let v = &j["setup"][s];
+        if v["skipped"].as_bool().unwrap_or(true) {
+            format!("{s}: skipped ({})", cell(&v["reason"]))
+        } else {
+            format!(
+                "{s} {} (leader {})",
+                cell(&v["version"]),
+                cell(&v["leader_at_start"])
+            )
+        }
+    };
+    let mut t = format!(
+        "compare ({}-byte durable writes, 3 nodes each, {} trial(s) x {} s per level; ops/s = median of trials, p50/p99 pooled)\n",
+        p.value_bytes, p.trials, p.level_secs
+    );
+    t += &format!(
+        "{}; {}; keel {}\n",
+        version("zookeeper"),
+        version("etcd"),
+        cell(&j["setup"]["keel"]["version"])
+    );
+    t += &format!(
+        "{:>8} {:<10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>7} {:>8}\n",
+        "writers",
+        "system",
+        "ops/s",
+        "p50 ms",
+        "p99 ms",
+        "srv CPU%",
+        "cli CPU%",
+        "errors",
+        "keel ÷"
+    );
+    for l in j["levels"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+        for s in System::ALL {
+            let v = &l[s.name()];
+            if v["skipped"].as_bool().unwrap_or(false) {
+                continue;
+            }
+            let r = match s {
+                System::Zookeeper => cell(&l["keel_vs_zookeeper"]),
+                System::Etcd => cell(&l["keel_vs_etcd"]),
+                System::Keel => String::new(),
+            };
+            t += &format!(
+                "{:>8} {:<10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>7} {:>8}\n",
+                cell(&l["writers"]),
+                s.name(),
+                cell(&v["ops_per_s"]),
+                cell(&v["p50_ms"]),
+                cell(&v["p99_ms"]),
+                cell(&v["server_cpu_pct"]),
+                cell(&v["client_cpu_pct"]),
+                cell(&v["errors"]),
+                r
+            );
+        }
+    }
+    t += "keel ÷ = Keel ops/s divided by that system's ops/s (medians of this run); CPU % of one core, server = its 3 processes, cli = this load generator\n";
+    let (mut other, mut load) = (Vec::new(), Vec::new());
+    for l in j["levels"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+        for s in System::ALL {
+            for tr in l[s.name()]["trials"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or(&[])
+            {
+                other.extend(tr["other_cpu_pct"].as_f64());
+                load.extend(tr["load_avg_1m"].as_f64());
+            }
+        }
+    }
+    if !other.is_empty() && !load.is_empty() {
+        t += &format!(
+            "noise: CPU used by anything else during a level: median {:.0}%, max {:.0}% of one core; 1-min load average {:.1}..{:.1} on {} cores\n",
+            median(&other),
+            other.iter().copied().fold(0.0, f64::max),
+            load.iter().copied().fold(f64::INFINITY, f64::min),
+            load.iter().copied().fold(0.0, f64::max),
+            cell(&j["machine"]["nproc"])
+        );
+    }
+    t
+}
+
+fn summary_line(j: &Value) -> String {
+    let Some(l) = j["levels"].as_array().and_then(|v| v.last()) else {
+        return "compare: no levels".into();
+    };
+    let ops = |s: &str| {
+        l[s]["ops_per_s"]
+            .as_f64()
+            .map(|v| format!("{v:.0}"))
+            .unwrap_or_else(|| "-".into())
+    };
+    format!(
+        "compare at {} writers: keel {} ops/s, zookeeper {} (keel ÷ {}), etcd {} (keel ÷ {})",
+        cell(&l["writers"]),
+        ops("keel"),
+        ops("zookeeper"),
+        cell(&l["keel_vs_zookeeper"]),
+        ops("etcd"),
+        cell(&l["keel_vs_etcd"]),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok_trial(trial: usize, ops: u64, secs: f64, lat: Vec<f64>, cpu: f64) -> Trial {
+        Trial {
+            trial,
+            leader: "l".into(),
+            result: Ok(Level {
+                writers: 1,
+                ops,
+                errors: 0,
+                secs,
+                lat_ms: lat,
+            }),
+            wall_secs: secs,
+            server_cpu_secs: Some(cpu),
+            client_cpu_secs: None,
+            machine_cpu_secs: None,
+            load_avg_1m: None,
+        }
+    }
+
+    #[test]
+    fn ratio_is_keel_over_peer_and_absent_without_both() {
+        assert_eq!(ratio(Some(2000.0), Some(1000.0)), Some(2.0));
+        assert_eq!(ratio(Some(500.0), Some(1000.0)), Some(0.5));
+        assert_eq!(ratio(None, Some(1000.0)), None);
+        assert_eq!(ratio(Some(1.0), None), None);
+        assert_eq!(ratio(Some(1.0), Some(0.0)), None);
+    }
+
+    #[test]
+    fn summary_takes_the_median_of_trials_and_pools_latencies() {
+        let trials = vec![
+            ok_trial(0, 1000, 1.0, vec![1.0; 10], 0.5),
+            ok_trial(1, 3000, 1.0, vec![3.0; 10], 0.9),
+            ok_trial(2, 2000, 1.0, vec![2.0; 10], 0.7),
+            Trial {
+                trial: 3,
+                leader: "l".into(),
+                result: Err("down".into()),
+                wall_secs: 1.0,
+                server_cpu_secs: None,
+                client_cpu_secs: None,
+                machine_cpu_secs: None,
+                load_avg_1m: None,
+            },
+        ];
+        let s = summarize(&trials);
+        assert_eq!(s["ok_trials"], 3);
+        assert_eq!(s["ops_per_s"].as_f64(), Some(2000.0));
+        assert_eq!(s["ops_per_s_min"].as_f64(), Some(1000.0));
+        assert_eq!(s["ops_per_s_max"].as_f64(), Some(3000.0));
+        // 30 pooled samples: 10 of each; p50 is the 15th, p99 the 30th.
+        assert_eq!(s["p50_ms"].as_f64(), Some(2.0));
+        assert_eq!(s["p99_ms"].as_f64(), Some(3.0));
+        assert_eq!(s["server_cpu_pct"].as_f64(), Some(70.0));
+        // 0.7 s of CPU for 2000 ops.
+        assert_eq!(s["server_cpu_us_per_op"].as_f64(), Some(350.0));
+        assert_eq!(s["client_cpu_pct"], Value::Null);
+        assert_eq!(summarize(&trials[3..])["ops_per_s"], Value::Null);
+    }
+
+    #[test]
+    fn cpu_ticks_come_from_fields_14_and_15_even_with_odd_names() {
+        let stat =
+            "4242 (java (zk) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 0 0 20 0 50 0 99 0 0";
+        assert_eq!(parse_stat_cpu_ticks(stat), Some(1234 + 567));
+        assert_eq!(parse_stat_cpu_ticks("garbage"), None);
+        assert_eq!(parse_stat_cpu_ticks("1 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn machine_busy_time_leaves_out_idle_and_iowait() {
+        let stat = "cpu  100 5 50 1000 40 3 2 1 0 0\ncpu0 50 2 25 500 20 1 1 0 0 0\n";
+        assert_eq!(
+            parse_machine_busy_ticks(stat),
+            Some(100 + 5 + 50 + 3 + 2 + 1)
+        );
+        assert_eq!(parse_machine_busy_ticks("cpu  1 2\n"), None);
+        assert_eq!(parse_machine_busy_ticks("intr 1 2 3\n"), None);
+    }
+
+    #[test]
+    fn other_cpu_is_what_the_machine_used_beyond_server_and_client() {
+        let mut t = ok_trial(0, 100, 1.0, vec![1.0], 0.6);
+        t.client_cpu_secs = Some(0.2);
+        t.machine_cpu_secs = Some(1.1);
+        assert_eq!(t.other_cpu_secs().map(r3), Some(0.3));
+        assert_eq!(t.json()["other_cpu_pct"].as_f64(), Some(30.0));
+        t.machine_cpu_secs = Some(0.5);
+        assert_eq!(t.other_cpu_secs(), Some(0.0));
+    }
+
+    #[test]
+    fn listeners_are_found_in_proc_net_tables() {
+        let ip: std::net::Ipv4Addr = "127.0.21.1".parse().expect("ip");
+        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0115007F:0885 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1 0 100 0 0 10 0\n\
+   1: 0115007F:0885 0115007F:D000 01 00000000:00000000 00:00000000 00000000     0        0 778 1 0 100 0 0 10 0\n";
+        assert_eq!(listen_inode(tcp, ip, 2181), Some(777));
+        assert_eq!(listen_inode(tcp, ip, 2182), None);
+        let tcp6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+   0: 0000000000000000FFFF00000115007F:0885 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 999 1 0 100 0 0 10 0\n";
+        assert_eq!(listen_inode(tcp6, ip, 2181), Some(999));
+        assert_eq!(listen_inode("header\nshort line\n", ip, 2181), None);
+    }
+
+    #[test]
+    fn parameters_are_checked_before_anything_starts() {
+        let ok = CompareParams {
+            etcd: vec!["http://127.0.22.1:2379".into()],
+            ..CompareParams::default()
+        };
+        assert!(validate(&ok).is_ok());
+        assert!(matches!(
+            validate(&CompareParams::default()),
+            Err(CompareError::NoPeers)
+        ));
+        for bad in [
+            CompareParams {
+                trials: 0,
+                ..ok.clone()
+            },
+            CompareParams {
+                writers: vec![],
+                ..ok.clone()
+            },
+            CompareParams {
+                writers: vec![1, 0],
+                ..ok.clone()
+            },
+            CompareParams {
+                level_secs: 0.0,
+                ..ok.clone()
+            },
+            CompareParams {
+                level_secs: f64::NAN,
+                ..ok.clone()
+            },
+            CompareParams {
+                value_bytes: 0,
+                ..ok.clone()
+            },
+        ] {
+            assert!(matches!(validate(&bad), Err(CompareError::BadParams(_))));
+        }
+    }
 }

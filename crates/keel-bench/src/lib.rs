@@ -12,10 +12,12 @@ pub mod cluster;
 pub mod commit;
 pub mod compare;
 pub mod create_topics;
+pub mod etcd;
 pub mod failover;
 pub mod heartbeats;
 pub mod scale;
 pub mod stats;
+pub mod zk;
 
 use std::path::{Path, PathBuf};
 

@@ -156,6 +156,14 @@ fn own_cpu_ticks() -> Option<u64> {
     parse_stat_cpu_ticks(&std::fs::read_to_string("/proc/self/stat").ok()?)
 }
 
+/// `write_bytes` (bytes the process caused to be written to storage) from
+/// the text of /proc/<pid>/io.
+pub fn parse_io_write_bytes(io: &str) -> Option<u64> {
+    io.lines()
+        .find_map(|l| l.strip_prefix("write_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
 /// Busy clock ticks of the whole machine (all CPUs) from the text of
 /// /proc/stat: everything in the `cpu` line but idle and iowait.
 pub fn parse_machine_busy_ticks(stat: &str) -> Option<u64> {
@@ -408,6 +416,10 @@ struct Trial {
     client_cpu_secs: Option<f64>,
     /// CPU seconds of the whole machine (all processes) during the call.
     machine_cpu_secs: Option<f64>,
+    /// Bytes the system's server processes wrote to storage during the call.
+    server_write_bytes: Option<u64>,
+    /// CPU seconds of each other (idle) system's servers during the call.
+    idle_cpu_secs: Vec<(&'static str, f64)>,
     /// 1-minute load average when the level started.
     load_avg_1m: Option<f64>,
 }
@@ -426,6 +438,13 @@ impl Trial {
             self.client_cpu_secs?,
         );
         Some((m - s - c).max(0.0))
+    }
+
+    /// CPU of processes outside this comparison (other work on the
+    /// machine): [`Trial::other_cpu_secs`] less the idle systems.
+    fn outside_cpu_secs(&self) -> Option<f64> {
+        let idle: f64 = self.idle_cpu_secs.iter().map(|(_, c)| c).sum();
+        Some((self.other_cpu_secs()? - idle).max(0.0))
     }
 
     fn ops(&self) -> u64 {
@@ -448,8 +467,19 @@ impl Trial {
             "client_cpu_secs": self.client_cpu_secs.map(r3),
             "client_cpu_pct": cpu_pct(self.client_cpu_secs),
             "client_cpu_us_per_op": cpu_us_per_op(self.client_cpu_secs),
+            "server_write_bytes": self.server_write_bytes,
+            "server_write_bytes_per_op": self
+                .server_write_bytes
+                .filter(|_| self.ops() > 0)
+                .map(|b| r1(b as f64 / self.ops() as f64)),
             "machine_cpu_pct": cpu_pct(self.machine_cpu_secs),
             "other_cpu_pct": cpu_pct(self.other_cpu_secs()),
+            "idle_systems_cpu_pct": self
+                .idle_cpu_secs
+                .iter()
+                .map(|(n, c)| (n.to_string(), json!(cpu_pct(Some(*c)))))
+                .collect::<serde_json::Map<_, _>>(),
+            "outside_cpu_pct": cpu_pct(self.outside_cpu_secs()),
             "load_avg_1m": self.load_avg_1m,
         });
         match &self.result {
@@ -497,7 +527,9 @@ fn summarize(trials: &[Trial]) -> Value {
         "server_cpu_us_per_op": med(&|j| j["server_cpu_us_per_op"].as_f64()),
         "client_cpu_pct": med(&|j| j["client_cpu_pct"].as_f64()),
         "client_cpu_us_per_op": med(&|j| j["client_cpu_us_per_op"].as_f64()),
+        "server_write_bytes_per_op": med(&|j| j["server_write_bytes_per_op"].as_f64()),
         "other_cpu_pct": med(&|j| j["other_cpu_pct"].as_f64()),
+        "outside_cpu_pct": med(&|j| j["outside_cpu_pct"].as_f64()),
     })
 }
 
@@ -564,6 +596,41 @@ async fn setup_etcd(p: &CompareParams) -> Result<Peer, CompareError> {
     })
 }
 
+/// Counters read at one instant, around every level.
+struct Sample {
+    /// CPU seconds of each system's servers, in [`System::ALL`] order.
+    server_cpu_secs: [Option<f64>; 3],
+    /// Storage write bytes of each system's servers, same order.
+    server_write_bytes: [Option<u64>; 3],
+    /// CPU ticks of this process.
+    client_ticks: Option<u64>,
+    /// Busy ticks of the machine.
+    machine_ticks: Option<u64>,
+}
+
+impl Sample {
+    fn index(s: System) -> usize {
+        System::ALL.iter().position(|x| *x == s).unwrap_or(0)
+    }
+
+    /// CPU seconds system `s`'s servers used from `self` to `later`.
+    fn server_cpu(&self, s: System, later: &Sample) -> Option<f64> {
+        let i = Self::index(s);
+        Some((later.server_cpu_secs[i]? - self.server_cpu_secs[i]?).max(0.0))
+    }
+
+    /// Bytes system `s`'s servers wrote from `self` to `later`.
+    fn server_write_bytes(&self, s: System, later: &Sample) -> Option<u64> {
+        let i = Self::index(s);
+        Some(later.server_write_bytes[i]?.saturating_sub(self.server_write_bytes[i]?))
+    }
+}
+
+/// Seconds between two tick counts.
+fn ticks_secs(before: Option<u64>, after: Option<u64>) -> Option<f64> {
+    Some(after?.saturating_sub(before?) as f64 / CLOCK_TICKS_PER_S)
+}
+
 /// What runs one level of one system.
 struct Systems {
     zk: Option<Peer>,
@@ -602,6 +669,31 @@ impl Systems {
             ticks += cpu_ticks(pid)?;
         }
         Some(ticks as f64 / CLOCK_TICKS_PER_S)
+    }
+
+    /// Bytes system `s`'s servers wrote to storage so far (`None` if any is
+    /// unknown).
+    fn server_write_bytes(&self, s: System) -> Option<u64> {
+        let pids = self.pids(s);
+        if pids.len() != 3 {
+            return None;
+        }
+        let mut bytes = 0;
+        for &pid in pids {
+            bytes +=
+                parse_io_write_bytes(&std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?)?;
+        }
+        Some(bytes)
+    }
+
+    /// Every counter a trial reports, read at one instant.
+    fn sample(&self) -> Sample {
+        Sample {
+            server_cpu_secs: System::ALL.map(|s| self.server_cpu(s)),
+            server_write_bytes: System::ALL.map(|s| self.server_write_bytes(s)),
+            client_ticks: own_cpu_ticks(),
+            machine_ticks: machine_busy_ticks(),
+        }
     }
 
     /// The current leader of `s` (looked up again before every level, so a
@@ -693,14 +785,14 @@ impl Systems {
     ) -> anyhow::Result<Trial> {
         let leader = self.leader(s, p).await?;
         let load_avg_1m = load_avg_1m();
-        let cpu0 = (self.server_cpu(s), own_cpu_ticks(), machine_busy_ticks());
+        let before = self.sample();
         let t0 = Instant::now();
         let result = self
             .level(s, &leader, writers, p.level_secs, p)
             .await
             .map_err(|e| format!("{e:#}"));
         let wall_secs = t0.elapsed().as_secs_f64();
-        let cpu1 = (self.server_cpu(s), own_cpu_ticks(), machine_busy_ticks());
+        let after = self.sample();
         if s == System::Keel {
             // A dead controller is fatal for Keel's figures.
             self.keel.check_alive()?;
@@ -710,15 +802,15 @@ impl Systems {
             leader,
             result,
             wall_secs,
-            server_cpu_secs: cpu0.0.zip(cpu1.0).map(|(a, b)| (b - a).max(0.0)),
-            client_cpu_secs: cpu0
-                .1
-                .zip(cpu1.1)
-                .map(|(a, b)| b.saturating_sub(a) as f64 / CLOCK_TICKS_PER_S),
-            machine_cpu_secs: cpu0
-                .2
-                .zip(cpu1.2)
-                .map(|(a, b)| b.saturating_sub(a) as f64 / CLOCK_TICKS_PER_S),
+            server_cpu_secs: before.server_cpu(s, &after),
+            client_cpu_secs: ticks_secs(before.client_ticks, after.client_ticks),
+            machine_cpu_secs: ticks_secs(before.machine_ticks, after.machine_ticks),
+            server_write_bytes: before.server_write_bytes(s, &after),
+            idle_cpu_secs: System::ALL
+                .into_iter()
+                .filter(|&o| o != s && self.present(o))
+                .filter_map(|o| Some((o.name(), before.server_cpu(o, &after)?)))
+                .collect(),
             load_avg_1m,
         })
     }
@@ -757,7 +849,7 @@ fn setup_json(p: &CompareParams, sys: &Systems) -> Value {
         "warmup": format!("{} s per system at {} writers before the first trial, not recorded", p.warmup_secs, p.writers.iter().max().copied().unwrap_or(1)),
         "load_generator": "this process (the `keel` binary, tokio multi-thread runtime): one task per writer, its own persistent connection, one op in flight; the same loop, value generator, timer and error budget for every system",
         "latency": "p50/p99 pooled over the samples of every successful trial; ops/s is the median of the trials' ops/s",
-        "cpu": "utime+stime of the three server processes of the system (from /proc/<pid>/stat, 100 ticks/s) and of this load generator, over the whole level call (session/connection set-up and close included), as % of one core; other_cpu_pct is the rest of the machine's busy time (/proc/stat) in that window: the idle systems and any other work, i.e. noise",
+        "cpu": "utime+stime of the three server processes of the system (from /proc/<pid>/stat, 100 ticks/s) and of this load generator, over the whole level call (session/connection set-up and close included), as % of one core; other_cpu_pct is the rest of the machine's busy time (/proc/stat) in that window, idle_systems_cpu_pct the part of it the two idle systems used, outside_cpu_pct what remains: work outside the comparison, i.e. noise; server_write_bytes is write_bytes of /proc/<pid>/io summed over the three servers",
         "zookeeper": zk,
         "etcd": et,
         "keel": {
@@ -950,8 +1042,15 @@ fn table(p: &CompareParams, j: &Value) -> String {
         version("etcd"),
         cell(&j["setup"]["keel"]["version"])
     );
-    t += &format!(
-        "{:>8} {:<10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>7} {:>8}\n",
+    let row = |c: [&str; 10]| {
+        let line = format!(
+            "{:>7} {:<9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9]
+        );
+        // Keel's rows have no ratio: no trailing blanks.
+        line.trim_end().to_string() + "\n"
+    };
+    t += &row([
         "writers",
         "system",
         "ops/s",
@@ -959,53 +1058,91 @@ fn table(p: &CompareParams, j: &Value) -> String {
         "p99 ms",
         "srv CPU%",
         "cli CPU%",
-        "errors",
-        "keel ÷"
-    );
-    for l in j["levels"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+        "srv us/op",
+        "disk B/op",
+        "keel ÷",
+    ]);
+    let levels = j["levels"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    let mut errors = Vec::new();
+    for l in levels {
         for s in System::ALL {
             let v = &l[s.name()];
             if v["skipped"].as_bool().unwrap_or(false) {
                 continue;
+            }
+            if v["errors"].as_u64().unwrap_or(0) > 0 || v["ok_trials"] != json!(p.trials) {
+                errors.push(format!(
+                    "{} at {} writers: {} failed ops, {} of {} trials ok",
+                    s.name(),
+                    cell(&l["writers"]),
+                    cell(&v["errors"]),
+                    cell(&v["ok_trials"]),
+                    p.trials
+                ));
             }
             let r = match s {
                 System::Zookeeper => cell(&l["keel_vs_zookeeper"]),
                 System::Etcd => cell(&l["keel_vs_etcd"]),
                 System::Keel => String::new(),
             };
-            t += &format!(
-                "{:>8} {:<10} {:>10} {:>9} {:>9} {:>8} {:>8} {:>7} {:>8}\n",
-                cell(&l["writers"]),
+            let disk = v["server_write_bytes_per_op"]
+                .as_f64()
+                .map(|b| format!("{b:.0}"))
+                .unwrap_or_else(|| "-".into());
+            t += &row([
+                &cell(&l["writers"]),
                 s.name(),
-                cell(&v["ops_per_s"]),
-                cell(&v["p50_ms"]),
-                cell(&v["p99_ms"]),
-                cell(&v["server_cpu_pct"]),
-                cell(&v["client_cpu_pct"]),
-                cell(&v["errors"]),
-                r
-            );
+                &cell(&v["ops_per_s"]),
+                &cell(&v["p50_ms"]),
+                &cell(&v["p99_ms"]),
+                &cell(&v["server_cpu_pct"]),
+                &cell(&v["client_cpu_pct"]),
+                &cell(&v["server_cpu_us_per_op"]),
+                &disk,
+                &r,
+            ]);
         }
     }
-    t += "keel ÷ = Keel ops/s divided by that system's ops/s (medians of this run); CPU % of one core, server = its 3 processes, cli = this load generator\n";
-    let (mut other, mut load) = (Vec::new(), Vec::new());
-    for l in j["levels"].as_array().map(Vec::as_slice).unwrap_or(&[]) {
+    t += "keel ÷ = Keel ops/s divided by that system's ops/s (medians of this run); CPU % of one core (srv = the system's 3 processes, cli = this load generator); srv us/op = server CPU per op; disk B/op = bytes the 3 servers wrote to storage per op\n";
+    for e in errors {
+        t += &format!("errors: {e}\n");
+    }
+    // Noise: what the idle systems and everything outside the comparison
+    // used while a level ran.
+    let (mut outside, mut load) = (Vec::new(), Vec::new());
+    let mut idle: Vec<(&str, Vec<f64>)> =
+        System::ALL.iter().map(|s| (s.name(), Vec::new())).collect();
+    for l in levels {
         for s in System::ALL {
             for tr in l[s.name()]["trials"]
                 .as_array()
                 .map(Vec::as_slice)
                 .unwrap_or(&[])
             {
-                other.extend(tr["other_cpu_pct"].as_f64());
+                outside.extend(tr["outside_cpu_pct"].as_f64());
                 load.extend(tr["load_avg_1m"].as_f64());
+                for (name, v) in idle.iter_mut() {
+                    v.extend(tr["idle_systems_cpu_pct"][*name].as_f64());
+                }
             }
         }
     }
-    if !other.is_empty() && !load.is_empty() {
+    let idle: Vec<String> = idle
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(n, v)| format!("{n} {:.1}%", median(v)))
+        .collect();
+    if !idle.is_empty() {
         t += &format!(
-            "noise: CPU used by anything else during a level: median {:.0}%, max {:.0}% of one core; 1-min load average {:.1}..{:.1} on {} cores\n",
-            median(&other),
-            other.iter().copied().fold(0.0, f64::max),
+            "idle CPU of each system while another ran (median): {}\n",
+            idle.join(", ")
+        );
+    }
+    if !outside.is_empty() && !load.is_empty() {
+        t += &format!(
+            "noise: CPU used outside the comparison during a level: median {:.0}%, max {:.0}% of one core; 1-min load average {:.1}..{:.1} on {} cores\n",
+            median(&outside),
+            outside.iter().copied().fold(0.0, f64::max),
             load.iter().copied().fold(f64::INFINITY, f64::min),
             load.iter().copied().fold(0.0, f64::max),
             cell(&j["machine"]["nproc"])
@@ -1054,6 +1191,8 @@ mod tests {
             server_cpu_secs: Some(cpu),
             client_cpu_secs: None,
             machine_cpu_secs: None,
+            server_write_bytes: Some(ops * 500),
+            idle_cpu_secs: Vec::new(),
             load_avg_1m: None,
         }
     }
@@ -1081,6 +1220,8 @@ mod tests {
                 server_cpu_secs: None,
                 client_cpu_secs: None,
                 machine_cpu_secs: None,
+                server_write_bytes: None,
+                idle_cpu_secs: Vec::new(),
                 load_avg_1m: None,
             },
         ];
@@ -1126,8 +1267,23 @@ mod tests {
         t.machine_cpu_secs = Some(1.1);
         assert_eq!(t.other_cpu_secs().map(r3), Some(0.3));
         assert_eq!(t.json()["other_cpu_pct"].as_f64(), Some(30.0));
+        t.idle_cpu_secs = vec![("etcd", 0.1)];
+        assert_eq!(t.outside_cpu_secs().map(r3), Some(0.2));
+        assert_eq!(
+            t.json()["idle_systems_cpu_pct"]["etcd"].as_f64(),
+            Some(10.0)
+        );
+        assert_eq!(t.json()["server_write_bytes_per_op"].as_f64(), Some(500.0));
         t.machine_cpu_secs = Some(0.5);
         assert_eq!(t.other_cpu_secs(), Some(0.0));
+        assert_eq!(t.outside_cpu_secs(), Some(0.0));
+    }
+
+    #[test]
+    fn write_bytes_come_from_proc_pid_io() {
+        let io = "rchar: 10\nwchar: 20\nsyscr: 1\nsyscw: 2\nread_bytes: 0\nwrite_bytes: 4096\ncancelled_write_bytes: 0\n";
+        assert_eq!(parse_io_write_bytes(io), Some(4096));
+        assert_eq!(parse_io_write_bytes("rchar: 1\n"), None);
     }
 
     #[test]

@@ -1,13 +1,16 @@
 //! Benchmarks of the pure core: replay of partition changes, leader
-//! selectors, and the record batch codec. Under `cargo bench` it first
-//! prints one figure as JSON: the time to replay 1,000,000 `PartitionChange`
-//! records (10,000 partitions, batches of 1,000) into an image.
+//! selectors, replica placement, the record batch codec and snapshot
+//! encode/decode. Under `cargo bench` it first prints two figures as JSON
+//! lines: the time to replay 1,000,000 `PartitionChange` records (10,000
+//! partitions, batches of 1,000) into an image, and the size, encode and
+//! decode (with validation) times of a 1,000,000-partition snapshot.
 
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BatchSize, Criterion, Throughput};
+use keel_metadata::placement::{place_replicas, PlacementBroker};
 use keel_metadata::records::RecordBatch;
 use keel_metadata::selectors::{controlled_shutdown, offline_partition, preferred_replica};
 use keel_metadata::{
@@ -15,6 +18,8 @@ use keel_metadata::{
     PartitionChangeRecord, PartitionId, PartitionRecord, RegisterBrokerRecord, TopicId,
     TopicPartition, TopicRecord,
 };
+use rand::rngs::StdRng;
+use rand::SeedableRng;
 
 const BROKERS: u32 = 3;
 const TOPICS: u32 = 100;
@@ -30,6 +35,11 @@ fn topic_id(t: u32) -> TopicId {
 /// replicated on all three brokers (preferred leader rotating). Returns the
 /// image and the next free log index.
 fn cluster() -> (MetadataImage, u64) {
+    cluster_of(TOPICS)
+}
+
+/// [`cluster`] with `topics` topics of 100 partitions.
+fn cluster_of(topics: u32) -> (MetadataImage, u64) {
     let mut image = MetadataImage::new();
     let mut offset = 0;
     let mut apply = |image: &mut MetadataImage, records: Vec<MetadataRecord>| {
@@ -62,7 +72,7 @@ fn cluster() -> (MetadataImage, u64) {
             })
             .collect(),
     );
-    for t in 0..TOPICS {
+    for t in 0..topics {
         let mut records = vec![MetadataRecord::Topic(TopicRecord {
             topic_id: topic_id(t),
             name: format!("topic-{t}"),
@@ -157,6 +167,26 @@ fn replay_figure() {
     );
 }
 
+/// Builds a 1,000,000-partition image (10,000 topics of 100, RF 3), then
+/// encodes and decodes it once, and prints the figures as one JSON line.
+fn snapshot_figure() {
+    let start = Instant::now();
+    let (image, _) = cluster_of(10_000);
+    let build_seconds = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let bytes = image.encode();
+    let encode_seconds = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let decoded = MetadataImage::decode(&bytes).expect("decodes");
+    let decode_seconds = start.elapsed().as_secs_f64();
+    assert_eq!(decoded.partition_count(), image.partition_count());
+    println!(
+        "{{\"snapshot_partitions\":{},\"bytes\":{},\"build_by_replay_seconds\":{build_seconds:.3},\"encode_seconds\":{encode_seconds:.3},\"decode_seconds\":{decode_seconds:.3}}}",
+        image.partition_count(),
+        bytes.len(),
+    );
+}
+
 fn bench_replay(c: &mut Criterion) {
     let (image, first) = cluster();
     let batch = batches(partition_changes(BATCH)).remove(0);
@@ -195,6 +225,35 @@ fn bench_selectors(c: &mut Criterion) {
     g.finish();
 }
 
+/// `n` brokers spread over `racks` racks (`None`: no rack declared).
+fn placement_brokers(n: u32, racks: Option<u32>) -> Vec<PlacementBroker> {
+    (0..n)
+        .map(|b| PlacementBroker {
+            id: BrokerId(b),
+            rack: racks.map(|r| format!("rack-{}", b % r)),
+        })
+        .collect()
+}
+
+fn bench_placement(c: &mut Criterion) {
+    let mut g = c.benchmark_group("placement");
+    for (partitions, brokers, racks) in
+        [(100, 3, None), (1_000, 30, Some(3)), (10_000, 100, Some(5))]
+    {
+        let list = placement_brokers(brokers, racks);
+        let name = format!(
+            "{partitions}_partitions_rf3_{brokers}_brokers_{}_racks",
+            racks.unwrap_or(0)
+        );
+        g.throughput(Throughput::Elements(u64::from(partitions)));
+        g.bench_function(name, |b| {
+            let mut rng = StdRng::seed_from_u64(7);
+            b.iter(|| place_replicas(black_box(&list), partitions, 3, &mut rng).expect("placeable"))
+        });
+    }
+    g.finish();
+}
+
 fn bench_codec(c: &mut Criterion) {
     let batch = batches(partition_changes(BATCH)).remove(0);
     let bytes = batch.encode();
@@ -216,12 +275,23 @@ fn bench_codec(c: &mut Criterion) {
         b.iter(|| MetadataImage::decode(black_box(&snapshot)).expect("decodes"))
     });
     g.finish();
+
+    let (image, _) = cluster_of(1_000);
+    let snapshot = image.encode();
+    let mut g = c.benchmark_group("snapshot_100k_partitions");
+    g.throughput(Throughput::Elements(image.partition_count() as u64));
+    g.bench_function("encode", |b| b.iter(|| black_box(&image).encode()));
+    g.bench_function("decode", |b| {
+        b.iter(|| MetadataImage::decode(black_box(&snapshot)).expect("decodes"))
+    });
+    g.finish();
 }
 
 fn main() {
     // The figure only under `cargo bench`; a test-mode run stays quick.
     if std::env::args().any(|a| a == "--bench") {
         replay_figure();
+        snapshot_figure();
     }
     let mut c = Criterion::default()
         .sample_size(10)
@@ -230,6 +300,7 @@ fn main() {
         .configure_from_args();
     bench_replay(&mut c);
     bench_selectors(&mut c);
+    bench_placement(&mut c);
     bench_codec(&mut c);
     c.final_summary();
 }

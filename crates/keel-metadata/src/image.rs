@@ -8,6 +8,7 @@
 //! against a working copy that shares structure with the committed one.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 use std::sync::Arc;
 
 use imbl::OrdMap;
@@ -21,7 +22,7 @@ use crate::ids::{
 };
 use crate::records::{
     decode_versioned, encode_plain, LeaderChange, MetadataRecord, PartitionChangeRecord,
-    PartitionRecord, RecordBatch, RegisterBrokerRecord, TopicRecord,
+    PartitionRecord, RecordBatch, RegisterBrokerRecord, TopicRecord, RECORD_FORMAT_VERSION,
 };
 use crate::state::{PartitionState, ReplicaState, TransitionError};
 
@@ -965,7 +966,46 @@ impl MetadataImage {
 
     /// Hex SHA-256 of the canonical encoding: equal on every node that
     /// applied the same records.
+    ///
+    /// The encoding is streamed into the hasher through a small buffer
+    /// rather than built first: a large image's encoding is tens of MB.
     pub fn hash(&self) -> String {
-        hex::encode(Sha256::digest(self.encode()))
+        let mut hasher = Sha256::new();
+        hasher.update(RECORD_FORMAT_VERSION.to_le_bytes());
+        let mut out = std::io::BufWriter::with_capacity(64 << 10, &mut hasher);
+        let written =
+            bincode::serde::encode_into_std_write(self, &mut out, bincode::config::standard())
+                .map_err(|e| e.to_string())
+                .and_then(|_| out.flush().map_err(|e| e.to_string()));
+        drop(out);
+        if let Err(e) = written {
+            // Hashing writes to memory and the image is plain data.
+            unreachable!("hashing the image's encoding failed: {e}");
+        }
+        hex::encode(hasher.finalize())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_is_the_sha256_of_the_encoding() {
+        let mut image = MetadataImage::new();
+        image
+            .replay(
+                &MetadataRecord::RegisterBroker(RegisterBrokerRecord {
+                    broker: BrokerId(1),
+                    incarnation: IncarnationId(9),
+                    address: "127.0.0.1:9092".into(),
+                    rack: None,
+                    log_dirs: vec![],
+                }),
+                1,
+            )
+            .unwrap();
+        image.advance_offset(1);
+        assert_eq!(image.hash(), hex::encode(Sha256::digest(image.encode())));
     }
 }

@@ -187,19 +187,46 @@ impl<'de> Visitor<'de> for TableVisitor {
 
     fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Self::Value, A::Error> {
         let mut table = PartitionTable::default();
+        // The chunk being filled, inserted into the map once complete (one
+        // map insertion per chunk rather than a lookup per partition).
+        let mut open: Option<((TopicId, u32), Chunk)> = None;
+        let close = |table: &mut PartitionTable, key, mut chunk: Chunk| {
+            // A topic's last chunk may be short: give back the room.
+            chunk.shrink_to_fit();
+            table.len += chunk.len();
+            table.chunks.insert(key, Arc::new(chunk));
+        };
         let mut last: Option<TopicPartition> = None;
         while let Some((tp, p)) = entries.next_entry::<TopicPartition, PartitionImage>()? {
-            if last.is_some_and(|l| l.topic_id > tp.topic_id) {
-                return Err(A::Error::custom(
-                    "partition map keys not strictly increasing",
-                ));
+            let next = match last {
+                Some(l) if l.topic_id == tp.topic_id => {
+                    tp.partition.0.checked_sub(1) == Some(l.partition.0)
+                }
+                Some(l) => l.topic_id < tp.topic_id && tp.partition.0 == 0,
+                None => tp.partition.0 == 0,
+            };
+            if !next {
+                return Err(A::Error::custom(format!(
+                    "partition {tp} is not the next partition of its topic \
+                     (keys must be strictly increasing, without gaps)"
+                )));
             }
-            table.push(tp, p).map_err(|NotNext| {
-                A::Error::custom(format!(
-                    "partition {tp} is not the next partition of its topic"
-                ))
-            })?;
+            let (key, slot) = locate(&tp);
+            match &mut open {
+                Some((k, chunk)) if *k == key && chunk.len() == slot => chunk.push((tp, p)),
+                _ => {
+                    if let Some((k, chunk)) = open.take() {
+                        close(&mut table, k, chunk);
+                    }
+                    let mut chunk = Vec::with_capacity(CHUNK as usize);
+                    chunk.push((tp, p));
+                    open = Some((key, chunk));
+                }
+            }
             last = Some(tp);
+        }
+        if let Some((k, chunk)) = open {
+            close(&mut table, k, chunk);
         }
         Ok(table)
     }

@@ -24,6 +24,9 @@ use crate::state::BrokerState;
 use crate::view::BrokerStateView;
 use crate::{isr, lifecycle, replica, BrokerConfig, BrokerError};
 
+/// Largest controller request the broker decodes.
+const CONTROL_MAX_MESSAGE_BYTES: usize = 64 << 20;
+
 /// Upper bound on waiting for the controller to release a controlled shutdown.
 pub const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -82,9 +85,14 @@ impl Broker {
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
         let server = tonic::transport::Server::builder()
-            .add_service(BrokerControlServiceServer::new(ControlService {
-                shared: shared.clone(),
-            }))
+            .add_service(
+                BrokerControlServiceServer::new(ControlService {
+                    shared: shared.clone(),
+                })
+                // A LeaderAndIsr or UpdateMetadata may carry thousands of
+                // partitions with long topic names.
+                .max_decoding_message_size(CONTROL_MAX_MESSAGE_BYTES),
+            )
             .add_service(ReplicaServiceServer::new(ReplicaHandler {
                 shared: shared.clone(),
             }));

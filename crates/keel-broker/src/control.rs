@@ -42,16 +42,31 @@ impl BrokerControlService for ControlService {
         }
         let ce = ControllerEpoch(req.stamp.as_ref().map_or(0, |s| s.controller_epoch));
         st.remember_leader_addresses(&req.leaders);
-        let mut partitions = Vec::with_capacity(req.partitions.len());
-        for p in &req.partitions {
-            let r = wire::partition_update(p).and_then(|u| st.apply_leader_and_isr(u, ce, now));
-            if let Err(e) = &r {
-                metrics::rejected(e.code);
-                warn!(partition = p.partition, code = %e.code, reason = %e.message, "LeaderAndIsr partition rejected");
-            }
-            partitions.push(wire::partition_error(&p.topic_id, p.partition, &r));
+        let mut keys = Vec::with_capacity(req.partitions.len());
+        let mut updates = Vec::with_capacity(req.partitions.len());
+        for mut p in req.partitions {
+            let topic_id = std::mem::take(&mut p.topic_id);
+            let partition = p.partition;
+            updates.push(wire::partition_update_owned(&topic_id, p));
+            keys.push((topic_id, partition));
         }
-        st.publish_gauges();
+        let results = st.apply_leader_and_isr_all(updates, ce, now);
+        drop(st);
+        let partitions = keys
+            .into_iter()
+            .zip(results)
+            .map(|((topic_id, partition), r)| {
+                if let Err(e) = &r {
+                    metrics::rejected(e.code);
+                    warn!(partition, code = %e.code, reason = %e.message, "LeaderAndIsr partition rejected");
+                }
+                pb::PartitionError {
+                    topic_id,
+                    partition,
+                    error: wire::result_error(&r),
+                }
+            })
+            .collect();
         Ok(Response::new(pb::LeaderAndIsrResponse {
             error: None,
             partitions,
@@ -68,7 +83,7 @@ impl BrokerControlService for ControlService {
             .check_stamp(req.stamp.as_ref())
             .inspect_err(|e| rejected("UpdateMetadata", e))
             .and_then(|()| {
-                st.update_metadata(&req).inspect_err(|e| {
+                st.update_metadata(req).inspect_err(|e| {
                     metrics::rejected(e.code);
                     warn!(code = %e.code, reason = %e.message, "UpdateMetadata rejected");
                 })
@@ -91,24 +106,39 @@ impl BrokerControlService for ControlService {
                 partitions: Vec::new(),
             }));
         }
-        let mut partitions = Vec::with_capacity(req.partitions.len());
-        for item in &req.partitions {
-            let r = wire::topic_id(&item.topic_id).and_then(|t| {
-                st.stop_replica(
-                    TopicPartition::new(t, item.partition),
-                    item.delete,
-                    LeaderEpoch(item.leader_epoch),
-                )
-            });
-            if let Err(e) = &r {
-                metrics::rejected(e.code);
-                if e.code != ErrorCode::InvalidRequest {
-                    warn!(partition = item.partition, code = %e.code, reason = %e.message, "StopReplica partition rejected");
+        let items = req
+            .partitions
+            .iter()
+            .map(|item| {
+                wire::topic_id(&item.topic_id).map(|t| {
+                    (
+                        TopicPartition::new(t, item.partition),
+                        item.delete,
+                        LeaderEpoch(item.leader_epoch),
+                    )
+                })
+            })
+            .collect();
+        let results = st.stop_replica_all(items);
+        drop(st);
+        let partitions = req
+            .partitions
+            .into_iter()
+            .zip(results)
+            .map(|(item, r)| {
+                if let Err(e) = &r {
+                    metrics::rejected(e.code);
+                    if e.code != ErrorCode::InvalidRequest {
+                        warn!(partition = item.partition, code = %e.code, reason = %e.message, "StopReplica partition rejected");
+                    }
                 }
-            }
-            partitions.push(wire::partition_error(&item.topic_id, item.partition, &r));
-        }
-        st.publish_gauges();
+                pb::PartitionError {
+                    topic_id: item.topic_id,
+                    partition: item.partition,
+                    error: wire::result_error(&r),
+                }
+            })
+            .collect();
         Ok(Response::new(pb::StopReplicaResponse {
             error: None,
             partitions,

@@ -3,9 +3,10 @@
 //! the fencing invariants (one leader per leader epoch, epochs never go back).
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
+use keel_metadata::{BrokerId, TopicPartition};
 use serde::{Deserialize, Serialize};
 
 use crate::BrokerError;
@@ -48,29 +49,173 @@ pub struct HistoryEntry {
     pub accepted_at_ms: u64,
 }
 
-/// Append-only writer. Each line goes out in one `write` on an `O_APPEND`
-/// file, before the request that caused it is answered, so a killed
-/// process never leaves a torn or missing line for an answered request.
-/// Without a file (unit tests) lines are kept in memory.
+impl HistoryEvent {
+    fn name(self) -> &'static str {
+        match self {
+            HistoryEvent::LeaderAndIsr => "leader_and_isr",
+            HistoryEvent::AlterPartition => "alter_partition",
+            HistoryEvent::Resigned => "resigned",
+            HistoryEvent::Stopped => "stopped",
+        }
+    }
+}
+
+/// One line about to be written, borrowing what the broker holds: a
+/// LeaderAndIsr for 100,000 partitions writes 100,000 of them, so encoding
+/// one allocates nothing.
+#[derive(Clone, Debug)]
+pub(crate) struct Line<'a> {
+    pub event: HistoryEvent,
+    pub tp: TopicPartition,
+    pub leader: Option<BrokerId>,
+    pub leader_epoch: u32,
+    pub partition_epoch: u32,
+    pub isr: &'a [BrokerId],
+    pub replicas: &'a [BrokerId],
+    pub controller_epoch: u64,
+    pub broker_id: u32,
+    pub broker_epoch: u64,
+    pub accepted_at_ms: u64,
+}
+
+impl Line<'_> {
+    /// The line as [`read_history`] returns it.
+    pub(crate) fn to_entry(&self) -> HistoryEntry {
+        HistoryEntry {
+            event: self.event,
+            topic_id: self.tp.topic_id.to_string(),
+            partition: self.tp.partition.0,
+            leader: self.leader.map(|b| b.0),
+            leader_epoch: self.leader_epoch,
+            partition_epoch: self.partition_epoch,
+            isr: self.isr.iter().map(|b| b.0).collect(),
+            replicas: self.replicas.iter().map(|b| b.0).collect(),
+            controller_epoch: self.controller_epoch,
+            broker_id: self.broker_id,
+            broker_epoch: self.broker_epoch,
+            accepted_at_ms: self.accepted_at_ms,
+        }
+    }
+
+    /// Appends the line as JSON (what serde would write for
+    /// [`Line::to_entry`], byte for byte) and a newline.
+    fn write_json(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(b"{\"event\":\"");
+        out.extend_from_slice(self.event.name().as_bytes());
+        out.extend_from_slice(b"\",\"topic_id\":\"");
+        write_uuid(out, self.tp.topic_id.0);
+        out.extend_from_slice(b"\",\"partition\":");
+        write_u64(out, u64::from(self.tp.partition.0));
+        out.extend_from_slice(b",\"leader\":");
+        match self.leader {
+            Some(b) => write_u64(out, u64::from(b.0)),
+            None => out.extend_from_slice(b"null"),
+        }
+        out.extend_from_slice(b",\"leader_epoch\":");
+        write_u64(out, u64::from(self.leader_epoch));
+        out.extend_from_slice(b",\"partition_epoch\":");
+        write_u64(out, u64::from(self.partition_epoch));
+        out.extend_from_slice(b",\"isr\":");
+        write_ids(out, self.isr);
+        out.extend_from_slice(b",\"replicas\":");
+        write_ids(out, self.replicas);
+        out.extend_from_slice(b",\"controller_epoch\":");
+        write_u64(out, self.controller_epoch);
+        out.extend_from_slice(b",\"broker_id\":");
+        write_u64(out, u64::from(self.broker_id));
+        out.extend_from_slice(b",\"broker_epoch\":");
+        write_u64(out, self.broker_epoch);
+        out.extend_from_slice(b",\"accepted_at_ms\":");
+        write_u64(out, self.accepted_at_ms);
+        out.extend_from_slice(b"}\n");
+    }
+}
+
+fn write_u64(out: &mut Vec<u8>, mut v: u64) {
+    // Two digits per division: ids and epochs are small, timestamps 13 digits.
+    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+        2021222324252627282930313233343536373839\
+        4041424344454647484950515253545556575859\
+        6061626364656667686970717273747576777879\
+        8081828384858687888990919293949596979899";
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    while v >= 100 {
+        let pair = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        digits[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if v >= 10 {
+        let pair = v as usize * 2;
+        i -= 2;
+        digits[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
+        i -= 1;
+        digits[i] = b'0' + v as u8;
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+fn write_ids(out: &mut Vec<u8>, ids: &[BrokerId]) {
+    out.push(b'[');
+    for (i, b) in ids.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_u64(out, u64::from(b.0));
+    }
+    out.push(b']');
+}
+
+/// The text form of a topic id (as `TopicId`'s `Display` writes it).
+fn write_uuid(out: &mut Vec<u8>, v: u128) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for (i, byte) in v.to_be_bytes().iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            out.push(b'-');
+        }
+        out.push(HEX[usize::from(byte >> 4)]);
+        out.push(HEX[usize::from(byte & 0xf)]);
+    }
+}
+
+/// Append-only writer. The lines of one request are staged, then go out
+/// in one `write` on an `O_APPEND` file before the request is answered:
+/// the page cache holds them from then on, so a killed process never loses
+/// a line of an answered request (no fsync: the file records what this
+/// process accepted, and a machine crash ends the process's story anyway).
+/// A write that fails half-way is cut back off; a line torn by a kill in
+/// the middle of a write (its request was never answered) is cut off when
+/// the file is opened again. Without a file (unit tests) lines are kept in
+/// memory.
 #[derive(Debug)]
 pub(crate) struct HistoryLog {
     path: PathBuf,
     file: Option<File>,
     /// Lines written, when there is no file.
     memory: Vec<HistoryEntry>,
+    /// Encoded lines staged for the next [`HistoryLog::commit`].
+    staged: Vec<u8>,
+    /// Lines staged, when there is no file.
+    staged_memory: Vec<HistoryEntry>,
 }
 
 impl HistoryLog {
     pub(crate) fn open(path: &Path) -> Result<Self, BrokerError> {
-        let file = OpenOptions::new()
+        let mut file = OpenOptions::new()
             .create(true)
+            .read(true)
             .append(true)
             .open(path)
             .map_err(|e| BrokerError::io(path, e))?;
+        cut_torn_tail(&mut file, path)?;
         Ok(Self {
             path: path.to_path_buf(),
             file: Some(file),
             memory: Vec::new(),
+            staged: Vec::new(),
+            staged_memory: Vec::new(),
         })
     }
 
@@ -80,6 +225,8 @@ impl HistoryLog {
             path: PathBuf::from("<memory>"),
             file: None,
             memory: Vec::new(),
+            staged: Vec::new(),
+            staged_memory: Vec::new(),
         }
     }
 
@@ -88,20 +235,79 @@ impl HistoryLog {
         &self.memory
     }
 
-    pub(crate) fn append(&mut self, entry: &HistoryEntry) -> Result<(), BrokerError> {
+    /// Writes one line now.
+    pub(crate) fn append(&mut self, line: &Line<'_>) -> Result<(), BrokerError> {
+        self.stage(line);
+        self.commit()
+    }
+
+    /// Adds a line to the next write.
+    pub(crate) fn stage(&mut self, line: &Line<'_>) {
+        if self.file.is_none() {
+            self.staged_memory.push(line.to_entry());
+        } else {
+            line.write_json(&mut self.staged);
+        }
+    }
+
+    /// Writes every staged line in one write; on failure none of them
+    /// stays in the file (as far as the file system lets us undo).
+    pub(crate) fn commit(&mut self) -> Result<(), BrokerError> {
         let Some(file) = self.file.as_mut() else {
-            self.memory.push(entry.clone());
+            self.memory.append(&mut self.staged_memory);
             return Ok(());
         };
-        let mut line = serde_json::to_vec(entry).map_err(|e| BrokerError::Io {
-            path: self.path.clone(),
-            message: e.to_string(),
-        })?;
-        line.push(b'\n');
-        file.write_all(&line)
-            .and_then(|()| file.flush())
-            .map_err(|e| BrokerError::io(&self.path, e))
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        let buf = std::mem::take(&mut self.staged);
+        let before = file.metadata().map(|m| m.len());
+        let r = file.write_all(&buf);
+        // Keep the allocation for the next request.
+        self.staged = buf;
+        self.staged.clear();
+        if let Err(e) = r {
+            if let Ok(len) = before {
+                let _ = file.set_len(len);
+            }
+            return Err(BrokerError::io(&self.path, e));
+        }
+        Ok(())
     }
+}
+
+/// Cuts a last line without its newline: the process died inside the write
+/// of a request it never answered.
+fn cut_torn_tail(file: &mut File, path: &Path) -> Result<(), BrokerError> {
+    let meta = file.metadata().map_err(|e| BrokerError::io(path, e))?;
+    if !meta.is_file() || meta.len() == 0 {
+        return Ok(());
+    }
+    let len = meta.len();
+    let mut keep = 0u64;
+    let mut end = len;
+    let mut buf = vec![0u8; 64 * 1024];
+    while end > 0 {
+        let start = end.saturating_sub(buf.len() as u64);
+        let chunk = &mut buf[..(end - start) as usize];
+        file.seek(SeekFrom::Start(start))
+            .and_then(|_| file.read_exact(chunk))
+            .map_err(|e| BrokerError::io(path, e))?;
+        if let Some(i) = chunk.iter().rposition(|b| *b == b'\n') {
+            keep = start + i as u64 + 1;
+            break;
+        }
+        end = start;
+    }
+    if keep < len {
+        tracing::warn!(
+            path = %path.display(),
+            bytes = len - keep,
+            "history ends with a torn line (the process died while writing it); cutting it off"
+        );
+        file.set_len(keep).map_err(|e| BrokerError::io(path, e))?;
+    }
+    Ok(())
 }
 
 /// Reads every line of a history file (for tests and checkers).
@@ -115,4 +321,128 @@ pub fn read_history(path: &Path) -> std::io::Result<Vec<HistoryEntry>> {
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).map_err(std::io::Error::other))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ONE: &[BrokerId] = &[BrokerId(1)];
+
+    fn line(partition: u32) -> Line<'static> {
+        Line {
+            event: HistoryEvent::LeaderAndIsr,
+            tp: TopicPartition::new(keel_metadata::TopicId(7), partition),
+            leader: Some(BrokerId(1)),
+            leader_epoch: 1,
+            partition_epoch: 1,
+            isr: ONE,
+            replicas: ONE,
+            controller_epoch: 1,
+            broker_id: 1,
+            broker_epoch: 1,
+            accepted_at_ms: 0,
+        }
+    }
+
+    #[test]
+    fn a_line_is_written_as_serde_would_write_it() {
+        let ids = [BrokerId(3), BrokerId(12), BrokerId(4_000_000_000)];
+        for (event, leader) in [
+            (HistoryEvent::LeaderAndIsr, Some(BrokerId(12))),
+            (HistoryEvent::AlterPartition, Some(BrokerId(0))),
+            (HistoryEvent::Resigned, None),
+            (HistoryEvent::Stopped, None),
+        ] {
+            let l = Line {
+                event,
+                tp: TopicPartition::new(
+                    keel_metadata::TopicId(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210),
+                    u32::MAX,
+                ),
+                leader,
+                leader_epoch: 0,
+                partition_epoch: 99,
+                isr: &ids[..2],
+                replicas: &ids,
+                controller_epoch: u64::MAX,
+                broker_id: 7,
+                broker_epoch: 1_000_000_007,
+                accepted_at_ms: 1_796_020_972_110,
+            };
+            let mut fast = Vec::new();
+            l.write_json(&mut fast);
+            let mut serde = serde_json::to_vec(&l.to_entry()).unwrap();
+            serde.push(b'\n');
+            assert_eq!(
+                String::from_utf8(fast).unwrap(),
+                String::from_utf8(serde).unwrap()
+            );
+        }
+        let mut empty = Vec::new();
+        Line {
+            isr: &[],
+            ..line(0)
+        }
+        .write_json(&mut empty);
+        assert!(String::from_utf8(empty).unwrap().contains("\"isr\":[]"));
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        let mut v = 0u64;
+        let mut cases = vec![u64::MAX, 9, 10, 99, 100, 101, 999, 1_000];
+        for _ in 0..64 {
+            cases.push(v);
+            v = v.wrapping_mul(3).wrapping_add(7);
+        }
+        for n in cases {
+            let mut out = Vec::new();
+            write_u64(&mut out, n);
+            assert_eq!(String::from_utf8(out).unwrap(), n.to_string());
+        }
+    }
+
+    #[test]
+    fn staged_lines_reach_the_file_only_on_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let mut h = HistoryLog::open(&path).unwrap();
+        h.stage(&line(0));
+        h.stage(&line(1));
+        assert!(read_history(&path).unwrap().is_empty());
+        h.commit().unwrap();
+        h.append(&line(2)).unwrap();
+        let got: Vec<u32> = read_history(&path)
+            .unwrap()
+            .iter()
+            .map(|e| e.partition)
+            .collect();
+        assert_eq!(got, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_torn_last_line_is_cut_off_when_reopened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let mut h = HistoryLog::open(&path).unwrap();
+        h.append(&line(0)).unwrap();
+        drop(h);
+        let mut text = std::fs::read(&path).unwrap();
+        text.extend_from_slice(b"{\"event\":\"leader_and_is");
+        std::fs::write(&path, &text).unwrap();
+        assert!(read_history(&path).is_err());
+        let mut h = HistoryLog::open(&path).unwrap();
+        h.append(&line(1)).unwrap();
+        let got: Vec<u32> = read_history(&path)
+            .unwrap()
+            .iter()
+            .map(|e| e.partition)
+            .collect();
+        assert_eq!(got, vec![0, 1]);
+        // Nothing but a torn line: nothing is left.
+        std::fs::write(&path, b"{\"ev").unwrap();
+        drop(HistoryLog::open(&path).unwrap());
+        assert_eq!(std::fs::read(&path).unwrap(), b"");
+    }
 }

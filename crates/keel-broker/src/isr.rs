@@ -31,6 +31,7 @@ pub(crate) async fn run_isr_manager(shared: Arc<Shared>, mut stop: watch::Receiv
         }
         let (items, epoch) = {
             let mut st = shared.state();
+            st.publish_partition_gauges();
             (st.plan_isr_changes(now_ms(), lag_ms), st.broker_epoch)
         };
         let Some(epoch) = epoch else { continue };

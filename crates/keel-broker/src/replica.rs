@@ -31,10 +31,12 @@ impl ReplicaService for ReplicaHandler {
         let now = now_ms();
         let follower = BrokerId(req.follower_id);
         let mut st = self.shared.state();
+        // Only refusals are answered: a follower reporting 100,000
+        // partitions needs to hear about the few it must stop following.
         let partitions = req
             .partitions
             .iter()
-            .map(|p| {
+            .filter_map(|p| {
                 let r = wire::topic_id(&p.topic_id).and_then(|t| {
                     st.record_fetch(
                         follower,
@@ -43,7 +45,8 @@ impl ReplicaService for ReplicaHandler {
                         now,
                     )
                 });
-                wire::partition_error(&p.topic_id, p.partition, &r)
+                r.is_err()
+                    .then(|| wire::partition_error(&p.topic_id, p.partition, &r))
             })
             .collect();
         Ok(Response::new(pb::FetchResponse { partitions }))

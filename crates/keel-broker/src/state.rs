@@ -3,16 +3,16 @@
 //! fetch bookkeeping and ISR decisions. No I/O except the history log, no
 //! clock: time comes in as `now_ms`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use keel_metadata::{
     ApiError, BrokerEpoch, BrokerId, ControllerEpoch, ErrorCode, LeaderEpoch, PartitionEpoch,
-    TopicId, TopicPartition,
+    TopicPartition,
 };
 use keel_proto::pb;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
-use crate::history::{HistoryEntry, HistoryEvent, HistoryLog};
+use crate::history::{HistoryEvent, HistoryLog, Line};
 use crate::metrics;
 use crate::view::{BrokerStateView, LeadershipView};
 use crate::wire::{self, PartitionUpdate};
@@ -56,6 +56,21 @@ pub(crate) struct AlterItem {
     pub leader_epoch: LeaderEpoch,
     pub partition_epoch: PartitionEpoch,
     pub new_isr: Vec<BrokerId>,
+}
+
+/// A partition's role on this broker after a LeaderAndIsr.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Role {
+    Leader,
+    Follower,
+}
+
+/// A LeaderAndIsr item applied in memory whose history line is staged.
+struct Staged {
+    /// What the broker held before: put back if the line cannot be written.
+    prev: Option<HeldPartition>,
+    /// The role it took, when that changed.
+    became: Option<Role>,
 }
 
 /// Partitions a follower reports to one leader.
@@ -222,11 +237,14 @@ impl BrokerState {
             p.last_fetch_ms.clear();
             p.alter = AlterGate::Open;
             let entry = entry(self.id, epoch, &tp, p, HistoryEvent::Resigned, wall);
-            warn!(%tp, leader_epoch = p.leader_epoch.0, "resigned leadership");
-            if let Err(e) = self.history.append(&entry) {
-                error!(error = %e, "cannot write leadership history");
-            }
+            debug!(%tp, leader_epoch = p.leader_epoch.0, "resigned leadership");
+            self.history.stage(&entry);
             n += 1;
+        }
+        // Resigning cannot be refused: the lines are written on a best-effort
+        // basis, in one write.
+        if let Err(e) = self.history.commit() {
+            error!(error = %e, "cannot write leadership history");
         }
         n
     }
@@ -293,12 +311,87 @@ impl BrokerState {
     }
 
     /// Applies one partition of a LeaderAndIsr (the stamp already checked).
+    #[cfg(test)]
     pub(crate) fn apply_leader_and_isr(
         &mut self,
         upd: PartitionUpdate,
         controller_epoch: ControllerEpoch,
         now_ms: u64,
     ) -> Result<(), ApiError> {
+        self.apply_leader_and_isr_all(vec![Ok(upd)], controller_epoch, now_ms)
+            .pop()
+            .unwrap_or(Ok(()))
+    }
+
+    /// Applies the partitions of one LeaderAndIsr in order (the stamp
+    /// already checked), one result per item; an item that did not parse
+    /// keeps its error. The history lines of every change go out in one
+    /// write before the request is answered and before anyone else can see
+    /// the changes (the state lock is held throughout): if that write fails,
+    /// every change that needed a line is undone and refused.
+    pub(crate) fn apply_leader_and_isr_all(
+        &mut self,
+        updates: Vec<Result<PartitionUpdate, ApiError>>,
+        controller_epoch: ControllerEpoch,
+        now_ms: u64,
+    ) -> Vec<Result<(), ApiError>> {
+        let wall = (self.wall_ms)();
+        let mut results = Vec::with_capacity(updates.len());
+        // (result index, partition, what it held before) per staged line.
+        let mut undo: Vec<(usize, TopicPartition, Option<HeldPartition>)> = Vec::new();
+        let (mut led, mut followed) = (0usize, 0usize);
+        for (i, upd) in updates.into_iter().enumerate() {
+            let r = upd.and_then(|u| {
+                let tp = u.tp;
+                let staged = self.stage_leader_and_isr(u, controller_epoch, now_ms, wall)?;
+                if let Some(Staged { prev, became }) = staged {
+                    match became {
+                        Some(Role::Leader) => led += 1,
+                        Some(Role::Follower) => followed += 1,
+                        None => {}
+                    }
+                    undo.push((i, tp, prev));
+                }
+                Ok(())
+            });
+            results.push(r);
+        }
+        if undo.is_empty() {
+            return results;
+        }
+        if let Err(e) = self.history.commit() {
+            error!(error = %e, changes = undo.len(), "cannot write leadership history; refusing the changes");
+            let refused = ApiError::new(ErrorCode::Internal, e.to_string());
+            for (i, tp, prev) in undo.into_iter().rev() {
+                match prev {
+                    Some(p) => self.partitions.insert(tp, p),
+                    None => self.partitions.remove(&tp),
+                };
+                results[i] = Err(refused.clone());
+            }
+            return results;
+        }
+        if led + followed > 0 {
+            info!(
+                became_leader = led,
+                became_follower = followed,
+                controller_epoch = controller_epoch.0,
+                "LeaderAndIsr applied"
+            );
+        }
+        results
+    }
+
+    /// Checks one partition's new state and applies it in memory. When it
+    /// changes what the broker holds, its history line is staged and what
+    /// it held before is returned (for undo).
+    fn stage_leader_and_isr(
+        &mut self,
+        upd: PartitionUpdate,
+        controller_epoch: ControllerEpoch,
+        now_ms: u64,
+        wall_ms: u64,
+    ) -> Result<Option<Staged>, ApiError> {
         let prev = self.partitions.get(&upd.tp);
         if let Some(h) = prev {
             if upd.leader_epoch < h.leader_epoch {
@@ -331,7 +424,7 @@ impl BrokerState {
             if upd.leader_epoch == h.leader_epoch && upd.partition_epoch < h.partition_epoch {
                 // A late re-send of a state we already moved past (e.g. an
                 // ISR change we committed ourselves): harmless, keep ours.
-                return Ok(());
+                return Ok(None);
             }
         }
         let me = self.id;
@@ -381,44 +474,96 @@ impl BrokerState {
                 || h.leading != next.leading
                 || h.stopped
         });
-        if changed {
-            let role_changed = prev.is_none_or(|h| {
-                h.leader_epoch != next.leader_epoch || h.leading != next.leading || h.stopped
-            });
-            let epoch = self.broker_epoch.map_or(0, |e| e.0);
-            let line = entry(
-                me,
-                epoch,
-                &upd.tp,
-                &next,
-                HistoryEvent::LeaderAndIsr,
-                (self.wall_ms)(),
-            );
-            self.history.append(&line).map_err(|e| {
-                error!(error = %e, "cannot write leadership history; refusing the change");
-                ApiError::new(ErrorCode::Internal, e.to_string())
-            })?;
-            if role_changed {
-                if next.leading {
-                    info!(tp = %upd.tp, leader_epoch = next.leader_epoch.0, isr = ?wire::ids(&next.isr), "became leader");
-                } else {
-                    info!(tp = %upd.tp, leader = ?next.leader.map(|b| b.0), leader_epoch = next.leader_epoch.0, "became follower");
-                }
-            }
+        if !changed {
+            self.partitions.insert(upd.tp, next);
+            return Ok(None);
         }
-        self.partitions.insert(upd.tp, next);
-        Ok(())
+        let role_changed = prev.is_none_or(|h| {
+            h.leader_epoch != next.leader_epoch || h.leading != next.leading || h.stopped
+        });
+        let epoch = self.broker_epoch.map_or(0, |e| e.0);
+        let line = entry(
+            me,
+            epoch,
+            &upd.tp,
+            &next,
+            HistoryEvent::LeaderAndIsr,
+            wall_ms,
+        );
+        self.history.stage(&line);
+        let became = if !role_changed {
+            None
+        } else if next.leading {
+            debug!(tp = %upd.tp, leader_epoch = next.leader_epoch.0, isr = ?wire::ids(&next.isr), "became leader");
+            Some(Role::Leader)
+        } else {
+            debug!(tp = %upd.tp, leader = ?next.leader.map(|b| b.0), leader_epoch = next.leader_epoch.0, "became follower");
+            Some(Role::Follower)
+        };
+        let prev = self.partitions.insert(upd.tp, next);
+        Ok(Some(Staged { prev, became }))
     }
 
     /// Applies one StopReplica item (the stamp already checked).
+    #[cfg(test)]
     pub(crate) fn stop_replica(
         &mut self,
         tp: TopicPartition,
         delete: bool,
         leader_epoch: LeaderEpoch,
     ) -> Result<(), ApiError> {
+        self.stop_replica_all(vec![Ok((tp, delete, leader_epoch))])
+            .pop()
+            .unwrap_or(Ok(()))
+    }
+
+    /// Applies the items of one StopReplica in order (the stamp already
+    /// checked), one result per item; as with LeaderAndIsr, their history
+    /// lines go out in one write, and a failed write undoes and refuses
+    /// every item that needed a line.
+    pub(crate) fn stop_replica_all(
+        &mut self,
+        items: Vec<Result<(TopicPartition, bool, LeaderEpoch), ApiError>>,
+    ) -> Vec<Result<(), ApiError>> {
+        let wall = (self.wall_ms)();
+        let mut results = Vec::with_capacity(items.len());
+        let mut undo: Vec<(usize, TopicPartition, HeldPartition)> = Vec::new();
+        for (i, item) in items.into_iter().enumerate() {
+            let r = item.and_then(|(tp, delete, leader_epoch)| {
+                if let Some(prev) = self.stage_stop_replica(tp, delete, leader_epoch, wall)? {
+                    undo.push((i, tp, prev));
+                }
+                Ok(())
+            });
+            results.push(r);
+        }
+        if undo.is_empty() {
+            return results;
+        }
+        if let Err(e) = self.history.commit() {
+            error!(error = %e, changes = undo.len(), "cannot write leadership history; refusing the stops");
+            let refused = ApiError::new(ErrorCode::Internal, e.to_string());
+            for (i, tp, prev) in undo.into_iter().rev() {
+                self.partitions.insert(tp, prev);
+                results[i] = Err(refused.clone());
+            }
+            return results;
+        }
+        info!(stopped = undo.len(), "replicas stopped");
+        results
+    }
+
+    /// Checks and applies one stop in memory; returns what the broker held
+    /// before when a history line was staged (for undo).
+    fn stage_stop_replica(
+        &mut self,
+        tp: TopicPartition,
+        delete: bool,
+        leader_epoch: LeaderEpoch,
+        wall_ms: u64,
+    ) -> Result<Option<HeldPartition>, ApiError> {
         let Some(h) = self.partitions.get(&tp) else {
-            return Ok(()); // already gone: stopping is idempotent
+            return Ok(None); // already gone: stopping is idempotent
         };
         // Epoch 0 with delete means "no epoch" (topic deletion): nothing to fence.
         let unchecked = delete && leader_epoch.0 == 0;
@@ -431,60 +576,60 @@ impl BrokerState {
                 ),
             ));
         }
+        let mut staged = false;
         if !h.stopped {
             let epoch = self.broker_epoch.map_or(0, |e| e.0);
-            let line = entry(
-                self.id,
-                epoch,
-                &tp,
-                h,
-                HistoryEvent::Stopped,
-                (self.wall_ms)(),
-            );
-            self.history.append(&line).map_err(|e| {
-                error!(error = %e, "cannot write leadership history; refusing the change");
-                ApiError::new(ErrorCode::Internal, e.to_string())
-            })?;
-            info!(%tp, delete, "stopped replica");
+            let line = entry(self.id, epoch, &tp, h, HistoryEvent::Stopped, wall_ms);
+            self.history.stage(&line);
+            debug!(%tp, delete, "stopped replica");
+            staged = true;
         }
-        if delete {
-            self.partitions.remove(&tp);
-        } else if let Some(h) = self.partitions.get_mut(&tp) {
-            h.stopped = true;
-            h.leading = false;
-            h.last_fetch_ms.clear();
-            h.alter = AlterGate::Open;
-        }
-        Ok(())
+        let prev = if delete {
+            self.partitions.remove(&tp)
+        } else {
+            self.partitions.get_mut(&tp).map(|h| {
+                let prev = h.clone();
+                h.stopped = true;
+                h.leading = false;
+                h.last_fetch_ms.clear();
+                h.alter = AlterGate::Open;
+                prev
+            })
+        };
+        Ok(prev.filter(|_| staged))
     }
 
     /// Applies an UpdateMetadata (the stamp already checked). All-or-nothing:
     /// one malformed item refuses the whole request.
     pub(crate) fn update_metadata(
         &mut self,
-        req: &pb::UpdateMetadataRequest,
+        req: pb::UpdateMetadataRequest,
     ) -> Result<(), ApiError> {
         let mut parts = Vec::with_capacity(req.partitions.len());
-        for p in &req.partitions {
+        for p in req.partitions {
             let tid = wire::topic_id(&p.topic_id)?;
-            parts.push((TopicPartition::new(tid, p.partition), p.clone()));
+            parts.push((TopicPartition::new(tid, p.partition), p));
         }
-        let mut deleted = Vec::with_capacity(req.deleted_topic_ids.len());
+        let mut deleted = BTreeSet::new();
         for t in &req.deleted_topic_ids {
-            deleted.push(wire::topic_id(t)?);
+            deleted.insert(wire::topic_id(t)?);
         }
         if req.full {
             self.cache_brokers.clear();
             self.cache_partitions.clear();
         }
-        for b in &req.brokers {
-            self.cache_brokers.insert(b.broker_id, b.clone());
+        for b in req.brokers {
+            self.cache_brokers.insert(b.broker_id, b);
+        }
+        for id in &req.removed_broker_ids {
+            self.cache_brokers.remove(id);
         }
         for (tp, p) in parts {
             self.cache_partitions.insert(tp, p);
         }
-        for t in deleted {
-            self.cache_partitions.retain(|tp, _| tp.topic_id != t);
+        if !deleted.is_empty() {
+            self.cache_partitions
+                .retain(|tp, _| !deleted.contains(&tp.topic_id));
         }
         self.metadata_offset = self.metadata_offset.max(req.metadata_offset);
         Ok(())
@@ -696,16 +841,24 @@ impl BrokerState {
 
     // ---- observation -----------------------------------------------------
 
+    /// The O(1) gauges, after every change of registration or fencing.
     pub(crate) fn publish_gauges(&self) {
-        let leaders = self.partitions.values().filter(|p| p.leading).count();
-        let followers = self
-            .partitions
-            .values()
-            .filter(|p| !p.stopped && !p.leading && p.replicas.contains(&self.id))
-            .count();
+        ::metrics::gauge!(metrics::FENCED).set(if self.fenced { 1.0 } else { 0.0 });
+    }
+
+    /// Leader and follower counts: a scan of every partition, so published
+    /// periodically (by the ISR manager) rather than after every request.
+    pub(crate) fn publish_partition_gauges(&self) {
+        let (mut leaders, mut followers) = (0u64, 0u64);
+        for p in self.partitions.values() {
+            if p.leading {
+                leaders += 1;
+            } else if !p.stopped && p.replicas.contains(&self.id) {
+                followers += 1;
+            }
+        }
         ::metrics::gauge!(metrics::LEADERS).set(leaders as f64);
         ::metrics::gauge!(metrics::FOLLOWERS).set(followers as f64);
-        ::metrics::gauge!(metrics::FENCED).set(if self.fenced { 1.0 } else { 0.0 });
     }
 
     pub(crate) fn view(&self) -> BrokerStateView {
@@ -750,23 +903,22 @@ impl BrokerState {
     }
 }
 
-fn entry(
+fn entry<'a>(
     me: BrokerId,
     broker_epoch: u64,
     tp: &TopicPartition,
-    p: &HeldPartition,
+    p: &'a HeldPartition,
     event: HistoryEvent,
     now_ms: u64,
-) -> HistoryEntry {
-    HistoryEntry {
+) -> Line<'a> {
+    Line {
         event,
-        topic_id: TopicId::to_string(&tp.topic_id),
-        partition: tp.partition.0,
-        leader: p.leader.map(|b| b.0),
+        tp: *tp,
+        leader: p.leader,
         leader_epoch: p.leader_epoch.0,
         partition_epoch: p.partition_epoch.0,
-        isr: wire::ids(&p.isr),
-        replicas: wire::ids(&p.replicas),
+        isr: &p.isr,
+        replicas: &p.replicas,
         controller_epoch: p.controller_epoch.0,
         broker_id: me.0,
         broker_epoch,
@@ -777,6 +929,7 @@ fn entry(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use keel_metadata::TopicId;
 
     const ME: BrokerId = BrokerId(1);
 
@@ -1019,21 +1172,111 @@ mod tests {
                     .into_iter()
                     .map(|t| TopicId(t).to_bytes().to_vec())
                     .collect(),
+                removed_broker_ids: vec![],
             }
         };
-        st.update_metadata(&req(true, 10, vec![part(1, 0), part(2, 0)], vec![]))
+        st.update_metadata(req(true, 10, vec![part(1, 0), part(2, 0)], vec![]))
             .unwrap();
-        st.update_metadata(&req(false, 11, vec![part(3, 0)], vec![1]))
+        st.update_metadata(req(false, 11, vec![part(3, 0)], vec![1]))
             .unwrap();
         assert_eq!(st.cache_partitions.len(), 2);
         assert_eq!(st.metadata_offset, 11);
-        st.update_metadata(&req(true, 12, vec![part(4, 0)], vec![]))
+        st.update_metadata(req(true, 12, vec![part(4, 0)], vec![]))
             .unwrap();
         assert_eq!(st.cache_partitions.len(), 1);
         assert_eq!(st.address_of(BrokerId(2)).as_deref(), Some("127.0.0.2:1"));
         let mut bad = req(false, 13, vec![part(5, 0)], vec![]);
         bad.partitions[0].topic_id = vec![1, 2, 3];
-        assert_eq!(code(st.update_metadata(&bad)), ErrorCode::InvalidRequest);
+        assert_eq!(code(st.update_metadata(bad)), ErrorCode::InvalidRequest);
         assert_eq!(st.metadata_offset, 12);
+        // A delta naming a removed broker drops it from the cache.
+        let mut gone = req(false, 14, vec![], vec![]);
+        gone.brokers.clear();
+        gone.removed_broker_ids = vec![2];
+        st.update_metadata(gone).unwrap();
+        assert!(st.cache_brokers.is_empty());
+        assert_eq!(st.address_of(BrokerId(2)), None);
+        // A split view: parts without an offset leave the offset alone.
+        st.update_metadata(req(false, 0, vec![part(6, 0)], vec![]))
+            .unwrap();
+        assert_eq!(st.metadata_offset, 14);
+    }
+
+    fn upd_of(partition: u32, leader: u32, leader_epoch: u32) -> PartitionUpdate {
+        PartitionUpdate {
+            tp: TopicPartition::new(TopicId(0xabc), partition),
+            ..upd(leader, leader_epoch, leader_epoch, &[1, 2])
+        }
+    }
+
+    #[test]
+    fn one_request_is_applied_item_by_item_with_its_lines_in_one_write() {
+        let mut st = registered();
+        let ce = ControllerEpoch(3);
+        st.apply_leader_and_isr(upd_of(0, 1, 5), ce, 0).unwrap();
+        let results = st.apply_leader_and_isr_all(
+            vec![
+                Ok(upd_of(0, 2, 4)), // older epoch: refused
+                Ok(upd_of(1, 1, 1)),
+                Err(ApiError::new(ErrorCode::InvalidRequest, "bad topic id")),
+                Ok(upd_of(2, 2, 1)),
+                Ok(upd_of(2, 2, 1)), // repeated: no second line
+                Ok(upd_of(0, 2, 6)),
+            ],
+            ce,
+            1,
+        );
+        let codes: Vec<ErrorCode> = results.into_iter().map(code).collect();
+        assert_eq!(
+            codes,
+            vec![
+                ErrorCode::FencedLeaderEpoch,
+                ErrorCode::None,
+                ErrorCode::InvalidRequest,
+                ErrorCode::None,
+                ErrorCode::None,
+                ErrorCode::None,
+            ]
+        );
+        let lines = st.history.lines();
+        assert_eq!(lines.len(), 4);
+        assert_eq!(
+            lines
+                .iter()
+                .map(|l| (l.partition, l.leader, l.leader_epoch))
+                .collect::<Vec<_>>(),
+            vec![
+                (0, Some(1), 5),
+                (1, Some(1), 1),
+                (2, Some(2), 1),
+                (0, Some(2), 6)
+            ]
+        );
+        assert!(st.partitions[&upd_of(1, 1, 1).tp].leading);
+        assert!(!st.partitions[&upd_of(0, 2, 6).tp].leading);
+    }
+
+    #[test]
+    fn a_failed_history_write_undoes_and_refuses_the_whole_request() {
+        // Every write to /dev/full fails (ENOSPC).
+        let Ok(history) = HistoryLog::open(std::path::Path::new("/dev/full")) else {
+            return;
+        };
+        let mut st = BrokerState::new(ME, history, || 0);
+        st.on_registered(BrokerEpoch(7), 0);
+        let ce = ControllerEpoch(3);
+        let results = st.apply_leader_and_isr_all(
+            vec![
+                Ok(upd_of(0, 1, 5)),
+                Ok(upd_of(1, 2, 5)),
+                Ok(upd_of(0, 2, 6)),
+            ],
+            ce,
+            1,
+        );
+        assert!(results
+            .iter()
+            .all(|r| code(r.clone()) == ErrorCode::Internal));
+        assert!(st.partitions.is_empty());
     }
 }

@@ -41,6 +41,24 @@ pub(crate) fn partition_update(p: &pb::PartitionState) -> Result<PartitionUpdate
     })
 }
 
+/// Like [`partition_update`], taking the state apart instead of copying it
+/// (`topic_id` was taken out of it by the caller, who answers with it).
+pub(crate) fn partition_update_owned(
+    topic_id: &[u8],
+    p: pb::PartitionState,
+) -> Result<PartitionUpdate, ApiError> {
+    let tid = self::topic_id(topic_id)?;
+    Ok(PartitionUpdate {
+        tp: TopicPartition::new(tid, p.partition),
+        topic: p.topic,
+        leader: p.leader.map(BrokerId),
+        leader_epoch: LeaderEpoch(p.leader_epoch),
+        partition_epoch: PartitionEpoch(p.partition_epoch),
+        replicas: p.replicas.into_iter().map(BrokerId).collect(),
+        isr: p.isr.into_iter().map(BrokerId).collect(),
+    })
+}
+
 /// The code of an optional wire error: absent means NONE; a code this build
 /// does not know is treated as INTERNAL.
 pub(crate) fn code(e: &Option<pb::Error>) -> ErrorCode {

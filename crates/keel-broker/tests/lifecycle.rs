@@ -202,6 +202,7 @@ async fn controller_requests_are_fenced_by_epochs_and_accepted_ones_recorded() {
             brokers: vec![leader_info(2, "127.0.0.1:1".parse().unwrap())],
             partitions: vec![partition(2, 4, 5, &[2])],
             deleted_topic_ids: Vec::new(),
+            removed_broker_ids: Vec::new(),
         })
         .await
         .unwrap()

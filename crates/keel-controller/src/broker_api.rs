@@ -12,8 +12,8 @@ use keel_metadata::decide::{
     AlterPartitionItem, Heartbeat, HeartbeatReply, RegisterBroker, RegisterReply,
 };
 use keel_metadata::{
-    ApiError, BrokerEpoch, BrokerId, ErrorCode, IncarnationId, LeaderEpoch, MetadataImage,
-    PartitionEpoch,
+    ApiError, BrokerEpoch, BrokerId, BrokerRegistration, ErrorCode, IncarnationId, LeaderEpoch,
+    MetadataImage, PartitionEpoch,
 };
 use keel_proto::convert::{
     brokers_from_pb, error_to_pb, partition_to_pb, result_error, topic_id_from_pb,
@@ -55,11 +55,8 @@ fn leaderships(image: &MetadataImage, broker: BrokerId) -> u32 {
 }
 
 /// Whether a heartbeat needs a decision (a state change) or can be answered
-/// from the image as it stands.
-fn needs_change(image: &MetadataImage, hb: &Heartbeat, caught_up: bool) -> bool {
-    let Some(b) = image.broker(hb.broker) else {
-        return false;
-    };
+/// from the broker's registration as it stands.
+fn needs_change(b: &BrokerRegistration, hb: &Heartbeat, caught_up: bool) -> bool {
     let new_dirs = hb
         .offline_log_dirs
         .iter()
@@ -173,7 +170,10 @@ impl BrokerService for BrokerApi {
             want_shutdown: req.want_shutdown,
             offline_log_dirs: req.offline_log_dirs,
         };
-        let image = self.shared.image();
+        // One reference count, not a copy of the image's maps: this runs
+        // for every heartbeat of every broker.
+        let applied = self.shared.applied();
+        let image = &applied.image;
         let answer = |r: Result<HeartbeatReply, ApiError>| {
             Ok(Response::new(match r {
                 Ok(h) => pb::BrokerHeartbeatResponse {
@@ -193,7 +193,7 @@ impl BrokerService for BrokerApi {
             }))
         };
         let reg = match image.broker(hb.broker) {
-            Some(b) if b.epoch == hb.epoch => b.clone(),
+            Some(b) if b.epoch == hb.epoch => b,
             Some(b) => {
                 return answer(Err(ApiError::new(
                     ErrorCode::StaleBrokerEpoch,
@@ -215,13 +215,13 @@ impl BrokerService for BrokerApi {
         }
         // Caught up once the broker has applied its own registration.
         let caught_up = hb.metadata_offset >= reg.epoch.0;
-        if !needs_change(&image, &hb, caught_up) {
+        if !needs_change(reg, &hb, caught_up) {
             return answer(Ok(HeartbeatReply {
                 is_caught_up: caught_up,
                 is_fenced: reg.fenced,
                 should_shut_down: false,
                 remaining_leaderships: if reg.shutting_down {
-                    leaderships(&image, hb.broker)
+                    leaderships(image, hb.broker)
                 } else {
                     0
                 },

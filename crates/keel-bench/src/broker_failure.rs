@@ -192,10 +192,16 @@ impl Drop for Rig {
 
 impl Rig {
     fn start(exe: &Path) -> anyhow::Result<Self> {
+        // KEEL_BENCH_KEEP_DIR=1 keeps the logs and histories for a look afterwards.
+        let keep = std::env::var_os("KEEL_BENCH_KEEP_DIR").is_some_and(|v| v != "0");
         let dir = tempfile::Builder::new()
             .prefix("keel-bench-bf-")
+            .disable_cleanup(keep)
             .tempdir()
             .context("create a temp dir")?;
+        if keep {
+            progress!("broker-failure: keeping {}", dir.path().display());
+        }
         let mut ctrl_addrs = Vec::new();
         let mut metrics_addrs = Vec::new();
         for i in 0..3 {
@@ -414,8 +420,9 @@ impl Tail {
         }
     }
 
-    /// Complete new lines (a torn last line waits for the next call).
-    fn read(&mut self) -> Vec<String> {
+    /// The bytes of the complete new lines (a torn last line waits for the
+    /// next call).
+    fn read_raw(&mut self) -> Vec<u8> {
         let Ok(mut f) = std::fs::File::open(&self.path) else {
             return Vec::new();
         };
@@ -432,7 +439,12 @@ impl Tail {
             return Vec::new();
         };
         let rest = self.partial.split_off(end + 1);
-        let done = std::mem::replace(&mut self.partial, rest);
+        std::mem::replace(&mut self.partial, rest)
+    }
+
+    /// Complete new lines (a torn last line waits for the next call).
+    fn read(&mut self) -> Vec<String> {
+        let done = self.read_raw();
         String::from_utf8_lossy(&done)
             .lines()
             .filter(|l| !l.trim().is_empty())
@@ -560,18 +572,44 @@ impl ControllerLogs {
 
 // ---- broker histories ---------------------------------------------------
 
+/// Hashes the u64 partition keys of [`History`] with one multiplication:
+/// SipHash on 400,000 keys per phase is CPU taken from the brokers measured.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    }
+}
+
+type KeyMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<KeyHasher>>;
+
 /// One broker's `history.jsonl`, read incrementally: the newest leader epoch
 /// per partition, and the partitions that moved during the current phase.
 struct History {
     tail: Tail,
     topics: HashMap<String, u32>,
-    epochs: HashMap<u64, u32>,
+    epochs: KeyMap<u32>,
     /// Leader epochs at the start of the phase.
-    base: HashMap<u64, u32>,
+    base: KeyMap<u32>,
     /// Partition -> accepted_at_ms of its first matching line in the phase.
-    found: HashMap<u64, u64>,
+    found: KeyMap<u64>,
     /// Which leader the phase waits for: `Some(1)` = broker 1, `None` = any but 1.
     want_leader_1: bool,
+    /// Complete lines read but not parsed yet, and how many.
+    unparsed: Vec<u8>,
+    unparsed_lines: u64,
 }
 
 impl History {
@@ -579,32 +617,78 @@ impl History {
         Self {
             tail: Tail::new(path),
             topics: HashMap::new(),
-            epochs: HashMap::new(),
-            base: HashMap::new(),
-            found: HashMap::new(),
+            epochs: KeyMap::default(),
+            base: KeyMap::default(),
+            found: KeyMap::default(),
             want_leader_1: true,
+            unparsed: Vec::new(),
+            unparsed_lines: 0,
         }
     }
 
+    /// Reads and parses everything written so far.
     fn poll(&mut self) {
-        for l in self.tail.read() {
-            let Ok(v) = serde_json::from_str::<Value>(&l) else {
+        self.read();
+        self.parse();
+    }
+
+    /// Reads what was written; parses it only once there are enough lines
+    /// for `want` partitions to have moved: while the brokers write, the
+    /// bench only counts newlines, leaving the CPU to what it measures.
+    fn poll_until(&mut self, want: u64) {
+        self.read();
+        if self.found.len() as u64 + self.unparsed_lines >= want {
+            self.parse();
+        }
+    }
+
+    fn read(&mut self) {
+        let new = self.tail.read_raw();
+        self.unparsed_lines += new.iter().filter(|b| **b == b'\n').count() as u64;
+        if self.unparsed.is_empty() {
+            self.unparsed = new;
+        } else {
+            self.unparsed.extend_from_slice(&new);
+        }
+    }
+
+    fn parse(&mut self) {
+        let text = std::mem::take(&mut self.unparsed);
+        self.unparsed_lines = 0;
+        for l in text.split(|b| *b == b'\n') {
+            let Ok(l) = std::str::from_utf8(l) else {
                 continue;
             };
-            if v.get("event").and_then(Value::as_str) != Some("leader_and_isr") {
+            let (mut event, mut topic, mut partition, mut leader, mut epoch, mut at) =
+                (None, None, None, None, None, None);
+            for (k, v) in json_fields(l) {
+                let num = || v.and_then(|v| v.parse::<u64>().ok());
+                match k {
+                    "event" => event = v,
+                    "topic_id" => topic = v,
+                    "partition" => partition = num(),
+                    "leader" => leader = num(),
+                    "leader_epoch" => epoch = num(),
+                    "accepted_at_ms" => at = num(),
+                    _ => {}
+                }
+            }
+            if event != Some("leader_and_isr") {
                 continue;
             }
-            let (Some(topic), Some(partition), Some(epoch), Some(at)) = (
-                v.get("topic_id").and_then(Value::as_str),
-                v.get("partition").and_then(Value::as_u64),
-                v.get("leader_epoch").and_then(Value::as_u64),
-                v.get("accepted_at_ms").and_then(Value::as_u64),
-            ) else {
+            let (Some(topic), Some(partition), Some(epoch), Some(at)) =
+                (topic, partition, epoch, at)
+            else {
                 continue;
             };
-            let leader = v.get("leader").and_then(Value::as_u64);
-            let next = self.topics.len() as u32;
-            let t = *self.topics.entry(topic.to_string()).or_insert(next);
+            let t = match self.topics.get(topic) {
+                Some(t) => *t,
+                None => {
+                    let next = self.topics.len() as u32;
+                    self.topics.insert(topic.to_string(), next);
+                    next
+                }
+            };
             let key = (u64::from(t) << 32) | partition;
             let epoch = epoch as u32;
             let matches = if self.want_leader_1 {
@@ -633,6 +717,58 @@ impl History {
         let max = self.found.values().copied().max().unwrap_or(0);
         (min, max)
     }
+}
+
+/// The value of a top-level scalar field of one `history.jsonl` line: the
+/// text of a string (the broker writes ids without escapes) or of a number,
+/// `None` when absent or null. A full JSON parse of 200,000 lines would cost
+/// the bench more CPU than the brokers it measures spend on them.
+#[cfg(test)]
+fn json_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    json_fields(line)
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| v)
+}
+
+/// The top-level `"key": value` pairs of a flat JSON object, in one pass:
+/// strings without their quotes (no escapes expected), arrays skipped
+/// (`None`), numbers as text, null as `None`.
+fn json_fields(line: &str) -> impl Iterator<Item = (&str, Option<&str>)> {
+    let b = line.as_bytes();
+    let mut i = 0usize;
+    std::iter::from_fn(move || {
+        // The next key starts at the next quote.
+        while i < b.len() && b[i] != b'"' {
+            i += 1;
+        }
+        let k0 = i + 1;
+        let k1 = k0 + line.get(k0..)?.find('"')?;
+        i = k1 + 1;
+        while i < b.len() && (b[i] == b':' || b[i] == b' ') {
+            i += 1;
+        }
+        let value = match *b.get(i)? {
+            b'"' => {
+                let v0 = i + 1;
+                let v1 = v0 + line.get(v0..)?.find('"')?;
+                i = v1 + 1;
+                Some(&line[v0..v1])
+            }
+            b'[' => {
+                i += line.get(i..)?.find(']')? + 1;
+                None
+            }
+            _ => {
+                let v0 = i;
+                while i < b.len() && b[i] != b',' && b[i] != b'}' {
+                    i += 1;
+                }
+                let v = line[v0..i].trim();
+                (v != "null").then_some(v)
+            }
+        };
+        Some((&line[k0..k1], value))
+    })
 }
 
 /// Histories of brokers 2 and 3.
@@ -670,7 +806,7 @@ impl Followers {
         let mut last_report = Instant::now();
         loop {
             for h in &mut self.h {
-                h.poll();
+                h.poll_until(n);
             }
             let counts: Vec<u64> = self.h.iter().map(|h| h.found.len() as u64).collect();
             if counts.iter().all(|c| *c >= n) {
@@ -679,6 +815,19 @@ impl Followers {
                 return Ok((first, last));
             }
             rig.check_alive(except)?;
+            let report =
+                Instant::now() >= deadline || last_report.elapsed() >= Duration::from_secs(15);
+            if !report {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            for h in &mut self.h {
+                h.poll();
+            }
+            let counts: Vec<u64> = self.h.iter().map(|h| h.found.len() as u64).collect();
+            if counts.iter().all(|c| *c >= n) {
+                continue;
+            }
             if Instant::now() >= deadline {
                 bail!(
                     "{what}: brokers 2 and 3 accepted {counts:?} of {n} partitions within {timeout:?}"
@@ -1438,6 +1587,23 @@ mod tests {
             Some(1_709_294_400_250.0)
         );
         assert_eq!(rfc3339_ms("nonsense"), None);
+    }
+
+    #[test]
+    fn reads_history_fields_without_a_full_parse() {
+        let l = r#"{"event":"leader_and_isr","topic_id":"9639c1c1-995f-1e35-6b93-fadec412f94c","partition":95,"leader":null,"leader_epoch":7,"partition_epoch":9,"isr":[2,3],"replicas":[1,2,3],"controller_epoch":2,"broker_id":2,"broker_epoch":5,"accepted_at_ms":1709294400250}"#;
+        assert_eq!(json_field(l, "event"), Some("leader_and_isr"));
+        assert_eq!(
+            json_field(l, "topic_id"),
+            Some("9639c1c1-995f-1e35-6b93-fadec412f94c")
+        );
+        assert_eq!(json_field(l, "partition"), Some("95"));
+        assert_eq!(json_field(l, "leader"), None);
+        assert_eq!(json_field(l, "leader_epoch"), Some("7"));
+        assert_eq!(json_field(l, "accepted_at_ms"), Some("1709294400250"));
+        assert_eq!(json_field(l, "missing"), None);
+        let l2 = l.replace(r#""leader":null"#, r#""leader":2"#);
+        assert_eq!(json_field(&l2, "leader"), Some("2"));
     }
 
     #[test]

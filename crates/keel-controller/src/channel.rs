@@ -880,7 +880,11 @@ impl ChannelTask {
                     }
                     Err(e) => {
                         tracing::debug!(broker = self.broker.0, error = %e, "cannot connect; retrying");
-                        tokio::time::sleep(reconnect.step()).await;
+                        // A resync (unfence) or a stop retries at once.
+                        tokio::select! {
+                            _ = tokio::time::sleep(reconnect.step()) => {}
+                            _ = self.inbox.wake.notified() => {}
+                        }
                         continue;
                     }
                 },

@@ -412,6 +412,12 @@ struct Tail {
 }
 
 impl Tail {
+    fn append_to_partial(&mut self) {
+        let mut partial = std::mem::take(&mut self.partial);
+        self.append_to(&mut partial);
+        self.partial = partial;
+    }
+
     fn new(path: PathBuf) -> Self {
         Self {
             path,
@@ -420,31 +426,30 @@ impl Tail {
         }
     }
 
-    /// The bytes of the complete new lines (a torn last line waits for the
-    /// next call).
-    fn read_raw(&mut self) -> Vec<u8> {
+    /// Appends every new byte to `buf`, torn last line included.
+    fn append_to(&mut self, buf: &mut Vec<u8>) {
         let Ok(mut f) = std::fs::File::open(&self.path) else {
-            return Vec::new();
+            return;
         };
         if f.seek(SeekFrom::Start(self.offset)).is_err() {
-            return Vec::new();
+            return;
         }
-        let mut buf = Vec::new();
-        if f.read_to_end(&mut buf).is_err() {
-            return Vec::new();
+        let before = buf.len();
+        if f.read_to_end(buf).is_err() {
+            buf.truncate(before);
+            return;
         }
-        self.offset += buf.len() as u64;
-        self.partial.extend_from_slice(&buf);
-        let Some(end) = self.partial.iter().rposition(|b| *b == b'\n') else {
-            return Vec::new();
-        };
-        let rest = self.partial.split_off(end + 1);
-        std::mem::replace(&mut self.partial, rest)
+        self.offset += (buf.len() - before) as u64;
     }
 
     /// Complete new lines (a torn last line waits for the next call).
     fn read(&mut self) -> Vec<String> {
-        let done = self.read_raw();
+        self.append_to_partial();
+        let Some(end) = self.partial.iter().rposition(|b| *b == b'\n') else {
+            return Vec::new();
+        };
+        let rest = self.partial.split_off(end + 1);
+        let done = std::mem::replace(&mut self.partial, rest);
         String::from_utf8_lossy(&done)
             .lines()
             .filter(|l| !l.trim().is_empty())
@@ -607,7 +612,8 @@ struct History {
     found: KeyMap<u64>,
     /// Which leader the phase waits for: `Some(1)` = broker 1, `None` = any but 1.
     want_leader_1: bool,
-    /// Complete lines read but not parsed yet, and how many.
+    /// Bytes read but not parsed yet (the last line may be torn), and how
+    /// many complete lines they hold.
     unparsed: Vec<u8>,
     unparsed_lines: u64,
 }
@@ -643,17 +649,22 @@ impl History {
     }
 
     fn read(&mut self) {
-        let new = self.tail.read_raw();
-        self.unparsed_lines += new.iter().filter(|b| **b == b'\n').count() as u64;
-        if self.unparsed.is_empty() {
-            self.unparsed = new;
-        } else {
-            self.unparsed.extend_from_slice(&new);
-        }
+        let start = self.unparsed.len();
+        self.tail.append_to(&mut self.unparsed);
+        self.unparsed_lines += self.unparsed[start..]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count() as u64;
     }
 
+    /// Parses the complete lines read so far (a torn last line waits).
     fn parse(&mut self) {
-        let text = std::mem::take(&mut self.unparsed);
+        let Some(end) = self.unparsed.iter().rposition(|b| *b == b'\n') else {
+            return;
+        };
+        let rest = self.unparsed[end + 1..].to_vec();
+        let mut text = std::mem::replace(&mut self.unparsed, rest);
+        text.truncate(end + 1);
         self.unparsed_lines = 0;
         for l in text.split(|b| *b == b'\n') {
             let Ok(l) = std::str::from_utf8(l) else {
@@ -1604,6 +1615,34 @@ mod tests {
         assert_eq!(json_field(l, "missing"), None);
         let l2 = l.replace(r#""leader":null"#, r#""leader":2"#);
         assert_eq!(json_field(&l2, "leader"), Some("2"));
+    }
+
+    #[test]
+    fn a_history_line_is_counted_once_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let line = |p: u32, at: u64| {
+            format!(
+                "{{\"event\":\"leader_and_isr\",\"topic_id\":\"t\",\"partition\":{p},\"leader\":2,\"leader_epoch\":3,\"accepted_at_ms\":{at}}}\n"
+            )
+        };
+        let first = line(0, 1_000);
+        let second = line(1, 2_000);
+        let (head, tail) = second.split_at(second.len() - 4);
+        let mut h = History::new(path.clone());
+        h.begin(false);
+        std::fs::write(&path, format!("{first}{head}")).unwrap();
+        h.poll();
+        assert_eq!(h.found.len(), 1);
+        // The rest of the torn line arrives: now it counts, with its own time.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut f, tail.as_bytes()).unwrap();
+        h.poll_until(2);
+        assert_eq!(h.found.len(), 2);
+        assert_eq!(h.first_last(), (1_000, 2_000));
     }
 
     #[test]

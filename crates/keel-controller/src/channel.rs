@@ -277,8 +277,16 @@ impl ChannelManager {
     /// records committed at `offset`) names the brokers to open channels to;
     /// the requests themselves are rendered by each channel from the newest
     /// applied image when it sends.
-    pub fn apply(&mut self, plan: &BrokerRequestPlan, image: &MetadataImage, offset: u64) {
-        for (b, action) in &plan.channels {
+    pub fn apply(&mut self, plan: BrokerRequestPlan, image: &MetadataImage, offset: u64) {
+        let BrokerRequestPlan {
+            channels,
+            mut leader_and_isr,
+            changed_partitions,
+            deleted_topics,
+            changed_brokers,
+            stop_replica,
+        } = plan;
+        for (b, action) in &channels {
             match action {
                 ChannelAction::Close => {
                     self.channels.remove(b);
@@ -286,17 +294,14 @@ impl ChannelManager {
                 ChannelAction::OpenWithFullState => self.open(image, *b),
             }
         }
+        // Moved, not copied: a broker failure's plan lists 100,000 partitions.
+        leader_and_isr.retain(|b, _| self.channels.contains_key(b));
         let change = Change {
             seq: 0,
-            leader_and_isr: plan
-                .leader_and_isr
-                .iter()
-                .filter(|(b, _)| self.channels.contains_key(b))
-                .map(|(b, tps)| (*b, tps.clone()))
-                .collect(),
-            partitions: plan.changed_partitions.clone(),
-            brokers: plan.changed_brokers.clone(),
-            deleted_topics: plan.deleted_topics.clone(),
+            leader_and_isr,
+            partitions: changed_partitions,
+            brokers: changed_brokers,
+            deleted_topics,
         };
         let any = !change.leader_and_isr.is_empty()
             || !change.partitions.is_empty()
@@ -307,9 +312,9 @@ impl ChannelManager {
             tracing::trace!(seq, offset, "broker request plan journaled");
             self.latest.send_replace(seq);
         }
-        for (b, tps) in &plan.stop_replica {
+        for (b, tps) in stop_replica {
             self.stop(
-                *b,
+                b,
                 tps.iter()
                     .map(|tp| stop_item(tp.topic_id, tp.partition))
                     .collect(),

@@ -49,17 +49,6 @@ pub struct HistoryEntry {
     pub accepted_at_ms: u64,
 }
 
-impl HistoryEvent {
-    fn name(self) -> &'static str {
-        match self {
-            HistoryEvent::LeaderAndIsr => "leader_and_isr",
-            HistoryEvent::AlterPartition => "alter_partition",
-            HistoryEvent::Resigned => "resigned",
-            HistoryEvent::Stopped => "stopped",
-        }
-    }
-}
-
 /// One line about to be written, borrowing what the broker holds: a
 /// LeaderAndIsr for 100,000 partitions writes 100,000 of them, so encoding
 /// one allocates nothing.
@@ -97,86 +86,43 @@ impl Line<'_> {
         }
     }
 
-    /// Appends the line as JSON (what serde would write for
-    /// [`Line::to_entry`], byte for byte) and a newline.
-    fn write_json(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"{\"event\":\"");
-        out.extend_from_slice(self.event.name().as_bytes());
-        out.extend_from_slice(b"\",\"topic_id\":\"");
-        write_uuid(out, self.tp.topic_id.0);
-        out.extend_from_slice(b"\",\"partition\":");
-        write_u64(out, u64::from(self.tp.partition.0));
-        out.extend_from_slice(b",\"leader\":");
-        match self.leader {
-            Some(b) => write_u64(out, u64::from(b.0)),
-            None => out.extend_from_slice(b"null"),
-        }
-        out.extend_from_slice(b",\"leader_epoch\":");
-        write_u64(out, u64::from(self.leader_epoch));
-        out.extend_from_slice(b",\"partition_epoch\":");
-        write_u64(out, u64::from(self.partition_epoch));
-        out.extend_from_slice(b",\"isr\":");
-        write_ids(out, self.isr);
-        out.extend_from_slice(b",\"replicas\":");
-        write_ids(out, self.replicas);
-        out.extend_from_slice(b",\"controller_epoch\":");
-        write_u64(out, self.controller_epoch);
-        out.extend_from_slice(b",\"broker_id\":");
-        write_u64(out, u64::from(self.broker_id));
-        out.extend_from_slice(b",\"broker_epoch\":");
-        write_u64(out, self.broker_epoch);
-        out.extend_from_slice(b",\"accepted_at_ms\":");
-        write_u64(out, self.accepted_at_ms);
-        out.extend_from_slice(b"}\n");
+    /// Appends the line as JSON (what serde writes for [`HistoryEntry`],
+    /// without building one) and a newline.
+    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
+        serde_json::to_writer(&mut *out, self)?;
+        out.push(b'\n');
+        Ok(())
     }
 }
 
-fn write_u64(out: &mut Vec<u8>, mut v: u64) {
-    // Two digits per division: ids and epochs are small, timestamps 13 digits.
-    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
-        2021222324252627282930313233343536373839\
-        4041424344454647484950515253545556575859\
-        6061626364656667686970717273747576777879\
-        8081828384858687888990919293949596979899";
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    while v >= 100 {
-        let pair = (v % 100) as usize * 2;
-        v /= 100;
-        i -= 2;
-        digits[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+/// Field for field what [`HistoryEntry`]'s derived `Serialize` writes, from
+/// borrowed data (the topic id through its `Display`, no `String`).
+impl Serialize for Line<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("HistoryEntry", 12)?;
+        st.serialize_field("event", &self.event)?;
+        st.serialize_field("topic_id", &DisplayStr(&self.tp.topic_id))?;
+        st.serialize_field("partition", &self.tp.partition.0)?;
+        st.serialize_field("leader", &self.leader.map(|b| b.0))?;
+        st.serialize_field("leader_epoch", &self.leader_epoch)?;
+        st.serialize_field("partition_epoch", &self.partition_epoch)?;
+        st.serialize_field("isr", self.isr)?;
+        st.serialize_field("replicas", self.replicas)?;
+        st.serialize_field("controller_epoch", &self.controller_epoch)?;
+        st.serialize_field("broker_id", &self.broker_id)?;
+        st.serialize_field("broker_epoch", &self.broker_epoch)?;
+        st.serialize_field("accepted_at_ms", &self.accepted_at_ms)?;
+        st.end()
     }
-    if v >= 10 {
-        let pair = v as usize * 2;
-        i -= 2;
-        digits[i..i + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
-    } else {
-        i -= 1;
-        digits[i] = b'0' + v as u8;
-    }
-    out.extend_from_slice(&digits[i..]);
 }
 
-fn write_ids(out: &mut Vec<u8>, ids: &[BrokerId]) {
-    out.push(b'[');
-    for (i, b) in ids.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        write_u64(out, u64::from(b.0));
-    }
-    out.push(b']');
-}
+/// Serializes a value as the string its `Display` writes.
+struct DisplayStr<'a, T>(&'a T);
 
-/// The text form of a topic id (as `TopicId`'s `Display` writes it).
-fn write_uuid(out: &mut Vec<u8>, v: u128) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for (i, byte) in v.to_be_bytes().iter().enumerate() {
-        if matches!(i, 4 | 6 | 8 | 10) {
-            out.push(b'-');
-        }
-        out.push(HEX[usize::from(byte >> 4)]);
-        out.push(HEX[usize::from(byte & 0xf)]);
+impl<T: std::fmt::Display> Serialize for DisplayStr<'_, T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self.0)
     }
 }
 
@@ -199,6 +145,9 @@ pub(crate) struct HistoryLog {
     staged: Vec<u8>,
     /// Lines staged, when there is no file.
     staged_memory: Vec<HistoryEntry>,
+    /// A line that could not be encoded since the last commit: the next
+    /// commit fails (and the caller undoes the staged changes).
+    stage_error: Option<serde_json::Error>,
 }
 
 impl HistoryLog {
@@ -216,6 +165,7 @@ impl HistoryLog {
             memory: Vec::new(),
             staged: Vec::new(),
             staged_memory: Vec::new(),
+            stage_error: None,
         })
     }
 
@@ -227,6 +177,7 @@ impl HistoryLog {
             memory: Vec::new(),
             staged: Vec::new(),
             staged_memory: Vec::new(),
+            stage_error: None,
         }
     }
 
@@ -246,7 +197,11 @@ impl HistoryLog {
         if self.file.is_none() {
             self.staged_memory.push(line.to_entry());
         } else {
-            line.write_json(&mut self.staged);
+            let len = self.staged.len();
+            if let Err(e) = line.write_json(&mut self.staged) {
+                self.staged.truncate(len);
+                self.stage_error.get_or_insert(e);
+            }
         }
     }
 
@@ -257,6 +212,10 @@ impl HistoryLog {
             self.memory.append(&mut self.staged_memory);
             return Ok(());
         };
+        if let Some(e) = self.stage_error.take() {
+            self.staged.clear();
+            return Err(BrokerError::io(&self.path, std::io::Error::other(e)));
+        }
         if self.staged.is_empty() {
             return Ok(());
         }
@@ -371,7 +330,7 @@ mod tests {
                 accepted_at_ms: 1_796_020_972_110,
             };
             let mut fast = Vec::new();
-            l.write_json(&mut fast);
+            l.write_json(&mut fast).unwrap();
             let mut serde = serde_json::to_vec(&l.to_entry()).unwrap();
             serde.push(b'\n');
             assert_eq!(
@@ -384,23 +343,34 @@ mod tests {
             isr: &[],
             ..line(0)
         }
-        .write_json(&mut empty);
+        .write_json(&mut empty)
+        .unwrap();
         assert!(String::from_utf8(empty).unwrap().contains("\"isr\":[]"));
     }
 
     #[test]
     fn numbers_are_written_in_decimal() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("history.jsonl");
+        let mut h = HistoryLog::open(&path).unwrap();
         let mut v = 0u64;
         let mut cases = vec![u64::MAX, 9, 10, 99, 100, 101, 999, 1_000];
         for _ in 0..64 {
             cases.push(v);
             v = v.wrapping_mul(3).wrapping_add(7);
         }
-        for n in cases {
-            let mut out = Vec::new();
-            write_u64(&mut out, n);
-            assert_eq!(String::from_utf8(out).unwrap(), n.to_string());
+        for &n in &cases {
+            h.stage(&Line {
+                accepted_at_ms: n,
+                ..line(0)
+            });
         }
+        h.commit().unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (l, n) in text.lines().zip(&cases) {
+            assert!(l.ends_with(&format!(",\"accepted_at_ms\":{n}}}")), "{l}");
+        }
+        assert_eq!(text.lines().count(), cases.len());
     }
 
     #[test]

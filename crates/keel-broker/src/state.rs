@@ -17,6 +17,10 @@ use crate::metrics;
 use crate::view::{BrokerStateView, LeadershipView};
 use crate::wire::{self, PartitionUpdate};
 
+/// A change staged in memory until its history line is written: (index of
+/// its result, partition, what the broker held before).
+type Undo = (usize, TopicPartition, Option<HeldPartition>);
+
 /// Whether the leader may send an AlterPartition for a partition now.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) enum AlterGate {
@@ -323,6 +327,29 @@ impl BrokerState {
             .unwrap_or(Ok(()))
     }
 
+    /// Writes the staged history lines of one request. If the write fails,
+    /// every change in `undo` is rolled back and its result becomes the
+    /// error; returns whether the write succeeded.
+    fn commit_history_or_undo(
+        &mut self,
+        undo: Vec<Undo>,
+        results: &mut [Result<(), ApiError>],
+    ) -> bool {
+        let Err(e) = self.history.commit() else {
+            return true;
+        };
+        error!(error = %e, changes = undo.len(), "cannot write leadership history; refusing the changes");
+        let refused = ApiError::new(ErrorCode::Internal, e.to_string());
+        for (i, tp, prev) in undo.into_iter().rev() {
+            match prev {
+                Some(p) => self.partitions.insert(tp, p),
+                None => self.partitions.remove(&tp),
+            };
+            results[i] = Err(refused.clone());
+        }
+        false
+    }
+
     /// Applies the partitions of one LeaderAndIsr in order (the stamp
     /// already checked), one result per item; an item that did not parse
     /// keeps its error. The history lines of every change go out in one
@@ -337,8 +364,7 @@ impl BrokerState {
     ) -> Vec<Result<(), ApiError>> {
         let wall = (self.wall_ms)();
         let mut results = Vec::with_capacity(updates.len());
-        // (result index, partition, what it held before) per staged line.
-        let mut undo: Vec<(usize, TopicPartition, Option<HeldPartition>)> = Vec::new();
+        let mut undo: Vec<Undo> = Vec::new();
         let (mut led, mut followed) = (0usize, 0usize);
         for (i, upd) in updates.into_iter().enumerate() {
             let r = upd.and_then(|u| {
@@ -356,19 +382,7 @@ impl BrokerState {
             });
             results.push(r);
         }
-        if undo.is_empty() {
-            return results;
-        }
-        if let Err(e) = self.history.commit() {
-            error!(error = %e, changes = undo.len(), "cannot write leadership history; refusing the changes");
-            let refused = ApiError::new(ErrorCode::Internal, e.to_string());
-            for (i, tp, prev) in undo.into_iter().rev() {
-                match prev {
-                    Some(p) => self.partitions.insert(tp, p),
-                    None => self.partitions.remove(&tp),
-                };
-                results[i] = Err(refused.clone());
-            }
+        if undo.is_empty() || !self.commit_history_or_undo(undo, &mut results) {
             return results;
         }
         if led + followed > 0 {
@@ -527,29 +541,21 @@ impl BrokerState {
     ) -> Vec<Result<(), ApiError>> {
         let wall = (self.wall_ms)();
         let mut results = Vec::with_capacity(items.len());
-        let mut undo: Vec<(usize, TopicPartition, HeldPartition)> = Vec::new();
+        let mut undo: Vec<Undo> = Vec::new();
         for (i, item) in items.into_iter().enumerate() {
             let r = item.and_then(|(tp, delete, leader_epoch)| {
                 if let Some(prev) = self.stage_stop_replica(tp, delete, leader_epoch, wall)? {
-                    undo.push((i, tp, prev));
+                    undo.push((i, tp, Some(prev)));
                 }
                 Ok(())
             });
             results.push(r);
         }
-        if undo.is_empty() {
+        let stopped = undo.len();
+        if stopped == 0 || !self.commit_history_or_undo(undo, &mut results) {
             return results;
         }
-        if let Err(e) = self.history.commit() {
-            error!(error = %e, changes = undo.len(), "cannot write leadership history; refusing the stops");
-            let refused = ApiError::new(ErrorCode::Internal, e.to_string());
-            for (i, tp, prev) in undo.into_iter().rev() {
-                self.partitions.insert(tp, prev);
-                results[i] = Err(refused.clone());
-            }
-            return results;
-        }
-        info!(stopped = undo.len(), "replicas stopped");
+        info!(stopped, "replicas stopped");
         results
     }
 

@@ -21,8 +21,8 @@ use crate::ids::{
     TopicPartition,
 };
 use crate::records::{
-    decode_versioned, encode_plain, LeaderChange, MetadataRecord, PartitionChangeRecord,
-    PartitionRecord, RecordBatch, RegisterBrokerRecord, TopicRecord, RECORD_FORMAT_VERSION,
+    decode_versioned, encode_plain, encode_versioned_into, LeaderChange, MetadataRecord,
+    PartitionChangeRecord, PartitionRecord, RecordBatch, RegisterBrokerRecord, TopicRecord,
 };
 use crate::state::{PartitionState, ReplicaState, TransitionError};
 
@@ -971,12 +971,10 @@ impl MetadataImage {
     /// rather than built first: a large image's encoding is tens of MB.
     pub fn hash(&self) -> String {
         let mut hasher = Sha256::new();
-        hasher.update(RECORD_FORMAT_VERSION.to_le_bytes());
         let mut out = std::io::BufWriter::with_capacity(64 << 10, &mut hasher);
-        let written =
-            bincode::serde::encode_into_std_write(self, &mut out, bincode::config::standard())
-                .map_err(|e| e.to_string())
-                .and_then(|_| out.flush().map_err(|e| e.to_string()));
+        let written = encode_versioned_into(self, &mut out)
+            .map_err(|e| e.to_string())
+            .and_then(|_| out.flush().map_err(|e| e.to_string()));
         drop(out);
         if let Err(e) = written {
             // Hashing writes to memory and the image is plain data.

@@ -182,10 +182,21 @@ pub struct EncodeError(pub String);
 /// unknown length, and a hand-written `Serialize` may raise its own error.
 /// Writing into the `Vec` itself never fails.
 pub fn encode_versioned<T: Serialize>(value: &T) -> Result<Vec<u8>, EncodeError> {
-    let mut out = RECORD_FORMAT_VERSION.to_le_bytes().to_vec();
-    bincode::serde::encode_into_std_write(value, &mut out, bincode::config::standard())
-        .map_err(|e| EncodeError(e.to_string()))?;
+    let mut out = Vec::new();
+    encode_versioned_into(value, &mut out)?;
     Ok(out)
+}
+
+/// [`encode_versioned`] into any writer (e.g. straight into a hasher).
+pub fn encode_versioned_into<T: Serialize, W: std::io::Write>(
+    value: &T,
+    out: &mut W,
+) -> Result<(), EncodeError> {
+    out.write_all(&RECORD_FORMAT_VERSION.to_le_bytes())
+        .map_err(|e| EncodeError(e.to_string()))?;
+    bincode::serde::encode_into_std_write(value, out, bincode::config::standard())
+        .map_err(|e| EncodeError(e.to_string()))?;
+    Ok(())
 }
 
 /// [`encode_versioned`] for this crate's own record and image types, whose

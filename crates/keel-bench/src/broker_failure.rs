@@ -38,7 +38,7 @@ use keel_proto::pb::admin_service_client::AdminServiceClient;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::cluster::{connect, CLUSTER_ID};
+use crate::cluster::{self, connect, free_port, CLUSTER_ID};
 use crate::stats::{cell, machine, median, percentile, r1, r3, unix_now};
 use crate::{progress, Env, Report};
 
@@ -85,12 +85,6 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
-}
-
-fn free_port(ip: &str) -> anyhow::Result<u16> {
-    let l =
-        std::net::TcpListener::bind(format!("{ip}:0")).with_context(|| format!("bind {ip}:0"))?;
-    Ok(l.local_addr()?.port())
 }
 
 // ---- processes ------------------------------------------------------------
@@ -377,22 +371,8 @@ impl Rig {
         let deadline = Instant::now() + timeout;
         loop {
             self.check_alive(None)?;
-            let r = client
-                .admin(|mut c| async move {
-                    c.describe_cluster(pb::DescribeClusterRequest::default())
-                        .await
-                })
-                .await;
-            if let Ok(r) = r {
-                let ok = (1..=3).all(|id| {
-                    r.brokers
-                        .iter()
-                        .filter_map(|b| b.broker.as_ref())
-                        .any(|b| b.broker_id == id && !b.fenced && !b.shutting_down)
-                });
-                if r.error.is_none() && ok {
-                    return Ok(());
-                }
+            if cluster::brokers_unfenced(&client, 3).await {
+                return Ok(());
             }
             if Instant::now() >= deadline {
                 bail!("brokers 1-3 not all unfenced within {timeout:?}");

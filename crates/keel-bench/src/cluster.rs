@@ -46,7 +46,7 @@ pub struct Cluster {
 }
 
 /// A free TCP port on `ip` (released before the controller binds it).
-fn free_port(ip: &str) -> anyhow::Result<u16> {
+pub(crate) fn free_port(ip: &str) -> anyhow::Result<u16> {
     let l = TcpListener::bind(format!("{ip}:0")).with_context(|| format!("bind {ip}:0"))?;
     Ok(l.local_addr()?.port())
 }
@@ -349,22 +349,8 @@ impl Cluster {
         loop {
             self.check_alive()?;
             self.check_brokers_alive()?;
-            let r = client
-                .admin(|mut c| async move {
-                    c.describe_cluster(pb::DescribeClusterRequest::default())
-                        .await
-                })
-                .await;
-            if let Ok(r) = r {
-                let ok = (1..=n).all(|id| {
-                    r.brokers
-                        .iter()
-                        .filter_map(|b| b.broker.as_ref())
-                        .any(|b| b.broker_id == id && !b.fenced && !b.shutting_down)
-                });
-                if r.error.is_none() && ok {
-                    return Ok(());
-                }
+            if brokers_unfenced(&client, n).await {
+                return Ok(());
             }
             if Instant::now() >= deadline {
                 bail!("brokers 1-{n} not all unfenced within {timeout:?}");
@@ -772,4 +758,26 @@ pub fn value(writer: usize, seq: u64, len: usize) -> String {
     }
     s.truncate(len.max(1));
     s
+}
+
+/// Whether brokers `1..=n` are all registered, unfenced and not shutting
+/// down, as the active controller describes the cluster (false if it
+/// cannot be asked).
+pub(crate) async fn brokers_unfenced(client: &ControllerClient, n: u32) -> bool {
+    let Ok(r) = client
+        .admin(|mut c| async move {
+            c.describe_cluster(pb::DescribeClusterRequest::default())
+                .await
+        })
+        .await
+    else {
+        return false;
+    };
+    r.error.is_none()
+        && (1..=n).all(|id| {
+            r.brokers
+                .iter()
+                .filter_map(|b| b.broker.as_ref())
+                .any(|b| b.broker_id == id && !b.fenced && !b.shutting_down)
+        })
 }

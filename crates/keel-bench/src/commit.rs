@@ -10,13 +10,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context};
 use keel_proto::pb;
 use keel_proto::pb::admin_service_client::AdminServiceClient;
 use serde_json::{json, Value};
-use tokio::sync::Barrier;
+use tonic::transport::Channel;
 
 use crate::cluster::{self, alter_ok, connect, set_config, value, Cluster};
+use crate::load::{run_writers, Level, Writer};
 use crate::stats::{cell, latency_json, machine, percentile, r1, r3, unix_now};
 use crate::{progress, Env, Report};
 
@@ -56,16 +56,31 @@ impl Default for CommitParams {
 const TOPIC: &str = "bench-commit";
 const BULK_TOPIC: &str = "bench-bulk";
 
-pub(crate) struct Level {
-    pub writers: usize,
-    pub ops: u64,
-    pub errors: u64,
-    pub secs: f64,
-    pub lat_ms: Vec<f64>,
+/// A Keel writer: one kept-open connection to the active controller; each
+/// op is the request `make(writer, seq)`.
+struct KeelWriter<F> {
+    client: AdminServiceClient<Channel>,
+    make: Arc<F>,
 }
 
-/// Runs `writers` tasks against `leader` for `secs` (or `max_ops`); each op
-/// is the request `make(writer, seq)`, carrying `records_per_op` records.
+impl<F> Writer for KeelWriter<F>
+where
+    F: Fn(usize, u64) -> pb::IncrementalAlterConfigsRequest + Send + Sync + 'static,
+{
+    async fn op(&mut self, writer: usize, seq: u64) -> Result<(), String> {
+        let req = (self.make)(writer, seq);
+        match self.client.incremental_alter_configs(req).await {
+            Ok(r) if alter_ok(r.get_ref()) => Ok(()),
+            Ok(r) => Err(format!("{:?}", r.into_inner())),
+            Err(s) => Err(s.to_string()),
+        }
+    }
+
+    async fn finish(self) {}
+}
+
+/// Runs `writers` Keel writers against `leader` for `secs` (or `max_ops`);
+/// each op is the request `make(writer, seq)`.
 pub(crate) async fn run_level<F>(
     leader: &str,
     writers: usize,
@@ -77,77 +92,17 @@ where
     F: Fn(usize, u64) -> pb::IncrementalAlterConfigsRequest + Send + Sync + 'static,
 {
     let make = Arc::new(make);
-    let barrier = Arc::new(Barrier::new(writers + 1));
-    let per_writer = (max_ops / writers as u64).max(1);
-    let mut tasks = Vec::new();
-    for w in 0..writers {
-        let ch = connect(leader, Duration::from_secs(10))
-            .await
-            .with_context(|| format!("connect writer {w} to {leader}"))?;
+    run_writers("keel", writers, secs, max_ops, |_| {
         let make = make.clone();
-        let barrier = barrier.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut c = AdminServiceClient::new(ch);
-            let mut lat = Vec::new();
-            let mut errors = 0u64;
-            let mut first_error = None;
-            barrier.wait().await;
-            let start = Instant::now();
-            let stop = start + Duration::from_secs_f64(secs);
-            let mut seq = 0u64;
-            while Instant::now() < stop && seq < per_writer {
-                let req = make(w, seq);
-                seq += 1;
-                let t = Instant::now();
-                match c.incremental_alter_configs(req).await {
-                    Ok(r) if alter_ok(r.get_ref()) => lat.push(t.elapsed().as_secs_f64() * 1000.0),
-                    Ok(r) => {
-                        errors += 1;
-                        first_error.get_or_insert(format!("{:?}", r.into_inner()));
-                    }
-                    Err(s) => {
-                        errors += 1;
-                        first_error.get_or_insert(s.to_string());
-                    }
-                }
-                if errors > 100 {
-                    break;
-                }
-            }
-            (lat, errors, first_error, start.elapsed().as_secs_f64())
-        }));
-    }
-    barrier.wait().await;
-    let start = Instant::now();
-    let mut level = Level {
-        writers,
-        ops: 0,
-        errors: 0,
-        secs: 0.0,
-        lat_ms: Vec::new(),
-    };
-    let mut first_error = None;
-    for t in tasks {
-        let (lat, errors, fe, _) = t.await?;
-        level.ops += lat.len() as u64;
-        level.errors += errors;
-        level.lat_ms.extend(lat);
-        if first_error.is_none() {
-            first_error = fe;
+        async move {
+            let ch = connect(leader, Duration::from_secs(10)).await?;
+            Ok(KeelWriter {
+                client: AdminServiceClient::new(ch),
+                make,
+            })
         }
-    }
-    level.secs = start.elapsed().as_secs_f64();
-    if level.errors > 0 {
-        progress!(
-            "{} failed ops at {writers} writers; first: {}",
-            level.errors,
-            first_error.unwrap_or_default()
-        );
-    }
-    if level.ops == 0 {
-        bail!("no op succeeded at {writers} writers");
-    }
-    Ok(level)
+    })
+    .await
 }
 
 /// Runs the scenario.

@@ -17,17 +17,15 @@
 //! and etcd are started and stopped by `scripts/bench-compare.sh`; Keel is
 //! started here on 127.0.20.11-13.
 
-use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use tokio::sync::Barrier;
 
 use crate::cluster::{self, set_config, value, Cluster};
-use crate::commit::{run_level, Level};
+use crate::commit::run_level;
 use crate::etcd::{self, EtcdError};
+use crate::load::{run_writers, Level, Writer};
 use crate::stats::{cell, machine, median, percentile, r1, r3, unix_now};
 use crate::zk::{self, ZkError, ZkSession, ERR_NODE_EXISTS};
 use crate::{progress, Env, Report};
@@ -102,8 +100,6 @@ const KEEL_FLAGS: [&str; 2] = ["--session-timeout-ms", "600000"];
 const KEEL_SUBNET: u8 = 20;
 /// Ticks per second of /proc/<pid>/stat times (USER_HZ, 100 on Linux).
 const CLOCK_TICKS_PER_S: f64 = 100.0;
-/// A writer stops after this many failed ops (as in `commit`).
-const MAX_ERRORS_PER_WRITER: u64 = 100;
 
 /// The three systems, in the order they run inside a level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -253,14 +249,6 @@ fn listener_pid(addr: &str) -> Option<u32> {
     None
 }
 
-/// A writer of a peer system: one connection, one op in flight.
-trait PeerWriter: Send + 'static {
-    /// One durable write; `Err` carries the error text.
-    fn op(&mut self, writer: usize, seq: u64) -> impl Future<Output = Result<(), String>> + Send;
-    /// Releases server-side state (outside the timed part).
-    fn finish(self) -> impl Future<Output = ()> + Send;
-}
-
 /// A ZooKeeper writer: its own session to the leader.
 struct ZkWriter {
     session: ZkSession,
@@ -269,7 +257,7 @@ struct ZkWriter {
     value_bytes: usize,
 }
 
-impl PeerWriter for ZkWriter {
+impl Writer for ZkWriter {
     async fn op(&mut self, writer: usize, seq: u64) -> Result<(), String> {
         let n = self.seq_base + seq;
         let path = format!("{ZK_ROOT}/w{writer}-{n}");
@@ -292,7 +280,7 @@ struct EtcdWriter {
     value_bytes: usize,
 }
 
-impl PeerWriter for EtcdWriter {
+impl Writer for EtcdWriter {
     async fn op(&mut self, writer: usize, seq: u64) -> Result<(), String> {
         let key = format!("{ZK_ROOT}/w{writer}").into_bytes();
         let v = value(writer, seq, self.value_bytes).into_bytes();
@@ -302,92 +290,6 @@ impl PeerWriter for EtcdWriter {
     }
 
     async fn finish(self) {}
-}
-
-/// [`run_level`] for a peer: `writers` tasks, each connected by
-/// `connect(writer)`, for `secs` (or `max_ops` in all).
-async fn run_peer_level<W, C, F>(
-    system: System,
-    writers: usize,
-    secs: f64,
-    max_ops: u64,
-    connect: C,
-) -> anyhow::Result<Level>
-where
-    W: PeerWriter,
-    C: Fn(usize) -> F,
-    F: Future<Output = anyhow::Result<W>>,
-{
-    let barrier = Arc::new(Barrier::new(writers + 1));
-    let per_writer = (max_ops / writers as u64).max(1);
-    let mut tasks = Vec::new();
-    for w in 0..writers {
-        let mut conn = connect(w)
-            .await
-            .with_context(|| format!("connect {} writer {w}", system.name()))?;
-        let barrier = barrier.clone();
-        tasks.push(tokio::spawn(async move {
-            let mut lat = Vec::new();
-            let mut errors = 0u64;
-            let mut first_error = None;
-            barrier.wait().await;
-            let stop = Instant::now() + Duration::from_secs_f64(secs);
-            let mut seq = 0u64;
-            while Instant::now() < stop && seq < per_writer {
-                let t = Instant::now();
-                let r = conn.op(w, seq).await;
-                seq += 1;
-                match r {
-                    Ok(()) => lat.push(t.elapsed().as_secs_f64() * 1000.0),
-                    Err(e) => {
-                        errors += 1;
-                        first_error.get_or_insert(e);
-                    }
-                }
-                if errors > MAX_ERRORS_PER_WRITER {
-                    break;
-                }
-            }
-            (lat, errors, first_error, conn)
-        }));
-    }
-    barrier.wait().await;
-    let start = Instant::now();
-    let mut level = Level {
-        writers,
-        ops: 0,
-        errors: 0,
-        secs: 0.0,
-        lat_ms: Vec::new(),
-    };
-    let mut first_error = None;
-    let mut conns = Vec::new();
-    for t in tasks {
-        let (lat, errors, fe, conn) = t.await?;
-        level.ops += lat.len() as u64;
-        level.errors += errors;
-        level.lat_ms.extend(lat);
-        if first_error.is_none() {
-            first_error = fe;
-        }
-        conns.push(conn);
-    }
-    level.secs = start.elapsed().as_secs_f64();
-    for c in conns {
-        c.finish().await;
-    }
-    if level.errors > 0 {
-        progress!(
-            "compare: {} failed {} ops at {writers} writers; first: {}",
-            level.errors,
-            system.name(),
-            first_error.unwrap_or_default()
-        );
-    }
-    if level.ops == 0 {
-        anyhow::bail!("no {} op succeeded at {writers} writers", system.name());
-    }
-    Ok(level)
 }
 
 /// A peer the run talks to: its endpoints, leader and server processes.
@@ -735,7 +637,7 @@ impl Systems {
                 // Each writer's seq stays below max_ops / writers (or 1).
                 self.zk_seq_next += (max_ops / writers as u64).max(1);
                 let leader = leader.to_string();
-                run_peer_level(s, writers, secs, max_ops, |_| {
+                run_writers(s.name(), writers, secs, max_ops, |_| {
                     let leader = leader.clone();
                     async move {
                         let session =
@@ -751,7 +653,7 @@ impl Systems {
             }
             System::Etcd => {
                 let leader = leader.to_string();
-                run_peer_level(s, writers, secs, max_ops, |_| {
+                run_writers(s.name(), writers, secs, max_ops, |_| {
                     let leader = leader.clone();
                     async move {
                         let client = etcd::kv_client(&leader, timeout).await?;

@@ -15,6 +15,7 @@ pub mod create_topics;
 pub mod etcd;
 pub mod failover;
 pub mod heartbeats;
+mod load;
 pub mod scale;
 pub mod stats;
 pub mod zk;

@@ -12,16 +12,12 @@
 //! replay of 1,000,000 `PartitionChange` records, snapshot encode and
 //! decode, and the image's own memory.
 
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 use keel_metadata::records::RecordBatch;
-use keel_metadata::{
-    BrokerEpoch, BrokerId, IncarnationId, LeaderChange, MetadataImage, MetadataRecord,
-    PartitionChangeRecord, PartitionId, PartitionRecord, RegisterBrokerRecord, TopicId,
-    TopicPartition, TopicRecord,
-};
+use keel_metadata::synthetic::SyntheticCluster;
+use keel_metadata::{MetadataImage, TopicPartition};
 use keel_proto::pb;
 use serde_json::{json, Value};
 
@@ -278,104 +274,6 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
     }))
 }
 
-fn topic_id(t: u32) -> TopicId {
-    TopicId(0x5ca1e << 64 | u128::from(t))
-}
-
-/// 3 unfenced brokers and `topics` topics of `per_topic` partitions, RF 3
-/// (preferred leader rotating), built by replay; returns the image, the
-/// next log index, and the partition records per second of that replay.
-fn build_image(topics: u32, per_topic: u32) -> anyhow::Result<(MetadataImage, u64, f64)> {
-    let mut image = MetadataImage::new();
-    let mut offset = 0;
-    let mut apply = |image: &mut MetadataImage, records: Vec<MetadataRecord>| {
-        offset += 1;
-        image
-            .replay_batch(&RecordBatch::new(records), offset)
-            .map(|()| offset)
-    };
-    let mut epochs = Vec::new();
-    for b in 0..3 {
-        epochs.push(BrokerEpoch(apply(
-            &mut image,
-            vec![MetadataRecord::RegisterBroker(RegisterBrokerRecord {
-                broker: BrokerId(b),
-                incarnation: IncarnationId(u128::from(b) + 1),
-                address: format!("127.0.0.{}:9092", b + 1),
-                rack: None,
-                log_dirs: vec![],
-            })],
-        )?));
-    }
-    apply(
-        &mut image,
-        (0..3)
-            .map(|b| MetadataRecord::UnfenceBroker {
-                broker: BrokerId(b),
-                epoch: epochs[b as usize],
-            })
-            .collect(),
-    )?;
-    let start = Instant::now();
-    for t in 0..topics {
-        let mut records = vec![MetadataRecord::Topic(TopicRecord {
-            topic_id: topic_id(t),
-            name: format!("scale-{t:06}"),
-            configs: BTreeMap::new(),
-        })];
-        for p in 0..per_topic {
-            let replicas = replicas_of(t, p);
-            records.push(MetadataRecord::Partition(PartitionRecord {
-                topic_id: topic_id(t),
-                partition: PartitionId(p),
-                isr: replicas.clone(),
-                leader: Some(replicas[0]),
-                replicas,
-            }));
-        }
-        apply(&mut image, records)?;
-    }
-    let rate = (u64::from(topics) * u64::from(per_topic)) as f64 / start.elapsed().as_secs_f64();
-    Ok((image, offset + 1, rate))
-}
-
-fn replicas_of(t: u32, p: u32) -> Vec<BrokerId> {
-    let first = ((u64::from(t) + u64::from(p)) % 3) as u32;
-    (0..3).map(|i| BrokerId((first + i) % 3)).collect()
-}
-
-/// `n` valid `PartitionChange` records cycling over every partition: an
-/// ISR shrink (last follower out), an ISR expand, a leader move, ...
-fn partition_changes(topics: u32, per_topic: u32, n: usize) -> Vec<MetadataRecord> {
-    let partitions = (u64::from(topics) * u64::from(per_topic)) as usize;
-    let mut leader_at = vec![0usize; partitions];
-    (0..n)
-        .map(|i| {
-            let idx = i % partitions;
-            let round = i / partitions;
-            let (t, p) = (
-                (idx / per_topic as usize) as u32,
-                (idx % per_topic as usize) as u32,
-            );
-            let replicas = replicas_of(t, p);
-            let mut c = PartitionChangeRecord::new(topic_id(t), PartitionId(p));
-            let leader = &mut leader_at[idx];
-            match round % 3 {
-                0 => {
-                    let dropped = replicas[(*leader + 2) % 3];
-                    c.isr = Some(replicas.iter().copied().filter(|b| *b != dropped).collect());
-                }
-                1 => c.isr = Some(replicas.clone()),
-                _ => {
-                    *leader = (*leader + 1) % 3;
-                    c.leader = LeaderChange::To(replicas[*leader]);
-                }
-            }
-            MetadataRecord::PartitionChange(c)
-        })
-        .collect()
-}
-
 /// Resident memory of this process.
 fn own_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -392,7 +290,14 @@ fn run_core(p: &ScaleParams) -> anyhow::Result<Value> {
     let per_topic = p.partitions_per_topic.max(1);
     let topics = u32::try_from(p.partitions.div_ceil(u64::from(per_topic)))?;
     let rss_before = own_rss();
-    let (image, first, create_rate) = build_image(topics, per_topic)?;
+    let shape = SyntheticCluster {
+        brokers: 3,
+        topics,
+        partitions_per_topic: per_topic,
+    };
+    let start = Instant::now();
+    let (image, first) = shape.image()?;
+    let create_rate = shape.partitions() as f64 / start.elapsed().as_secs_f64();
     let partitions = image.partition_count() as u64;
     let image_rss = own_rss().saturating_sub(rss_before);
     progress!(
@@ -404,7 +309,8 @@ fn run_core(p: &ScaleParams) -> anyhow::Result<Value> {
     // Replay as the state machine applies: each batch on a copy of the
     // image while the previous image is still held (published to readers),
     // so every first write to a shared chunk copies it.
-    let log: Vec<RecordBatch> = partition_changes(topics, per_topic, p.replay_records)
+    let log: Vec<RecordBatch> = shape
+        .partition_changes(p.replay_records)
         .chunks(p.replay_batch.max(1))
         .map(|c| RecordBatch::new(c.to_vec()))
         .collect();
@@ -450,7 +356,7 @@ fn run_core(p: &ScaleParams) -> anyhow::Result<Value> {
             bail!("the decoded image lost partitions");
         }
     }
-    let tp = TopicPartition::new(topic_id(0), 0);
+    let tp = TopicPartition::new(SyntheticCluster::topic_id(0), 0);
     let epoch = work.partition(&tp).map_or(0, |x| x.partition_epoch.0);
     progress!(
         "scale: in-process snapshot image {} MB: encode {:.0} ms, decode + validate {:.0} ms",

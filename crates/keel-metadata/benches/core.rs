@@ -5,7 +5,6 @@
 //! partitions, batches of 1,000) into an image, and the size, encode and
 //! decode (with validation) times of a 1,000,000-partition snapshot.
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -13,11 +12,8 @@ use criterion::{BatchSize, Criterion, Throughput};
 use keel_metadata::placement::{place_replicas, PlacementBroker};
 use keel_metadata::records::RecordBatch;
 use keel_metadata::selectors::{controlled_shutdown, offline_partition, preferred_replica};
-use keel_metadata::{
-    BrokerEpoch, BrokerId, IncarnationId, LeaderChange, MetadataImage, MetadataRecord,
-    PartitionChangeRecord, PartitionId, PartitionRecord, RegisterBrokerRecord, TopicId,
-    TopicPartition, TopicRecord,
-};
+use keel_metadata::synthetic::SyntheticCluster;
+use keel_metadata::{BrokerId, MetadataImage, MetadataRecord, TopicId, TopicPartition};
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 
@@ -27,8 +23,13 @@ const PARTITIONS_PER_TOPIC: u32 = 100;
 const BATCH: usize = 1_000;
 const FIGURE_RECORDS: usize = 1_000_000;
 
-fn topic_id(t: u32) -> TopicId {
-    TopicId(0x1000 + u128::from(t))
+/// `topics` topics of 100 partitions on 3 brokers.
+fn shape(topics: u32) -> SyntheticCluster {
+    SyntheticCluster {
+        brokers: BROKERS,
+        topics,
+        partitions_per_topic: PARTITIONS_PER_TOPIC,
+    }
 }
 
 /// 3 registered, unfenced brokers and 100 topics of 100 partitions each,
@@ -40,99 +41,17 @@ fn cluster() -> (MetadataImage, u64) {
 
 /// [`cluster`] with `topics` topics of 100 partitions.
 fn cluster_of(topics: u32) -> (MetadataImage, u64) {
-    let mut image = MetadataImage::new();
-    let mut offset = 0;
-    let mut apply = |image: &mut MetadataImage, records: Vec<MetadataRecord>| {
-        offset += 1;
-        image
-            .replay_batch(&RecordBatch::new(records), offset)
-            .expect("setup replays");
-        offset
-    };
-    let mut epochs = Vec::new();
-    for b in 0..BROKERS {
-        let e = apply(
-            &mut image,
-            vec![MetadataRecord::RegisterBroker(RegisterBrokerRecord {
-                broker: BrokerId(b),
-                incarnation: IncarnationId(u128::from(b) + 1),
-                address: format!("127.0.0.{}:9092", b + 1),
-                rack: None,
-                log_dirs: vec!["/data/0".into(), "/data/1".into()],
-            })],
-        );
-        epochs.push(BrokerEpoch(e));
-    }
-    apply(
-        &mut image,
-        (0..BROKERS)
-            .map(|b| MetadataRecord::UnfenceBroker {
-                broker: BrokerId(b),
-                epoch: epochs[b as usize],
-            })
-            .collect(),
-    );
-    for t in 0..topics {
-        let mut records = vec![MetadataRecord::Topic(TopicRecord {
-            topic_id: topic_id(t),
-            name: format!("topic-{t}"),
-            configs: BTreeMap::new(),
-        })];
-        for p in 0..PARTITIONS_PER_TOPIC {
-            let replicas = replicas_of(t, p);
-            records.push(MetadataRecord::Partition(PartitionRecord {
-                topic_id: topic_id(t),
-                partition: PartitionId(p),
-                isr: replicas.clone(),
-                leader: Some(replicas[0]),
-                replicas,
-            }));
-        }
-        apply(&mut image, records);
-    }
-    (image, offset + 1)
+    shape(topics).image().expect("setup replays")
 }
 
-fn replicas_of(t: u32, p: u32) -> Vec<BrokerId> {
-    let first = (t + p) % BROKERS;
-    (0..BROKERS)
-        .map(|i| BrokerId((first + i) % BROKERS))
-        .collect()
+fn topic_id(t: u32) -> TopicId {
+    SyntheticCluster::topic_id(t)
 }
 
-/// `n` valid `PartitionChange` records cycling over every partition. Each
-/// partition goes through rounds of: ISR shrink (drop the last follower),
-/// ISR expand (add it back), leader move to the next ISR member.
+/// `n` valid `PartitionChange` records cycling over the 10,000 partitions
+/// of [`cluster`].
 fn partition_changes(n: usize) -> Vec<MetadataRecord> {
-    let partitions = (TOPICS * PARTITIONS_PER_TOPIC) as usize;
-    // Per partition: (replicas, index of the current leader in replicas).
-    let mut model: Vec<(Vec<BrokerId>, usize)> = (0..TOPICS)
-        .flat_map(|t| (0..PARTITIONS_PER_TOPIC).map(move |p| (replicas_of(t, p), 0)))
-        .collect();
-    (0..n)
-        .map(|i| {
-            let idx = i % partitions;
-            let round = i / partitions;
-            let (t, p) = (
-                idx as u32 / PARTITIONS_PER_TOPIC,
-                idx as u32 % PARTITIONS_PER_TOPIC,
-            );
-            let (replicas, leader) = &mut model[idx];
-            let mut c = PartitionChangeRecord::new(topic_id(t), PartitionId(p));
-            match round % 3 {
-                0 => {
-                    let dropped = replicas[(*leader + 2) % replicas.len()];
-                    c.isr = Some(replicas.iter().copied().filter(|b| *b != dropped).collect());
-                }
-                1 => c.isr = Some(replicas.clone()),
-                _ => {
-                    *leader = (*leader + 1) % replicas.len();
-                    c.leader = LeaderChange::To(replicas[*leader]);
-                }
-            }
-            MetadataRecord::PartitionChange(c)
-        })
-        .collect()
+    shape(TOPICS).partition_changes(n)
 }
 
 fn batches(records: Vec<MetadataRecord>) -> Vec<RecordBatch> {

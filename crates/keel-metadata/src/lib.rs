@@ -15,6 +15,7 @@ pub mod planner;
 pub mod records;
 pub mod selectors;
 pub mod state;
+pub mod synthetic;
 pub mod validation;
 
 pub use decide::Decision;

@@ -82,7 +82,10 @@ impl BrokerRegistration {
 pub struct TopicImage {
     pub id: TopicId,
     pub name: String,
-    pub configs: BTreeMap<String, String>,
+    /// Persistent, so a change to one key copies a path, not the map: an
+    /// active controller applying thousands of config records a second
+    /// clones the topic for each decision.
+    pub configs: OrdMap<String, String>,
     /// Partitions `0..partition_count` exist.
     pub partition_count: u32,
     /// Present once marked for deletion: the deletion state of every replica.
@@ -492,7 +495,7 @@ impl MetadataImage {
             Arc::new(TopicImage {
                 id: r.topic_id,
                 name: r.name.clone(),
-                configs: r.configs.clone(),
+                configs: r.configs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
                 partition_count: 0,
                 deletion: None,
             }),

@@ -403,19 +403,16 @@ impl MetadataImage {
         for (name, ops) in items {
             let outcome = self
                 .plan_configs(name, ops, &dup)
-                .map(|(topic_id, old, new)| {
+                .map(|(topic_id, changes)| {
                     if validate_only {
                         return;
                     }
-                    let keys: BTreeSet<&String> = old.keys().chain(new.keys()).collect();
-                    for key in keys {
-                        if old.get(key) != new.get(key) {
-                            w.push(MetadataRecord::TopicConfig {
-                                topic_id,
-                                key: key.clone(),
-                                value: new.get(key).cloned(),
-                            });
-                        }
+                    for (key, value) in changes {
+                        w.push(MetadataRecord::TopicConfig {
+                            topic_id,
+                            key: key.to_string(),
+                            value: value.map(str::to_string),
+                        });
                     }
                     let was = self
                         .topic(topic_id)
@@ -433,15 +430,16 @@ impl MetadataImage {
         w.finish(replies)
     }
 
-    /// Validates one AlterConfigs item; returns the topic with its configs
-    /// before and after.
+    /// Validates one AlterConfigs item; returns the topic and the keys whose
+    /// value changes (in key order), each with its new value (`None` =
+    /// removed). Costs O(ops · log configs): the topic's map is not copied.
     #[allow(clippy::type_complexity)]
-    fn plan_configs(
+    fn plan_configs<'a>(
         &self,
         name: &str,
-        ops: &[ConfigOp],
+        ops: &'a [ConfigOp],
         dup: &BTreeSet<&str>,
-    ) -> Result<(TopicId, BTreeMap<String, String>, BTreeMap<String, String>), ApiError> {
+    ) -> Result<(TopicId, Vec<(&'a str, Option<&'a str>)>), ApiError> {
         if dup.contains(name) {
             return Err(api(
                 ErrorCode::InvalidRequest,
@@ -460,25 +458,42 @@ impl MetadataImage {
                 format!("topic {name:?} is being deleted"),
             ));
         }
-        let mut new = t.configs.clone();
+        // The last op on a key decides its new value.
+        let mut last: BTreeMap<&'a str, Option<&'a String>> = BTreeMap::new();
         for op in ops {
             match op {
-                ConfigOp::Set(k, v) => {
-                    new.insert(k.clone(), v.clone());
-                }
-                ConfigOp::Delete(k) => {
-                    new.remove(k);
-                }
-            }
+                ConfigOp::Set(k, v) => last.insert(k, Some(v)),
+                ConfigOp::Delete(k) => last.insert(k, None),
+            };
         }
-        // The smallest replica count bounds min.insync.replicas.
-        let rf = self
-            .partitions_of(t.id)
-            .map(|(_, p)| p.target_replicas().len() as u32)
-            .min()
-            .unwrap_or(1);
-        validate_topic_configs(&new, rf)?;
-        Ok((t.id, t.configs.clone(), new))
+        let set: Vec<(&String, &String)> = ops
+            .iter()
+            .filter_map(|op| match op {
+                ConfigOp::Set(k, _) => last
+                    .get(k.as_str())
+                    .copied()
+                    .flatten()
+                    .map(|v| (k, v)),
+                ConfigOp::Delete(_) => None,
+            })
+            .collect();
+        // The smallest replica count bounds min.insync.replicas; only
+        // counted when that key is set (it walks the topic's partitions).
+        let rf = if set.iter().any(|(k, _)| *k == crate::MIN_INSYNC_REPLICAS) {
+            self.partitions_of(t.id)
+                .map(|(_, p)| p.target_replicas().len() as u32)
+                .min()
+                .unwrap_or(1)
+        } else {
+            u32::MAX
+        };
+        validate_topic_configs(set, rf)?;
+        let changes = last
+            .into_iter()
+            .filter(|(k, v)| t.configs.get(*k) != *v)
+            .map(|(k, v)| (k, v.map(String::as_str)))
+            .collect();
+        Ok((t.id, changes))
     }
 }
 

@@ -195,6 +195,20 @@ pub fn outcome_unknown() -> ApiError {
     )
 }
 
+/// The working image of a batch: `base` plus `records`, each replayed at
+/// the index the batch's entry will get (as in the loop).
+fn rebuild(base: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage {
+    let mut working = base.clone();
+    let offset = base.offset() + 1;
+    for r in records {
+        if let Err(e) = working.replay(r, offset) {
+            // Every record here replayed once already on this very image.
+            tracing::error!(error = %e, "accepted record no longer replays");
+        }
+    }
+    working
+}
+
 /// Runs the loop until `stop` fires, the queue closes, or leadership is lost.
 pub(crate) async fn run(
     shared: Arc<Shared>,
@@ -243,10 +257,13 @@ pub(crate) async fn run(
             metrics::histogram!("keel_controller_event_queue_time_seconds", "kind" => cmd.kind)
                 .record(cmd.enqueued.elapsed().as_secs_f64());
             env.now_ms = now_ms();
-            let before = working.clone();
             let proposed = cmd.proposed.clone();
             let p = (cmd.run)(&working, &mut env);
             let speculative_offset = working.offset() + 1;
+            // Replayed in place (no copy of the working image per command:
+            // a copy would make every replay below copy the paths it
+            // touches); the rare failure rebuilds the working image from
+            // the base and the records accepted so far.
             if let Some(e) = p
                 .records
                 .iter()
@@ -255,7 +272,7 @@ pub(crate) async fn run(
                 // A decision that does not replay is a bug in the decide step:
                 // refuse it, keep the node running, and say so loudly.
                 tracing::error!(kind = cmd.kind, error = %e, "decision produced an inconsistent record; refused");
-                working = before;
+                working = rebuild(&base, &records);
                 (p.on_commit)(Err(ApiError::new(ErrorCode::Internal, e.to_string())));
                 continue;
             }

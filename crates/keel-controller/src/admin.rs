@@ -101,8 +101,8 @@ pub fn describe_topic(
             .configs
             .iter()
             .map(|(k, v)| pb::ConfigEntry {
-                key: k.clone(),
-                value: v.clone(),
+                key: k.to_string(),
+                value: v.to_string(),
             })
             .collect(),
         partitions: image

@@ -82,10 +82,11 @@ impl BrokerRegistration {
 pub struct TopicImage {
     pub id: TopicId,
     pub name: String,
-    /// Persistent, so a change to one key copies a path, not the map: an
-    /// active controller applying thousands of config records a second
-    /// clones the topic for each decision.
-    pub configs: OrdMap<String, String>,
+    /// Persistent, with shared strings, so a change to one key copies one
+    /// path of reference counts, not the map and its strings: the active
+    /// controller applies thousands of config records a second, each to a
+    /// topic shared with the committed image.
+    pub configs: OrdMap<Arc<str>, Arc<str>>,
     /// Partitions `0..partition_count` exist.
     pub partition_count: u32,
     /// Present once marked for deletion: the deletion state of every replica.
@@ -346,7 +347,7 @@ impl MetadataImage {
 
     /// Applies one committed entry. Every record in it shares `offset`.
     pub fn replay_batch(&mut self, batch: &RecordBatch, offset: u64) -> Result<(), ReplayError> {
-        for record in &batch.records {
+        for record in batch.records.iter() {
             self.replay(record, offset)?;
         }
         self.offset = self.offset.max(offset);
@@ -417,8 +418,8 @@ impl MetadataImage {
                         .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(*topic_id)))?,
                 );
                 match value {
-                    Some(v) => t.configs.insert(key.clone(), v.clone()),
-                    None => t.configs.remove(key),
+                    Some(v) => t.configs.insert(Arc::from(key.as_str()), Arc::from(v.as_str())),
+                    None => t.configs.remove(key.as_str()),
                 };
                 Ok(())
             }
@@ -495,7 +496,11 @@ impl MetadataImage {
             Arc::new(TopicImage {
                 id: r.topic_id,
                 name: r.name.clone(),
-                configs: r.configs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                configs: r
+                    .configs
+                    .iter()
+                    .map(|(k, v)| (Arc::from(k.as_str()), Arc::from(v.as_str())))
+                    .collect(),
                 partition_count: 0,
                 deletion: None,
             }),

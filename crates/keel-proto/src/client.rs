@@ -50,6 +50,8 @@ pub struct ControllerClient {
     request_timeout: Duration,
     /// Total budget for one logical call, redirects and retries included.
     deadline: Duration,
+    /// Longest pause between retries (they start at 20 ms and double).
+    max_backoff: Duration,
 }
 
 impl ControllerClient {
@@ -60,7 +62,15 @@ impl ControllerClient {
             channels: Mutex::new(std::collections::HashMap::new()),
             request_timeout: Duration::from_secs(10),
             deadline: Duration::from_secs(20),
+            max_backoff: Duration::from_millis(500),
         }
+    }
+
+    /// Caps the pause between retries (default 500 ms). A caller timing a
+    /// failover caps it low so its retries do not round the time up.
+    pub fn with_max_backoff(mut self, max: Duration) -> Self {
+        self.max_backoff = max;
+        self
     }
 
     /// Sets the per-attempt timeout and the whole-call deadline.
@@ -143,7 +153,7 @@ impl ControllerClient {
         let mut next_bootstrap = 0usize;
         let mut last;
         let mut hinted: Option<String> = self.leader_address();
-        let mut backoff = Duration::from_millis(20);
+        let mut backoff = Duration::from_millis(20).min(self.max_backoff);
         loop {
             let addr = match hinted.take() {
                 Some(a) => a,
@@ -201,7 +211,7 @@ impl ControllerClient {
             }
             if hinted.is_none() {
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(500));
+                backoff = (backoff * 2).min(self.max_backoff);
             }
         }
     }

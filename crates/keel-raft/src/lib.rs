@@ -16,6 +16,7 @@ mod network;
 mod open;
 mod service;
 mod state_machine;
+mod watchdog;
 
 pub use codec::{CodecError, STORAGE_FORMAT_VERSION};
 pub use config::default_config;
@@ -25,6 +26,7 @@ pub use log_store::LogStore;
 pub use network::{Network, PeerClient, PeerContacts};
 pub use open::open_storage;
 pub use service::RaftGrpcService;
+pub use watchdog::election_watchdog;
 pub use state_machine::{
     AppliedState, SnapshotBuilder, SnapshotFigures, SnapshotSource, SnapshotStats,
     StateMachineStore,

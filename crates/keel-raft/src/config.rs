@@ -6,8 +6,10 @@ use openraft::{Config, SnapshotPolicy};
 ///
 /// Heartbeats every 150 ms (also openraft's AppendEntries timeout) and an
 /// election timeout of 300–450 ms: followers honour the old leader's lease
-/// (`election_timeout_max`) and then wait a random election timeout, so a
-/// leader is replaced 750–900 ms after it goes silent. A snapshot every
+/// (`election_timeout_max`) and then wait a random election timeout (drawn
+/// once per process) and the next tick (every 225 ms): 750–1,100 ms after
+/// the leader goes silent. [`crate::election_watchdog`] starts the election
+/// right after the lease instead (~0.5 s). A snapshot every
 /// 10,000 entries bounds log growth and replay time; 1,000 entries are kept
 /// behind it so a briefly lagging follower catches up from the log instead
 /// of needing a snapshot.

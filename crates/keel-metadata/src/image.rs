@@ -418,7 +418,9 @@ impl MetadataImage {
                         .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(*topic_id)))?,
                 );
                 match value {
-                    Some(v) => t.configs.insert(Arc::from(key.as_str()), Arc::from(v.as_str())),
+                    Some(v) => t
+                        .configs
+                        .insert(Arc::from(key.as_str()), Arc::from(v.as_str())),
                     None => t.configs.remove(key.as_str()),
                 };
                 Ok(())

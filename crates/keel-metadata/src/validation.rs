@@ -2,7 +2,6 @@
 //! rules) and the topic configs the controller interprets. Other config keys
 //! are opaque: carried for brokers, never interpreted here.
 
-
 use crate::error::{ApiError, ErrorCode};
 use crate::{MIN_INSYNC_REPLICAS, UNCLEAN_LEADER_ELECTION};
 

@@ -26,11 +26,11 @@ pub use log_store::LogStore;
 pub use network::{Network, PeerClient, PeerContacts};
 pub use open::open_storage;
 pub use service::RaftGrpcService;
-pub use watchdog::election_watchdog;
 pub use state_machine::{
     AppliedState, SnapshotBuilder, SnapshotFigures, SnapshotSource, SnapshotStats,
     StateMachineStore,
 };
+pub use watchdog::election_watchdog;
 
 use serde::{Deserialize, Serialize};
 

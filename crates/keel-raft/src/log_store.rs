@@ -95,7 +95,11 @@ impl Recent {
 
     /// Drops entries from `index` on.
     fn truncate(&mut self, index: u64) {
-        while self.entries.back().is_some_and(|(e, _)| e.log_id.index >= index) {
+        while self
+            .entries
+            .back()
+            .is_some_and(|(e, _)| e.log_id.index >= index)
+        {
             if let Some((_, b)) = self.entries.pop_back() {
                 self.bytes -= b;
             }

@@ -31,7 +31,12 @@ const STAGGER: Duration = Duration::from_millis(50);
 /// The wait after the last contact before node `me` elects: the lease,
 /// the margin and its rank's stagger (rank among the voters other than
 /// the silent leader).
-fn election_delay(me: NodeId, leader: Option<NodeId>, voters: &[NodeId], lease: Duration) -> Duration {
+fn election_delay(
+    me: NodeId,
+    leader: Option<NodeId>,
+    voters: &[NodeId],
+    lease: Duration,
+) -> Duration {
     let rank = voters
         .iter()
         .filter(|v| Some(**v) != leader)
@@ -106,7 +111,10 @@ mod tests {
         assert_eq!(d3, lease + MARGIN + STAGGER);
         // The silent leader's own rank is skipped, whoever it is.
         assert_eq!(election_delay(1, Some(3), &voters, lease), lease + MARGIN);
-        assert_eq!(election_delay(2, Some(3), &voters, lease), lease + MARGIN + STAGGER);
+        assert_eq!(
+            election_delay(2, Some(3), &voters, lease),
+            lease + MARGIN + STAGGER
+        );
         for me in voters {
             for leader in voters {
                 assert!(election_delay(me, Some(leader), &voters, lease) > lease);

@@ -469,11 +469,7 @@ impl MetadataImage {
         let set: Vec<(&String, &String)> = ops
             .iter()
             .filter_map(|op| match op {
-                ConfigOp::Set(k, _) => last
-                    .get(k.as_str())
-                    .copied()
-                    .flatten()
-                    .map(|v| (k, v)),
+                ConfigOp::Set(k, _) => last.get(k.as_str()).copied().flatten().map(|v| (k, v)),
                 ConfigOp::Delete(_) => None,
             })
             .collect();

@@ -66,6 +66,28 @@ async fn killing_the_active_controller_elects_a_new_one_and_loses_no_acknowledge
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voter_started_after_the_quorum_formed_joins_without_deposing_its_leader() {
+    let mut q = Quorum::start_except(FLAGS, Some(2));
+    let client = q.client();
+    let active = q.wait_active(LONG).await;
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    let (index, _) = q.wait_converged(1, LONG).await;
+    let term = q.describe_node(active).await.expect("active answers").term;
+
+    // First start of the third voter: it finds a peer with a leader and
+    // waits to be replicated to instead of initializing (which would make
+    // it a candidate that deposes the leader).
+    q.restart(2);
+    let (_, _) = q.wait_converged(index, LONG).await;
+    let after = q.describe_node(active).await.expect("active answers");
+    assert!(after.active_controller, "the first leader was deposed");
+    assert_eq!(after.term, term, "the late voter started an election");
+    let late = q.describe_node(2).await.expect("late voter answers");
+    assert_eq!(late.leader_id, Some(active as u64 + 1));
+    create_topic(&client, "after-join", 1, 1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarting_every_node_at_once_recovers_the_same_image_from_disk() {
     let mut q = Quorum::start(FLAGS);
     let client = q.client();

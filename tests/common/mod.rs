@@ -104,6 +104,12 @@ pub struct Quorum {
 impl Quorum {
     /// Starts three controllers; `extra` flags go to each.
     pub fn start(extra: &[&str]) -> Self {
+        Self::start_except(extra, None)
+    }
+
+    /// Starts the three controllers but `late` (if any), whose slot holds
+    /// a stopped process until [`Quorum::restart`] starts it.
+    pub fn start_except(extra: &[&str], late: Option<usize>) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         let addrs: Vec<String> = (0..3)
             .map(|_| format!("127.0.0.1:{}", free_port()))
@@ -116,7 +122,14 @@ impl Quorum {
             extra: extra.iter().map(|s| s.to_string()).collect(),
         };
         for i in 0..3 {
-            let p = q.spawn_node(i);
+            let p = if Some(i) == late {
+                Proc {
+                    child: None,
+                    log: q.dir.path().join(format!("c{}-late.log", i + 1)),
+                }
+            } else {
+                q.spawn_node(i)
+            };
             q.procs.push(p);
         }
         q

@@ -26,6 +26,38 @@ pub struct ControllerNode {
     leadership: JoinHandle<()>,
 }
 
+/// A voter of this cluster that already follows or is a Raft leader (the
+/// quorum formed without this node, e.g. it started late), if any answers
+/// within a short timeout. Unreachable peers and peers still electing
+/// count as not formed: on a cluster's first start every voter
+/// initializes, which is safe, and a quorum can form without any one node.
+async fn formed_quorum_peer(config: &ControllerConfig) -> Option<u64> {
+    use keel_proto::pb::admin_service_client::AdminServiceClient;
+    use keel_proto::pb::DescribeNodeRequest;
+    let probes = config
+        .voters
+        .iter()
+        .filter(|(id, _)| *id != config.node_id)
+        .map(|(id, addr)| async move {
+            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                .ok()?
+                .connect_timeout(Duration::from_millis(300))
+                .timeout(Duration::from_millis(1_000));
+            let channel = endpoint.connect().await.ok()?;
+            let d = AdminServiceClient::new(channel)
+                .describe_node(DescribeNodeRequest::default())
+                .await
+                .ok()?
+                .into_inner();
+            (d.cluster_id == config.cluster_id && d.leader_id.is_some()).then_some(*id)
+        });
+    futures::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+        .next()
+}
+
 impl ControllerNode {
     /// Opens (or formats) the data dir, starts Raft and the server, and
     /// bootstraps the quorum on a first start.
@@ -76,7 +108,22 @@ impl ControllerNode {
                 ),
         );
 
-        if !config.join && !raft.is_initialized().await.context("raft stopped")? {
+        let fresh = !config.join && !raft.is_initialized().await.context("raft stopped")?;
+        let formed = if fresh {
+            formed_quorum_peer(&config).await
+        } else {
+            None
+        };
+        if let Some(peer) = formed {
+            // Initializing now would make this node a term-1 candidate
+            // that deposes the quorum's leader; the leader will replicate
+            // the membership (which names this node) instead.
+            tracing::info!(
+                node = config.node_id,
+                peer,
+                "a peer already belongs to a formed quorum; waiting for its leader instead of initializing"
+            );
+        } else if fresh {
             let members: BTreeMap<u64, BasicNode> = config
                 .voters
                 .iter()

@@ -120,6 +120,14 @@ fn dev_cluster_and_every_admin_command() {
     assert!(q["commit_index"].as_u64().unwrap() >= 1);
     let c = ok(&["cluster", "describe"]);
     assert_eq!(c["brokers"].as_array().unwrap().len(), 3);
+    // A snapshot on the first bootstrap node covers what it applied (at
+    // least the commit index seen above) and purges the log behind it.
+    let s = ok(&["quorum", "snapshot", "--purge-log"]);
+    let last = s["last_index"].as_u64().unwrap();
+    assert!(last >= q["commit_index"].as_u64().unwrap(), "{s}");
+    assert!(s["size_bytes"].as_u64().unwrap() > 0, "{s}");
+    assert!(s["image_bytes"].as_u64().unwrap() > 0, "{s}");
+    assert_eq!(s["purged_index"].as_u64().unwrap(), last, "{s}");
 
     // Topics.
     ok(&[

@@ -616,6 +616,17 @@ enum QuorumCmd {
         #[arg(long)]
         node_id: u64,
     },
+    /// Build a snapshot of the image on the controller the first
+    /// `--bootstrap` address names (any voter, not only the active one),
+    /// optionally purging the log entries it covers.
+    Snapshot {
+        /// Then purge every log entry the snapshot covers.
+        #[arg(long)]
+        purge_log: bool,
+        /// Give up waiting for the snapshot after this long.
+        #[arg(long, default_value_t = 60_000)]
+        timeout_ms: u64,
+    },
 }
 
 pub async fn quorum(a: QuorumArgs) -> ExitCode {
@@ -697,6 +708,38 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
             match a.common.output {
                 Output::Json => output::json(&json!({"node_id": node_id, "added": true})),
                 Output::Table => println!("Node {node_id} is now a voter."),
+            }
+            ExitCode::SUCCESS
+        }
+        QuorumCmd::Snapshot {
+            purge_log,
+            timeout_ms,
+        } => {
+            let req = pb::TriggerSnapshotRequest {
+                purge_log,
+                timeout_ms,
+            };
+            let r = call!(client, admin, trigger_snapshot, req);
+            let snap = r.snapshot.unwrap_or_default();
+            match a.common.output {
+                Output::Json => output::json(&json!({
+                    "last_index": snap.last_index,
+                    "size_bytes": snap.size_bytes,
+                    "image_bytes": snap.image_bytes,
+                    "build_ms": snap.build_ms,
+                    "purged_index": r.purged_index,
+                    "wait_ms": r.wait_ms,
+                })),
+                Output::Table => {
+                    println!("SnapshotIndex: {}", snap.last_index);
+                    println!("SizeBytes:     {}", snap.size_bytes);
+                    println!("ImageBytes:    {}", snap.image_bytes);
+                    if let Some(ms) = snap.build_ms {
+                        println!("BuildMs:       {ms:.1}");
+                    }
+                    println!("PurgedIndex:   {}", r.purged_index);
+                    println!("WaitMs:        {:.1}", r.wait_ms);
+                }
             }
             ExitCode::SUCCESS
         }

@@ -140,6 +140,7 @@ has_error!(
     pb::IncrementalAlterConfigsResponse,
     pb::AddVoterResponse,
     pb::RemoveVoterResponse,
+    pb::TriggerSnapshotResponse,
 );
 
 #[cfg(test)]

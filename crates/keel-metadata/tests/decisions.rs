@@ -776,6 +776,37 @@ fn alter_configs_writes_only_real_changes_and_validates_the_result() {
     );
     assert_eq!(dry.reply[0].1, Ok(()));
     assert!(dry.records.is_empty());
+
+    // The last op on a key wins, and only its final value is validated;
+    // records come in key order.
+    let d = c.image.decide_alter_configs(
+        &[(
+            "t".into(),
+            vec![
+                set(MIN_INSYNC_REPLICAS, "9"),
+                set("x", "1"),
+                ConfigOp::Delete(MIN_INSYNC_REPLICAS.into()),
+                set("x", "2"),
+            ],
+        )],
+        false,
+    );
+    assert_eq!(d.reply[0].1, Ok(()));
+    assert_eq!(
+        d.records,
+        vec![
+            MetadataRecord::TopicConfig {
+                topic_id: t,
+                key: MIN_INSYNC_REPLICAS.into(),
+                value: None
+            },
+            MetadataRecord::TopicConfig {
+                topic_id: t,
+                key: "x".into(),
+                value: Some("2".into())
+            },
+        ]
+    );
 }
 
 #[test]

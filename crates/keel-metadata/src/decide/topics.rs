@@ -433,7 +433,6 @@ impl MetadataImage {
     /// Validates one AlterConfigs item; returns the topic and the keys whose
     /// value changes (in key order), each with its new value (`None` =
     /// removed). Costs O(ops · log configs): the topic's map is not copied.
-    #[allow(clippy::type_complexity)]
     fn plan_configs<'a>(
         &self,
         name: &str,
@@ -459,23 +458,17 @@ impl MetadataImage {
             ));
         }
         // The last op on a key decides its new value.
-        let mut last: BTreeMap<&'a str, Option<&'a String>> = BTreeMap::new();
+        let mut last: BTreeMap<&'a str, Option<&'a str>> = BTreeMap::new();
         for op in ops {
             match op {
                 ConfigOp::Set(k, v) => last.insert(k, Some(v)),
                 ConfigOp::Delete(k) => last.insert(k, None),
             };
         }
-        let set: Vec<(&String, &String)> = ops
-            .iter()
-            .filter_map(|op| match op {
-                ConfigOp::Set(k, _) => last.get(k.as_str()).copied().flatten().map(|v| (k, v)),
-                ConfigOp::Delete(_) => None,
-            })
-            .collect();
+        let set = || last.iter().filter_map(|(k, v)| v.map(|v| (*k, v)));
         // The smallest replica count bounds min.insync.replicas; only
         // counted when that key is set (it walks the topic's partitions).
-        let rf = if set.iter().any(|(k, _)| *k == crate::MIN_INSYNC_REPLICAS) {
+        let rf = if set().any(|(k, _)| k == crate::MIN_INSYNC_REPLICAS) {
             self.partitions_of(t.id)
                 .map(|(_, p)| p.target_replicas().len() as u32)
                 .min()
@@ -483,11 +476,10 @@ impl MetadataImage {
         } else {
             u32::MAX
         };
-        validate_topic_configs(set, rf)?;
+        validate_topic_configs(set(), rf)?;
         let changes = last
             .into_iter()
-            .filter(|(k, v)| t.configs.get(*k).map(|c| &**c) != v.map(String::as_str))
-            .map(|(k, v)| (k, v.map(String::as_str)))
+            .filter(|(k, v)| t.configs.get(*k).map(|c| &**c) != *v)
             .collect();
         Ok((t.id, changes))
     }

@@ -50,7 +50,18 @@ impl BrokerControlService for ControlService {
             updates.push(wire::partition_update_owned(&topic_id, p));
             keys.push((topic_id, partition));
         }
-        let results = st.apply_leader_and_isr_all(updates, ce, now);
+        let results = match st.apply_leader_and_isr_all(updates, ce, now) {
+            Ok(results) => results,
+            Err(e) => {
+                // Nothing was applied: the whole request fails, and the
+                // controller sends it again.
+                rejected("LeaderAndIsr", &e);
+                return Ok(Response::new(pb::LeaderAndIsrResponse {
+                    error: Some(wire::error(&e)),
+                    partitions: Vec::new(),
+                }));
+            }
+        };
         drop(st);
         let partitions = keys
             .into_iter()

@@ -191,7 +191,7 @@ impl Quorum {
         let mut c = AdminServiceClient::connect(format!("http://{}", self.addrs[i]))
             .await
             .ok()?;
-        c.describe_node(pb::DescribeNodeRequest {})
+        c.describe_node(pb::DescribeNodeRequest::default())
             .await
             .ok()
             .map(|r| r.into_inner())

@@ -334,7 +334,7 @@ impl Rig {
                 .await
                 .ok()?;
             AdminServiceClient::new(ch)
-                .describe_node(pb::DescribeNodeRequest {})
+                .describe_node(pb::DescribeNodeRequest::default())
                 .await
                 .ok()
                 .map(|r| r.into_inner())

@@ -211,7 +211,7 @@ impl Cluster {
         let fut = async {
             let ch = connect(&self.addrs[i], Duration::from_secs(1)).await.ok()?;
             AdminServiceClient::new(ch)
-                .describe_node(pb::DescribeNodeRequest {})
+                .describe_node(pb::DescribeNodeRequest::default())
                 .await
                 .ok()
                 .map(|r| r.into_inner())
@@ -414,7 +414,7 @@ impl Cluster {
         let fut = async {
             let ch = connect(&self.addrs[i], timeout).await.ok()?;
             AdminServiceClient::new(ch)
-                .describe_node(pb::DescribeNodeRequest {})
+                .describe_node(pb::DescribeNodeRequest::default())
                 .await
                 .ok()
                 .map(|r| r.into_inner())

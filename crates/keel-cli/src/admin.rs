@@ -719,7 +719,12 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                 purge_log,
                 timeout_ms,
             };
-            let r = call!(client, admin, trigger_snapshot, req);
+            // Not retried on another node after a timeout (that would build
+            // a second snapshot elsewhere); the attempt may take the whole
+            // snapshot timeout.
+            let budget = Duration::from_millis(timeout_ms.saturating_add(5_000));
+            let client = client.with_timeouts(budget, budget);
+            let r = call!(client, admin_write, trigger_snapshot, req);
             let snap = r.snapshot.unwrap_or_default();
             match a.common.output {
                 Output::Json => output::json(&json!({

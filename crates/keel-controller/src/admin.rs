@@ -596,8 +596,9 @@ impl AdminService for AdminApi {
 
     async fn describe_node(
         &self,
-        _req: Request<pb::DescribeNodeRequest>,
+        req: Request<pb::DescribeNodeRequest>,
     ) -> Result<Response<pb::DescribeNodeResponse>, Status> {
+        let skip_hash = req.get_ref().skip_image_hash;
         let applied = self.shared.applied();
         let m = self.shared.raft.metrics().borrow().clone();
         let role = match m.state {
@@ -611,7 +612,11 @@ impl AdminService for AdminApi {
             node_id: self.shared.config.node_id,
             cluster_id: self.shared.config.cluster_id.clone(),
             last_applied_index: applied.last_applied.map(|l| l.index).unwrap_or(0),
-            image_hash: applied.image.hash(),
+            image_hash: if skip_hash {
+                String::new()
+            } else {
+                applied.image.hash()
+            },
             role: role.to_string(),
             term: m.current_term,
             leader_id: m.current_leader,

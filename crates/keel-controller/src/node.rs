@@ -42,10 +42,12 @@ async fn formed_quorum_peer(config: &ControllerConfig) -> Option<u64> {
             let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
                 .ok()?
                 .connect_timeout(Duration::from_millis(300))
-                .timeout(Duration::from_millis(1_000));
+                .timeout(Duration::from_secs(3));
             let channel = endpoint.connect().await.ok()?;
             let d = AdminServiceClient::new(channel)
-                .describe_node(DescribeNodeRequest::default())
+                .describe_node(DescribeNodeRequest {
+                    skip_image_hash: true,
+                })
                 .await
                 .ok()?
                 .into_inner();

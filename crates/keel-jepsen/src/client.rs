@@ -335,7 +335,7 @@ impl AdminClient {
 pub async fn describe_node(addr: &str, timeout: Duration) -> Option<pb::DescribeNodeResponse> {
     let ch = channel(addr, crate::cluster::CLIENT_IP.into(), timeout)?;
     AdminServiceClient::new(ch)
-        .describe_node(pb::DescribeNodeRequest {})
+        .describe_node(pb::DescribeNodeRequest::default())
         .await
         .ok()
         .map(|r| r.into_inner())

@@ -342,12 +342,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // Atomicity across the entries is not needed: sled recovers a
         // prefix of its writes, so a crash mid-append leaves a shorter log
         // without gaps, and nothing unflushed was acknowledged.
+        //
+        // Encoded before the cache's lock is taken: readers (replication,
+        // apply) wait on that lock.
+        let mut encoded = Vec::new();
+        for entry in entries {
+            let bytes = codec::encode(&entry)
+                .map_err(|e| StorageIOError::write_log_entry(entry.log_id, AnyError::new(&e)))?;
+            encoded.push((entry, bytes));
+        }
         {
             let mut recent = self.recent();
-            for entry in entries {
-                let bytes = codec::encode(&entry).map_err(|e| {
-                    StorageIOError::write_log_entry(entry.log_id, AnyError::new(&e))
-                })?;
+            for (entry, bytes) in encoded {
                 let len = bytes.len();
                 if let Err(e) = self.logs.insert(index_key(entry.log_id.index), bytes) {
                     recent.clear();

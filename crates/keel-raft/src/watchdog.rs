@@ -12,7 +12,10 @@
 //! with the node's rank among the voters so two followers do not split the
 //! vote. The lease check is the same one the voters apply to the request,
 //! so no election starts earlier than openraft itself would allow, and the
-//! built-in timers stay as the fallback.
+//! built-in timers stay as the fallback: when the first-ranked follower
+//! cannot win (its log is shorter than the other's), the next one's
+//! watchdog election lands in the same term and fails too, and openraft's
+//! timers elect the right node about a second after the leader went silent.
 
 use std::time::Duration;
 
@@ -45,6 +48,38 @@ fn election_delay(
     lease + MARGIN + STAGGER * u32::try_from(rank).unwrap_or(u32::MAX)
 }
 
+/// What the watchdog reads of the Raft state.
+struct Seen {
+    /// This node follows a committed leader other than itself.
+    follows_other: bool,
+    /// That leader.
+    leader: Option<NodeId>,
+    /// When this node last accepted an AppendEntries from it.
+    last_contact: Option<tokio::time::Instant>,
+    /// The voters, sorted.
+    voters: Vec<NodeId>,
+}
+
+/// Reads [`Seen`] through the Raft core (`None`: Raft stopped).
+async fn observe(raft: &KeelRaft, me: NodeId) -> Option<Seen> {
+    raft.with_raft_state(move |s| {
+        let vote = s.vote_ref();
+        let leader = vote.leader_id().voted_for();
+        let mut voters: Vec<NodeId> = s.membership_state.effective().voter_ids().collect();
+        voters.sort_unstable();
+        Seen {
+            follows_other: s.server_state == ServerState::Follower
+                && vote.is_committed()
+                && leader.is_some_and(|l| l != me),
+            leader,
+            last_contact: s.vote_last_modified(),
+            voters,
+        }
+    })
+    .await
+    .ok()
+}
+
 /// Runs until `stop` turns true or Raft stops: calls for an election once
 /// per leader whose lease has expired on this follower.
 pub async fn election_watchdog(
@@ -59,35 +94,41 @@ pub async fn election_watchdog(
             _ = stop.wait_for(|v| *v) => return,
             _ = tokio::time::sleep(POLL) => {}
         }
-        let state = raft
-            .with_raft_state(move |s| {
-                let vote = s.vote_ref();
-                let leader = vote.leader_id().voted_for();
-                let follows_other = s.server_state == ServerState::Follower
-                    && vote.is_committed()
-                    && leader.is_some_and(|l| l != me);
-                let voters: Vec<NodeId> = s.membership_state.effective().voter_ids().collect();
-                (follows_other, leader, s.vote_last_modified(), voters)
-            })
-            .await;
-        let Ok((follows_other, leader, last_contact, mut voters)) = state else {
-            return; // Raft stopped.
-        };
-        let Some(last_contact) = last_contact else {
-            continue;
-        };
-        if !follows_other || fired_for == Some(last_contact) || !voters.contains(&me) {
+        // Only followers watch; the metrics are read without asking the core.
+        if raft.metrics().borrow().state != ServerState::Follower {
             continue;
         }
-        voters.sort_unstable();
-        let delay = election_delay(me, leader, &voters, lease);
+        let Some(seen) = observe(&raft, me).await else {
+            return;
+        };
+        let Some(last_contact) = seen.last_contact else {
+            continue;
+        };
+        if !seen.follows_other || fired_for == Some(last_contact) || !seen.voters.contains(&me) {
+            continue;
+        }
+        let delay = election_delay(me, seen.leader, &seen.voters, lease);
         if last_contact.elapsed() <= delay {
+            continue;
+        }
+        // Confirm with a second read that the core answers promptly: a core
+        // that was busy (a long flush) may have AppendEntries from a live
+        // leader queued, and the first read showed a contact time from
+        // before them. The election command queues right behind this read.
+        let asked = tokio::time::Instant::now();
+        let Some(again) = observe(&raft, me).await else {
+            return;
+        };
+        if asked.elapsed() > POLL
+            || !again.follows_other
+            || again.last_contact != Some(last_contact)
+        {
             continue;
         }
         fired_for = Some(last_contact);
         tracing::info!(
             node = me,
-            silent_leader = leader,
+            silent_leader = seen.leader,
             silent_ms = last_contact.elapsed().as_millis() as u64,
             "leader's lease expired; starting an election"
         );

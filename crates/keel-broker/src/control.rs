@@ -44,11 +44,9 @@ impl BrokerControlService for ControlService {
         st.remember_leader_addresses(&req.leaders);
         let mut keys = Vec::with_capacity(req.partitions.len());
         let mut updates = Vec::with_capacity(req.partitions.len());
-        for mut p in req.partitions {
-            let topic_id = std::mem::take(&mut p.topic_id);
-            let partition = p.partition;
-            updates.push(wire::partition_update_owned(&topic_id, p));
-            keys.push((topic_id, partition));
+        for p in req.partitions {
+            keys.push((p.topic_id.clone(), p.partition));
+            updates.push(wire::partition_update(p));
         }
         let results = match st.apply_leader_and_isr_all(updates, ce, now) {
             Ok(results) => results,

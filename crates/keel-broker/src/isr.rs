@@ -70,15 +70,12 @@ pub(crate) async fn run_isr_manager(shared: Arc<Shared>, mut stop: watch::Receiv
                 match wire::code(&resp.error) {
                     ErrorCode::None => {
                         let mut st = shared.state();
-                        for r in &resp.partitions {
+                        for r in resp.partitions {
                             let Ok(tid) = wire::topic_id(&r.topic_id) else {
                                 continue;
                             };
                             let tp = TopicPartition::new(tid, r.partition);
-                            let state = r
-                                .state
-                                .as_ref()
-                                .and_then(|s| wire::partition_update(s).ok());
+                            let state = r.state.and_then(|s| wire::partition_update(s).ok());
                             st.finish_alter(tp, wire::code(&r.error), state, now, RETRY_AFTER_MS);
                         }
                         // Items the answer did not mention: try again next round.

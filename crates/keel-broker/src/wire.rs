@@ -28,26 +28,9 @@ pub(crate) fn topic_id(bytes: &[u8]) -> Result<TopicId, ApiError> {
     })
 }
 
-pub(crate) fn partition_update(p: &pb::PartitionState) -> Result<PartitionUpdate, ApiError> {
+/// The broker's view of one partition state, taken apart (not copied).
+pub(crate) fn partition_update(p: pb::PartitionState) -> Result<PartitionUpdate, ApiError> {
     let tid = topic_id(&p.topic_id)?;
-    Ok(PartitionUpdate {
-        tp: TopicPartition::new(tid, p.partition),
-        topic: p.topic.clone(),
-        leader: p.leader.map(BrokerId),
-        leader_epoch: LeaderEpoch(p.leader_epoch),
-        partition_epoch: PartitionEpoch(p.partition_epoch),
-        replicas: p.replicas.iter().copied().map(BrokerId).collect(),
-        isr: p.isr.iter().copied().map(BrokerId).collect(),
-    })
-}
-
-/// Like [`partition_update`], taking the state apart instead of copying it
-/// (`topic_id` was taken out of it by the caller, who answers with it).
-pub(crate) fn partition_update_owned(
-    topic_id: &[u8],
-    p: pb::PartitionState,
-) -> Result<PartitionUpdate, ApiError> {
-    let tid = self::topic_id(topic_id)?;
     Ok(PartitionUpdate {
         tp: TopicPartition::new(tid, p.partition),
         topic: p.topic,

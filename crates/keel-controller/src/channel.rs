@@ -22,7 +22,7 @@
 //! apart, each tagged with the journal position it follows: it goes out
 //! after the changes that preceded it and before the ones that followed.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -768,14 +768,13 @@ async fn report_deletions(
     items: &[pb::StopReplicaItem],
     failed: &[(Vec<u8>, u32)],
 ) {
+    let failed: HashSet<(&[u8], u32)> = failed.iter().map(|(id, p)| (id.as_slice(), *p)).collect();
     let mut per_topic: BTreeMap<TopicId, Vec<(PartitionId, BrokerId, bool)>> = BTreeMap::new();
     for it in items.iter().filter(|i| i.delete) {
         let Some(t) = TopicId::from_bytes(&it.topic_id) else {
             continue;
         };
-        let ok = !failed
-            .iter()
-            .any(|(id, p)| *id == it.topic_id && *p == it.partition);
+        let ok = !failed.contains(&(it.topic_id.as_slice(), it.partition));
         per_topic
             .entry(t)
             .or_default()

@@ -187,6 +187,7 @@ impl HistoryLog {
     }
 
     /// Writes one line now.
+    #[cfg(test)]
     pub(crate) fn append(&mut self, line: &Line<'_>) -> Result<(), BrokerError> {
         self.stage(line);
         self.commit()

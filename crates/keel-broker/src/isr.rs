@@ -78,6 +78,7 @@ pub(crate) async fn run_isr_manager(shared: Arc<Shared>, mut stop: watch::Receiv
                             let state = r.state.and_then(|s| wire::partition_update(s).ok());
                             st.finish_alter(tp, wire::code(&r.error), state, now, RETRY_AFTER_MS);
                         }
+                        st.commit_history_best_effort();
                         // Items the answer did not mention: try again next round.
                         st.release_alter(&sent, now);
                     }

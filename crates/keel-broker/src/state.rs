@@ -247,10 +247,16 @@ impl BrokerState {
         }
         // Resigning cannot be refused: the lines are written on a best-effort
         // basis, in one write.
+        self.commit_history_best_effort();
+        n
+    }
+
+    /// Writes the staged history lines of changes that cannot be refused
+    /// (resignations, ISR changes the controller already committed).
+    pub(crate) fn commit_history_best_effort(&mut self) {
         if let Err(e) = self.history.commit() {
             error!(error = %e, "cannot write leadership history");
         }
-        n
     }
 
     // ---- controller requests ---------------------------------------------
@@ -820,10 +826,10 @@ impl BrokerState {
                         h.last_fetch_ms.entry(*b).or_insert(now_ms);
                     }
                 }
+                // Staged: the caller writes one answer's lines at once
+                // (`commit_history_best_effort`).
                 let line = entry(me, epoch, &tp, h, HistoryEvent::AlterPartition, wall);
-                if let Err(e) = self.history.append(&line) {
-                    error!(error = %e, "cannot write leadership history");
-                }
+                self.history.stage(&line);
             }
             ErrorCode::InvalidPartitionEpoch | ErrorCode::FencedLeaderEpoch => {
                 warn!(%tp, %code, "ISR change refused; waiting for the controller's LeaderAndIsr");
@@ -1092,6 +1098,7 @@ mod tests {
             ..upd(1, 5, 11, &[1, 2])
         };
         st.finish_alter(tp(), ErrorCode::None, Some(committed), 1_700, 2_000);
+        st.commit_history_best_effort();
         assert_eq!(st.partitions[&tp()].isr, vec![BrokerId(1), BrokerId(2)]);
         assert_eq!(
             st.history.lines().last().map(|l| l.event),

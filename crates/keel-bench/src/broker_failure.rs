@@ -564,7 +564,9 @@ struct KeyHasher(u64);
 
 impl std::hash::Hasher for KeyHasher {
     fn finish(&self) -> u64 {
-        self.0
+        // A product's low bits depend only on the input's low bits; the
+        // table indexes by low bits, so hand it the well-mixed high ones.
+        self.0.rotate_left(32)
     }
 
     fn write(&mut self, bytes: &[u8]) {

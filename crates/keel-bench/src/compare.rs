@@ -101,8 +101,10 @@ const KEEL_SUBNET: u8 = 20;
 /// Ticks per second of /proc/<pid>/stat times (USER_HZ, 100 on Linux).
 const CLOCK_TICKS_PER_S: f64 = 100.0;
 
-/// The three systems, in the order they run inside a level.
+/// The three systems, in the order they run inside a level (the order is
+/// also their index in per-system arrays).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
 enum System {
     Zookeeper,
     Etcd,
@@ -152,12 +154,17 @@ fn own_cpu_ticks() -> Option<u64> {
     parse_stat_cpu_ticks(&std::fs::read_to_string("/proc/self/stat").ok()?)
 }
 
-/// `write_bytes` (bytes the process caused to be written to storage) from
-/// the text of /proc/<pid>/io.
+/// `write_bytes` less `cancelled_write_bytes` from the text of
+/// /proc/<pid>/io: bytes the process caused to be written to storage
+/// (counted per page as it is dirtied, so small writes round up to 4 KiB).
 pub fn parse_io_write_bytes(io: &str) -> Option<u64> {
-    io.lines()
-        .find_map(|l| l.strip_prefix("write_bytes:"))
-        .and_then(|v| v.trim().parse().ok())
+    let field = |name: &str| -> Option<u64> {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let cancelled = field("cancelled_write_bytes:").unwrap_or(0);
+    Some(field("write_bytes:")?.saturating_sub(cancelled))
 }
 
 /// Busy clock ticks of the whole machine (all CPUs) from the text of
@@ -413,8 +420,9 @@ fn summarize(trials: &[Trial]) -> Value {
         pooled.extend_from_slice(&l.lat_ms);
         errors += l.errors;
     }
+    let ok_json: Vec<Value> = ok.iter().map(|t| t.json()).collect();
     let med = |f: &dyn Fn(&Value) -> Option<f64>| {
-        let v: Vec<f64> = ok.iter().filter_map(|t| f(&t.json())).collect();
+        let v: Vec<f64> = ok_json.iter().filter_map(f).collect();
         (!v.is_empty()).then(|| r1(median(&v)))
     };
     json!({
@@ -512,7 +520,7 @@ struct Sample {
 
 impl Sample {
     fn index(s: System) -> usize {
-        System::ALL.iter().position(|x| *x == s).unwrap_or(0)
+        s as usize
     }
 
     /// CPU seconds system `s`'s servers used from `self` to `later`.
@@ -560,32 +568,28 @@ impl Systems {
         }
     }
 
-    /// CPU seconds of system `s`'s servers so far (`None` if any is unknown).
-    fn server_cpu(&self, s: System) -> Option<f64> {
+    /// The sum of `read(pid)` over system `s`'s three servers (`None` if
+    /// any is unknown).
+    fn sum_pids(&self, s: System, read: impl Fn(u32) -> Option<u64>) -> Option<u64> {
         let pids = self.pids(s);
         if pids.len() != 3 {
             return None;
         }
-        let mut ticks = 0;
-        for &pid in pids {
-            ticks += cpu_ticks(pid)?;
-        }
-        Some(ticks as f64 / CLOCK_TICKS_PER_S)
+        pids.iter().map(|&pid| read(pid)).sum()
     }
 
-    /// Bytes system `s`'s servers wrote to storage so far (`None` if any is
-    /// unknown).
+    /// CPU seconds of system `s`'s servers so far (`None` if any is unknown).
+    fn server_cpu(&self, s: System) -> Option<f64> {
+        self.sum_pids(s, cpu_ticks)
+            .map(|ticks| ticks as f64 / CLOCK_TICKS_PER_S)
+    }
+
+    /// Bytes system `s`'s servers wrote to storage so far, net of writes
+    /// cancelled before they reached it (`None` if any is unknown).
     fn server_write_bytes(&self, s: System) -> Option<u64> {
-        let pids = self.pids(s);
-        if pids.len() != 3 {
-            return None;
-        }
-        let mut bytes = 0;
-        for &pid in pids {
-            bytes +=
-                parse_io_write_bytes(&std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?)?;
-        }
-        Some(bytes)
+        self.sum_pids(s, |pid| {
+            parse_io_write_bytes(&std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?)
+        })
     }
 
     /// Every counter a trial reports, read at one instant.
@@ -1186,6 +1190,9 @@ mod tests {
         let io = "rchar: 10\nwchar: 20\nsyscr: 1\nsyscw: 2\nread_bytes: 0\nwrite_bytes: 4096\ncancelled_write_bytes: 0\n";
         assert_eq!(parse_io_write_bytes(io), Some(4096));
         assert_eq!(parse_io_write_bytes("rchar: 1\n"), None);
+        // Pages dirtied and then truncated away never reach storage.
+        let io = "write_bytes: 12288\ncancelled_write_bytes: 4096\n";
+        assert_eq!(parse_io_write_bytes(io), Some(8192));
     }
 
     #[test]

@@ -100,6 +100,10 @@ impl SyntheticCluster {
     /// move to the next replica. Replayable in order onto [`image`](Self::image)
     /// with at least 3 brokers.
     pub fn partition_changes(&self, n: usize) -> Vec<MetadataRecord> {
+        assert!(
+            self.brokers >= 3,
+            "partition changes need replicas on 3 brokers"
+        );
         let per_topic = self.partitions_per_topic.max(1) as usize;
         let partitions = self.partitions().max(1) as usize;
         let mut leader_at = vec![0usize; partitions];

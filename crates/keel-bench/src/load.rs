@@ -48,13 +48,25 @@ where
     C: Fn(usize) -> F,
     F: Future<Output = anyhow::Result<W>>,
 {
+    // Every writer connects before any starts: a failed connection closes
+    // the ones already made (ZooKeeper sessions, say) instead of leaving
+    // their tasks waiting for a start that never comes.
+    let mut conns = Vec::with_capacity(writers);
+    for w in 0..writers {
+        match connect(w).await {
+            Ok(c) => conns.push(c),
+            Err(e) => {
+                for c in conns {
+                    c.finish().await;
+                }
+                return Err(e).with_context(|| format!("connect {system} writer {w}"));
+            }
+        }
+    }
     let barrier = Arc::new(Barrier::new(writers + 1));
     let per_writer = (max_ops / writers as u64).max(1);
     let mut tasks = Vec::new();
-    for w in 0..writers {
-        let mut conn = connect(w)
-            .await
-            .with_context(|| format!("connect {system} writer {w}"))?;
+    for (w, mut conn) in conns.into_iter().enumerate() {
         let barrier = barrier.clone();
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();

@@ -306,7 +306,7 @@ pub(crate) async fn run(
                 // The applied image now holds these entries (with their real
                 // indexes, e.g. broker epochs): plan requests from it.
                 summary.log(shared.config.node_id, epoch, index);
-                channels.apply(plan, &shared.image(), index);
+                channels.apply(plan, &shared.image());
                 channels.stop_replicas(stop_replicas);
             }
             Err(e) => {

@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures::stream::{self, StreamExt, TryStreamExt};
-use keel_metadata::planner::{BrokerRequestPlan, ChannelAction};
+use keel_metadata::planner::{BrokerRequestPlan, BrokerUpdates, ChannelAction};
 use keel_metadata::{
     BrokerEpoch, BrokerId, ErrorCode, MetadataImage, PartitionId, TopicId, TopicPartition,
 };
@@ -72,23 +72,19 @@ const CONNECT_BACKOFF: (Duration, Duration) = (Duration::from_millis(500), Durat
 struct Change {
     /// Position in the journal: 1, 2, 3, ...
     seq: u64,
-    /// Partitions each broker must get in `LeaderAndIsr` (sorted).
-    leader_and_isr: BTreeMap<BrokerId, Vec<TopicPartition>>,
-    /// Partitions every metadata cache must update (sorted).
-    partitions: Vec<TopicPartition>,
-    /// Brokers every cache must update (or drop, when gone from the image).
-    brokers: BTreeSet<BrokerId>,
-    /// Topics every cache must forget.
-    deleted_topics: BTreeSet<TopicId>,
+    /// The plan's updates (lists sorted; brokers gone from the image are
+    /// dropped from every cache).
+    updates: BrokerUpdates,
 }
 
 impl Change {
     /// Its share of the journal's retention budget.
     fn weight(&self) -> usize {
-        1 + self.partitions.len()
-            + self.brokers.len()
-            + self.deleted_topics.len()
-            + self.leader_and_isr.values().map(Vec::len).sum::<usize>()
+        let u = &self.updates;
+        1 + u.changed_partitions.len()
+            + u.changed_brokers.len()
+            + u.deleted_topics.len()
+            + u.leader_and_isr.values().map(Vec::len).sum::<usize>()
     }
 }
 
@@ -274,16 +270,13 @@ impl ChannelManager {
     }
 
     /// Hands `plan` to the channels. `image` (the applied image, holding the
-    /// records committed at `offset`) names the brokers to open channels to;
+    /// plan's records) names the brokers to open channels to;
     /// the requests themselves are rendered by each channel from the newest
     /// applied image when it sends.
-    pub fn apply(&mut self, plan: BrokerRequestPlan, image: &MetadataImage, offset: u64) {
+    pub fn apply(&mut self, plan: BrokerRequestPlan, image: &MetadataImage) {
         let BrokerRequestPlan {
             channels,
-            mut leader_and_isr,
-            changed_partitions,
-            deleted_topics,
-            changed_brokers,
+            mut updates,
             stop_replica,
         } = plan;
         for (b, action) in &channels {
@@ -295,21 +288,12 @@ impl ChannelManager {
             }
         }
         // Moved, not copied: a broker failure's plan lists 100,000 partitions.
-        leader_and_isr.retain(|b, _| self.channels.contains_key(b));
-        let change = Change {
-            seq: 0,
-            leader_and_isr,
-            partitions: changed_partitions,
-            brokers: changed_brokers,
-            deleted_topics,
-        };
-        let any = !change.leader_and_isr.is_empty()
-            || !change.partitions.is_empty()
-            || !change.brokers.is_empty()
-            || !change.deleted_topics.is_empty();
-        if any {
-            let seq = lock(&self.journal).push(change);
-            tracing::trace!(seq, offset, "broker request plan journaled");
+        updates
+            .leader_and_isr
+            .retain(|b, _| self.channels.contains_key(b));
+        if !updates.is_empty() {
+            let seq = lock(&self.journal).push(Change { seq: 0, updates });
+            tracing::trace!(seq, "broker request plan journaled");
             self.latest.send_replace(seq);
         }
         for (b, tps) in stop_replica {
@@ -479,12 +463,13 @@ impl Round {
         let mut brokers: BTreeSet<BrokerId> = BTreeSet::new();
         let mut deleted: BTreeSet<TopicId> = BTreeSet::new();
         for c in changes {
-            if let Some(tps) = c.leader_and_isr.get(&broker) {
+            let u = &c.updates;
+            if let Some(tps) = u.leader_and_isr.get(&broker) {
                 lai.extend_from_slice(tps);
             }
-            parts.extend_from_slice(&c.partitions);
-            brokers.extend(c.brokers.iter().copied());
-            deleted.extend(c.deleted_topics.iter().copied());
+            parts.extend_from_slice(&u.changed_partitions);
+            brokers.extend(u.changed_brokers.iter().copied());
+            deleted.extend(u.deleted_topics.iter().copied());
         }
         if changes.len() > 1 {
             // Each list is sorted; their concatenation may repeat partitions.
@@ -969,7 +954,9 @@ impl ChannelTask {
                 let size: usize = now
                     .iter()
                     .map(|c| {
-                        c.partitions.len() + c.leader_and_isr.get(&self.broker).map_or(0, Vec::len)
+                        let u = &c.updates;
+                        u.changed_partitions.len()
+                            + u.leader_and_isr.get(&self.broker).map_or(0, Vec::len)
                     })
                     .sum();
                 let (img, broker, part) = (image.clone(), self.broker, now.to_vec());
@@ -1056,12 +1043,12 @@ mod tests {
     fn change(partitions: usize) -> Change {
         Change {
             seq: 0,
-            leader_and_isr: BTreeMap::new(),
-            partitions: (0..partitions as u32)
-                .map(|p| TopicPartition::new(TopicId(1), p))
-                .collect(),
-            brokers: BTreeSet::new(),
-            deleted_topics: BTreeSet::new(),
+            updates: BrokerUpdates {
+                changed_partitions: (0..partitions as u32)
+                    .map(|p| TopicPartition::new(TopicId(1), p))
+                    .collect(),
+                ..Default::default()
+            },
         }
     }
 
@@ -1200,12 +1187,12 @@ mod tests {
             .unwrap();
         let tp = |p: u32| TopicPartition::new(TopicId(1), p);
         let mut a = change(2);
-        a.leader_and_isr.insert(BrokerId(1), vec![tp(0)]);
-        a.leader_and_isr.insert(BrokerId(2), vec![tp(1)]);
+        a.updates.leader_and_isr.insert(BrokerId(1), vec![tp(0)]);
+        a.updates.leader_and_isr.insert(BrokerId(2), vec![tp(1)]);
         let mut b = change(1);
-        b.leader_and_isr.insert(BrokerId(1), vec![tp(0)]);
-        b.brokers = [BrokerId(1), BrokerId(9)].into();
-        b.deleted_topics = [TopicId(5)].into();
+        b.updates.leader_and_isr.insert(BrokerId(1), vec![tp(0)]);
+        b.updates.changed_brokers = [BrokerId(1), BrokerId(9)].into();
+        b.updates.deleted_topics = [TopicId(5)].into();
         let r = Round::of_changes(image, BrokerId(1), &[Arc::new(a), Arc::new(b)]);
         assert!(!r.full && r.metadata_due);
         assert_eq!(r.leader_and_isr, vec![tp(0)]);

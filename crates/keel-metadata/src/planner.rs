@@ -25,6 +25,16 @@ pub enum ChannelAction {
 pub struct BrokerRequestPlan {
     /// Channel openings and closings, the last word per broker.
     pub channels: BTreeMap<BrokerId, ChannelAction>,
+    /// What `LeaderAndIsr` and `UpdateMetadata` must carry.
+    pub updates: BrokerUpdates,
+    /// Replicas removed from an assignment: `StopReplica` with delete.
+    pub stop_replica: BTreeMap<BrokerId, Vec<TopicPartition>>,
+}
+
+/// The state changes of a plan that brokers learn through `LeaderAndIsr`
+/// and `UpdateMetadata` (rendered later from the newest image).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BrokerUpdates {
     /// Partitions whose new state each broker must get in `LeaderAndIsr`.
     pub leader_and_isr: BTreeMap<BrokerId, Vec<TopicPartition>>,
     /// Partitions every broker's metadata cache must update.
@@ -34,19 +44,22 @@ pub struct BrokerRequestPlan {
     /// Brokers whose registration or state changed: every cache gets their
     /// new entries (only those, so N registrations cost O(N) each, not O(N²)).
     pub changed_brokers: BTreeSet<BrokerId>,
-    /// Replicas removed from an assignment: `StopReplica` with delete.
-    pub stop_replica: BTreeMap<BrokerId, Vec<TopicPartition>>,
+}
+
+impl BrokerUpdates {
+    /// Nothing for any broker to learn.
+    pub fn is_empty(&self) -> bool {
+        self.leader_and_isr.is_empty()
+            && self.changed_partitions.is_empty()
+            && self.deleted_topics.is_empty()
+            && self.changed_brokers.is_empty()
+    }
 }
 
 impl BrokerRequestPlan {
     /// Nothing to send.
     pub fn is_empty(&self) -> bool {
-        self.channels.is_empty()
-            && self.leader_and_isr.is_empty()
-            && self.changed_partitions.is_empty()
-            && self.deleted_topics.is_empty()
-            && self.changed_brokers.is_empty()
-            && self.stop_replica.is_empty()
+        self.channels.is_empty() && self.updates.is_empty() && self.stop_replica.is_empty()
     }
 }
 
@@ -63,20 +76,20 @@ pub fn plan(
             MetadataRecord::RegisterBroker(reg) => {
                 p.channels
                     .insert(reg.broker, ChannelAction::OpenWithFullState);
-                p.changed_brokers.insert(reg.broker);
+                p.updates.changed_brokers.insert(reg.broker);
             }
             MetadataRecord::UnfenceBroker { broker, .. } => {
                 p.channels.insert(*broker, ChannelAction::OpenWithFullState);
-                p.changed_brokers.insert(*broker);
+                p.updates.changed_brokers.insert(*broker);
             }
             MetadataRecord::FenceBroker { broker, .. }
             | MetadataRecord::UnregisterBroker { broker, .. } => {
                 p.channels.insert(*broker, ChannelAction::Close);
-                p.changed_brokers.insert(*broker);
+                p.updates.changed_brokers.insert(*broker);
             }
             MetadataRecord::BrokerShuttingDown { broker, .. }
             | MetadataRecord::LogDirsOffline { broker, .. } => {
-                p.changed_brokers.insert(*broker);
+                p.updates.changed_brokers.insert(*broker);
             }
             MetadataRecord::Partition(r) => {
                 touched.push(TopicPartition {
@@ -91,7 +104,7 @@ pub fn plan(
                 });
             }
             MetadataRecord::RemoveTopic { topic_id } => {
-                p.deleted_topics.insert(*topic_id);
+                p.updates.deleted_topics.insert(*topic_id);
             }
             MetadataRecord::Topic(_)
             | MetadataRecord::TopicConfig { .. }
@@ -101,16 +114,16 @@ pub fn plan(
     }
     touched.sort_unstable();
     touched.dedup();
-    p.changed_partitions.reserve(touched.len());
+    p.updates.changed_partitions.reserve(touched.len());
     // Walking the partitions in order keeps every per-broker list sorted.
     for tp in touched {
         let Some(now) = after.partition(&tp) else {
             // Created and removed in one batch: nothing for brokers to hold.
             continue;
         };
-        p.changed_partitions.push(tp);
+        p.updates.changed_partitions.push(tp);
         for b in &now.replicas {
-            p.leader_and_isr.entry(*b).or_default().push(tp);
+            p.updates.leader_and_isr.entry(*b).or_default().push(tp);
         }
         if let Some(was) = before.partition(&tp) {
             for b in was.replicas.iter().filter(|b| !now.replicas.contains(b)) {
@@ -156,7 +169,7 @@ mod tests {
             p.channels.get(&BrokerId(1)),
             Some(&ChannelAction::OpenWithFullState)
         );
-        assert!(p.changed_brokers.contains(&BrokerId(1)));
+        assert!(p.updates.changed_brokers.contains(&BrokerId(1)));
 
         let before = after.clone();
         let recs = vec![MetadataRecord::FenceBroker {
@@ -200,9 +213,9 @@ mod tests {
         let p = plan(&before, &image, &recs);
         let tp = TopicPartition::new(t, 0);
         for b in 1..=3 {
-            assert!(p.leader_and_isr[&BrokerId(b)].contains(&tp));
+            assert!(p.updates.leader_and_isr[&BrokerId(b)].contains(&tp));
         }
-        assert!(p.changed_partitions.contains(&tp));
+        assert!(p.updates.changed_partitions.contains(&tp));
 
         let mut change = PartitionChangeRecord::new(t, PartitionId(0));
         change.replicas = Some(vec![BrokerId(1), BrokerId(2)]);
@@ -213,7 +226,7 @@ mod tests {
         replay(&mut image, &recs, 4);
         let p = plan(&before, &image, &recs);
         assert!(p.stop_replica[&BrokerId(3)].contains(&tp));
-        assert!(!p.leader_and_isr.contains_key(&BrokerId(3)));
+        assert!(!p.updates.leader_and_isr.contains_key(&BrokerId(3)));
 
         // Several changes of one partition, and of others in any order: each
         // partition is listed once, in order.
@@ -235,8 +248,8 @@ mod tests {
         let before = image.clone();
         replay(&mut image, &recs, 5);
         let p = plan(&before, &image, &recs);
-        assert_eq!(p.changed_partitions, vec![tp, tp1]);
-        assert_eq!(p.leader_and_isr[&BrokerId(1)], vec![tp, tp1]);
-        assert_eq!(p.leader_and_isr[&BrokerId(2)], vec![tp, tp1]);
+        assert_eq!(p.updates.changed_partitions, vec![tp, tp1]);
+        assert_eq!(p.updates.leader_and_isr[&BrokerId(1)], vec![tp, tp1]);
+        assert_eq!(p.updates.leader_and_isr[&BrokerId(2)], vec![tp, tp1]);
     }
 }

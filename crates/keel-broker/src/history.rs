@@ -6,7 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use keel_metadata::{BrokerId, TopicPartition};
+use keel_metadata::{BrokerId, TopicId};
 use serde::{Deserialize, Serialize};
 
 use crate::BrokerError;
@@ -51,11 +51,14 @@ pub struct HistoryEntry {
 
 /// One line about to be written, borrowing what the broker holds: a
 /// LeaderAndIsr for 100,000 partitions writes 100,000 of them, so encoding
-/// one allocates nothing.
-#[derive(Clone, Debug)]
+/// one allocates nothing. Serializes field for field as [`HistoryEntry`]
+/// (the topic id as its UUID text; id newtypes as their numbers).
+#[derive(Clone, Debug, Serialize)]
 pub(crate) struct Line<'a> {
     pub event: HistoryEvent,
-    pub tp: TopicPartition,
+    #[serde(serialize_with = "serialize_display")]
+    pub topic_id: TopicId,
+    pub partition: u32,
     pub leader: Option<BrokerId>,
     pub leader_epoch: u32,
     pub partition_epoch: u32,
@@ -72,8 +75,8 @@ impl Line<'_> {
     pub(crate) fn to_entry(&self) -> HistoryEntry {
         HistoryEntry {
             event: self.event,
-            topic_id: self.tp.topic_id.to_string(),
-            partition: self.tp.partition.0,
+            topic_id: self.topic_id.to_string(),
+            partition: self.partition,
             leader: self.leader.map(|b| b.0),
             leader_epoch: self.leader_epoch,
             partition_epoch: self.partition_epoch,
@@ -88,42 +91,19 @@ impl Line<'_> {
 
     /// Appends the line as JSON (what serde writes for [`HistoryEntry`],
     /// without building one) and a newline.
-    fn write_json(&self, out: &mut Vec<u8>) -> Result<(), serde_json::Error> {
-        serde_json::to_writer(&mut *out, self)?;
+    fn write_json(&self, out: &mut Vec<u8>) {
+        // Plain numbers, strings and arrays into memory: cannot fail.
+        serde_json::to_writer(&mut *out, self).expect("a history line encodes to JSON");
         out.push(b'\n');
-        Ok(())
-    }
-}
-
-/// Field for field what [`HistoryEntry`]'s derived `Serialize` writes, from
-/// borrowed data (the topic id through its `Display`, no `String`).
-impl Serialize for Line<'_> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        use serde::ser::SerializeStruct;
-        let mut st = s.serialize_struct("HistoryEntry", 12)?;
-        st.serialize_field("event", &self.event)?;
-        st.serialize_field("topic_id", &DisplayStr(&self.tp.topic_id))?;
-        st.serialize_field("partition", &self.tp.partition.0)?;
-        st.serialize_field("leader", &self.leader.map(|b| b.0))?;
-        st.serialize_field("leader_epoch", &self.leader_epoch)?;
-        st.serialize_field("partition_epoch", &self.partition_epoch)?;
-        st.serialize_field("isr", self.isr)?;
-        st.serialize_field("replicas", self.replicas)?;
-        st.serialize_field("controller_epoch", &self.controller_epoch)?;
-        st.serialize_field("broker_id", &self.broker_id)?;
-        st.serialize_field("broker_epoch", &self.broker_epoch)?;
-        st.serialize_field("accepted_at_ms", &self.accepted_at_ms)?;
-        st.end()
     }
 }
 
 /// Serializes a value as the string its `Display` writes.
-struct DisplayStr<'a, T>(&'a T);
-
-impl<T: std::fmt::Display> Serialize for DisplayStr<'_, T> {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self.0)
-    }
+fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
+    v: &T,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
 }
 
 /// Append-only writer. The lines of one request are staged, then go out
@@ -145,9 +125,6 @@ pub(crate) struct HistoryLog {
     staged: Vec<u8>,
     /// Lines staged, when there is no file.
     staged_memory: Vec<HistoryEntry>,
-    /// A line that could not be encoded since the last commit: the next
-    /// commit fails (and the caller undoes the staged changes).
-    stage_error: Option<serde_json::Error>,
 }
 
 impl HistoryLog {
@@ -165,7 +142,6 @@ impl HistoryLog {
             memory: Vec::new(),
             staged: Vec::new(),
             staged_memory: Vec::new(),
-            stage_error: None,
         })
     }
 
@@ -177,7 +153,6 @@ impl HistoryLog {
             memory: Vec::new(),
             staged: Vec::new(),
             staged_memory: Vec::new(),
-            stage_error: None,
         }
     }
 
@@ -198,11 +173,7 @@ impl HistoryLog {
         if self.file.is_none() {
             self.staged_memory.push(line.to_entry());
         } else {
-            let len = self.staged.len();
-            if let Err(e) = line.write_json(&mut self.staged) {
-                self.staged.truncate(len);
-                self.stage_error.get_or_insert(e);
-            }
+            line.write_json(&mut self.staged);
         }
     }
 
@@ -213,10 +184,6 @@ impl HistoryLog {
             self.memory.append(&mut self.staged_memory);
             return Ok(());
         };
-        if let Some(e) = self.stage_error.take() {
-            self.staged.clear();
-            return Err(BrokerError::io(&self.path, std::io::Error::other(e)));
-        }
         if self.staged.is_empty() {
             return Ok(());
         }
@@ -292,7 +259,8 @@ mod tests {
     fn line(partition: u32) -> Line<'static> {
         Line {
             event: HistoryEvent::LeaderAndIsr,
-            tp: TopicPartition::new(keel_metadata::TopicId(7), partition),
+            topic_id: keel_metadata::TopicId(7),
+            partition,
             leader: Some(BrokerId(1)),
             leader_epoch: 1,
             partition_epoch: 1,
@@ -316,10 +284,8 @@ mod tests {
         ] {
             let l = Line {
                 event,
-                tp: TopicPartition::new(
-                    keel_metadata::TopicId(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210),
-                    u32::MAX,
-                ),
+                topic_id: keel_metadata::TopicId(0x0123_4567_89ab_cdef_fedc_ba98_7654_3210),
+                partition: u32::MAX,
                 leader,
                 leader_epoch: 0,
                 partition_epoch: 99,
@@ -331,7 +297,7 @@ mod tests {
                 accepted_at_ms: 1_796_020_972_110,
             };
             let mut fast = Vec::new();
-            l.write_json(&mut fast).unwrap();
+            l.write_json(&mut fast);
             let mut serde = serde_json::to_vec(&l.to_entry()).unwrap();
             serde.push(b'\n');
             assert_eq!(
@@ -344,8 +310,7 @@ mod tests {
             isr: &[],
             ..line(0)
         }
-        .write_json(&mut empty)
-        .unwrap();
+        .write_json(&mut empty);
         assert!(String::from_utf8(empty).unwrap().contains("\"isr\":[]"));
     }
 

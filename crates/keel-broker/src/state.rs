@@ -928,7 +928,8 @@ fn entry<'a>(
 ) -> Line<'a> {
     Line {
         event,
-        tp: *tp,
+        topic_id: tp.topic_id,
+        partition: tp.partition.0,
         leader: p.leader,
         leader_epoch: p.leader_epoch.0,
         partition_epoch: p.partition_epoch.0,

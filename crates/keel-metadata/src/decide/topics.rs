@@ -438,7 +438,7 @@ impl MetadataImage {
         name: &str,
         ops: &'a [ConfigOp],
         dup: &BTreeSet<&str>,
-    ) -> Result<(TopicId, Vec<(&'a str, Option<&'a str>)>), ApiError> {
+    ) -> Result<(TopicId, ConfigChanges<'a>), ApiError> {
         if dup.contains(name) {
             return Err(api(
                 ErrorCode::InvalidRequest,
@@ -484,6 +484,10 @@ impl MetadataImage {
         Ok((t.id, changes))
     }
 }
+
+/// Config keys whose value changes, in key order, each with its new value
+/// (`None` = removed).
+type ConfigChanges<'a> = Vec<(&'a str, Option<&'a str>)>;
 
 /// Elects leaders for every leaderless partition of `topic` that can get
 /// one now (unclean only if the topic allows it).

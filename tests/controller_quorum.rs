@@ -398,3 +398,147 @@ async fn voters_can_be_added_and_removed_one_at_a_time() {
     let (_, hash) = q.wait_converged(1, LONG).await;
     assert!(!hash.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_session_pipelines_writes_and_answers_each_by_id() {
+    use keel_proto::pb;
+    use keel_proto::pb::admin_service_client::AdminServiceClient;
+    use keel_proto::pb::write_request::Op;
+    use keel_proto::pb::write_response::Result as Answer;
+    use keel_proto::session::WriteSession;
+    use tonic::transport::Endpoint;
+
+    const KEYS: usize = 200;
+    let q = Quorum::start(FLAGS);
+    let client = q.client();
+    let active = q.wait_active(LONG).await;
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    let channel = |i: usize| {
+        let e = Endpoint::from_shared(format!("http://{}", q.addrs[i])).expect("endpoint");
+        async move { e.connect().await }
+    };
+    let mut s = WriteSession::open(channel(active).await.expect("connect"))
+        .await
+        .expect("open session");
+
+    let create = pb::CreateTopicsRequest {
+        topics: vec![pb::CreatableTopic {
+            name: "piped".into(),
+            partitions: 1,
+            replication_factor: 1,
+            ..Default::default()
+        }],
+        validate_only: false,
+    };
+    match s.call(Op::CreateTopics(create)).await.expect("create") {
+        Answer::CreateTopics(r) => {
+            assert!(r.error.is_none(), "{r:?}");
+            assert!(r.topics[0].error.is_none(), "{r:?}");
+        }
+        other => panic!("create answered {other:?}"),
+    }
+
+    // All writes in flight at once, then every answer, by id.
+    let set = |topic: &str, k: usize| pb::IncrementalAlterConfigsRequest {
+        topics: vec![pb::AlterTopicConfig {
+            topic: topic.into(),
+            ops: vec![pb::AlterConfigOp {
+                key: format!("piped.k{k}"),
+                value: format!("v{k}"),
+                op: pb::ConfigOp::Set as i32,
+            }],
+        }],
+        validate_only: false,
+    };
+    let mut sent = std::collections::BTreeMap::new();
+    for k in 0..KEYS {
+        let id = s
+            .send(Op::IncrementalAlterConfigs(set("piped", k)))
+            .await
+            .expect("send");
+        sent.insert(id, true);
+    }
+    // One write that must be refused on its own, without ending the session.
+    let refused = s
+        .send(Op::IncrementalAlterConfigs(set("no-such-topic", 0)))
+        .await
+        .expect("send");
+    sent.insert(refused, false);
+    for _ in 0..sent.len() {
+        let (id, answer) = s.recv().await.expect("answer");
+        let ok = sent.remove(&id).expect("an answer for a sent id, once");
+        let Answer::IncrementalAlterConfigs(r) = answer else {
+            panic!("write {id} answered {answer:?}");
+        };
+        assert!(r.error.is_none(), "write {id}: {r:?}");
+        assert_eq!(r.topics[0].error.is_none(), ok, "write {id}: {r:?}");
+    }
+
+    let described = client
+        .admin(|mut c| async move {
+            c.describe_topics(pb::DescribeTopicsRequest {
+                names: vec!["piped".into()],
+            })
+            .await
+        })
+        .await
+        .expect("describe");
+    let configs = &described.topics[0].configs;
+    for k in 0..KEYS {
+        assert!(
+            configs
+                .iter()
+                .any(|c| c.key == format!("piped.k{k}") && c.value == format!("v{k}")),
+            "acknowledged config piped.k{k} missing: {configs:?}"
+        );
+    }
+
+    // A request naming no op is refused with INVALID_REQUEST.
+    let mut raw = AdminServiceClient::new(channel(active).await.expect("connect"));
+    let mut answers = raw
+        .write(tokio_stream::iter(vec![pb::WriteRequest {
+            id: 7,
+            op: None,
+        }]))
+        .await
+        .expect("open raw session")
+        .into_inner();
+    let a = answers
+        .message()
+        .await
+        .expect("answer")
+        .expect("one answer");
+    assert_eq!(a.id, 7);
+    match a.result {
+        Some(Answer::Error(e)) => assert_eq!(e.code, pb::ErrorCode::InvalidRequest as i32),
+        other => panic!("empty write answered {other:?}"),
+    }
+    assert!(
+        answers.message().await.expect("clean end").is_none(),
+        "the session ends once the client's side is closed and answered"
+    );
+
+    // A standby answers writes with NOT_CONTROLLER and a leader hint (once
+    // it has heard from the leader: wait until all nodes caught up).
+    q.wait_converged(0, LONG).await;
+    let standby = (active + 1) % 3;
+    let mut s = WriteSession::open(channel(standby).await.expect("connect"))
+        .await
+        .expect("open session");
+    match s
+        .call(Op::IncrementalAlterConfigs(set("piped", 0)))
+        .await
+        .expect("answer")
+    {
+        Answer::IncrementalAlterConfigs(r) => {
+            let e = r.error.expect("refused");
+            assert_eq!(e.code, pb::ErrorCode::NotController as i32);
+            assert_eq!(
+                e.leader.map(|l| l.address),
+                Some(q.addrs[active].clone()),
+                "the hint names the active controller"
+            );
+        }
+        other => panic!("standby answered {other:?}"),
+    }
+}

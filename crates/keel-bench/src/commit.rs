@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 
 use keel_proto::pb;
 use keel_proto::pb::admin_service_client::AdminServiceClient;
+use keel_proto::pb::write_request::Op;
+use keel_proto::pb::write_response::Result as Answer;
+use keel_proto::session::WriteSession;
 use serde_json::{json, Value};
 use tonic::transport::Channel;
 
@@ -37,6 +40,27 @@ pub struct CommitParams {
     pub bulk_secs: f64,
     /// Also time one writer through `ControllerClient` (a connection per call).
     pub compare_client: bool,
+    /// How Keel writers send their ops.
+    pub api: KeelApi,
+}
+
+/// How a Keel writer sends its ops to the active controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeelApi {
+    /// `AdminService.Write`: one pipelined session per writer, each op a
+    /// message on it.
+    Session,
+    /// One unary `IncrementalAlterConfigs` call per op.
+    Unary,
+}
+
+impl KeelApi {
+    pub fn name(self) -> &'static str {
+        match self {
+            KeelApi::Session => "session",
+            KeelApi::Unary => "unary",
+        }
+    }
 }
 
 impl Default for CommitParams {
@@ -49,6 +73,7 @@ impl Default for CommitParams {
             bulk_keys: 1_000,
             bulk_secs: 10.0,
             compare_client: true,
+            api: KeelApi::Session,
         }
     }
 }
@@ -79,10 +104,34 @@ where
     async fn finish(self) {}
 }
 
+/// A Keel writer on one `Write` session (its own connection); one op in
+/// flight.
+struct KeelSessionWriter<F> {
+    session: WriteSession,
+    make: Arc<F>,
+}
+
+impl<F> Writer for KeelSessionWriter<F>
+where
+    F: Fn(usize, u64) -> pb::IncrementalAlterConfigsRequest + Send + Sync + 'static,
+{
+    async fn op(&mut self, writer: usize, seq: u64) -> Result<(), String> {
+        let req = (self.make)(writer, seq);
+        match self.session.call(Op::IncrementalAlterConfigs(req)).await {
+            Ok(Answer::IncrementalAlterConfigs(r)) if alter_ok(&r) => Ok(()),
+            Ok(other) => Err(format!("{other:?}")),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    async fn finish(self) {}
+}
+
 /// Runs `writers` Keel writers against `leader` for `secs` (or `max_ops`);
-/// each op is the request `make(writer, seq)`.
+/// each op is the request `make(writer, seq)`, sent through `api`.
 pub(crate) async fn run_level<F>(
     leader: &str,
+    api: KeelApi,
     writers: usize,
     secs: f64,
     max_ops: u64,
@@ -92,6 +141,19 @@ where
     F: Fn(usize, u64) -> pb::IncrementalAlterConfigsRequest + Send + Sync + 'static,
 {
     let make = Arc::new(make);
+    if api == KeelApi::Session {
+        return run_writers("keel", writers, secs, max_ops, |_| {
+            let make = make.clone();
+            async move {
+                let ch = connect(leader, Duration::from_secs(10)).await?;
+                Ok(KeelSessionWriter {
+                    session: WriteSession::open(ch).await?,
+                    make,
+                })
+            }
+        })
+        .await;
+    }
     run_writers("keel", writers, secs, max_ops, |_| {
         let make = make.clone();
         async move {
@@ -130,6 +192,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         progress!("commit: {w} writers for {} s", p.level_secs);
         let l = run_level(
             &leader,
+            p.api,
             w,
             p.level_secs,
             p.max_ops_per_level,
@@ -147,8 +210,13 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         p.bulk_secs
     );
     let keys = p.bulk_keys;
-    let bulk = run_level(&leader, 1, p.bulk_secs, p.max_ops_per_level, move |_, s| {
-        pb::IncrementalAlterConfigsRequest {
+    let bulk = run_level(
+        &leader,
+        p.api,
+        1,
+        p.bulk_secs,
+        p.max_ops_per_level,
+        move |_, s| pb::IncrementalAlterConfigsRequest {
             topics: vec![pb::AlterTopicConfig {
                 topic: BULK_TOPIC.to_string(),
                 ops: (0..keys)
@@ -160,8 +228,8 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
                     .collect(),
             }],
             validate_only: false,
-        }
-    })
+        },
+    )
     .await?;
     c.check_alive()?;
     records += bulk.ops * keys as u64;
@@ -243,6 +311,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
             "bulk_secs": p.bulk_secs,
             "op": "IncrementalAlterConfigs SET of one key (one TopicConfig record)",
             "connection": "one persistent gRPC connection per writer to the active controller",
+            "keel_api": p.api.name(),
         },
         "levels": level_json,
         "bulk": bulk_json,
@@ -256,7 +325,10 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         json["controller_client_1_writer"] = cc;
     }
 
-    let mut table = String::from("commit (3 controllers, ~100-byte TopicConfig records)\n");
+    let mut table = format!(
+        "commit (3 controllers, ~100-byte TopicConfig records, {} API)\n",
+        p.api.name()
+    );
     table += &format!(
         "{:>10} {:>12} {:>10} {:>10} {:>8}\n",
         "writers", "records/s", "p50 ms", "p99 ms", "errors"

@@ -10,7 +10,9 @@
 //!   (one znode per partition state, as the classic controller kept them).
 //! - etcd: Put `/keel-bench/w<writer>`.
 //! - Keel: the `commit` op, an IncrementalAlterConfigs SET of
-//!   `bench.k<writer>` on one topic (one TopicConfig record).
+//!   `bench.k<writer>` on one topic (one TopicConfig record), sent on the
+//!   writer's `AdminService.Write` session (or, with `--keel-api unary`, as
+//!   one unary call per op).
 //!
 //! Systems are interleaved inside a trial (trial t: for each writer level:
 //! zookeeper, etcd, keel) so machine noise hits all three alike. ZooKeeper
@@ -23,7 +25,7 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use crate::cluster::{self, set_config, value, Cluster};
-use crate::commit::run_level;
+use crate::commit::{run_level, KeelApi};
 use crate::etcd::{self, EtcdError};
 use crate::load::{run_writers, Level, Writer};
 use crate::stats::{cell, machine, median, percentile, r1, r3, unix_now};
@@ -52,6 +54,8 @@ pub struct CompareParams {
     pub max_ops_per_level: u64,
     /// Per-request deadline of every client.
     pub request_timeout_ms: u64,
+    /// How Keel's writers send their ops.
+    pub api: KeelApi,
 }
 
 impl Default for CompareParams {
@@ -66,6 +70,7 @@ impl Default for CompareParams {
             warmup_secs: 10.0,
             max_ops_per_level: 2_000_000,
             request_timeout_ms: 10_000,
+            api: KeelApi::Session,
         }
     }
 }
@@ -671,7 +676,7 @@ impl Systems {
                 .await
             }
             System::Keel => {
-                let l = run_level(leader, writers, secs, max_ops, move |w, s| {
+                let l = run_level(leader, p.api, writers, secs, max_ops, move |w, s| {
                     set_config(TOPIC, format!("bench.k{w}"), value(w, s, vb))
                 })
                 .await;
@@ -765,6 +770,10 @@ fn setup_json(p: &CompareParams, sys: &Systems) -> Value {
             "flags": KEEL_FLAGS,
             "op": format!("IncrementalAlterConfigs SET of bench.k<writer> on topic {TOPIC} with a {}-byte value (one TopicConfig record), the `commit` workload", p.value_bytes),
             "connection": "one persistent gRPC (HTTP/2) connection per writer to the active controller",
+            "api": match p.api {
+                KeelApi::Session => "session: one AdminService.Write stream per writer (a pipelined write session; each op one message each way, one op in flight)",
+                KeelApi::Unary => "unary: one IncrementalAlterConfigs call per op",
+            },
             "durability": "the Raft log is flushed (sled flush, fsync) before an append is acknowledged; a quorum of 2 acknowledges each write",
         },
         "servers_started_by": std::env::var("KEEL_BENCH_COMPARE_SETUP").ok().map(|s| s.lines().map(str::to_string).collect::<Vec<_>>()),

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 use keel_bench::broker_failure::BrokerFailureParams;
-use keel_bench::commit::CommitParams;
+use keel_bench::commit::{CommitParams, KeelApi};
 use keel_bench::compare::CompareParams;
 use keel_bench::create_topics::CreateTopicsParams;
 use keel_bench::failover::FailoverParams;
@@ -107,6 +107,26 @@ pub struct BenchArgs {
     /// finds and talks to the leader).
     #[arg(long, value_delimiter = ',')]
     etcd: Vec<String>,
+    /// commit and compare: how Keel's writers send ops: `session` (one
+    /// pipelined `AdminService.Write` stream per writer) or `unary` (one
+    /// IncrementalAlterConfigs call per op).
+    #[arg(long, value_enum, default_value_t = KeelApiArg::Session)]
+    keel_api: KeelApiArg,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum KeelApiArg {
+    Session,
+    Unary,
+}
+
+impl From<KeelApiArg> for KeelApi {
+    fn from(a: KeelApiArg) -> Self {
+        match a {
+            KeelApiArg::Session => KeelApi::Session,
+            KeelApiArg::Unary => KeelApi::Unary,
+        }
+    }
 }
 
 fn emit(a: &BenchArgs, r: &Report) -> Result<(), String> {
@@ -132,6 +152,7 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 writers: a.writers.clone(),
                 level_secs: a.level_secs,
                 bulk_secs: a.level_secs,
+                api: a.keel_api.into(),
                 ..CommitParams::default()
             };
             keel_bench::commit::run(env, &p).await
@@ -195,6 +216,7 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 trials: a.trials.unwrap_or(d.trials),
                 zookeeper: a.zookeeper.clone(),
                 etcd: a.etcd.clone(),
+                api: a.keel_api.into(),
                 ..d
             };
             keel_bench::compare::run(env, &p).await

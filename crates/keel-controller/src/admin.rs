@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::stream::{BoxStream, StreamExt};
 use keel_metadata::decide::{ConfigOp, CreatePartitions, CreateTopic, ElectionKind};
 use keel_metadata::{ApiError, BrokerId, ErrorCode, MetadataImage, TopicPartition};
 use keel_proto::convert::{
@@ -14,19 +15,63 @@ use keel_proto::convert::{
 };
 use keel_proto::pb;
 use keel_proto::pb::admin_service_server::AdminService;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::active::Proposal;
 use crate::shared::{now_ms, Shared};
 
 /// The admin gRPC service of one controller node.
+#[derive(Clone)]
 pub struct AdminApi {
     shared: Arc<Shared>,
 }
 
+/// Writes of one `Write` session being answered at once; beyond this the
+/// session stops reading its stream (HTTP/2 flow control then holds the
+/// client back).
+pub const MAX_WRITES_IN_FLIGHT: usize = 1024;
+
 impl AdminApi {
     pub fn new(shared: Arc<Shared>) -> Self {
         Self { shared }
+    }
+
+    /// Answers one write of a `Write` session through the same handler as
+    /// its unary call.
+    async fn write_one(&self, w: pb::WriteRequest) -> pb::WriteResponse {
+        use pb::write_request::Op;
+        use pb::write_response::Result as Answer;
+        let answer = match w.op {
+            Some(Op::IncrementalAlterConfigs(r)) => self
+                .incremental_alter_configs(Request::new(r))
+                .await
+                .map(|r| Answer::IncrementalAlterConfigs(r.into_inner())),
+            Some(Op::CreateTopics(r)) => self
+                .create_topics(Request::new(r))
+                .await
+                .map(|r| Answer::CreateTopics(r.into_inner())),
+            Some(Op::DeleteTopics(r)) => self
+                .delete_topics(Request::new(r))
+                .await
+                .map(|r| Answer::DeleteTopics(r.into_inner())),
+            Some(Op::CreatePartitions(r)) => self
+                .create_partitions(Request::new(r))
+                .await
+                .map(|r| Answer::CreatePartitions(r.into_inner())),
+            None => Ok(Answer::Error(error_to_pb(&ApiError::new(
+                ErrorCode::InvalidRequest,
+                "write request names no op",
+            )))),
+        };
+        pb::WriteResponse {
+            id: w.id,
+            result: Some(answer.unwrap_or_else(|s| {
+                Answer::Error(error_to_pb(&ApiError::new(
+                    ErrorCode::Internal,
+                    format!("{}: {}", s.code(), s.message()),
+                )))
+            })),
+        }
     }
 }
 
@@ -123,6 +168,28 @@ pub fn describe_topic(
 
 #[tonic::async_trait]
 impl AdminService for AdminApi {
+    type WriteStream = BoxStream<'static, Result<pb::WriteResponse, Status>>;
+
+    async fn write(
+        &self,
+        req: Request<Streaming<pb::WriteRequest>>,
+    ) -> Result<Response<Self::WriteStream>, Status> {
+        let api = self.clone();
+        let answers = req
+            .into_inner()
+            .map(move |m| {
+                let api = api.clone();
+                async move {
+                    match m {
+                        Ok(w) => Ok(api.write_one(w).await),
+                        Err(s) => Err(s),
+                    }
+                }
+            })
+            .buffer_unordered(MAX_WRITES_IN_FLIGHT);
+        Ok(Response::new(answers.boxed()))
+    }
+
     async fn create_topics(
         &self,
         req: Request<pb::CreateTopicsRequest>,

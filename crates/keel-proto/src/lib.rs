@@ -10,3 +10,4 @@ pub mod pb {
 
 pub mod client;
 pub mod convert;
+pub mod session;

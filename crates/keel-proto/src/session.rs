@@ -1,0 +1,90 @@
+//! `WriteSession`: the client side of `AdminService.Write`, a pipelined
+//! write session on one HTTP/2 stream of one connection.
+//!
+//! A unary call costs a new HTTP/2 stream (headers both ways, trailers, a
+//! server task); a session message costs one DATA frame each way. Several
+//! writes may be in flight at once; answers carry the request's id and may
+//! come back in any order.
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::{Status, Streaming};
+
+use crate::pb;
+use crate::pb::admin_service_client::AdminServiceClient;
+use crate::pb::write_request::Op;
+use crate::pb::write_response::Result as Answer;
+
+/// Requests buffered on the client side before `send` waits.
+const SEND_BUFFER: usize = 1024;
+
+/// Why a session call failed. The write's outcome is unknown unless the
+/// session ended before it was sent.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("write session closed by the client side")]
+    Closed,
+    #[error("write session ended by the server")]
+    Ended,
+    #[error("write session failed: {0}")]
+    Status(#[from] Status),
+    #[error("answer for write {got} while waiting for write {want}")]
+    OutOfOrder { want: u64, got: u64 },
+    #[error("answer for write {0} carries no result")]
+    Empty(u64),
+}
+
+/// One open `Write` session to a controller (normally the active one: any
+/// other answers each write with NOT_CONTROLLER).
+pub struct WriteSession {
+    tx: mpsc::Sender<pb::WriteRequest>,
+    answers: Streaming<pb::WriteResponse>,
+    next_id: u64,
+}
+
+impl WriteSession {
+    /// Opens a session on `channel`.
+    pub async fn open(channel: Channel) -> Result<Self, SessionError> {
+        let (tx, rx) = mpsc::channel(SEND_BUFFER);
+        let answers = AdminServiceClient::new(channel)
+            .max_decoding_message_size(64 << 20)
+            .write(ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        Ok(Self {
+            tx,
+            answers,
+            next_id: 0,
+        })
+    }
+
+    /// Sends `op` without waiting for its answer; returns its id.
+    pub async fn send(&mut self, op: Op) -> Result<u64, SessionError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.tx
+            .send(pb::WriteRequest { id, op: Some(op) })
+            .await
+            .map_err(|_| SessionError::Closed)?;
+        Ok(id)
+    }
+
+    /// The next answer to arrive, whichever write it is for.
+    pub async fn recv(&mut self) -> Result<(u64, Answer), SessionError> {
+        let a = self.answers.message().await?.ok_or(SessionError::Ended)?;
+        let r = a.result.ok_or(SessionError::Empty(a.id))?;
+        Ok((a.id, r))
+    }
+
+    /// Sends `op` and waits for its answer. Only for a session with no
+    /// other write in flight.
+    pub async fn call(&mut self, op: Op) -> Result<Answer, SessionError> {
+        let want = self.send(op).await?;
+        let (got, answer) = self.recv().await?;
+        if got != want {
+            return Err(SessionError::OutOfOrder { want, got });
+        }
+        Ok(answer)
+    }
+}

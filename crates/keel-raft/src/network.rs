@@ -19,7 +19,10 @@ use openraft::raft::{
 use openraft::{BasicNode, RPCTypes};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
+use tonic::Streaming;
 
 use crate::codec;
 use crate::{NodeId, TypeConfig};
@@ -152,7 +155,61 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             node: node.clone(),
             channel: self.channel(target, &node.addr),
             contacts: self.contacts.clone(),
+            append_stream: None,
+            unary_appends: false,
         }
+    }
+}
+
+/// An open `AppendStream` to one peer: one request in flight, answered in
+/// order.
+struct AppendStream {
+    /// Requests go out through this; dropping it ends the stream.
+    tx: mpsc::Sender<RaftRequest>,
+    /// The peer's answers.
+    answers: Streaming<RaftResponse>,
+    /// `seq` of the next request.
+    next_seq: u64,
+}
+
+impl AppendStream {
+    /// Opens a stream on `channel`.
+    async fn open(channel: Channel) -> Result<Self, tonic::Status> {
+        let (tx, rx) = mpsc::channel(1);
+        let answers = RaftServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+            .append_stream(ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        Ok(Self {
+            tx,
+            answers,
+            next_seq: 0,
+        })
+    }
+
+    /// Sends `request` and waits for its answer.
+    async fn call(&mut self, mut request: RaftRequest) -> Result<RaftResponse, tonic::Status> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        request.seq = seq;
+        self.tx
+            .send(request)
+            .await
+            .map_err(|_| tonic::Status::unavailable("append stream closed"))?;
+        let answer = self
+            .answers
+            .message()
+            .await?
+            .ok_or_else(|| tonic::Status::unavailable("append stream ended by the peer"))?;
+        if answer.seq != seq {
+            return Err(tonic::Status::internal(format!(
+                "append stream answered request {} while {seq} was in flight",
+                answer.seq
+            )));
+        }
+        Ok(answer)
     }
 }
 
@@ -170,6 +227,12 @@ pub struct PeerClient {
     channel: Result<Channel, String>,
     /// Where answers from `target` are noted.
     contacts: PeerContacts,
+    /// Appends go through this stream once opened; any failure drops it, so
+    /// no late answer can be taken for a later request.
+    append_stream: Option<AppendStream>,
+    /// The peer does not serve `AppendStream` (an older version): appends
+    /// are unary calls.
+    unary_appends: bool,
 }
 
 /// Which RPC of the service to call.
@@ -251,19 +314,32 @@ impl PeerClient {
             cluster_id: self.cluster_id.to_string(),
             from_node: self.from_node,
             payload,
+            seq: 0,
         };
-        let mut client = RaftServiceClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let ttl = option.hard_ttl();
-        let call = async {
-            match rpc {
-                Rpc::Append => client.append(request).await,
-                Rpc::Vote => client.vote(request).await,
-                Rpc::InstallSnapshot => client.install_snapshot(request).await,
-            }
+        let streamed = matches!(rpc, Rpc::Append) && !self.unary_appends;
+        let outcome = if streamed {
+            tokio::time::timeout(ttl, self.append_streamed(channel, request)).await
+        } else {
+            let mut client = RaftServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            let call = async {
+                match rpc {
+                    Rpc::Append => client.append(request).await,
+                    Rpc::Vote => client.vote(request).await,
+                    Rpc::InstallSnapshot => client.install_snapshot(request).await,
+                }
+            };
+            tokio::time::timeout(ttl, call)
+                .await
+                .map(|r| r.map(tonic::Response::into_inner))
         };
-        let response: RaftResponse = match tokio::time::timeout(ttl, call).await {
+        if streamed && !matches!(outcome, Ok(Ok(_))) {
+            // A late answer must never be read as a later request's.
+            self.append_stream = None;
+        }
+        let response: RaftResponse = match outcome {
             Err(_elapsed) => {
                 return Err(RPCError::Timeout(Timeout {
                     action: rpc.rpc_type(),
@@ -272,8 +348,17 @@ impl PeerClient {
                     timeout: ttl,
                 }))
             }
-            Ok(Err(status)) => return Err(self.status_error(rpc, status, ttl)),
-            Ok(Ok(response)) => response.into_inner(),
+            Ok(Err(status)) => {
+                if streamed && status.code() == tonic::Code::Unimplemented {
+                    tracing::info!(
+                        target_node = self.target,
+                        "peer does not serve AppendStream; using unary appends"
+                    );
+                    self.unary_appends = true;
+                }
+                return Err(self.status_error(rpc, status, ttl));
+            }
+            Ok(Ok(response)) => response,
         };
         if !response.error.is_empty() {
             // A refused envelope will be refused again: back off.
@@ -284,8 +369,20 @@ impl PeerClient {
                 },
             )));
         }
-        let result: Result<Resp, RaftError<NodeId, E>> = codec::decode(&response.payload)
-            .map_err(|e| RPCError::Network(NetworkError::new(&TransportError::Codec(e))))?;
+        let result: Result<Resp, RaftError<NodeId, E>> = match codec::decode(&response.payload) {
+            Ok(r) => r,
+            Err(e) => {
+                self.append_stream = None;
+                return Err(RPCError::Network(NetworkError::new(
+                    &TransportError::Codec(e),
+                )));
+            }
+        };
+        if result.is_err() {
+            // A stopped Raft behind this stream: reconnect next time (the
+            // node may have restarted behind a new server).
+            self.append_stream = None;
+        }
         // The peer is up and speaks our protocol, whatever its Raft answer.
         self.contacts.record(self.target);
         result.map_err(|e| {
@@ -295,6 +392,21 @@ impl PeerClient {
                 e,
             ))
         })
+    }
+
+    /// One append through the peer's `AppendStream`, opened first if needed.
+    async fn append_streamed(
+        &mut self,
+        channel: Channel,
+        request: RaftRequest,
+    ) -> Result<RaftResponse, tonic::Status> {
+        if self.append_stream.is_none() {
+            self.append_stream = Some(AppendStream::open(channel).await?);
+        }
+        match self.append_stream.as_mut() {
+            Some(s) => s.call(request).await,
+            None => Err(tonic::Status::internal("append stream vanished")),
+        }
     }
 
     /// Maps a gRPC failure to the openraft error that gets the right retry

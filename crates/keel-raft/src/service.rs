@@ -1,15 +1,17 @@
 //! The server side of the Raft transport: decodes openraft's RPCs from the
 //! gRPC envelope and hands them to the local Raft node.
 
+use futures::stream::{BoxStream, StreamExt};
 use keel_proto::pb::raft_service_server::{RaftService, RaftServiceServer};
 use keel_proto::pb::{RaftRequest, RaftResponse};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 use crate::codec;
 use crate::network::MAX_MESSAGE_BYTES;
 use crate::KeelRaft;
+use openraft::error::RaftError;
 
 /// Serves `RaftService` for one node: the peers' way into its Raft.
 #[derive(Clone)]
@@ -55,41 +57,92 @@ impl RaftGrpcService {
 }
 
 /// The refusal sent back for an envelope that was not accepted.
-fn refusal(error: String) -> Response<RaftResponse> {
-    Response::new(RaftResponse {
+fn refusal(error: String) -> RaftResponse {
+    RaftResponse {
         payload: Vec::new(),
         error,
-    })
+        seq: 0,
+    }
 }
 
 /// Encodes the node's answer (success or Raft error) for the caller.
-fn answer<T: Serialize>(result: &T) -> Result<Response<RaftResponse>, Status> {
+fn answer<T: Serialize>(result: &T) -> Result<RaftResponse, Status> {
     let payload = codec::encode(result).map_err(|e| Status::internal(e.to_string()))?;
-    Ok(Response::new(RaftResponse {
+    Ok(RaftResponse {
         payload,
         error: String::new(),
-    }))
+        seq: 0,
+    })
+}
+
+impl RaftGrpcService {
+    /// Opens, hands to Raft and answers one append. `true` with the answer
+    /// when Raft has stopped: nothing more should be read from that stream.
+    async fn append_one(&self, req: &RaftRequest) -> Result<(RaftResponse, bool), Status> {
+        match self.open_envelope(req) {
+            Ok(r) => {
+                let result = self.raft.append_entries(r).await;
+                let stopped = matches!(result, Err(RaftError::Fatal(_)));
+                Ok((answer(&result)?, stopped))
+            }
+            Err(e) => Ok((refusal(e), false)),
+        }
+    }
 }
 
 #[tonic::async_trait]
 impl RaftService for RaftGrpcService {
+    type AppendStreamStream = BoxStream<'static, Result<RaftResponse, Status>>;
+
     async fn append(
         &self,
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftResponse>, Status> {
-        let req = match self.open_envelope(request.get_ref()) {
-            Ok(req) => req,
-            Err(e) => return Ok(refusal(e)),
-        };
-        answer(&self.raft.append_entries(req).await)
+        let (answer, _) = self.append_one(request.get_ref()).await?;
+        Ok(Response::new(answer))
+    }
+
+    async fn append_stream(
+        &self,
+        request: Request<Streaming<RaftRequest>>,
+    ) -> Result<Response<Self::AppendStreamStream>, Status> {
+        let svc = self.clone();
+        // `then`: one append at a time, in the order sent; the next message
+        // is not read before this one is answered. Once Raft has stopped
+        // (node shutting down) the stream ends after that answer, so the
+        // peer reconnects instead of holding the server's graceful shutdown
+        // open with a stream that only ever gets "stopped".
+        let answers = request
+            .into_inner()
+            .then(move |m| {
+                let svc = svc.clone();
+                async move {
+                    let req = m?;
+                    let (mut resp, stopped) = svc.append_one(&req).await?;
+                    resp.seq = req.seq;
+                    Ok((resp, stopped))
+                }
+            })
+            .scan(false, |ended, r: Result<(RaftResponse, bool), Status>| {
+                let item = if *ended {
+                    None
+                } else {
+                    Some(r.map(|(resp, stopped)| {
+                        *ended = stopped;
+                        resp
+                    }))
+                };
+                std::future::ready(item)
+            });
+        Ok(Response::new(answers.boxed()))
     }
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftResponse>, Status> {
         let req = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
-            Err(e) => return Ok(refusal(e)),
+            Err(e) => return Ok(Response::new(refusal(e))),
         };
-        answer(&self.raft.vote(req).await)
+        answer(&self.raft.vote(req).await).map(Response::new)
     }
 
     async fn install_snapshot(
@@ -98,8 +151,8 @@ impl RaftService for RaftGrpcService {
     ) -> Result<Response<RaftResponse>, Status> {
         let req = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
-            Err(e) => return Ok(refusal(e)),
+            Err(e) => return Ok(Response::new(refusal(e))),
         };
-        answer(&self.raft.install_snapshot(req).await)
+        answer(&self.raft.install_snapshot(req).await).map(Response::new)
     }
 }

@@ -25,6 +25,7 @@ async fn requests_from_another_cluster_or_with_garbage_are_refused() {
             cluster_id: "someone-else".into(),
             from_node: 9,
             payload: vec![1, 2, 3],
+            seq: 0,
         })
         .await
         .unwrap()
@@ -43,6 +44,7 @@ async fn requests_from_another_cluster_or_with_garbage_are_refused() {
                 cluster_id: CLUSTER.into(),
                 from_node: 9,
                 payload,
+                seq: 0,
             })
             .await
             .unwrap()
@@ -51,6 +53,58 @@ async fn requests_from_another_cluster_or_with_garbage_are_refused() {
         assert!(garbage.error.contains("undecodable"), "{}", garbage.error);
     }
     // The node is unharmed.
+    assert!(node.raft.metrics().borrow().running_state.is_ok());
+    node.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_append_stream_refuses_the_same_requests_and_answers_each_by_seq() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let config = Arc::new(default_config(CLUSTER));
+    let node = TestNode::start(1, &root.path().join("n1"), listener().await, config).await;
+    let mut client = RaftServiceClient::connect(format!("http://{}", node.addr))
+        .await
+        .unwrap();
+    let requests = vec![
+        RaftRequest {
+            cluster_id: "someone-else".into(),
+            from_node: 9,
+            payload: vec![1, 2, 3],
+            seq: 40,
+        },
+        RaftRequest {
+            cluster_id: CLUSTER.into(),
+            from_node: 9,
+            payload: vec![0x42; 100],
+            seq: 41,
+        },
+        RaftRequest {
+            cluster_id: CLUSTER.into(),
+            from_node: 9,
+            payload: vec![],
+            seq: 42,
+        },
+    ];
+    let mut answers = client
+        .append_stream(tokio_stream::iter(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    let a = answers.message().await.unwrap().expect("first answer");
+    assert_eq!(a.seq, 40);
+    assert!(a.payload.is_empty());
+    assert!(a.error.contains("someone-else"), "{}", a.error);
+    for seq in [41, 42] {
+        let a = answers.message().await.unwrap().expect("an answer");
+        assert_eq!(a.seq, seq, "answers come in the order sent");
+        assert!(a.payload.is_empty());
+        assert!(a.error.contains("undecodable"), "{}", a.error);
+    }
+    assert!(
+        answers.message().await.unwrap().is_none(),
+        "the stream ends after the sender closes its side"
+    );
     assert!(node.raft.metrics().borrow().running_state.is_ok());
     node.stop().await;
 }

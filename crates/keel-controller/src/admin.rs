@@ -589,20 +589,20 @@ impl AdminService for AdminApi {
         let req = req.into_inner();
         let items: Vec<(String, Vec<ConfigOp>)> = req
             .topics
-            .iter()
+            .into_iter()
             .map(|t| {
                 let ops = t
                     .ops
-                    .iter()
+                    .into_iter()
                     .map(|o| {
                         if o.op == pb::ConfigOp::Delete as i32 {
-                            ConfigOp::Delete(o.key.clone())
+                            ConfigOp::Delete(o.key)
                         } else {
-                            ConfigOp::Set(o.key.clone(), o.value.clone())
+                            ConfigOp::Set(o.key, o.value)
                         }
                     })
                     .collect();
-                (t.topic.clone(), ops)
+                (t.topic, ops)
             })
             .collect();
         let validate_only = req.validate_only;

@@ -1396,3 +1396,60 @@ fn reassignment_refuses_bad_targets() {
     c.commit(&d.records);
     assert_eq!(c.p(t, 0).replicas, bs(&[2, 1]));
 }
+
+#[test]
+fn enabling_unclean_election_through_alter_configs_elects_leaderless_partitions() {
+    let mut c = Cluster::with_brokers(2);
+    let t = c.create("t", &[&[1, 2]], &[]);
+    let other = c.create("other", &[&[2, 1]], &[]);
+    let tp = TopicPartition::new(t, 0);
+    c.alter_isr(tp, &[1]);
+    c.fence(1);
+    assert_eq!(c.p(t, 0).leader, None, "only the fenced broker is in sync");
+
+    let set = |k: &str, v: &str| ConfigOp::Set(k.into(), v.into());
+    let d = c.image.decide_alter_configs(
+        &[
+            ("other".into(), vec![set("retention.ms", "5")]),
+            ("t".into(), vec![set(UNCLEAN_LEADER_ELECTION, "TRUE")]),
+        ],
+        false,
+    );
+    assert_eq!(d.reply[0].1, Ok(()));
+    assert_eq!(d.reply[1].1, Ok(()));
+    assert_eq!(
+        d.records[..2],
+        [
+            MetadataRecord::TopicConfig {
+                topic_id: other,
+                key: "retention.ms".into(),
+                value: Some("5".into())
+            },
+            MetadataRecord::TopicConfig {
+                topic_id: t,
+                key: UNCLEAN_LEADER_ELECTION.into(),
+                value: Some("TRUE".into())
+            },
+        ]
+    );
+    assert_eq!(d.records.len(), 3, "one election: {:?}", d.records);
+    c.commit(&d.records);
+    assert_eq!(c.p(t, 0).leader, Some(b(2)), "unclean election of broker 2");
+    assert_eq!(c.p(t, 0).isr, bs(&[2]));
+    assert_eq!(
+        c.image
+            .topic(other)
+            .unwrap()
+            .configs
+            .get("retention.ms")
+            .map(|v| &**v),
+        Some("5")
+    );
+
+    // Setting it again (no change) or to false elects nothing.
+    let d = c.image.decide_alter_configs(
+        &[("t".into(), vec![set(UNCLEAN_LEADER_ELECTION, "false")])],
+        false,
+    );
+    assert_eq!(d.records.len(), 1);
+}

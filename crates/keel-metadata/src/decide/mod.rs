@@ -104,6 +104,19 @@ impl Working {
         );
     }
 
+    /// Appends one topic's config records without replaying them on the
+    /// scratch image: for an AlterConfigs item whose new configs nothing
+    /// later in the decision reads (each topic appears once per request,
+    /// and no election of that topic follows). The scratch image then
+    /// holds that topic's old configs; the active controller still replays
+    /// every decided record before proposing it.
+    pub(crate) fn append_unread_configs(
+        &mut self,
+        records: impl IntoIterator<Item = MetadataRecord>,
+    ) {
+        self.records.extend(records);
+    }
+
     pub(crate) fn finish<R>(self, reply: R) -> Decision<R> {
         Decision {
             records: self.records,

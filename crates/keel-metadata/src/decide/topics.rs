@@ -407,22 +407,32 @@ impl MetadataImage {
                     if validate_only {
                         return;
                     }
-                    for (key, value) in changes {
-                        w.push(MetadataRecord::TopicConfig {
-                            topic_id,
-                            key: key.to_string(),
-                            value: value.map(str::to_string),
-                        });
-                    }
                     let was = self
                         .topic(topic_id)
                         .is_some_and(|t| t.unclean_leader_election());
-                    let now = w
-                        .image
-                        .topic(topic_id)
-                        .is_some_and(|t| t.unclean_leader_election());
+                    let now = match changes
+                        .iter()
+                        .find(|(k, _)| *k == crate::UNCLEAN_LEADER_ELECTION)
+                    {
+                        Some((_, v)) => v.is_some_and(|v| v.eq_ignore_ascii_case("true")),
+                        None => was,
+                    };
+                    let records =
+                        changes
+                            .into_iter()
+                            .map(|(key, value)| MetadataRecord::TopicConfig {
+                                topic_id,
+                                key: key.to_string(),
+                                value: value.map(str::to_string),
+                            });
                     if now && !was {
+                        // The election reads the topic's new configs.
+                        for r in records {
+                            w.push(r);
+                        }
                         elect_leaderless_of_topic(&mut w, topic_id);
+                    } else {
+                        w.append_unread_configs(records);
                     }
                 });
             replies.push((name.clone(), outcome));

@@ -474,6 +474,27 @@ async fn a_write_session_pipelines_writes_and_answers_each_by_id() {
         assert_eq!(r.topics[0].error.is_none(), ok, "write {id}: {r:?}");
     }
 
+    // A write too large for the controller is refused before it is sent;
+    // the session stays usable.
+    let mut huge = set("piped", 0);
+    huge.topics[0].ops[0].value = "x".repeat(5 << 20);
+    let e = s
+        .send(Op::IncrementalAlterConfigs(huge))
+        .await
+        .expect_err("a 5 MiB write is refused");
+    assert!(
+        matches!(e, keel_proto::session::SessionError::TooLarge(_)),
+        "{e}"
+    );
+    match s
+        .call(Op::IncrementalAlterConfigs(set("piped", 0)))
+        .await
+        .expect("the session still answers")
+    {
+        Answer::IncrementalAlterConfigs(r) => assert!(r.error.is_none(), "{r:?}"),
+        other => panic!("answered {other:?}"),
+    }
+
     let described = client
         .admin(|mut c| async move {
             c.describe_topics(pb::DescribeTopicsRequest {

@@ -19,6 +19,10 @@ use crate::pb::write_response::Result as Answer;
 /// Requests buffered on the client side before `send` waits.
 const SEND_BUFFER: usize = 1024;
 
+/// Largest write a controller decodes (tonic's default limit). A larger one
+/// would end the whole session, so `send` refuses it up front.
+pub const MAX_WRITE_BYTES: usize = 4 << 20;
+
 /// Why a session call failed. The write's outcome is unknown unless the
 /// session ended before it was sent.
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +37,8 @@ pub enum SessionError {
     OutOfOrder { want: u64, got: u64 },
     #[error("answer for write {0} carries no result")]
     Empty(u64),
+    #[error("write of {0} bytes exceeds the {MAX_WRITE_BYTES}-byte limit; nothing was sent")]
+    TooLarge(usize),
 }
 
 /// One open `Write` session to a controller (normally the active one: any
@@ -60,13 +66,22 @@ impl WriteSession {
     }
 
     /// Sends `op` without waiting for its answer; returns its id.
+    ///
+    /// Read answers while sending: the controller answers up to 1,024
+    /// writes of a session at once, and once its answers and this side's
+    /// buffer are full, `send` waits for `recv` to make room.
     pub async fn send(&mut self, op: Op) -> Result<u64, SessionError> {
-        let id = self.next_id;
+        let req = pb::WriteRequest {
+            id: self.next_id,
+            op: Some(op),
+        };
+        let size = prost::Message::encoded_len(&req);
+        if size > MAX_WRITE_BYTES {
+            return Err(SessionError::TooLarge(size));
+        }
         self.next_id += 1;
-        self.tx
-            .send(pb::WriteRequest { id, op: Some(op) })
-            .await
-            .map_err(|_| SessionError::Closed)?;
+        let id = req.id;
+        self.tx.send(req).await.map_err(|_| SessionError::Closed)?;
         Ok(id)
     }
 

@@ -1,7 +1,7 @@
 //! The client side of the Raft transport: openraft's RPCs as bincode bytes
 //! inside the `RaftService` gRPC envelope.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -88,6 +88,10 @@ pub struct Network {
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
     /// When each peer last answered.
     contacts: PeerContacts,
+    /// Peers that do not serve `AppendStream` (an older version): every
+    /// client to them, including openraft's one-off leader checks, sends
+    /// appends as unary calls.
+    unary_only: Arc<Mutex<HashSet<NodeId>>>,
 }
 
 impl Network {
@@ -99,6 +103,7 @@ impl Network {
             bind_ip: None,
             channels: Arc::new(Mutex::new(HashMap::new())),
             contacts: PeerContacts::default(),
+            unary_only: Arc::new(Mutex::new(HashSet::new())),
         }
     }
 
@@ -156,7 +161,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             channel: self.channel(target, &node.addr),
             contacts: self.contacts.clone(),
             append_stream: None,
-            unary_appends: false,
+            unary_only: self.unary_only.clone(),
         }
     }
 }
@@ -173,20 +178,31 @@ struct AppendStream {
 }
 
 impl AppendStream {
-    /// Opens a stream on `channel`.
-    async fn open(channel: Channel) -> Result<Self, tonic::Status> {
+    /// Opens a stream on `channel` with `first` as its first message (sent
+    /// with the stream's headers: no extra round trip) and waits for its
+    /// answer.
+    async fn open(
+        channel: Channel,
+        mut first: RaftRequest,
+    ) -> Result<(Self, RaftResponse), tonic::Status> {
         let (tx, rx) = mpsc::channel(1);
+        first.seq = 0;
+        tx.send(first)
+            .await
+            .map_err(|_| tonic::Status::internal("append stream closed before opening"))?;
         let answers = RaftServiceClient::new(channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES)
             .append_stream(ReceiverStream::new(rx))
             .await?
             .into_inner();
-        Ok(Self {
+        let mut stream = Self {
             tx,
             answers,
-            next_seq: 0,
-        })
+            next_seq: 1,
+        };
+        let answer = stream.answer(0).await?;
+        Ok((stream, answer))
     }
 
     /// Sends `request` and waits for its answer.
@@ -198,6 +214,11 @@ impl AppendStream {
             .send(request)
             .await
             .map_err(|_| tonic::Status::unavailable("append stream closed"))?;
+        self.answer(seq).await
+    }
+
+    /// The next answer, which must be the one to request `seq`.
+    async fn answer(&mut self, seq: u64) -> Result<RaftResponse, tonic::Status> {
         let answer = self
             .answers
             .message()
@@ -211,6 +232,14 @@ impl AppendStream {
         }
         Ok(answer)
     }
+}
+
+/// What an append sent through `AppendStream` came to.
+enum Streamed {
+    /// The peer's answer, or the gRPC failure.
+    Answer(Result<RaftResponse, tonic::Status>),
+    /// The peer does not serve `AppendStream`; the request, to send unary.
+    Unsupported(RaftRequest),
 }
 
 /// openraft's connection to one peer.
@@ -230,9 +259,8 @@ pub struct PeerClient {
     /// Appends go through this stream once opened; any failure drops it, so
     /// no late answer can be taken for a later request.
     append_stream: Option<AppendStream>,
-    /// The peer does not serve `AppendStream` (an older version): appends
-    /// are unary calls.
-    unary_appends: bool,
+    /// Peers known not to serve `AppendStream`, shared by all clients.
+    unary_only: Arc<Mutex<HashSet<NodeId>>>,
 }
 
 /// Which RPC of the service to call.
@@ -316,24 +344,31 @@ impl PeerClient {
             payload,
             seq: 0,
         };
-        let ttl = option.hard_ttl();
-        let streamed = matches!(rpc, Rpc::Append) && !self.unary_appends;
+        // Inside openraft's own hard_ttl timeout, so that ours fires first
+        // and the stream is dropped (not left with an unread answer).
+        let ttl = option.soft_ttl();
+        let deadline = tokio::time::Instant::now() + ttl;
+        let streamed = matches!(rpc, Rpc::Append) && !self.is_unary_only();
         let outcome = if streamed {
-            tokio::time::timeout(ttl, self.append_streamed(channel, request)).await
-        } else {
-            let mut client = RaftServiceClient::new(channel)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
-            let call = async {
-                match rpc {
-                    Rpc::Append => client.append(request).await,
-                    Rpc::Vote => client.vote(request).await,
-                    Rpc::InstallSnapshot => client.install_snapshot(request).await,
-                }
-            };
-            tokio::time::timeout(ttl, call)
+            match tokio::time::timeout_at(deadline, self.append_streamed(channel.clone(), request))
                 .await
-                .map(|r| r.map(tonic::Response::into_inner))
+            {
+                Ok(Streamed::Answer(r)) => Ok(r),
+                Ok(Streamed::Unsupported(request)) => {
+                    tracing::info!(
+                        target_node = self.target,
+                        "peer does not serve AppendStream; using unary appends"
+                    );
+                    self.unary_only
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .insert(self.target);
+                    Self::unary(channel, rpc, request, deadline).await
+                }
+                Err(elapsed) => Err(elapsed),
+            }
+        } else {
+            Self::unary(channel, rpc, request, deadline).await
         };
         if streamed && !matches!(outcome, Ok(Ok(_))) {
             // A late answer must never be read as a later request's.
@@ -348,16 +383,7 @@ impl PeerClient {
                     timeout: ttl,
                 }))
             }
-            Ok(Err(status)) => {
-                if streamed && status.code() == tonic::Code::Unimplemented {
-                    tracing::info!(
-                        target_node = self.target,
-                        "peer does not serve AppendStream; using unary appends"
-                    );
-                    self.unary_appends = true;
-                }
-                return Err(self.status_error(rpc, status, ttl));
-            }
+            Ok(Err(status)) => return Err(self.status_error(rpc, status, ttl)),
             Ok(Ok(response)) => response,
         };
         if !response.error.is_empty() {
@@ -394,18 +420,53 @@ impl PeerClient {
         })
     }
 
-    /// One append through the peer's `AppendStream`, opened first if needed.
-    async fn append_streamed(
-        &mut self,
+    /// Whether appends to this peer must be unary calls.
+    fn is_unary_only(&self) -> bool {
+        self.unary_only
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains(&self.target)
+    }
+
+    /// One unary call, abandoned at `deadline`.
+    async fn unary(
         channel: Channel,
+        rpc: Rpc,
         request: RaftRequest,
-    ) -> Result<RaftResponse, tonic::Status> {
-        if self.append_stream.is_none() {
-            self.append_stream = Some(AppendStream::open(channel).await?);
+        deadline: tokio::time::Instant,
+    ) -> Result<Result<RaftResponse, tonic::Status>, tokio::time::error::Elapsed> {
+        let mut client = RaftServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let call = async {
+            match rpc {
+                Rpc::Append => client.append(request).await,
+                Rpc::Vote => client.vote(request).await,
+                Rpc::InstallSnapshot => client.install_snapshot(request).await,
+            }
+        };
+        tokio::time::timeout_at(deadline, call)
+            .await
+            .map(|r| r.map(tonic::Response::into_inner))
+    }
+
+    /// One append through the peer's `AppendStream`, opened with it as the
+    /// first message if none is open.
+    async fn append_streamed(&mut self, channel: Channel, request: RaftRequest) -> Streamed {
+        if let Some(s) = self.append_stream.as_mut() {
+            return Streamed::Answer(s.call(request).await);
         }
-        match self.append_stream.as_mut() {
-            Some(s) => s.call(request).await,
-            None => Err(tonic::Status::internal("append stream vanished")),
+        // Kept only while opening: an older peer refuses the stream itself.
+        let fallback = request.clone();
+        match AppendStream::open(channel, request).await {
+            Ok((s, answer)) => {
+                self.append_stream = Some(s);
+                Streamed::Answer(Ok(answer))
+            }
+            Err(status) if status.code() == tonic::Code::Unimplemented => {
+                Streamed::Unsupported(fallback)
+            }
+            Err(status) => Streamed::Answer(Err(status)),
         }
     }
 

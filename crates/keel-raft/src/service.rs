@@ -106,34 +106,33 @@ impl RaftService for RaftGrpcService {
         &self,
         request: Request<Streaming<RaftRequest>>,
     ) -> Result<Response<Self::AppendStreamStream>, Status> {
-        let svc = self.clone();
-        // `then`: one append at a time, in the order sent; the next message
-        // is not read before this one is answered. Once Raft has stopped
-        // (node shutting down) the stream ends after that answer, so the
-        // peer reconnects instead of holding the server's graceful shutdown
-        // open with a stream that only ever gets "stopped".
-        let answers = request
-            .into_inner()
-            .then(move |m| {
-                let svc = svc.clone();
-                async move {
-                    let req = m?;
-                    let (mut resp, stopped) = svc.append_one(&req).await?;
-                    resp.seq = req.seq;
-                    Ok((resp, stopped))
-                }
-            })
-            .scan(false, |ended, r: Result<(RaftResponse, bool), Status>| {
-                let item = if *ended {
-                    None
-                } else {
-                    Some(r.map(|(resp, stopped)| {
-                        *ended = stopped;
-                        resp
-                    }))
-                };
-                std::future::ready(item)
-            });
+        // One append at a time, in the order sent; the next message is not
+        // read before this one is answered. Once Raft has stopped (node
+        // shutting down) the stream ends right after that answer, so the
+        // peer reconnects instead of holding the server's graceful
+        // shutdown open with a stream that only ever gets "stopped".
+        let state = (request.into_inner(), self.clone(), false);
+        let answers = futures::stream::unfold(state, |(mut inbound, svc, stopped)| async move {
+            if stopped {
+                return None;
+            }
+            let answer = match inbound.next().await? {
+                Err(status) => return Some((Err(status), (inbound, svc, true))),
+                Ok(req) => svc.append_one(&req).await.map(|(resp, stopped)| {
+                    (
+                        RaftResponse {
+                            seq: req.seq,
+                            ..resp
+                        },
+                        stopped,
+                    )
+                }),
+            };
+            match answer {
+                Ok((resp, stopped)) => Some((Ok(resp), (inbound, svc, stopped))),
+                Err(status) => Some((Err(status), (inbound, svc, true))),
+            }
+        });
         Ok(Response::new(answers.boxed()))
     }
 

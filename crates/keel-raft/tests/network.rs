@@ -132,3 +132,103 @@ async fn a_running_cluster_records_contact_with_every_peer() {
         n.stop().await;
     }
 }
+
+/// A peer of an older version: the same service without `AppendStream`.
+struct LegacyPeer {
+    inner: keel_raft::RaftGrpcService,
+    /// How often a stream was asked for (and refused).
+    refused: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[tonic::async_trait]
+impl keel_proto::pb::raft_service_server::RaftService for LegacyPeer {
+    type AppendStreamStream =
+        futures::stream::BoxStream<'static, Result<keel_proto::pb::RaftResponse, tonic::Status>>;
+
+    async fn append(
+        &self,
+        r: tonic::Request<keel_proto::pb::RaftRequest>,
+    ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
+        self.inner.append(r).await
+    }
+
+    async fn append_stream(
+        &self,
+        _r: tonic::Request<tonic::Streaming<keel_proto::pb::RaftRequest>>,
+    ) -> Result<tonic::Response<Self::AppendStreamStream>, tonic::Status> {
+        self.refused
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err(tonic::Status::unimplemented("not in this version"))
+    }
+
+    async fn vote(
+        &self,
+        r: tonic::Request<keel_proto::pb::RaftRequest>,
+    ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
+        self.inner.vote(r).await
+    }
+
+    async fn install_snapshot(
+        &self,
+        r: tonic::Request<keel_proto::pb::RaftRequest>,
+    ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
+        self.inner.install_snapshot(r).await
+    }
+}
+
+/// An empty append from node 9 in term 1.
+fn heartbeat() -> openraft::raft::AppendEntriesRequest<keel_raft::TypeConfig> {
+    openraft::raft::AppendEntriesRequest {
+        vote: Vote::new_committed(1, 9),
+        prev_log_id: None,
+        entries: vec![],
+        leader_commit: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_stream_to_current_peers_and_fall_back_to_unary_calls_for_older_ones() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let config = Arc::new(default_config(CLUSTER));
+    let node = TestNode::start(1, &root.path().join("n1"), listener().await, config).await;
+
+    // The same Raft behind an older server on a second port.
+    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let legacy = LegacyPeer {
+        inner: keel_raft::RaftGrpcService::new(node.raft.clone(), CLUSTER.into()),
+        refused: refused.clone(),
+    };
+    let l = listener().await;
+    let legacy_addr = l.local_addr().unwrap().to_string();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(keel_proto::pb::raft_service_server::RaftServiceServer::new(
+                legacy,
+            ))
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
+    );
+
+    let option = || RPCOption::new(Duration::from_secs(5));
+    let mut network = Network::new(CLUSTER.into(), 9);
+    // Current peer: several appends over one client's stream.
+    let mut current = network.new_client(1, &BasicNode::new(&node.addr)).await;
+    for round in 0..3 {
+        let r = current.append_entries(heartbeat(), option()).await;
+        assert!(r.is_ok(), "current peer, round {round}: {r:?}");
+    }
+    // Older peer: every client's append is answered; only the first client
+    // asked for a stream, later ones know the peer is unary-only.
+    for round in 0..3 {
+        let mut client = network.new_client(2, &BasicNode::new(&legacy_addr)).await;
+        let r = client.append_entries(heartbeat(), option()).await;
+        assert!(r.is_ok(), "older peer, round {round}: {r:?}");
+        let r = client.append_entries(heartbeat(), option()).await;
+        assert!(r.is_ok(), "older peer, round {round}, again: {r:?}");
+    }
+    assert_eq!(refused.load(std::sync::atomic::Ordering::SeqCst), 1);
+    // Dropping the client ends its stream, so the server stops promptly.
+    drop(current);
+    server.abort();
+    node.stop().await;
+}

@@ -64,10 +64,15 @@ pub async fn connect(addr: &str, request_timeout: Duration) -> anyhow::Result<Ch
 impl Cluster {
     /// Starts three controllers on `127.0.<subnet>.11-13`; `extra` flags go to each.
     pub fn start(exe: &Path, subnet: u8, extra: &[&str]) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new()
+        let mut dir = tempfile::Builder::new()
             .prefix("keel-bench-")
             .tempdir()
             .context("create a temp dir")?;
+        // KEEL_BENCH_KEEP=1 keeps data dirs and logs for a post-mortem.
+        if std::env::var_os("KEEL_BENCH_KEEP").is_some_and(|v| v == "1") {
+            dir.disable_cleanup(true);
+            progress!("keeping the cluster's data and logs in {}", dir.path().display());
+        }
         let mut addrs = Vec::new();
         for i in 0..3 {
             let ip = format!("127.0.{subnet}.{}", 11 + i);

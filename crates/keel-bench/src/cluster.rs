@@ -71,7 +71,10 @@ impl Cluster {
         // KEEL_BENCH_KEEP=1 keeps data dirs and logs for a post-mortem.
         if std::env::var_os("KEEL_BENCH_KEEP").is_some_and(|v| v == "1") {
             dir.disable_cleanup(true);
-            progress!("keeping the cluster's data and logs in {}", dir.path().display());
+            progress!(
+                "keeping the cluster's data and logs in {}",
+                dir.path().display()
+            );
         }
         let mut addrs = Vec::new();
         for i in 0..3 {

@@ -188,10 +188,8 @@ fn heartbeat() -> openraft::raft::AppendEntriesRequest<keel_raft::TypeConfig> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_stream_to_current_peers_and_fall_back_to_unary_calls_for_older_ones() {
-    init_tracing();
     let root = tempfile::tempdir().unwrap();
-    let config = Arc::new(default_config(CLUSTER));
-    let node = TestNode::start(1, &root.path().join("n1"), listener().await, config).await;
+    let node = start_single(root.path()).await;
 
     // The same Raft behind an older server on a second port.
     let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));

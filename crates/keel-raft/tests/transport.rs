@@ -1,21 +1,16 @@
-//! The Raft gRPC service refuses requests of another cluster and bytes that
-//! do not decode, before they reach Raft.
+//! The Raft gRPC service (unary and `AppendStream`) refuses requests of
+//! another cluster and bytes that do not decode, before they reach Raft.
 
 mod common;
-
-use std::sync::Arc;
 
 use common::*;
 use keel_proto::pb::raft_service_client::RaftServiceClient;
 use keel_proto::pb::RaftRequest;
-use keel_raft::default_config;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_from_another_cluster_or_with_garbage_are_refused() {
-    init_tracing();
     let root = tempfile::tempdir().unwrap();
-    let config = Arc::new(default_config(CLUSTER));
-    let node = TestNode::start(1, &root.path().join("n1"), listener().await, config).await;
+    let node = start_single(root.path()).await;
     let mut client = RaftServiceClient::connect(format!("http://{}", node.addr))
         .await
         .unwrap();
@@ -59,10 +54,8 @@ async fn requests_from_another_cluster_or_with_garbage_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_append_stream_refuses_the_same_requests_and_answers_each_by_seq() {
-    init_tracing();
     let root = tempfile::tempdir().unwrap();
-    let config = Arc::new(default_config(CLUSTER));
-    let node = TestNode::start(1, &root.path().join("n1"), listener().await, config).await;
+    let node = start_single(root.path()).await;
     let mut client = RaftServiceClient::connect(format!("http://{}", node.addr))
         .await
         .unwrap();

@@ -58,6 +58,14 @@ pub fn init_tracing() {
         .try_init();
 }
 
+/// One node (id 1, default config) with its data under `root`; not part
+/// of any quorum yet. Also sets up test logging.
+pub async fn start_single(root: &Path) -> TestNode {
+    init_tracing();
+    let config = Arc::new(keel_raft::default_config(CLUSTER));
+    TestNode::start(1, &root.join("n1"), listener().await, config).await
+}
+
 /// Reserves a listener on a free port of 127.0.0.1.
 pub async fn listener() -> TcpListener {
     TcpListener::bind("127.0.0.1:0").await.unwrap()

@@ -175,7 +175,15 @@ struct AppendStream {
     answers: Streaming<RaftResponse>,
     /// `seq` of the next request.
     next_seq: u64,
+    /// Calls since the last answer: a call that timed out leaves its
+    /// answer to come later (it is skipped by seq), and the stream is
+    /// dropped only after several in a row.
+    unanswered: u32,
 }
+
+/// Calls in a row without an answer after which an append stream is taken
+/// for wedged and reopened (at openraft's 150 ms per call, ~0.5 s).
+const MAX_UNANSWERED: u32 = 3;
 
 impl AppendStream {
     /// Opens a stream on `channel` with `first` as its first message (sent
@@ -200,6 +208,7 @@ impl AppendStream {
             tx,
             answers,
             next_seq: 1,
+            unanswered: 1,
         };
         let answer = stream.answer(0).await?;
         Ok((stream, answer))
@@ -209,6 +218,7 @@ impl AppendStream {
     async fn call(&mut self, mut request: RaftRequest) -> Result<RaftResponse, tonic::Status> {
         let seq = self.next_seq;
         self.next_seq += 1;
+        self.unanswered += 1;
         request.seq = seq;
         self.tx
             .send(request)
@@ -217,20 +227,28 @@ impl AppendStream {
         self.answer(seq).await
     }
 
-    /// The next answer, which must be the one to request `seq`.
+    /// The answer to request `seq`. Answers to earlier requests, whose
+    /// calls timed out, are skipped: the peer handles requests in order, so
+    /// they come first.
     async fn answer(&mut self, seq: u64) -> Result<RaftResponse, tonic::Status> {
-        let answer = self
-            .answers
-            .message()
-            .await?
-            .ok_or_else(|| tonic::Status::unavailable("append stream ended by the peer"))?;
-        if answer.seq != seq {
-            return Err(tonic::Status::internal(format!(
-                "append stream answered request {} while {seq} was in flight",
-                answer.seq
-            )));
+        loop {
+            let answer = self
+                .answers
+                .message()
+                .await?
+                .ok_or_else(|| tonic::Status::unavailable("append stream ended by the peer"))?;
+            if answer.seq < seq {
+                continue;
+            }
+            if answer.seq > seq {
+                return Err(tonic::Status::internal(format!(
+                    "append stream answered request {} while {seq} was in flight",
+                    answer.seq
+                )));
+            }
+            self.unanswered = 0;
+            return Ok(answer);
         }
-        Ok(answer)
     }
 }
 
@@ -344,11 +362,20 @@ impl PeerClient {
             payload,
             seq: 0,
         };
-        // Inside openraft's own hard_ttl timeout, so that ours fires first
-        // and the stream is dropped (not left with an unread answer).
-        let ttl = option.soft_ttl();
+        // openraft drops the call at the same moment (hard_ttl); either way
+        // a timed-out append's answer is skipped by the next call.
+        let ttl = option.hard_ttl();
         let deadline = tokio::time::Instant::now() + ttl;
         let streamed = matches!(rpc, Rpc::Append) && !self.is_unary_only();
+        if streamed
+            && self
+                .append_stream
+                .as_ref()
+                .is_some_and(|s| s.unanswered >= MAX_UNANSWERED)
+        {
+            // Nothing came back for several calls: reopen.
+            self.append_stream = None;
+        }
         let outcome = if streamed {
             match tokio::time::timeout_at(deadline, self.append_streamed(channel.clone(), request))
                 .await
@@ -370,8 +397,8 @@ impl PeerClient {
         } else {
             Self::unary(channel, rpc, request, deadline).await
         };
-        if streamed && !matches!(outcome, Ok(Ok(_))) {
-            // A late answer must never be read as a later request's.
+        if streamed && matches!(outcome, Ok(Err(_))) {
+            // A broken stream (reset, ended, out of order): reopen.
             self.append_stream = None;
         }
         let response: RaftResponse = match outcome {

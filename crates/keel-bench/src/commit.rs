@@ -81,10 +81,18 @@ impl Default for CommitParams {
 const TOPIC: &str = "bench-commit";
 const BULK_TOPIC: &str = "bench-bulk";
 
-/// A Keel writer: one kept-open connection to the active controller; each
-/// op is the request `make(writer, seq)`.
+/// How one Keel writer reaches the active controller.
+enum Conn {
+    /// Unary calls on a kept-open connection.
+    Unary(AdminServiceClient<Channel>),
+    /// A `Write` session on its own connection.
+    Session(WriteSession),
+}
+
+/// A Keel writer: one connection to the active controller, one op in
+/// flight; each op is the request `make(writer, seq)`.
 struct KeelWriter<F> {
-    client: AdminServiceClient<Channel>,
+    conn: Conn,
     make: Arc<F>,
 }
 
@@ -94,33 +102,22 @@ where
 {
     async fn op(&mut self, writer: usize, seq: u64) -> Result<(), String> {
         let req = (self.make)(writer, seq);
-        match self.client.incremental_alter_configs(req).await {
-            Ok(r) if alter_ok(r.get_ref()) => Ok(()),
-            Ok(r) => Err(format!("{:?}", r.into_inner())),
-            Err(s) => Err(s.to_string()),
-        }
-    }
-
-    async fn finish(self) {}
-}
-
-/// A Keel writer on one `Write` session (its own connection); one op in
-/// flight.
-struct KeelSessionWriter<F> {
-    session: WriteSession,
-    make: Arc<F>,
-}
-
-impl<F> Writer for KeelSessionWriter<F>
-where
-    F: Fn(usize, u64) -> pb::IncrementalAlterConfigsRequest + Send + Sync + 'static,
-{
-    async fn op(&mut self, writer: usize, seq: u64) -> Result<(), String> {
-        let req = (self.make)(writer, seq);
-        match self.session.call(Op::IncrementalAlterConfigs(req)).await {
-            Ok(Answer::IncrementalAlterConfigs(r)) if alter_ok(&r) => Ok(()),
-            Ok(other) => Err(format!("{other:?}")),
-            Err(e) => Err(e.to_string()),
+        let r = match &mut self.conn {
+            Conn::Unary(c) => c
+                .incremental_alter_configs(req)
+                .await
+                .map(tonic::Response::into_inner)
+                .map_err(|s| s.to_string())?,
+            Conn::Session(s) => match s.call(Op::IncrementalAlterConfigs(req)).await {
+                Ok(Answer::IncrementalAlterConfigs(r)) => r,
+                Ok(other) => return Err(format!("{other:?}")),
+                Err(e) => return Err(e.to_string()),
+            },
+        };
+        if alter_ok(&r) {
+            Ok(())
+        } else {
+            Err(format!("{r:?}"))
         }
     }
 
@@ -141,27 +138,15 @@ where
     F: Fn(usize, u64) -> pb::IncrementalAlterConfigsRequest + Send + Sync + 'static,
 {
     let make = Arc::new(make);
-    if api == KeelApi::Session {
-        return run_writers("keel", writers, secs, max_ops, |_| {
-            let make = make.clone();
-            async move {
-                let ch = connect(leader, Duration::from_secs(10)).await?;
-                Ok(KeelSessionWriter {
-                    session: WriteSession::open(ch).await?,
-                    make,
-                })
-            }
-        })
-        .await;
-    }
     run_writers("keel", writers, secs, max_ops, |_| {
         let make = make.clone();
         async move {
             let ch = connect(leader, Duration::from_secs(10)).await?;
-            Ok(KeelWriter {
-                client: AdminServiceClient::new(ch),
-                make,
-            })
+            let conn = match api {
+                KeelApi::Session => Conn::Session(WriteSession::open(ch).await?),
+                KeelApi::Unary => Conn::Unary(AdminServiceClient::new(ch)),
+            };
+            Ok(KeelWriter { conn, make })
         }
     })
     .await

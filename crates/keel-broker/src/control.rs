@@ -24,6 +24,16 @@ fn rejected(request: &'static str, e: &ApiError) {
     warn!(request, code = %e.code, reason = %e.message, "stale controller request rejected");
 }
 
+/// A LeaderAndIsr refused as a whole (nothing applied; the controller
+/// sends it again).
+fn refuse(e: &ApiError) -> Response<pb::LeaderAndIsrResponse> {
+    rejected("LeaderAndIsr", e);
+    Response::new(pb::LeaderAndIsrResponse {
+        error: Some(wire::error(e)),
+        partitions: Vec::new(),
+    })
+}
+
 #[tonic::async_trait]
 impl BrokerControlService for ControlService {
     async fn leader_and_isr(
@@ -34,30 +44,25 @@ impl BrokerControlService for ControlService {
         let now = now_ms();
         let mut st = self.shared.state();
         if let Err(e) = st.check_stamp(req.stamp.as_ref()) {
-            rejected("LeaderAndIsr", &e);
-            return Ok(Response::new(pb::LeaderAndIsrResponse {
-                error: Some(wire::error(&e)),
-                partitions: Vec::new(),
-            }));
+            return Ok(refuse(&e));
         }
         let ce = ControllerEpoch(req.stamp.as_ref().map_or(0, |s| s.controller_epoch));
         st.remember_leader_addresses(&req.leaders);
         let mut keys = Vec::with_capacity(req.partitions.len());
         let mut updates = Vec::with_capacity(req.partitions.len());
-        for p in req.partitions {
-            keys.push((p.topic_id.clone(), p.partition));
-            updates.push(wire::partition_update(p));
+        for mut p in req.partitions {
+            // The id moves into the answer's key: no copy per partition.
+            let id = std::mem::take(&mut p.topic_id);
+            let partition = p.partition;
+            updates.push(wire::partition_update(&id, p));
+            keys.push((id, partition));
         }
         let results = match st.apply_leader_and_isr_all(updates, ce, now) {
             Ok(results) => results,
             Err(e) => {
                 // Nothing was applied: the whole request fails, and the
                 // controller sends it again.
-                rejected("LeaderAndIsr", &e);
-                return Ok(Response::new(pb::LeaderAndIsrResponse {
-                    error: Some(wire::error(&e)),
-                    partitions: Vec::new(),
-                }));
+                return Ok(refuse(&e));
             }
         };
         drop(st);

@@ -75,7 +75,10 @@ pub(crate) async fn run_isr_manager(shared: Arc<Shared>, mut stop: watch::Receiv
                                 continue;
                             };
                             let tp = TopicPartition::new(tid, r.partition);
-                            let state = r.state.and_then(|s| wire::partition_update(s).ok());
+                            let state = r.state.and_then(|mut s| {
+                                let id = std::mem::take(&mut s.topic_id);
+                                wire::partition_update(&id, s).ok()
+                            });
                             st.finish_alter(tp, wire::code(&r.error), state, now, RETRY_AFTER_MS);
                         }
                         st.commit_history_best_effort();

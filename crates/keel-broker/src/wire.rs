@@ -29,8 +29,11 @@ pub(crate) fn topic_id(bytes: &[u8]) -> Result<TopicId, ApiError> {
 }
 
 /// The broker's view of one partition state, taken apart (not copied).
-pub(crate) fn partition_update(p: pb::PartitionState) -> Result<PartitionUpdate, ApiError> {
-    let tid = topic_id(&p.topic_id)?;
+pub(crate) fn partition_update(
+    topic: &[u8],
+    p: pb::PartitionState,
+) -> Result<PartitionUpdate, ApiError> {
+    let tid = topic_id(topic)?;
     Ok(PartitionUpdate {
         tp: TopicPartition::new(tid, p.partition),
         topic: p.topic,

@@ -166,6 +166,13 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     }
 }
 
+/// A `RaftService` client on `channel` with the transport's message limits.
+fn raft_client(channel: Channel) -> RaftServiceClient<Channel> {
+    RaftServiceClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES)
+}
+
 /// An open `AppendStream` to one peer: one request in flight, answered in
 /// order.
 struct AppendStream {
@@ -198,9 +205,7 @@ impl AppendStream {
         tx.send(first)
             .await
             .map_err(|_| tonic::Status::internal("append stream closed before opening"))?;
-        let answers = RaftServiceClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+        let answers = raft_client(channel)
             .append_stream(ReceiverStream::new(rx))
             .await?
             .into_inner();
@@ -208,7 +213,7 @@ impl AppendStream {
             tx,
             answers,
             next_seq: 1,
-            unanswered: 1,
+            unanswered: 0,
         };
         let answer = stream.answer(0).await?;
         Ok((stream, answer))
@@ -274,8 +279,9 @@ pub struct PeerClient {
     channel: Result<Channel, String>,
     /// Where answers from `target` are noted.
     contacts: PeerContacts,
-    /// Appends go through this stream once opened; any failure drops it, so
-    /// no late answer can be taken for a later request.
+    /// Appends go through this stream once opened; an error or
+    /// `MAX_UNANSWERED` calls without an answer drop it (answers are
+    /// matched by seq, so a late one is never taken for a later request).
     append_stream: Option<AppendStream>,
     /// Peers known not to serve `AppendStream`, shared by all clients.
     unary_only: Arc<Mutex<HashSet<NodeId>>>,
@@ -366,7 +372,9 @@ impl PeerClient {
         // a timed-out append's answer is skipped by the next call.
         let ttl = option.hard_ttl();
         let deadline = tokio::time::Instant::now() + ttl;
-        let streamed = matches!(rpc, Rpc::Append) && !self.is_unary_only();
+        // An open stream proves the peer serves it: no look-up then.
+        let streamed =
+            matches!(rpc, Rpc::Append) && (self.append_stream.is_some() || !self.is_unary_only());
         if streamed
             && self
                 .append_stream
@@ -462,9 +470,7 @@ impl PeerClient {
         request: RaftRequest,
         deadline: tokio::time::Instant,
     ) -> Result<Result<RaftResponse, tonic::Status>, tokio::time::error::Elapsed> {
-        let mut client = RaftServiceClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let mut client = raft_client(channel);
         let call = async {
             match rpc {
                 Rpc::Append => client.append(request).await,

@@ -90,31 +90,27 @@ impl Working {
         true
     }
 
-    /// Appends changes that no later step of the decision reads, without
-    /// replaying them on the scratch image. Only for the bulk last step of
-    /// a hot decision (fencing a broker that leads 100k partitions), where
-    /// the scratch replay would double the cost; the scratch image is stale
-    /// afterwards, so nothing may be decided after this.
+    /// Appends records that no later step of the decision reads, without
+    /// replaying them on the scratch image, which keeps the state before
+    /// them. For the bulk steps where the scratch replay would double the
+    /// cost: fencing a broker that leads 100k partitions (its last step),
+    /// or an AlterConfigs item whose new configs nothing later in the
+    /// request reads (each topic appears once, and no election of that
+    /// topic follows). The active controller still replays every decided
+    /// record before proposing it.
+    pub(crate) fn append_unreplayed(&mut self, records: impl IntoIterator<Item = MetadataRecord>) {
+        self.records.extend(records);
+    }
+
+    /// [`Working::append_unreplayed`] for partition changes, leaving out
+    /// the no-ops.
     pub(crate) fn append_final(&mut self, changes: Vec<PartitionChangeRecord>) {
-        self.records.extend(
+        self.append_unreplayed(
             changes
                 .into_iter()
                 .filter(|c| !c.is_noop())
                 .map(MetadataRecord::PartitionChange),
         );
-    }
-
-    /// Appends one topic's config records without replaying them on the
-    /// scratch image: for an AlterConfigs item whose new configs nothing
-    /// later in the decision reads (each topic appears once per request,
-    /// and no election of that topic follows). The scratch image then
-    /// holds that topic's old configs; the active controller still replays
-    /// every decided record before proposing it.
-    pub(crate) fn append_unread_configs(
-        &mut self,
-        records: impl IntoIterator<Item = MetadataRecord>,
-    ) {
-        self.records.extend(records);
     }
 
     pub(crate) fn finish<R>(self, reply: R) -> Decision<R> {

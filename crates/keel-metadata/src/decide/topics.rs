@@ -432,7 +432,7 @@ impl MetadataImage {
                         }
                         elect_leaderless_of_topic(&mut w, topic_id);
                     } else {
-                        w.append_unread_configs(records);
+                        w.append_unreplayed(records);
                     }
                 });
             replies.push((name.clone(), outcome));

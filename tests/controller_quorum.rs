@@ -514,6 +514,70 @@ async fn a_write_session_pipelines_writes_and_answers_each_by_id() {
         );
     }
 
+    // One session shared by many tasks: each call gets its own answer.
+    let shared = keel_proto::session::SharedSession::open(channel(active).await.expect("connect"))
+        .await
+        .expect("open shared session");
+    let mut tasks = Vec::new();
+    for t in 0..32usize {
+        let shared = shared.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..10usize {
+                let k = 1_000 + t * 10 + i;
+                let topic = if k % 50 == 0 {
+                    "no-such-topic"
+                } else {
+                    "piped"
+                };
+                let answer = shared
+                    .call(Op::IncrementalAlterConfigs(set(topic, k)))
+                    .await
+                    .expect("shared call");
+                let Answer::IncrementalAlterConfigs(r) = answer else {
+                    panic!("shared write {k} answered {answer:?}");
+                };
+                assert!(r.error.is_none(), "shared write {k}: {r:?}");
+                assert_eq!(
+                    r.topics[0].error.is_none(),
+                    topic == "piped",
+                    "shared write {k} is answered for its own topic: {r:?}"
+                );
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("shared writer");
+    }
+    let mut huge = set("piped", 0);
+    huge.topics[0].ops[0].value = "x".repeat(5 << 20);
+    let e = shared
+        .call(Op::IncrementalAlterConfigs(huge))
+        .await
+        .expect_err("a 5 MiB write is refused");
+    assert!(
+        matches!(e, keel_proto::session::SessionError::TooLarge(_)),
+        "{e}"
+    );
+    let described = client
+        .admin(|mut c| async move {
+            c.describe_topics(pb::DescribeTopicsRequest {
+                names: vec!["piped".into()],
+            })
+            .await
+        })
+        .await
+        .expect("describe");
+    let configs = &described.topics[0].configs;
+    for k in (1_000..1_320).filter(|k| k % 50 != 0) {
+        assert!(
+            configs
+                .iter()
+                .any(|c| c.key == format!("piped.k{k}") && c.value == format!("v{k}")),
+            "config piped.k{k} acknowledged on the shared session missing"
+        );
+    }
+    drop(shared);
+
     // A request naming no op is refused with INVALID_REQUEST.
     let mut raw = AdminServiceClient::new(channel(active).await.expect("connect"));
     let mut answers = raw

@@ -135,6 +135,14 @@ impl Cluster {
             CLUSTER_ID.into(),
         ];
         args.extend(self.extra.iter().cloned());
+        // KEEL_BENCH_METRICS=1 serves each controller's Prometheus metrics
+        // on port 9464 of its own address, for a look during the run.
+        if std::env::var_os("KEEL_BENCH_METRICS").is_some_and(|v| v == "1") {
+            if let Some((ip, _)) = self.addrs[i].rsplit_once(':') {
+                args.push("--metrics-listen".into());
+                args.push(format!("{ip}:9464"));
+            }
+        }
         let log = std::env::var("KEEL_BENCH_LOG").unwrap_or_else(|_| "warn,openraft=error".into());
         let child = Command::new(&self.exe)
             .args(args)

@@ -14,12 +14,12 @@ use keel_proto::pb;
 use keel_proto::pb::admin_service_client::AdminServiceClient;
 use keel_proto::pb::write_request::Op;
 use keel_proto::pb::write_response::Result as Answer;
-use keel_proto::session::WriteSession;
+use keel_proto::session::{SharedSession, WriteSession};
 use serde_json::{json, Value};
 use tonic::transport::Channel;
 
 use crate::cluster::{self, alter_ok, connect, set_config, value, Cluster};
-use crate::load::{run_writers, Level, Writer};
+use crate::load::{run_writers, Connections, Level, Writer};
 use crate::stats::{cell, latency_json, machine, percentile, r1, r3, unix_now};
 use crate::{progress, Env, Report};
 
@@ -42,6 +42,8 @@ pub struct CommitParams {
     pub compare_client: bool,
     /// How Keel writers send their ops.
     pub api: KeelApi,
+    /// Whether writers share one connection.
+    pub connections: Connections,
 }
 
 /// How a Keel writer sends its ops to the active controller.
@@ -74,6 +76,7 @@ impl Default for CommitParams {
             bulk_secs: 10.0,
             compare_client: true,
             api: KeelApi::Session,
+            connections: Connections::PerWriter,
         }
     }
 }
@@ -87,6 +90,8 @@ enum Conn {
     Unary(AdminServiceClient<Channel>),
     /// A `Write` session on its own connection.
     Session(WriteSession),
+    /// A share of one `Write` session all writers use.
+    Shared(SharedSession),
 }
 
 /// A Keel writer: one connection to the active controller, one op in
@@ -113,6 +118,11 @@ where
                 Ok(other) => return Err(format!("{other:?}")),
                 Err(e) => return Err(e.to_string()),
             },
+            Conn::Shared(s) => match s.call(Op::IncrementalAlterConfigs(req)).await {
+                Ok(Answer::IncrementalAlterConfigs(r)) => r,
+                Ok(other) => return Err(format!("{other:?}")),
+                Err(e) => return Err(e.to_string()),
+            },
         };
         if alter_ok(&r) {
             Ok(())
@@ -125,10 +135,12 @@ where
 }
 
 /// Runs `writers` Keel writers against `leader` for `secs` (or `max_ops`);
-/// each op is the request `make(writer, seq)`, sent through `api`.
+/// each op is the request `make(writer, seq)`, sent through `api` on a
+/// connection per writer or one they share.
 pub(crate) async fn run_level<F>(
     leader: &str,
     api: KeelApi,
+    connections: Connections,
     writers: usize,
     secs: f64,
     max_ops: u64,
@@ -138,13 +150,32 @@ where
     F: Fn(usize, u64) -> pb::IncrementalAlterConfigsRequest + Send + Sync + 'static,
 {
     let make = Arc::new(make);
+    // The one connection (and session) shared writers use.
+    let shared = match connections {
+        Connections::PerWriter => None,
+        Connections::Shared => {
+            let ch = connect(leader, Duration::from_secs(10)).await?;
+            Some(match api {
+                KeelApi::Session => Conn::Shared(SharedSession::open(ch).await?),
+                KeelApi::Unary => Conn::Unary(AdminServiceClient::new(ch)),
+            })
+        }
+    };
+    let shared = &shared;
     run_writers("keel", writers, secs, max_ops, |_| {
         let make = make.clone();
         async move {
-            let ch = connect(leader, Duration::from_secs(10)).await?;
-            let conn = match api {
-                KeelApi::Session => Conn::Session(WriteSession::open(ch).await?),
-                KeelApi::Unary => Conn::Unary(AdminServiceClient::new(ch)),
+            let conn = match shared {
+                Some(Conn::Shared(s)) => Conn::Shared(s.clone()),
+                Some(Conn::Unary(c)) => Conn::Unary(c.clone()),
+                Some(Conn::Session(_)) => unreachable!("a session is never shared"),
+                None => {
+                    let ch = connect(leader, Duration::from_secs(10)).await?;
+                    match api {
+                        KeelApi::Session => Conn::Session(WriteSession::open(ch).await?),
+                        KeelApi::Unary => Conn::Unary(AdminServiceClient::new(ch)),
+                    }
+                }
             };
             Ok(KeelWriter { conn, make })
         }
@@ -178,6 +209,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         let l = run_level(
             &leader,
             p.api,
+            p.connections,
             w,
             p.level_secs,
             p.max_ops_per_level,
@@ -198,6 +230,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     let bulk = run_level(
         &leader,
         p.api,
+        p.connections,
         1,
         p.bulk_secs,
         p.max_ops_per_level,

@@ -27,7 +27,7 @@ use serde_json::{json, Value};
 use crate::cluster::{self, set_config, value, Cluster};
 use crate::commit::{run_level, KeelApi};
 use crate::etcd::{self, EtcdError};
-use crate::load::{run_writers, Level, Writer};
+use crate::load::{run_writers, Connections, Level, Writer};
 use crate::stats::{cell, machine, median, percentile, r1, r3, unix_now};
 use crate::zk::{self, ZkError, ZkSession, ERR_NODE_EXISTS};
 use crate::{progress, Env, Report};
@@ -56,6 +56,8 @@ pub struct CompareParams {
     pub request_timeout_ms: u64,
     /// How Keel's writers send their ops.
     pub api: KeelApi,
+    /// Whether each system's writers share one connection.
+    pub connections: Connections,
 }
 
 impl Default for CompareParams {
@@ -71,6 +73,7 @@ impl Default for CompareParams {
             max_ops_per_level: 2_000_000,
             request_timeout_ms: 10_000,
             api: KeelApi::Session,
+            connections: Connections::PerWriter,
         }
     }
 }
@@ -261,9 +264,17 @@ fn listener_pid(addr: &str) -> Option<u32> {
     None
 }
 
-/// A ZooKeeper writer: its own session to the leader.
+/// How a ZooKeeper writer reaches the leader.
+enum ZkConn {
+    /// Its own session.
+    Own(ZkSession),
+    /// A share of one pipelined session (closed by the level, not here).
+    Shared(zk::SharedZkSession),
+}
+
+/// A ZooKeeper writer: its own session to the leader, or a share of one.
 struct ZkWriter {
-    session: ZkSession,
+    session: ZkConn,
     /// Added to `seq` so names never repeat across levels and trials.
     seq_base: u64,
     value_bytes: usize,
@@ -274,18 +285,22 @@ impl Writer for ZkWriter {
         let n = self.seq_base + seq;
         let path = format!("{ZK_ROOT}/w{writer}-{n}");
         let data = value(writer, n, self.value_bytes);
-        self.session
-            .create(&path, data.as_bytes())
-            .await
-            .map_err(|e| e.to_string())
+        match &mut self.session {
+            ZkConn::Own(s) => s.create(&path, data.as_bytes()).await,
+            ZkConn::Shared(s) => s.create(&path, data.as_bytes()).await,
+        }
+        .map_err(|e| e.to_string())
     }
 
     async fn finish(self) {
-        let _ = self.session.close().await;
+        if let ZkConn::Own(s) = self.session {
+            let _ = s.close().await;
+        }
     }
 }
 
-/// An etcd writer: its own gRPC connection to the leader.
+/// An etcd writer: its own gRPC connection to the leader, or a clone of
+/// one (tonic multiplexes the clones' calls on it).
 struct EtcdWriter {
     client: etcd::pb::kv_client::KvClient<tonic::transport::Channel>,
     endpoint: String,
@@ -646,11 +661,24 @@ impl Systems {
                 // Each writer's seq stays below max_ops / writers (or 1).
                 self.zk_seq_next += (max_ops / writers as u64).max(1);
                 let leader = leader.to_string();
-                run_writers(s.name(), writers, secs, max_ops, |_| {
+                let shared = match p.connections {
+                    Connections::PerWriter => None,
+                    Connections::Shared => Some(
+                        ZkSession::connect(&leader, ZK_SESSION_TIMEOUT_MS, timeout)
+                            .await?
+                            .into_shared(),
+                    ),
+                };
+                let l = run_writers(s.name(), writers, secs, max_ops, |_| {
                     let leader = leader.clone();
+                    let shared = shared.clone();
                     async move {
-                        let session =
-                            ZkSession::connect(&leader, ZK_SESSION_TIMEOUT_MS, timeout).await?;
+                        let session = match shared {
+                            Some(s) => ZkConn::Shared(s),
+                            None => ZkConn::Own(
+                                ZkSession::connect(&leader, ZK_SESSION_TIMEOUT_MS, timeout).await?,
+                            ),
+                        };
                         Ok(ZkWriter {
                             session,
                             seq_base,
@@ -658,14 +686,26 @@ impl Systems {
                         })
                     }
                 })
-                .await
+                .await;
+                if let Some(s) = shared {
+                    let _ = s.close().await;
+                }
+                l
             }
             System::Etcd => {
                 let leader = leader.to_string();
+                let shared = match p.connections {
+                    Connections::PerWriter => None,
+                    Connections::Shared => Some(etcd::kv_client(&leader, timeout).await?),
+                };
                 run_writers(s.name(), writers, secs, max_ops, |_| {
                     let leader = leader.clone();
+                    let shared = shared.clone();
                     async move {
-                        let client = etcd::kv_client(&leader, timeout).await?;
+                        let client = match shared {
+                            Some(c) => c,
+                            None => etcd::kv_client(&leader, timeout).await?,
+                        };
                         Ok(EtcdWriter {
                             client,
                             endpoint: leader,
@@ -676,9 +716,15 @@ impl Systems {
                 .await
             }
             System::Keel => {
-                let l = run_level(leader, p.api, writers, secs, max_ops, move |w, s| {
-                    set_config(TOPIC, format!("bench.k{w}"), value(w, s, vb))
-                })
+                let l = run_level(
+                    leader,
+                    p.api,
+                    p.connections,
+                    writers,
+                    secs,
+                    max_ops,
+                    move |w, s| set_config(TOPIC, format!("bench.k{w}"), value(w, s, vb)),
+                )
                 .await;
                 self.keel.check_alive()?;
                 l
@@ -745,20 +791,38 @@ fn setup_json(p: &CompareParams, sys: &Systems) -> Value {
         "create of the persistent znode {ZK_ROOT}/w<writer>-<seq> with a {}-byte value and the open ACL (one znode per partition state)",
         p.value_bytes
     ));
+    let shared = p.connections == Connections::Shared;
     zk["connection"] = json!(format!(
-        "one ZooKeeper session (own TCP connection, TCP_NODELAY) per writer, to the leader found with `srvr` (Mode: leader); session timeout {ZK_SESSION_TIMEOUT_MS} ms; client: this crate's jute client on tokio"
+        "{}, to the leader found with `srvr` (Mode: leader); session timeout {ZK_SESSION_TIMEOUT_MS} ms; client: this crate's jute client on tokio",
+        if shared {
+            "one ZooKeeper session (one TCP connection, TCP_NODELAY) shared by all writers, their requests pipelined in order and those waiting together sent in one write, replies matched by order and xid"
+        } else {
+            "one ZooKeeper session (own TCP connection, TCP_NODELAY) per writer"
+        }
     ));
     zk["durability"] = json!("server defaults: forceSync=yes, the transaction log is fsynced before a proposal is acknowledged, a quorum of 2 acknowledges each write");
     et["op"] = json!(format!(
         "KV.Put of {ZK_ROOT}/w<writer> with a {}-byte value (one Raft entry, a new revision per op)",
         p.value_bytes
     ));
-    et["connection"] = json!("one gRPC (HTTP/2) connection per writer to the leader's client URL, found with Maintenance.Status (leader == header.member_id); client: tonic with the etcdserverpb messages in proto/etcd.proto");
+    et["connection"] = json!(format!(
+        "{} to the leader's client URL, found with Maintenance.Status (leader == header.member_id); client: tonic with the etcdserverpb messages in proto/etcd.proto",
+        if shared {
+            "one gRPC (HTTP/2) connection shared by all writers (each Put its own HTTP/2 stream on it)"
+        } else {
+            "one gRPC (HTTP/2) connection per writer"
+        }
+    ));
     et["durability"] = json!("server defaults: the WAL is fsynced before a Raft entry is acknowledged, a quorum of 2 acknowledges each write");
     json!({
         "order": "trial t: for each writer level: zookeeper, etcd, keel (systems interleaved so machine noise hits all three alike)",
         "warmup": format!("{} s per system at {} writers before the first trial, not recorded", p.warmup_secs, p.writers.iter().max().copied().unwrap_or(1)),
-        "load_generator": "this process (the `keel` binary, tokio multi-thread runtime): one task per writer, its own persistent connection, one op in flight; the same loop, value generator, timer and error budget for every system",
+        "connections": p.connections.name(),
+        "load_generator": if shared {
+            "this process (the `keel` binary, tokio multi-thread runtime): one task per writer, one op in flight each, all writers of a system on one shared persistent connection; the same loop, value generator, timer and error budget for every system"
+        } else {
+            "this process (the `keel` binary, tokio multi-thread runtime): one task per writer, its own persistent connection, one op in flight; the same loop, value generator, timer and error budget for every system"
+        },
         "latency": "p50/p99 pooled over the samples of every successful trial; ops/s is the median of the trials' ops/s",
         "cpu": "utime+stime of the three server processes of the system (from /proc/<pid>/stat, 100 ticks/s) and of this load generator, over the whole level call (session/connection set-up and close included), as % of one core; other_cpu_pct is the rest of the machine's busy time (/proc/stat) in that window, idle_systems_cpu_pct the part of it the two idle systems used, outside_cpu_pct what remains: work outside the comparison, i.e. noise; server_write_bytes is write_bytes of /proc/<pid>/io summed over the three servers",
         "zookeeper": zk,
@@ -769,10 +833,15 @@ fn setup_json(p: &CompareParams, sys: &Systems) -> Value {
             "version": env!("CARGO_PKG_VERSION"),
             "flags": KEEL_FLAGS,
             "op": format!("IncrementalAlterConfigs SET of bench.k<writer> on topic {TOPIC} with a {}-byte value (one TopicConfig record), the `commit` workload", p.value_bytes),
-            "connection": "one persistent gRPC (HTTP/2) connection per writer to the active controller",
-            "api": match p.api {
-                KeelApi::Session => "session: one AdminService.Write stream per writer (a pipelined write session; each op one message each way, one op in flight)",
-                KeelApi::Unary => "unary: one IncrementalAlterConfigs call per op",
+            "connection": if shared {
+                "one persistent gRPC (HTTP/2) connection to the active controller shared by all writers"
+            } else {
+                "one persistent gRPC (HTTP/2) connection per writer to the active controller"
+            },
+            "api": match (p.api, shared) {
+                (KeelApi::Session, false) => "session: one AdminService.Write stream per writer (a pipelined write session; each op one message each way, one op in flight)",
+                (KeelApi::Session, true) => "session: one AdminService.Write stream shared by all writers (each op one message each way, tagged with its id; those waiting together travel together)",
+                (KeelApi::Unary, _) => "unary: one IncrementalAlterConfigs call per op",
             },
             "durability": "the Raft log is flushed (sled flush, fsync) before an append is acknowledged; a quorum of 2 acknowledges each write",
         },
@@ -948,8 +1017,8 @@ fn table(p: &CompareParams, j: &Value) -> String {
         }
     };
     let mut t = format!(
-        "compare ({}-byte durable writes, 3 nodes each, {} trial(s) x {} s per level; ops/s = median of trials, p50/p99 pooled)\n",
-        p.value_bytes, p.trials, p.level_secs
+        "compare ({}-byte durable writes, 3 nodes each, {} trial(s) x {} s per level, {} connections; ops/s = median of trials, p50/p99 pooled)\n",
+        p.value_bytes, p.trials, p.level_secs, p.connections.name()
     );
     t += &format!(
         "{}; {}; keel {}\n",

@@ -16,6 +16,7 @@ pub mod etcd;
 pub mod failover;
 pub mod heartbeats;
 mod load;
+pub use load::Connections;
 pub mod scale;
 pub mod stats;
 pub mod zk;

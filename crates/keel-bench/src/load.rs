@@ -15,6 +15,27 @@ use crate::progress;
 /// A writer stops after this many failed ops.
 pub(crate) const MAX_ERRORS_PER_WRITER: u64 = 100;
 
+/// How a level's writers reach the system.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Connections {
+    /// Each writer opens its own connection (and session).
+    #[default]
+    PerWriter,
+    /// All writers share one connection (one ZooKeeper session, one gRPC
+    /// channel, one Keel write session): their requests are multiplexed
+    /// and travel together.
+    Shared,
+}
+
+impl Connections {
+    pub fn name(self) -> &'static str {
+        match self {
+            Connections::PerWriter => "per-writer",
+            Connections::Shared => "shared",
+        }
+    }
+}
+
 /// One connection of a system under load, one op in flight.
 pub(crate) trait Writer: Send + 'static {
     /// One durable write; `Err` carries the error text.

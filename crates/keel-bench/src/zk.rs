@@ -3,16 +3,21 @@
 //! One [`ZkSession`] is one TCP connection and one ZooKeeper session. It
 //! speaks just the part of the jute wire protocol the bench needs (connect,
 //! create, exists, close), one request in flight at a time, with
-//! `TCP_NODELAY` like the Java client. [`find_leader`] asks every server
+//! `TCP_NODELAY` like the Java client. [`SharedZkSession`] pipelines many
+//! tasks' requests on one session. [`find_leader`] asks every server
 //! the `srvr` four-letter command and picks the one in `Mode: leader`.
 //!
 //! Nothing read from the network can panic: every length is checked, and
 //! a malformed or oversized frame is a [`ZkError`].
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot};
 
 /// Request type of `create` (jute `ZooDefs.OpCode.create`).
 const OP_CREATE: i32 = 1;
@@ -362,6 +367,32 @@ fn parse_stat(r: &mut JuteIn<'_>) -> Option<ZkStat> {
     Some(ZkStat { num_children })
 }
 
+/// The body of a `create` of the persistent znode `path` holding `data`
+/// (open ACL).
+fn create_body(path: &str, data: &[u8]) -> Vec<u8> {
+    let mut b = JuteOut::default();
+    b.bytes(path.as_bytes())
+        .bytes(data)
+        .i32(1) // one ACL
+        .i32(PERMS_ALL)
+        .bytes(b"world")
+        .bytes(b"anyone")
+        .i32(0); // flags: persistent
+    b.0
+}
+
+/// A `create` reply's error code as a result.
+fn create_outcome(err: i32, path: &str) -> Result<(), ZkError> {
+    if err != 0 {
+        return Err(ZkError::Server {
+            op: "create",
+            path: path.to_string(),
+            code: err,
+        });
+    }
+    Ok(())
+}
+
 /// One ZooKeeper session on its own TCP connection.
 pub struct ZkSession {
     /// The server's `host:port`.
@@ -454,33 +485,7 @@ impl ZkSession {
     }
 
     async fn read_frame(&mut self) -> Result<Vec<u8>, ZkError> {
-        let io = |addr: &str| {
-            let addr = addr.to_string();
-            move |source| ZkError::Io {
-                addr,
-                op: "read",
-                source,
-            }
-        };
-        let mut len = [0u8; 4];
-        self.stream
-            .read_exact(&mut len)
-            .await
-            .map_err(io(&self.addr))?;
-        let len = i32::from_be_bytes(len);
-        let n = usize::try_from(len)
-            .ok()
-            .filter(|n| *n <= MAX_FRAME_BYTES)
-            .ok_or_else(|| ZkError::BadFrameLength {
-                addr: self.addr.clone(),
-                len: i64::from(len),
-            })?;
-        let mut buf = vec![0u8; n];
-        self.stream
-            .read_exact(&mut buf)
-            .await
-            .map_err(io(&self.addr))?;
-        Ok(buf)
+        read_frame_from(&mut self.stream, &self.addr).await
     }
 
     /// Sends one request and waits for its reply; returns the server's
@@ -553,23 +558,16 @@ impl ZkSession {
 
     /// Creates a persistent znode `path` holding `data` (open ACL).
     pub async fn create(&mut self, path: &str, data: &[u8]) -> Result<(), ZkError> {
-        let mut b = JuteOut::default();
-        b.bytes(path.as_bytes())
-            .bytes(data)
-            .i32(1) // one ACL
-            .i32(PERMS_ALL)
-            .bytes(b"world")
-            .bytes(b"anyone")
-            .i32(0); // flags: persistent
-        let (err, _) = self.call("create", OP_CREATE, &b.0).await?;
-        if err != 0 {
-            return Err(ZkError::Server {
-                op: "create",
-                path: path.to_string(),
-                code: err,
-            });
-        }
-        Ok(())
+        let (err, _) = self
+            .call("create", OP_CREATE, &create_body(path, data))
+            .await?;
+        create_outcome(err, path)
+    }
+
+    /// Turns this session into one many tasks share, its requests
+    /// pipelined on the one connection.
+    pub fn into_shared(self) -> SharedZkSession {
+        SharedZkSession::start(self)
     }
 
     /// Stat of `path`, or `None` if it does not exist.
@@ -607,6 +605,229 @@ impl ZkSession {
     }
 }
 
+/// Where a pipelined request's reply goes.
+type ZkReply = oneshot::Sender<Result<(i32, Vec<u8>), ZkError>>;
+
+/// Requests sent and not yet answered, oldest first (ZooKeeper answers a
+/// session's requests in order), and whether the session has failed.
+#[derive(Default)]
+struct Pending {
+    queue: VecDeque<(i32, ZkReply)>,
+    failed: bool,
+}
+
+type Outstanding = Arc<Mutex<Pending>>;
+
+/// A ZooKeeper session many tasks share: requests are pipelined on its one
+/// connection (those waiting together go out in one write) and matched to
+/// replies by order and xid, as the Java client does. Cloning is cheap;
+/// [`SharedZkSession::close`] ends the session for every clone.
+#[derive(Clone)]
+pub struct SharedZkSession {
+    addr: String,
+    calls: mpsc::Sender<(i32, Vec<u8>, ZkReply)>,
+    op_timeout: Duration,
+}
+
+impl SharedZkSession {
+    fn start(s: ZkSession) -> Self {
+        let ZkSession {
+            addr,
+            stream,
+            next_xid,
+            op_timeout,
+            ..
+        } = s;
+        let (read, write) = stream.into_split();
+        let (calls, rx) = mpsc::channel(1024);
+        let outstanding: Outstanding = Arc::default();
+        tokio::spawn(Self::write_loop(
+            addr.clone(),
+            write,
+            rx,
+            next_xid,
+            outstanding.clone(),
+        ));
+        tokio::spawn(Self::read_loop(addr.clone(), read, outstanding));
+        Self {
+            addr,
+            calls,
+            op_timeout,
+        }
+    }
+
+    /// Sends requests in arrival order, all that wait in one write.
+    async fn write_loop(
+        addr: String,
+        mut w: OwnedWriteHalf,
+        mut rx: mpsc::Receiver<(i32, Vec<u8>, ZkReply)>,
+        mut next_xid: i32,
+        outstanding: Outstanding,
+    ) {
+        let mut buf = Vec::new();
+        while let Some(first) = rx.recv().await {
+            buf.clear();
+            let mut next = Some(first);
+            while let Some((opcode, body, reply)) = next {
+                let xid = next_xid;
+                next_xid = next_xid.checked_add(1).unwrap_or(1);
+                let mut req = JuteOut::default();
+                req.i32(xid).i32(opcode);
+                req.0.extend_from_slice(&body);
+                buf.extend_from_slice(&req.framed());
+                // Queued before it is written, so its reply always finds it;
+                // after a failure, answered at once.
+                let mut p = lock(&outstanding);
+                if p.failed {
+                    let _ = reply.send(Err(ZkError::Broken { addr: addr.clone() }));
+                } else {
+                    p.queue.push_back((xid, reply));
+                }
+                drop(p);
+                next = rx.try_recv().ok();
+            }
+            if let Err(source) = w.write_all(&buf).await {
+                let e = ZkError::Io {
+                    addr: addr.clone(),
+                    op: "send",
+                    source,
+                };
+                fail_all(&outstanding, &addr, e);
+                return;
+            }
+        }
+    }
+
+    /// Hands each reply to the oldest outstanding request.
+    async fn read_loop(addr: String, mut r: OwnedReadHalf, outstanding: Outstanding) {
+        let e = loop {
+            let reply = match read_frame_from(&mut r, &addr).await {
+                Ok(f) => f,
+                Err(e) => break e,
+            };
+            let mut h = JuteIn::new(&reply);
+            let (Some(got), Some(_zxid), Some(err)) = (h.i32(), h.i64(), h.i32()) else {
+                break ZkError::Malformed {
+                    addr: addr.clone(),
+                    what: "reply header",
+                };
+            };
+            if got == XID_WATCH_EVENT || got == XID_PING {
+                continue;
+            }
+            let Some((xid, tx)) = lock(&outstanding).queue.pop_front() else {
+                break ZkError::UnexpectedXid {
+                    addr: addr.clone(),
+                    expected: 0,
+                    got,
+                };
+            };
+            if xid != got {
+                let _ = tx.send(Err(ZkError::UnexpectedXid {
+                    addr: addr.clone(),
+                    expected: xid,
+                    got,
+                }));
+                break ZkError::Broken { addr: addr.clone() };
+            }
+            let _ = tx.send(Ok((err, reply[h.pos..].to_vec())));
+        };
+        fail_all(&outstanding, &addr, e);
+    }
+
+    async fn call(
+        &self,
+        op: &'static str,
+        opcode: i32,
+        body: Vec<u8>,
+    ) -> Result<(i32, Vec<u8>), ZkError> {
+        let broken = || ZkError::Broken {
+            addr: self.addr.clone(),
+        };
+        let (tx, rx) = oneshot::channel();
+        self.calls
+            .send((opcode, body, tx))
+            .await
+            .map_err(|_| broken())?;
+        match tokio::time::timeout(self.op_timeout, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) => Err(broken()),
+            Err(_) => Err(ZkError::Timeout {
+                addr: self.addr.clone(),
+                op,
+                after_ms: self.op_timeout.as_millis() as u64,
+            }),
+        }
+    }
+
+    /// Creates a persistent znode `path` holding `data` (open ACL).
+    pub async fn create(&self, path: &str, data: &[u8]) -> Result<(), ZkError> {
+        let (err, _) = self
+            .call("create", OP_CREATE, create_body(path, data))
+            .await?;
+        create_outcome(err, path)
+    }
+
+    /// Closes the session (the server forgets it at once).
+    pub async fn close(&self) -> Result<(), ZkError> {
+        let (err, _) = self.call("close", OP_CLOSE, Vec::new()).await?;
+        if err != 0 {
+            return Err(ZkError::Server {
+                op: "close",
+                path: String::new(),
+                code: err,
+            });
+        }
+        Ok(())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Marks the session failed and answers every outstanding request with
+/// the failure.
+fn fail_all(outstanding: &Outstanding, addr: &str, e: ZkError) {
+    let waiting: Vec<_> = {
+        let mut p = lock(outstanding);
+        p.failed = true;
+        p.queue.drain(..).collect()
+    };
+    let mut first = Some(e);
+    for (_, tx) in waiting {
+        let e = first.take().unwrap_or_else(|| ZkError::Broken {
+            addr: addr.to_string(),
+        });
+        let _ = tx.send(Err(e));
+    }
+}
+
+/// Reads one length-prefixed frame from `r`.
+async fn read_frame_from<R: AsyncReadExt + Unpin>(
+    r: &mut R,
+    addr: &str,
+) -> Result<Vec<u8>, ZkError> {
+    let io = |source| ZkError::Io {
+        addr: addr.to_string(),
+        op: "read",
+        source,
+    };
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len).await.map_err(io)?;
+    let len = i32::from_be_bytes(len);
+    let n = usize::try_from(len)
+        .ok()
+        .filter(|n| *n <= MAX_FRAME_BYTES)
+        .ok_or_else(|| ZkError::BadFrameLength {
+            addr: addr.to_string(),
+            len: i64::from(len),
+        })?;
+    let mut buf = vec![0u8; n];
+    r.read_exact(&mut buf).await.map_err(io)?;
+    Ok(buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -614,6 +835,123 @@ mod tests {
     const LEADER: &str = "Zookeeper version: 3.8.0-5a02a05eddb59aee6ac762f7ea82e92a68eb9c0f, built on 2022-02-25 08:49 UTC\n\
         Latency min/avg/max: 0/0.31/12\nReceived: 40\nSent: 39\nConnections: 1\nOutstanding: 0\n\
         Zxid: 0x100000004\nMode: leader\nNode count: 7\nProposal sizes last/min/max: 48/48/150\n";
+
+    /// A fake ZooKeeper server on loopback: accepts one session, then
+    /// answers each request in order, `create` of a path containing "dup"
+    /// with NODE_EXISTS; after `close_after` requests it drops the
+    /// connection without answering.
+    async fn fake_server(close_after: usize) -> String {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = l.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let (mut c, _) = l.accept().await.expect("accept");
+            let a = addr_of(&c);
+            read_frame_from(&mut c, &a).await.expect("connect request");
+            let mut out = JuteOut::default();
+            out.i32(0).i32(30_000).i64(42).bytes(&[0u8; 16]);
+            c.write_all(&out.framed()).await.expect("connect reply");
+            for _ in 0..close_after {
+                let Ok(req) = read_frame_from(&mut c, &a).await else {
+                    return;
+                };
+                let mut r = JuteIn::new(&req);
+                let xid = r.i32().expect("xid");
+                let opcode = r.i32().expect("opcode");
+                let err = match opcode {
+                    OP_CREATE => {
+                        let path = r.bytes().expect("path");
+                        if path.windows(3).any(|w| w == b"dup") {
+                            ERR_NODE_EXISTS
+                        } else {
+                            0
+                        }
+                    }
+                    _ => 0,
+                };
+                let mut out = JuteOut::default();
+                out.i32(xid).i64(1).i32(err);
+                if c.write_all(&out.framed()).await.is_err() {
+                    return;
+                }
+            }
+            // Hang up: FIN after the answers, then read and drop whatever
+            // else comes (an unread receive queue would turn the close
+            // into a reset that can discard answers already sent).
+            let _ = c.shutdown().await;
+            let mut sink = [0u8; 4096];
+            while matches!(c.read(&mut sink).await, Ok(n) if n > 0) {}
+        });
+        addr
+    }
+
+    fn addr_of(c: &TcpStream) -> String {
+        c.peer_addr().map(|a| a.to_string()).unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn a_shared_session_pipelines_many_tasks_and_answers_each_its_own_reply() {
+        let addr = fake_server(usize::MAX).await;
+        let s = ZkSession::connect(&addr, 30_000, Duration::from_secs(10))
+            .await
+            .expect("connect")
+            .into_shared();
+        let mut tasks = Vec::new();
+        for t in 0..16 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                for i in 0..20 {
+                    let path = if (t + i) % 7 == 0 {
+                        format!("/dup-{t}-{i}")
+                    } else {
+                        format!("/n-{t}-{i}")
+                    };
+                    let r = s.create(&path, b"v").await;
+                    match r {
+                        Ok(()) => assert!(!path.contains("dup"), "{path} created"),
+                        Err(ZkError::Server { code, path: p, .. }) => {
+                            assert_eq!(code, ERR_NODE_EXISTS);
+                            assert_eq!(p, path, "the error names this task's own path");
+                        }
+                        Err(e) => panic!("{path}: {e}"),
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.expect("task");
+        }
+        s.close().await.expect("close");
+    }
+
+    #[tokio::test]
+    async fn a_shared_session_fails_every_waiting_call_when_the_server_hangs_up() {
+        let addr = fake_server(3).await;
+        let s = ZkSession::connect(&addr, 30_000, Duration::from_secs(30))
+            .await
+            .expect("connect")
+            .into_shared();
+        let started = Instant::now();
+        let mut tasks = Vec::new();
+        for i in 0..10 {
+            let s = s.clone();
+            tasks.push(tokio::spawn(async move {
+                s.create(&format!("/n-{i}"), b"v").await
+            }));
+        }
+        let mut ok = 0;
+        for t in tasks {
+            if t.await.expect("task").is_ok() {
+                ok += 1;
+            }
+        }
+        assert_eq!(ok, 3, "the server answered exactly three requests");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "waiting calls fail when the connection ends, not at their deadline"
+        );
+    }
 
     #[test]
     fn srvr_of_the_leader_gives_mode_version_and_node_count() {

@@ -15,7 +15,7 @@ use keel_bench::create_topics::CreateTopicsParams;
 use keel_bench::failover::FailoverParams;
 use keel_bench::heartbeats::HeartbeatParams;
 use keel_bench::scale::ScaleParams;
-use keel_bench::{Env, Report};
+use keel_bench::{Connections, Env, Report};
 
 use crate::EXIT_LOCAL;
 
@@ -112,6 +112,27 @@ pub struct BenchArgs {
     /// IncrementalAlterConfigs call per op).
     #[arg(long, value_enum, default_value_t = KeelApiArg::Session)]
     keel_api: KeelApiArg,
+    /// commit and compare: `per-writer` (each writer opens its own
+    /// connection) or `shared` (all writers of a system share one
+    /// connection: one ZooKeeper session, one etcd gRPC channel, one Keel
+    /// write session).
+    #[arg(long, value_enum, default_value_t = ConnectionsArg::PerWriter)]
+    connections: ConnectionsArg,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum ConnectionsArg {
+    PerWriter,
+    Shared,
+}
+
+impl From<ConnectionsArg> for Connections {
+    fn from(a: ConnectionsArg) -> Self {
+        match a {
+            ConnectionsArg::PerWriter => Connections::PerWriter,
+            ConnectionsArg::Shared => Connections::Shared,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -153,6 +174,7 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 level_secs: a.level_secs,
                 bulk_secs: a.level_secs,
                 api: a.keel_api.into(),
+                connections: a.connections.into(),
                 ..CommitParams::default()
             };
             keel_bench::commit::run(env, &p).await
@@ -217,6 +239,7 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 zookeeper: a.zookeeper.clone(),
                 etcd: a.etcd.clone(),
                 api: a.keel_api.into(),
+                connections: a.connections.into(),
                 ..d
             };
             keel_bench::compare::run(env, &p).await

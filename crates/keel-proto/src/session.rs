@@ -6,7 +6,10 @@
 //! writes may be in flight at once; answers carry the request's id and may
 //! come back in any order.
 
-use tokio::sync::mpsc;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Status, Streaming};
@@ -37,6 +40,8 @@ pub enum SessionError {
     OutOfOrder { want: u64, got: u64 },
     #[error("answer for write {0} carries no result")]
     Empty(u64),
+    #[error("write session failed: {0}")]
+    Failed(String),
     #[error("write of {0} bytes exceeds the {MAX_WRITE_BYTES}-byte limit; nothing was sent")]
     TooLarge(usize),
 }
@@ -101,5 +106,103 @@ impl WriteSession {
             return Err(SessionError::OutOfOrder { want, got });
         }
         Ok(answer)
+    }
+}
+
+/// Writes a [`SharedSession`] keeps in flight at most; further callers wait
+/// for a slot. It stays below the controller's per-session bound, so the
+/// session never stops reading answers while its sends are held back.
+pub const SHARED_IN_FLIGHT: usize = 1000;
+
+/// A waiting caller's answer slot.
+type Reply = oneshot::Sender<Result<Answer, SessionError>>;
+
+/// A [`WriteSession`] many tasks share: each `call` is one write on the
+/// same HTTP/2 stream, so concurrent callers' writes travel together (one
+/// read and one write syscall carry many) instead of one connection each.
+/// Cloning is cheap; the session ends when the last clone drops.
+#[derive(Clone)]
+pub struct SharedSession {
+    calls: mpsc::Sender<(Op, Reply)>,
+    slots: Arc<Semaphore>,
+}
+
+impl SharedSession {
+    /// Opens a session on `channel` and starts the task that drives it.
+    pub async fn open(channel: Channel) -> Result<Self, SessionError> {
+        let session = WriteSession::open(channel).await?;
+        let (calls, rx) = mpsc::channel(SHARED_IN_FLIGHT);
+        tokio::spawn(drive(session, rx));
+        Ok(Self {
+            calls,
+            slots: Arc::new(Semaphore::new(SHARED_IN_FLIGHT)),
+        })
+    }
+
+    /// Sends `op` and waits for its answer.
+    pub async fn call(&self, op: Op) -> Result<Answer, SessionError> {
+        // The op plus at most 11 bytes for the id field.
+        let size = op.encoded_len() + 11;
+        if size > MAX_WRITE_BYTES {
+            return Err(SessionError::TooLarge(size));
+        }
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .map_err(|_| SessionError::Closed)?;
+        let (tx, rx) = oneshot::channel();
+        self.calls
+            .send((op, tx))
+            .await
+            .map_err(|_| SessionError::Ended)?;
+        rx.await.map_err(|_| SessionError::Ended)?
+    }
+}
+
+/// Moves calls onto the session and answers back to their callers, until
+/// every handle is gone and every answer is in, or the session fails (then
+/// every waiting caller gets the failure).
+async fn drive(session: WriteSession, mut calls: mpsc::Receiver<(Op, Reply)>) {
+    let WriteSession {
+        tx,
+        mut answers,
+        mut next_id,
+    } = session;
+    let mut waiting: HashMap<u64, Reply> = HashMap::new();
+    let mut open = true;
+    let failure = loop {
+        if !open && waiting.is_empty() {
+            return;
+        }
+        tokio::select! {
+            c = calls.recv(), if open => match c {
+                Some((op, reply)) => {
+                    let id = next_id;
+                    next_id += 1;
+                    // Never blocks: callers hold one of SHARED_IN_FLIGHT
+                    // slots, and that many fit in the send buffer.
+                    if tx.send(pb::WriteRequest { id, op: Some(op) }).await.is_err() {
+                        let _ = reply.send(Err(SessionError::Ended));
+                        break SessionError::Ended;
+                    }
+                    waiting.insert(id, reply);
+                }
+                None => open = false,
+            },
+            a = answers.message() => match a {
+                Ok(Some(a)) => {
+                    if let Some(reply) = waiting.remove(&a.id) {
+                        let _ = reply.send(a.result.ok_or(SessionError::Empty(a.id)));
+                    }
+                }
+                Ok(None) => break SessionError::Ended,
+                Err(s) => break SessionError::Status(s),
+            },
+        }
+    };
+    let text = failure.to_string();
+    for (_, reply) in waiting.drain() {
+        let _ = reply.send(Err(SessionError::Failed(text.clone())));
     }
 }

@@ -36,29 +36,61 @@ fn resign(shared: &Shared, running: Running, why: &str) {
     );
 }
 
+/// Least time between two refreshes of the Raft gauges.
+const GAUGE_PERIOD: Duration = Duration::from_millis(100);
+
+/// What one look at the Raft metrics decides leadership from.
+struct Seen {
+    state: ServerState,
+    current_leader: Option<u64>,
+    current_term: u64,
+    /// Term of the entry applied last.
+    last_applied_term: Option<u64>,
+}
+
+/// Term, log and per-peer lag gauges from one look at the Raft metrics.
+fn export_gauges(m: &openraft::RaftMetrics<u64, openraft::BasicNode>) {
+    metrics::gauge!("keel_controller_current_term").set(m.current_term as f64);
+    if let Some(l) = m.last_applied {
+        metrics::gauge!("keel_controller_last_applied_index").set(l.index as f64);
+    }
+    if let Some(i) = m.last_log_index {
+        metrics::gauge!("keel_controller_last_log_index").set(i as f64);
+    }
+    if let Some(rep) = &m.replication {
+        // Per-peer Raft lag (entries behind the leader's log end).
+        let end = m.last_log_index.unwrap_or(0);
+        for (peer, matched) in rep {
+            let lag = end.saturating_sub(matched.map(|l| l.index).unwrap_or(0));
+            metrics::gauge!("keel_controller_raft_peer_lag", "peer" => peer.to_string())
+                .set(lag as f64);
+        }
+    }
+}
+
 /// Runs until `shutdown` flips to true.
 pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
     let mut metrics = shared.raft.metrics();
     let me = shared.config.node_id;
     let mut running: Option<Running> = None;
+    // openraft publishes metrics several times per entry: the gauges are
+    // refreshed at most this often, and only the fields the leadership
+    // decision needs are read on every change.
+    let mut gauges_at: Option<std::time::Instant> = None;
     loop {
-        let m = metrics.borrow_and_update().clone();
-        metrics::gauge!("keel_controller_current_term").set(m.current_term as f64);
-        if let Some(l) = m.last_applied {
-            metrics::gauge!("keel_controller_last_applied_index").set(l.index as f64);
-        }
-        if let Some(i) = m.last_log_index {
-            metrics::gauge!("keel_controller_last_log_index").set(i as f64);
-        }
-        if let Some(rep) = &m.replication {
-            // Per-peer Raft lag (entries behind the leader's log end).
-            let end = m.last_log_index.unwrap_or(0);
-            for (peer, matched) in rep {
-                let lag = end.saturating_sub(matched.map(|l| l.index).unwrap_or(0));
-                metrics::gauge!("keel_controller_raft_peer_lag", "peer" => peer.to_string())
-                    .set(lag as f64);
+        let m = {
+            let m = metrics.borrow_and_update();
+            if gauges_at.is_none_or(|t| t.elapsed() >= GAUGE_PERIOD) {
+                gauges_at = Some(std::time::Instant::now());
+                export_gauges(&m);
             }
-        }
+            Seen {
+                state: m.state,
+                current_leader: m.current_leader,
+                current_term: m.current_term,
+                last_applied_term: m.last_applied.map(|l| l.leader_id.term),
+            }
+        };
         let leading = m.state == ServerState::Leader && m.current_leader == Some(me);
         if let Some(r) = running.take() {
             if !leading {
@@ -73,9 +105,7 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
         }
         // The first entry of our term (openraft's blank entry) applied means
         // the image holds everything any earlier leader committed.
-        let caught_up = m
-            .last_applied
-            .is_some_and(|l| l.leader_id.term == m.current_term);
+        let caught_up = m.last_applied_term == Some(m.current_term);
         if running.is_none() && leading && caught_up {
             let epoch = m.current_term;
             let image = shared.image();

@@ -192,6 +192,11 @@ struct AppendStream {
 /// for wedged and reopened (at openraft's 150 ms per call, ~0.5 s).
 const MAX_UNANSWERED: u32 = 3;
 
+/// An append larger than this (a catch-up) closes its stream once answered:
+/// both ends' decode buffers keep the capacity of the largest message they
+/// carried, and a fresh stream starts small.
+const LARGE_APPEND_BYTES: usize = 4 << 20;
+
 impl AppendStream {
     /// Opens a stream on `channel` with `first` as its first message (sent
     /// with the stream's headers: no extra round trip) and waits for its
@@ -362,6 +367,7 @@ impl PeerClient {
         };
         let payload = codec::encode(req)
             .map_err(|e| RPCError::Network(NetworkError::new(&TransportError::Codec(e))))?;
+        let large = payload.len() > LARGE_APPEND_BYTES;
         let request = RaftRequest {
             cluster_id: self.cluster_id.to_string(),
             from_node: self.from_node,
@@ -405,8 +411,9 @@ impl PeerClient {
         } else {
             Self::unary(channel, rpc, request, deadline).await
         };
-        if streamed && matches!(outcome, Ok(Err(_))) {
-            // A broken stream (reset, ended, out of order): reopen.
+        if streamed && (large || matches!(outcome, Ok(Err(_)))) {
+            // A broken stream (reset, ended, out of order) reopens; so does
+            // one that just carried a catch-up, to give back its buffers.
             self.append_stream = None;
         }
         let response: RaftResponse = match outcome {

@@ -230,3 +230,107 @@ async fn appends_stream_to_current_peers_and_fall_back_to_unary_calls_for_older_
     server.abort();
     node.stop().await;
 }
+
+/// A current peer that counts the append streams opened to it.
+struct CountingPeer {
+    inner: keel_raft::RaftGrpcService,
+    opened: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[tonic::async_trait]
+impl keel_proto::pb::raft_service_server::RaftService for CountingPeer {
+    type AppendStreamStream =
+        <keel_raft::RaftGrpcService as keel_proto::pb::raft_service_server::RaftService>::AppendStreamStream;
+
+    async fn append(
+        &self,
+        r: tonic::Request<keel_proto::pb::RaftRequest>,
+    ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
+        self.inner.append(r).await
+    }
+
+    async fn append_stream(
+        &self,
+        r: tonic::Request<tonic::Streaming<keel_proto::pb::RaftRequest>>,
+    ) -> Result<tonic::Response<Self::AppendStreamStream>, tonic::Status> {
+        self.opened
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.append_stream(r).await
+    }
+
+    async fn vote(
+        &self,
+        r: tonic::Request<keel_proto::pb::RaftRequest>,
+    ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
+        self.inner.vote(r).await
+    }
+
+    async fn install_snapshot(
+        &self,
+        r: tonic::Request<keel_proto::pb::RaftRequest>,
+    ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
+        self.inner.install_snapshot(r).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_carried_a_catch_up_is_replaced_by_a_fresh_one() {
+    use keel_metadata::{MetadataRecord, RecordBatch, TopicId};
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+
+    let root = tempfile::tempdir().unwrap();
+    let node = start_single(root.path()).await;
+    let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let peer = CountingPeer {
+        inner: keel_raft::RaftGrpcService::new(node.raft.clone(), CLUSTER.into()),
+        opened: opened.clone(),
+    };
+    let l = listener().await;
+    let addr = l.local_addr().unwrap().to_string();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(
+                keel_proto::pb::raft_service_server::RaftServiceServer::new(peer)
+                    .max_decoding_message_size(64 << 20),
+            )
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
+    );
+    let option = || RPCOption::new(Duration::from_secs(10));
+    let count = || opened.load(std::sync::atomic::Ordering::SeqCst);
+    let mut network = Network::new(CLUSTER.into(), 9);
+    let mut client = network.new_client(1, &BasicNode::new(&addr)).await;
+
+    // Small appends share one stream.
+    for _ in 0..3 {
+        let r = client.append_entries(heartbeat(), option()).await;
+        assert!(r.is_ok(), "{r:?}");
+    }
+    assert_eq!(count(), 1);
+
+    // A ~5 MiB append (answered: this node refuses the stale leader) is
+    // followed by a fresh stream.
+    let records = (0..50)
+        .map(|i| MetadataRecord::TopicConfig {
+            topic_id: TopicId(1),
+            key: format!("k{i}"),
+            value: Some("x".repeat(100 << 10)),
+        })
+        .collect();
+    let mut big = heartbeat();
+    big.entries = vec![Entry {
+        log_id: LogId::new(CommittedLeaderId::new(1, 9), 1),
+        payload: EntryPayload::Normal(RecordBatch::new(records)),
+    }];
+    let r = client.append_entries(big, option()).await;
+    assert!(r.is_ok(), "{r:?}");
+    assert_eq!(count(), 1, "the large append went on the open stream");
+    for _ in 0..3 {
+        let r = client.append_entries(heartbeat(), option()).await;
+        assert!(r.is_ok(), "{r:?}");
+    }
+    assert_eq!(count(), 2, "one fresh stream after the large append");
+
+    drop(client);
+    server.abort();
+    node.stop().await;
+}

@@ -28,7 +28,8 @@ pub struct ControllerNode {
 
 /// A voter of this cluster that already follows or is a Raft leader (the
 /// quorum formed without this node, e.g. it started late), if any answers
-/// within a short timeout. Unreachable peers and peers still electing
+/// within a short timeout (the first such answer, without waiting for the
+/// other peers). Unreachable peers and peers still electing
 /// count as not formed: on a cluster's first start every voter
 /// initializes, which is safe, and a quorum can form without any one node.
 async fn formed_quorum_peer(config: &ControllerConfig) -> Option<u64> {
@@ -53,11 +54,15 @@ async fn formed_quorum_peer(config: &ControllerConfig) -> Option<u64> {
                 .into_inner();
             (d.cluster_id == config.cluster_id && d.leader_id.is_some()).then_some(*id)
         });
-    futures::future::join_all(probes)
-        .await
-        .into_iter()
-        .flatten()
-        .next()
+    // The first peer that answers "formed" settles it; "not formed" needs
+    // every answer (or timeout).
+    let mut probes: futures::stream::FuturesUnordered<_> = probes.collect();
+    while let Some(answer) = futures::StreamExt::next(&mut probes).await {
+        if answer.is_some() {
+            return answer;
+        }
+    }
+    None
 }
 
 impl ControllerNode {

@@ -539,6 +539,8 @@ struct Sample {
 }
 
 impl Sample {
+    /// Position of `s` in the sample arrays (filled in `System::ALL`
+    /// order, which the discriminants follow: see the test).
     fn index(s: System) -> usize {
         s as usize
     }
@@ -1178,6 +1180,13 @@ mod tests {
             server_write_bytes: Some(ops * 500),
             idle_cpu_secs: Vec::new(),
             load_avg_1m: None,
+        }
+    }
+
+    #[test]
+    fn sample_arrays_follow_the_order_of_all_systems() {
+        for (i, s) in System::ALL.iter().enumerate() {
+            assert_eq!(Sample::index(*s), i, "{s:?}");
         }
     }
 

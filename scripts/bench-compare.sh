@@ -7,6 +7,7 @@
 #
 #   scripts/bench-compare.sh                          # 3 trials x 10 s per level
 #   scripts/bench-compare.sh --trials 5 --level-secs 20 --writers 1,64
+#   scripts/bench-compare.sh --connections shared     # one connection per system
 #
 # Extra flags go to `keel bench compare`. Needs Debian's `zookeeper` and
 # `etcd-server` packages (installed here with apt-get when missing, which
@@ -29,18 +30,23 @@
 #   writers; every connection comes from 127.0.0.1).
 #   Op: create of the persistent znode /keel-bench/w<writer>-<seq> holding a
 #   100-byte value (one znode per partition state, as the classic controller
-#   kept them), one session per writer, connected to the leader.
+#   kept them), one session per writer, connected to the leader (with
+#   --connections shared: one session for all writers, requests pipelined
+#   in order and matched to replies by xid, as the Java client does).
 # - etcd (Debian `etcd-server`, 3.4.23 on bookworm): 3 members on
 #   127.0.22.1-3, client port 2379, peer port 2380, /usr/bin/etcd with only
 #   the addressing flags below and an own temp --data-dir; everything else
 #   default (WAL fsynced before acknowledging, --snapshot-count 100000,
 #   --heartbeat-interval 100, --election-timeout 1000, no auto-compaction).
 #   Op: Put of /keel-bench/w<writer> with a 100-byte value, one gRPC
-#   connection per writer, to the leader.
+#   connection per writer, to the leader (shared: one connection, a stream
+#   per Put).
 # - Keel: 3 controllers on 127.0.20.11-13 started by the bench itself with
 #   --session-timeout-ms 600000; op: IncrementalAlterConfigs SET of
 #   bench.k<writer> with a 100-byte value (one TopicConfig record), one gRPC
-#   connection per writer to the active controller.
+#   connection and `Write` session per writer to the active controller
+#   (shared: one connection and one session for all writers, each write a
+#   message tagged with its id).
 # - All three: data on the same filesystem (the temp dir), 2 of 3 nodes
 #   acknowledge every write durably, one op in flight per writer; inside
 #   each trial every writer level runs zookeeper, then etcd, then keel.

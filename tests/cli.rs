@@ -278,3 +278,48 @@ fn dev_cluster_and_every_admin_command() {
     assert!(text.contains("clicks"), "log dump shows the topic record");
     assert!(text.contains("RemoveTopic"), "log dump shows the deletion");
 }
+
+/// `keel bench commit` with every writer on one shared write session: a
+/// short real run against its own quorum, every op answered.
+#[test]
+fn bench_commit_runs_its_writers_on_one_shared_session() {
+    let out_dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(keel_bin())
+        .args([
+            "bench",
+            "commit",
+            "--writers",
+            "1,8",
+            "--level-secs",
+            "1",
+            "--connections",
+            "shared",
+            "--out-dir",
+        ])
+        .arg(out_dir.path())
+        .output()
+        .expect("run keel bench");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(
+        &std::fs::read(out_dir.path().join("commit.json")).expect("commit.json"),
+    )
+    .expect("commit.json parses");
+    assert_eq!(j["parameters"]["connections"], "shared");
+    assert_eq!(j["parameters"]["keel_api"], "session");
+    let levels = j["levels"].as_array().expect("levels");
+    assert_eq!(levels.len(), 2);
+    for l in levels {
+        assert!(l["ops"].as_u64().unwrap_or(0) > 0, "{l}");
+        assert_eq!(l["errors"], 0, "{l}");
+    }
+    assert!(
+        j["bulk"]["batches"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        j["bulk"]
+    );
+    assert_eq!(j["bulk"]["errors"], 0);
+}

@@ -328,7 +328,11 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
             "bulk_keys": p.bulk_keys,
             "bulk_secs": p.bulk_secs,
             "op": "IncrementalAlterConfigs SET of one key (one TopicConfig record)",
-            "connection": "one persistent gRPC connection per writer to the active controller",
+            "connection": match p.connections {
+                Connections::PerWriter => "one persistent gRPC connection per writer to the active controller",
+                Connections::Shared => "one persistent gRPC connection to the active controller shared by all writers",
+            },
+            "connections": p.connections.name(),
             "keel_api": p.api.name(),
         },
         "levels": level_json,
@@ -344,8 +348,9 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     }
 
     let mut table = format!(
-        "commit (3 controllers, ~100-byte TopicConfig records, {} API)\n",
-        p.api.name()
+        "commit (3 controllers, ~100-byte TopicConfig records, {} API, {} connections)\n",
+        p.api.name(),
+        p.connections.name()
     );
     table += &format!(
         "{:>10} {:>12} {:>10} {:>10} {:>8}\n",

@@ -318,7 +318,7 @@ async fn a_stream_that_carried_a_catch_up_is_replaced_by_a_fresh_one() {
         .collect();
     let mut big = heartbeat();
     big.entries = vec![Entry {
-        log_id: LogId::new(CommittedLeaderId::new(1, 9), 1),
+        log_id: LogId::new(CommittedLeaderId::new(1, 9), 0),
         payload: EntryPayload::Normal(RecordBatch::new(records)),
     }];
     let r = client.append_entries(big, option()).await;

@@ -393,6 +393,18 @@ fn create_outcome(err: i32, path: &str) -> Result<(), ZkError> {
     Ok(())
 }
 
+/// A `closeSession` reply's error code as a result.
+fn close_outcome(err: i32) -> Result<(), ZkError> {
+    if err != 0 {
+        return Err(ZkError::Server {
+            op: "close",
+            path: String::new(),
+            code: err,
+        });
+    }
+    Ok(())
+}
+
 /// One ZooKeeper session on its own TCP connection.
 pub struct ZkSession {
     /// The server's `host:port`.
@@ -594,14 +606,7 @@ impl ZkSession {
     /// Closes the session (the server forgets it at once).
     pub async fn close(mut self) -> Result<(), ZkError> {
         let (err, _) = self.call("close", OP_CLOSE, &[]).await?;
-        if err != 0 {
-            return Err(ZkError::Server {
-                op: "close",
-                path: String::new(),
-                code: err,
-            });
-        }
-        Ok(())
+        close_outcome(err)
     }
 }
 
@@ -771,14 +776,7 @@ impl SharedZkSession {
     /// Closes the session (the server forgets it at once).
     pub async fn close(&self) -> Result<(), ZkError> {
         let (err, _) = self.call("close", OP_CLOSE, Vec::new()).await?;
-        if err != 0 {
-            return Err(ZkError::Server {
-                op: "close",
-                path: String::new(),
-                code: err,
-            });
-        }
-        Ok(())
+        close_outcome(err)
     }
 }
 

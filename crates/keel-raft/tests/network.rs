@@ -133,17 +133,20 @@ async fn a_running_cluster_records_contact_with_every_peer() {
     }
 }
 
-/// A peer of an older version: the same service without `AppendStream`.
-struct LegacyPeer {
+/// A peer in front of a real Raft service that counts the append streams
+/// asked of it, and with `refuse_streams` plays an older version without
+/// `AppendStream`.
+struct TestPeer {
     inner: keel_raft::RaftGrpcService,
-    /// How often a stream was asked for (and refused).
-    refused: Arc<std::sync::atomic::AtomicUsize>,
+    /// How often a stream was asked for (and, refusing, refused).
+    streams: Arc<std::sync::atomic::AtomicUsize>,
+    refuse_streams: bool,
 }
 
 #[tonic::async_trait]
-impl keel_proto::pb::raft_service_server::RaftService for LegacyPeer {
+impl keel_proto::pb::raft_service_server::RaftService for TestPeer {
     type AppendStreamStream =
-        futures::stream::BoxStream<'static, Result<keel_proto::pb::RaftResponse, tonic::Status>>;
+        <keel_raft::RaftGrpcService as keel_proto::pb::raft_service_server::RaftService>::AppendStreamStream;
 
     async fn append(
         &self,
@@ -154,11 +157,14 @@ impl keel_proto::pb::raft_service_server::RaftService for LegacyPeer {
 
     async fn append_stream(
         &self,
-        _r: tonic::Request<tonic::Streaming<keel_proto::pb::RaftRequest>>,
+        r: tonic::Request<tonic::Streaming<keel_proto::pb::RaftRequest>>,
     ) -> Result<tonic::Response<Self::AppendStreamStream>, tonic::Status> {
-        self.refused
+        self.streams
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        Err(tonic::Status::unimplemented("not in this version"))
+        if self.refuse_streams {
+            return Err(tonic::Status::unimplemented("not in this version"));
+        }
+        self.inner.append_stream(r).await
     }
 
     async fn vote(
@@ -174,6 +180,22 @@ impl keel_proto::pb::raft_service_server::RaftService for LegacyPeer {
     ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
         self.inner.install_snapshot(r).await
     }
+}
+
+/// Serves `peer` on a fresh loopback port; returns its address.
+async fn serve_peer(peer: TestPeer) -> (String, tokio::task::JoinHandle<()>) {
+    let l = listener().await;
+    let addr = l.local_addr().unwrap().to_string();
+    let server = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(
+                keel_proto::pb::raft_service_server::RaftServiceServer::new(peer)
+                    .max_decoding_message_size(64 << 20),
+            )
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l))
+            .await;
+    });
+    (addr, server)
 }
 
 /// An empty append from node 9 in term 1.
@@ -193,19 +215,12 @@ async fn appends_stream_to_current_peers_and_fall_back_to_unary_calls_for_older_
 
     // The same Raft behind an older server on a second port.
     let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let legacy = LegacyPeer {
+    let (legacy_addr, server) = serve_peer(TestPeer {
         inner: keel_raft::RaftGrpcService::new(node.raft.clone(), CLUSTER.into()),
-        refused: refused.clone(),
-    };
-    let l = listener().await;
-    let legacy_addr = l.local_addr().unwrap().to_string();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(keel_proto::pb::raft_service_server::RaftServiceServer::new(
-                legacy,
-            ))
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
-    );
+        streams: refused.clone(),
+        refuse_streams: true,
+    })
+    .await;
 
     let option = || RPCOption::new(Duration::from_secs(5));
     let mut network = Network::new(CLUSTER.into(), 9);
@@ -231,48 +246,6 @@ async fn appends_stream_to_current_peers_and_fall_back_to_unary_calls_for_older_
     node.stop().await;
 }
 
-/// A current peer that counts the append streams opened to it.
-struct CountingPeer {
-    inner: keel_raft::RaftGrpcService,
-    opened: Arc<std::sync::atomic::AtomicUsize>,
-}
-
-#[tonic::async_trait]
-impl keel_proto::pb::raft_service_server::RaftService for CountingPeer {
-    type AppendStreamStream =
-        <keel_raft::RaftGrpcService as keel_proto::pb::raft_service_server::RaftService>::AppendStreamStream;
-
-    async fn append(
-        &self,
-        r: tonic::Request<keel_proto::pb::RaftRequest>,
-    ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
-        self.inner.append(r).await
-    }
-
-    async fn append_stream(
-        &self,
-        r: tonic::Request<tonic::Streaming<keel_proto::pb::RaftRequest>>,
-    ) -> Result<tonic::Response<Self::AppendStreamStream>, tonic::Status> {
-        self.opened
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.append_stream(r).await
-    }
-
-    async fn vote(
-        &self,
-        r: tonic::Request<keel_proto::pb::RaftRequest>,
-    ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
-        self.inner.vote(r).await
-    }
-
-    async fn install_snapshot(
-        &self,
-        r: tonic::Request<keel_proto::pb::RaftRequest>,
-    ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
-        self.inner.install_snapshot(r).await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_carried_a_catch_up_is_replaced_by_a_fresh_one() {
     use keel_metadata::{MetadataRecord, RecordBatch, TopicId};
@@ -281,20 +254,12 @@ async fn a_stream_that_carried_a_catch_up_is_replaced_by_a_fresh_one() {
     let root = tempfile::tempdir().unwrap();
     let node = start_single(root.path()).await;
     let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let peer = CountingPeer {
+    let (addr, server) = serve_peer(TestPeer {
         inner: keel_raft::RaftGrpcService::new(node.raft.clone(), CLUSTER.into()),
-        opened: opened.clone(),
-    };
-    let l = listener().await;
-    let addr = l.local_addr().unwrap().to_string();
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(
-                keel_proto::pb::raft_service_server::RaftServiceServer::new(peer)
-                    .max_decoding_message_size(64 << 20),
-            )
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l)),
-    );
+        streams: opened.clone(),
+        refuse_streams: false,
+    })
+    .await;
     let option = || RPCOption::new(Duration::from_secs(10));
     let count = || opened.load(std::sync::atomic::Ordering::SeqCst);
     let mut network = Network::new(CLUSTER.into(), 9);

@@ -301,6 +301,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
                 "records_per_s": r1(ops_s),
                 "p50_ms": r3(percentile(&l.lat_ms, 50.0)),
                 "p99_ms": r3(percentile(&l.lat_ms, 99.0)),
+                "first_error": l.first_error,
             })
         })
         .collect();
@@ -315,6 +316,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         "records_per_s": r1(bulk_batches_s * keys as f64),
         "p50_ms": r3(percentile(&bulk.lat_ms, 50.0)),
         "p99_ms": r3(percentile(&bulk.lat_ms, 99.0)),
+        "first_error": bulk.first_error,
     });
     let mut json = json!({
         "scenario": "commit",

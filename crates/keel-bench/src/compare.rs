@@ -419,6 +419,7 @@ impl Trial {
                 j["ops_per_s"] = json!(r1(l.ops as f64 / l.secs));
                 j["p50_ms"] = json!(r3(percentile(&l.lat_ms, 50.0)));
                 j["p99_ms"] = json!(r3(percentile(&l.lat_ms, 99.0)));
+                j["first_error"] = json!(l.first_error);
             }
             Err(e) => j["error"] = json!(e),
         }
@@ -1172,6 +1173,7 @@ mod tests {
                 errors: 0,
                 secs,
                 lat_ms: lat,
+                first_error: None,
             }),
             wall_secs: secs,
             server_cpu_secs: Some(cpu),

@@ -53,6 +53,8 @@ pub(crate) struct Level {
     pub secs: f64,
     /// Latency of every successful op.
     pub lat_ms: Vec<f64>,
+    /// Text of the first failed op, if any.
+    pub first_error: Option<String>,
 }
 
 /// Runs `writers` writers, each made by `connect(writer)`, for `secs` (or
@@ -122,16 +124,16 @@ where
         errors: 0,
         secs: 0.0,
         lat_ms: Vec::new(),
+        first_error: None,
     };
-    let mut first_error = None;
     let mut conns = Vec::new();
     for t in tasks {
         let (lat, errors, fe, conn) = t.await?;
         level.ops += lat.len() as u64;
         level.errors += errors;
         level.lat_ms.extend(lat);
-        if first_error.is_none() {
-            first_error = fe;
+        if level.first_error.is_none() {
+            level.first_error = fe;
         }
         conns.push(conn);
     }
@@ -143,7 +145,7 @@ where
         progress!(
             "{} failed {system} ops at {writers} writers; first: {}",
             level.errors,
-            first_error.unwrap_or_default()
+            level.first_error.as_deref().unwrap_or_default()
         );
     }
     if level.ops == 0 {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keel_metadata::{BrokerEpoch, ErrorCode};
+use keel_proto::backoff::Backoff;
 use keel_proto::pb;
-use rand::Rng;
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
@@ -17,27 +17,10 @@ use crate::shared::{lock, now_ms, Shared};
 use crate::wire;
 use crate::BrokerError;
 
-/// Exponential backoff with jitter, capped near one second.
-struct Backoff {
-    attempt: u32,
-}
-
-impl Backoff {
-    const BASE_MS: u64 = 50;
-    const CAP_MS: u64 = 1_000;
-
-    fn next(&mut self) -> Duration {
-        let ceiling = (Self::BASE_MS << self.attempt.min(6)).min(Self::CAP_MS);
-        self.attempt = self.attempt.saturating_add(1);
-        // Half fixed, half random: spreads retries of many brokers apart.
-        let ms = ceiling / 2 + rand::rng().random_range(0..=ceiling / 2);
-        Duration::from_millis(ms)
-    }
-
-    fn reset(&mut self) {
-        self.attempt = 0;
-    }
-}
+/// First retry delay of registration and heartbeats; delays double up to
+/// `RETRY_CAP` (each actual delay between half and all of it).
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_CAP: Duration = Duration::from_secs(1);
 
 enum Flow {
     /// Go on to the next phase.
@@ -52,7 +35,7 @@ pub(crate) async fn run(
     shared: Arc<Shared>,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), BrokerError> {
-    let mut backoff = Backoff { attempt: 0 };
+    let mut backoff = Backoff::new(RETRY_FIRST, RETRY_CAP);
     loop {
         if let Flow::Stop = register(&shared, &mut stop, &mut backoff).await? {
             return Ok(());
@@ -97,7 +80,7 @@ async fn register(
             None => {
                 warn!(%addr, "controller address does not parse; skipping it");
                 lock(&shared.link).rotate();
-                backoff.next()
+                backoff.step()
             }
             Some(mut client) => match client.register_broker(req).await {
                 Ok(resp) => {
@@ -117,7 +100,7 @@ async fn register(
                         ErrorCode::NotController => {
                             lock(&shared.link)
                                 .follow(resp.error.as_ref().and_then(|e| e.leader.as_ref()));
-                            backoff.next()
+                            backoff.step()
                         }
                         ErrorCode::InconsistentClusterId => {
                             let msg = format!(
@@ -136,18 +119,18 @@ async fn register(
                                 reason = wire::message(&resp.error),
                                 "registration refused: another incarnation of this broker id holds a live session; retrying"
                             );
-                            backoff.next()
+                            backoff.step()
                         }
                         code => {
                             warn!(%addr, %code, reason = wire::message(&resp.error), "registration refused; retrying");
-                            backoff.next()
+                            backoff.step()
                         }
                     }
                 }
                 Err(status) => {
                     debug!(%addr, error = %status.message(), "registration call failed");
                     lock(&shared.link).rotate();
-                    backoff.next()
+                    backoff.step()
                 }
             },
         };
@@ -160,7 +143,7 @@ async fn register(
 async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
     let cfg = &shared.config;
     let interval = Duration::from_millis(cfg.heartbeat_interval_ms);
-    let mut retry = Backoff { attempt: 0 };
+    let mut retry = Backoff::new(RETRY_FIRST, RETRY_CAP);
     let mut delay = Duration::ZERO;
     let mut offline_before: Vec<String> = Vec::new();
     loop {
@@ -198,7 +181,7 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
         let (addr, client) = shared.controller();
         let Some(mut client) = client else {
             lock(&shared.link).rotate();
-            delay = retry.next().min(interval);
+            delay = retry.step().min(interval);
             continue;
         };
         let started = Instant::now();
@@ -225,7 +208,7 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
                         lock(&shared.link)
                             .follow(resp.error.as_ref().and_then(|e| e.leader.as_ref()));
                         // Promptly: the session clock is running.
-                        delay = retry.next().min(interval);
+                        delay = retry.step().min(interval);
                     }
                     code @ (ErrorCode::StaleBrokerEpoch | ErrorCode::UnknownBroker) => {
                         shared.state().drop_registration(code.name());
@@ -240,7 +223,7 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
             Err(status) => {
                 debug!(%addr, error = %status.message(), "heartbeat failed");
                 lock(&shared.link).rotate();
-                delay = retry.next().min(interval);
+                delay = retry.step().min(interval);
             }
         }
     }

@@ -33,10 +33,10 @@ use keel_metadata::planner::{BrokerRequestPlan, BrokerUpdates, ChannelAction};
 use keel_metadata::{
     BrokerEpoch, BrokerId, ErrorCode, MetadataImage, PartitionId, TopicId, TopicPartition,
 };
+use keel_proto::backoff::Backoff;
 use keel_proto::convert::{broker_to_pb, partition_to_pb};
 use keel_proto::pb;
 use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
-use rand::Rng;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 use tonic::transport::{Channel, Endpoint};
@@ -783,34 +783,6 @@ async fn report_deletions(
     let _ = events.send(cmd).await;
 }
 
-/// Exponential backoff with jitter, so many channels retry spread apart.
-struct Backoff {
-    /// (first, cap)
-    range: (Duration, Duration),
-    next: Duration,
-}
-
-impl Backoff {
-    fn new(range: (Duration, Duration)) -> Self {
-        Self {
-            range,
-            next: range.0,
-        }
-    }
-
-    fn reset(&mut self) {
-        self.next = self.range.0;
-    }
-
-    fn step(&mut self) -> Duration {
-        let d = self.next;
-        self.next = (self.next * 2).min(self.range.1);
-        // Between half and all of the nominal delay.
-        let half = d / 2;
-        half + Duration::from_micros(rand::rng().random_range(0..=half.as_micros() as u64))
-    }
-}
-
 /// One per-broker task and everything it owns.
 struct ChannelTask {
     shared: Arc<Shared>,
@@ -852,8 +824,8 @@ impl ChannelTask {
             .local_address(Some(self.shared.config.listen.ip()))
             .tcp_nodelay(true)
             .timeout(Duration::from_secs(10));
-        let mut backoff = Backoff::new(SEND_BACKOFF);
-        let mut reconnect = Backoff::new(CONNECT_BACKOFF);
+        let mut backoff = Backoff::new(SEND_BACKOFF.0, SEND_BACKOFF.1);
+        let mut reconnect = Backoff::new(CONNECT_BACKOFF.0, CONNECT_BACKOFF.1);
         let mut client: Option<Client> = None;
         loop {
             let c = match &client {

@@ -8,6 +8,7 @@ pub mod pb {
     tonic::include_proto!("keel.v1");
 }
 
+pub mod backoff;
 pub mod client;
 pub mod convert;
 pub mod session;

@@ -94,6 +94,18 @@ enum Conn {
     Shared(SharedSession),
 }
 
+impl Conn {
+    /// Another writer's handle on this connection, if writers can share it
+    /// (a `WriteSession` answers one caller at a time, so it cannot).
+    fn share(&self) -> Option<Conn> {
+        match self {
+            Conn::Unary(c) => Some(Conn::Unary(c.clone())),
+            Conn::Shared(s) => Some(Conn::Shared(s.clone())),
+            Conn::Session(_) => None,
+        }
+    }
+}
+
 /// A Keel writer: one connection to the active controller, one op in
 /// flight; each op is the request `make(writer, seq)`.
 struct KeelWriter<F> {
@@ -165,10 +177,8 @@ where
     run_writers("keel", writers, secs, max_ops, |_| {
         let make = make.clone();
         async move {
-            let conn = match shared {
-                Some(Conn::Shared(s)) => Conn::Shared(s.clone()),
-                Some(Conn::Unary(c)) => Conn::Unary(c.clone()),
-                Some(Conn::Session(_)) => unreachable!("a session is never shared"),
+            let conn = match shared.as_ref().and_then(Conn::share) {
+                Some(c) => c,
                 None => {
                     let ch = connect(leader, Duration::from_secs(10)).await?;
                     match api {

@@ -312,9 +312,14 @@ impl JuteOut {
     /// The body with its 4-byte length prefix.
     fn framed(&self) -> Vec<u8> {
         let mut f = Vec::with_capacity(self.0.len() + 4);
-        f.extend_from_slice(&(self.0.len() as u32).to_be_bytes());
-        f.extend_from_slice(&self.0);
+        self.frame_into(&mut f);
         f
+    }
+
+    /// Appends the length-prefixed frame to `out`.
+    fn frame_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&(self.0.len() as u32).to_be_bytes());
+        out.extend_from_slice(&self.0);
     }
 }
 
@@ -679,7 +684,7 @@ impl SharedZkSession {
                 let mut req = JuteOut::default();
                 req.i32(xid).i32(opcode);
                 req.0.extend_from_slice(&body);
-                buf.extend_from_slice(&req.framed());
+                req.frame_into(&mut buf);
                 // Queued before it is written, so its reply always finds it;
                 // after a failure, answered at once.
                 let mut p = lock(&outstanding);

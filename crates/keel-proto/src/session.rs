@@ -26,6 +26,16 @@ const SEND_BUFFER: usize = 1024;
 /// would end the whole session, so `send` refuses it up front.
 pub const MAX_WRITE_BYTES: usize = 4 << 20;
 
+/// Refuses a write the controller would not decode (it would end the
+/// session): the op plus at most 11 bytes for the id field.
+fn check_size(op: Option<&Op>) -> Result<(), SessionError> {
+    let size = op.map_or(0, Op::encoded_len) + 11;
+    if size > MAX_WRITE_BYTES {
+        return Err(SessionError::TooLarge(size));
+    }
+    Ok(())
+}
+
 /// Why a session call failed. The write's outcome is unknown unless the
 /// session ended before it was sent.
 #[derive(Debug, thiserror::Error)]
@@ -80,10 +90,7 @@ impl WriteSession {
             id: self.next_id,
             op: Some(op),
         };
-        let size = prost::Message::encoded_len(&req);
-        if size > MAX_WRITE_BYTES {
-            return Err(SessionError::TooLarge(size));
-        }
+        check_size(req.op.as_ref())?;
         self.next_id += 1;
         let id = req.id;
         self.tx.send(req).await.map_err(|_| SessionError::Closed)?;
@@ -141,11 +148,7 @@ impl SharedSession {
 
     /// Sends `op` and waits for its answer.
     pub async fn call(&self, op: Op) -> Result<Answer, SessionError> {
-        // The op plus at most 11 bytes for the id field.
-        let size = op.encoded_len() + 11;
-        if size > MAX_WRITE_BYTES {
-            return Err(SessionError::TooLarge(size));
-        }
+        check_size(Some(&op))?;
         let _slot = self
             .slots
             .acquire()

@@ -162,6 +162,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             contacts: self.contacts.clone(),
             append_stream: None,
             unary_only: self.unary_only.clone(),
+            serves_streams: false,
         }
     }
 }
@@ -290,6 +291,8 @@ pub struct PeerClient {
     append_stream: Option<AppendStream>,
     /// Peers known not to serve `AppendStream`, shared by all clients.
     unary_only: Arc<Mutex<HashSet<NodeId>>>,
+    /// This client has opened an append stream to the peer.
+    serves_streams: bool,
 }
 
 /// Which RPC of the service to call.
@@ -496,16 +499,20 @@ impl PeerClient {
         if let Some(s) = self.append_stream.as_mut() {
             return Streamed::Answer(s.call(request).await);
         }
-        // Kept only while opening: an older peer refuses the stream itself.
-        let fallback = request.clone();
+        // A copy to send unary in case an older peer refuses the stream
+        // itself; not needed once this peer has served one (reopening after
+        // a catch-up would otherwise copy a multi-MiB append every time).
+        let fallback = (!self.serves_streams).then(|| request.clone());
         match AppendStream::open(channel, request).await {
             Ok((s, answer)) => {
+                self.serves_streams = true;
                 self.append_stream = Some(s);
                 Streamed::Answer(Ok(answer))
             }
-            Err(status) if status.code() == tonic::Code::Unimplemented => {
-                Streamed::Unsupported(fallback)
-            }
+            Err(status) if status.code() == tonic::Code::Unimplemented => match fallback {
+                Some(request) => Streamed::Unsupported(request),
+                None => Streamed::Answer(Err(status)),
+            },
             Err(status) => Streamed::Answer(Err(status)),
         }
     }

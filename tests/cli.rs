@@ -310,6 +310,8 @@ fn bench_commit_runs_its_writers_on_one_shared_session() {
     .expect("commit.json parses");
     assert_eq!(j["parameters"]["connections"], "shared");
     assert_eq!(j["parameters"]["keel_api"], "session");
+    // `commit` runs its load generator on one runtime thread by default.
+    assert_eq!(j["machine"]["load_generator_threads"], 1);
     let levels = j["levels"].as_array().expect("levels");
     assert_eq!(levels.len(), 2);
     for l in levels {

@@ -91,6 +91,9 @@ pub fn machine() -> Value {
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
         "build": if cfg!(debug_assertions) { "debug" } else { "release" },
         "keel_version": env!("CARGO_PKG_VERSION"),
+        "load_generator_threads": tokio::runtime::Handle::try_current()
+            .map(|h| h.metrics().num_workers())
+            .ok(),
     })
 }
 

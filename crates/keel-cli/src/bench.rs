@@ -40,6 +40,17 @@ pub enum Scenario {
     All,
 }
 
+/// Worker threads for the runtime `keel bench` runs in (built before the
+/// scenario starts): `--load-threads`, else 1 for the write-throughput
+/// scenarios, else the runtime's default.
+pub fn load_threads(a: &BenchArgs) -> Option<usize> {
+    let default = match a.scenario {
+        Scenario::Commit | Scenario::Compare => Some(1),
+        _ => None,
+    };
+    a.load_threads.map(usize::from).or(default)
+}
+
 #[derive(Args, Debug)]
 pub struct BenchArgs {
     /// Which scenario to run.
@@ -51,6 +62,12 @@ pub struct BenchArgs {
     /// Where `<scenario>.json` is written.
     #[arg(long, default_value = "bench-results")]
     out_dir: PathBuf,
+    /// Worker threads of this process's runtime, which runs the load
+    /// generator [default: 1 for commit and compare, one per core for the
+    /// rest]. One thread leaves the other core to the servers, and each
+    /// client's requests that are ready together leave together.
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    load_threads: Option<u16>,
     /// failover: trials per image size [default: 10]; broker-failure: trials
     /// per measurement [default: 3].
     #[arg(long)]
@@ -294,5 +311,35 @@ pub async fn run(a: BenchArgs) -> ExitCode {
         ExitCode::from(EXIT_LOCAL)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: BenchArgs,
+    }
+
+    fn threads(args: &[&str]) -> Option<usize> {
+        let cmd =
+            Cmd::try_parse_from(std::iter::once("bench").chain(args.iter().copied())).unwrap();
+        load_threads(&cmd.args)
+    }
+
+    #[test]
+    fn write_scenarios_default_to_one_load_thread() {
+        assert_eq!(threads(&["commit"]), Some(1));
+        assert_eq!(threads(&["compare"]), Some(1));
+        assert_eq!(threads(&["heartbeats"]), None);
+        assert_eq!(threads(&["all"]), None);
+        assert_eq!(threads(&["commit", "--load-threads", "2"]), Some(2));
+        assert_eq!(threads(&["heartbeats", "--load-threads", "4"]), Some(4));
+        assert!(Cmd::try_parse_from(["bench", "commit", "--load-threads", "0"]).is_err());
     }
 }

@@ -64,6 +64,9 @@ pub struct ControllerArgs {
     /// Log format.
     #[arg(long, env = "KEEL_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormat>,
+    /// Async runtime worker threads [default: one per core].
+    #[arg(long, env = "KEEL_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    worker_threads: Option<u16>,
 }
 
 /// The TOML file's shape: the same options, all optional.
@@ -85,6 +88,18 @@ struct ControllerFile {
     auto_rebalance_threshold_pct: Option<u32>,
     metrics_listen: Option<SocketAddr>,
     log_format: Option<LogFormat>,
+    worker_threads: Option<u16>,
+}
+
+/// Worker threads for the controller's runtime, which is built before the
+/// rest of the configuration is read: the flag, else the config file's
+/// `worker_threads`. A file that cannot be read is reported by `run`.
+pub fn worker_threads(a: &ControllerArgs) -> Option<usize> {
+    let from_file = || {
+        let text = std::fs::read_to_string(a.config.as_ref()?).ok()?;
+        toml::from_str::<ControllerFile>(&text).ok()?.worker_threads
+    };
+    a.worker_threads.or_else(from_file).map(usize::from)
 }
 
 fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, LogFormat), String> {
@@ -203,4 +218,42 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     tracing::info!("shutting down");
     let _ = node.shutdown().await;
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: ControllerArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<ControllerArgs, clap::Error> {
+        Cmd::try_parse_from(std::iter::once("controller").chain(args.iter().copied()))
+            .map(|c| c.args)
+    }
+
+    #[test]
+    fn worker_threads_come_from_the_flag_then_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("controller.toml");
+        std::fs::write(&file, "worker_threads = 3\n").unwrap();
+        let file = file.to_str().unwrap();
+
+        assert_eq!(worker_threads(&parse(&[]).unwrap()), None);
+        assert_eq!(
+            worker_threads(&parse(&["--config", file]).unwrap()),
+            Some(3)
+        );
+        let both = parse(&["--config", file, "--worker-threads", "1"]).unwrap();
+        assert_eq!(worker_threads(&both), Some(1));
+        // An unreadable file leaves the default; `run` reports the file.
+        let missing = parse(&["--config", "/nonexistent/keel.toml"]).unwrap();
+        assert_eq!(worker_threads(&missing), None);
+        assert!(parse(&["--worker-threads", "0"]).is_err());
+    }
 }

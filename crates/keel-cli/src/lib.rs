@@ -67,10 +67,17 @@ enum Command {
 /// Entry point of the `keel` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    builder.enable_all();
+    let workers = match &cli.command {
+        Command::Controller(a) => controller::worker_threads(a),
+        Command::Bench(a) => bench::load_threads(a),
+        _ => None,
+    };
+    if let Some(n) = workers {
+        builder.worker_threads(n);
+    }
+    let rt = match builder.build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -609,3 +609,116 @@ async fn a_write_session_pipelines_writes_and_answers_each_by_id() {
         other => panic!("standby answered {other:?}"),
     }
 }
+
+/// With a 1 MiB write budget, writes larger than the whole budget (each
+/// then runs alone) and small writes on one shared session and on unary
+/// calls all complete: the budget holds writes back but never wedges them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_write_budget_holds_writes_back_without_losing_any() {
+    use keel_proto::pb;
+    use keel_proto::pb::write_request::Op;
+    use keel_proto::pb::write_response::Result as Answer;
+    use keel_proto::session::SharedSession;
+    use tonic::transport::Endpoint;
+
+    let q = Quorum::start(&["--session-timeout-ms", "600000", "--write-budget-mb", "1"]);
+    let client = q.client();
+    let active = q.wait_active(LONG).await;
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    let endpoint = Endpoint::from_shared(format!("http://{}", q.addrs[active])).expect("endpoint");
+    let session = SharedSession::open(endpoint.connect().await.expect("connect"))
+        .await
+        .expect("open shared session");
+    let create = pb::CreateTopicsRequest {
+        topics: vec![pb::CreatableTopic {
+            name: "budget".into(),
+            partitions: 1,
+            replication_factor: 1,
+            ..Default::default()
+        }],
+        validate_only: false,
+    };
+    match session
+        .call(Op::CreateTopics(create))
+        .await
+        .expect("create")
+    {
+        Answer::CreateTopics(r) => assert!(r.topics[0].error.is_none(), "{r:?}"),
+        other => panic!("create answered {other:?}"),
+    }
+
+    // Every eighth key gets a value of 1.5 MiB, the others a short one.
+    let value = |k: usize| {
+        if k.is_multiple_of(8) {
+            format!("v{k}-{}", "x".repeat(3 << 19))
+        } else {
+            format!("v{k}")
+        }
+    };
+    let set = move |k: usize| pb::IncrementalAlterConfigsRequest {
+        topics: vec![pb::AlterTopicConfig {
+            topic: "budget".into(),
+            ops: vec![pb::AlterConfigOp {
+                key: format!("budget.k{k}"),
+                value: value(k),
+                op: pb::ConfigOp::Set as i32,
+            }],
+        }],
+        validate_only: false,
+    };
+    let mut tasks = Vec::new();
+    for t in 0..8usize {
+        let session = session.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..6usize {
+                let k = t * 6 + i;
+                let answer = session
+                    .call(Op::IncrementalAlterConfigs(set(k)))
+                    .await
+                    .expect("session write");
+                let Answer::IncrementalAlterConfigs(r) = answer else {
+                    panic!("write {k} answered {answer:?}");
+                };
+                assert!(
+                    r.error.is_none() && r.topics[0].error.is_none(),
+                    "write {k}: {r:?}"
+                );
+            }
+        }));
+    }
+    // Unary writes share the same budget.
+    for k in 48..56usize {
+        let r = client
+            .admin(|mut c| async move { c.incremental_alter_configs(set(k)).await })
+            .await
+            .expect("unary write");
+        assert!(
+            r.error.is_none() && r.topics[0].error.is_none(),
+            "unary {k}: {r:?}"
+        );
+    }
+    for t in tasks {
+        tokio::time::timeout(LONG, t)
+            .await
+            .expect("session writers finish")
+            .expect("session writer");
+    }
+    let described = client
+        .admin(|mut c| async move {
+            c.describe_topics(pb::DescribeTopicsRequest {
+                names: vec!["budget".into()],
+            })
+            .await
+        })
+        .await
+        .expect("describe");
+    let configs = &described.topics[0].configs;
+    for k in 0..56usize {
+        assert!(
+            configs
+                .iter()
+                .any(|c| c.key == format!("budget.k{k}") && c.value == value(k)),
+            "acknowledged config budget.k{k} missing"
+        );
+    }
+}

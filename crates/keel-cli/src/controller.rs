@@ -64,6 +64,11 @@ pub struct ControllerArgs {
     /// Log format.
     #[arg(long, env = "KEEL_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormat>,
+    /// MiB of admin writes answered at once on this node, over all
+    /// connections; further writes wait (and their sessions stop reading)
+    /// [default: 256].
+    #[arg(long, env = "KEEL_WRITE_BUDGET_MB", value_parser = clap::value_parser!(u64).range(1..=4095))]
+    write_budget_mb: Option<u64>,
     /// Async runtime worker threads [default: one per core].
     #[arg(long, env = "KEEL_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     worker_threads: Option<u16>,
@@ -88,6 +93,7 @@ struct ControllerFile {
     auto_rebalance_threshold_pct: Option<u32>,
     metrics_listen: Option<SocketAddr>,
     log_format: Option<LogFormat>,
+    write_budget_mb: Option<u64>,
     worker_threads: Option<u16>,
 }
 
@@ -164,6 +170,12 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
         .or(file.auto_rebalance_threshold_pct)
     {
         c.auto_rebalance_threshold_pct = v;
+    }
+    if let Some(v) = a.write_budget_mb.or(file.write_budget_mb) {
+        if !(1..=4095).contains(&v) {
+            return Err("write_budget_mb must be 1..=4095".into());
+        }
+        c.write_budget_bytes = v << 20;
     }
     if c.election_timeout_min_ms >= c.election_timeout_max_ms
         || c.raft_heartbeat_ms * 2 > c.election_timeout_min_ms

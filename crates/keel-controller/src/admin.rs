@@ -15,9 +15,11 @@ use keel_proto::convert::{
 };
 use keel_proto::pb;
 use keel_proto::pb::admin_service_server::AdminService;
+use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::active::Proposal;
+use crate::budget::{admit_each, Admitted};
 use crate::shared::{now_ms, Shared};
 
 /// The admin gRPC service of one controller node.
@@ -36,6 +38,20 @@ impl AdminApi {
         Self { shared }
     }
 
+    /// Admits a unary write to the node's write budget, unless it came
+    /// through a `Write` session, which admitted it before reading it.
+    async fn admit<M: Message>(&self, req: &Request<M>) -> Option<Admitted> {
+        if req.extensions().get::<SessionAdmitted>().is_some() {
+            return None;
+        }
+        Some(
+            self.shared
+                .write_budget
+                .admit(req.get_ref().encoded_len())
+                .await,
+        )
+    }
+
     /// Answers one write of a `Write` session through the same handler as
     /// its unary call.
     async fn write_one(&self, w: pb::WriteRequest) -> pb::WriteResponse {
@@ -43,19 +59,19 @@ impl AdminApi {
         use pb::write_response::Result as Answer;
         let answer = match w.op {
             Some(Op::IncrementalAlterConfigs(r)) => self
-                .incremental_alter_configs(Request::new(r))
+                .incremental_alter_configs(admitted(r))
                 .await
                 .map(|r| Answer::IncrementalAlterConfigs(r.into_inner())),
             Some(Op::CreateTopics(r)) => self
-                .create_topics(Request::new(r))
+                .create_topics(admitted(r))
                 .await
                 .map(|r| Answer::CreateTopics(r.into_inner())),
             Some(Op::DeleteTopics(r)) => self
-                .delete_topics(Request::new(r))
+                .delete_topics(admitted(r))
                 .await
                 .map(|r| Answer::DeleteTopics(r.into_inner())),
             Some(Op::CreatePartitions(r)) => self
-                .create_partitions(Request::new(r))
+                .create_partitions(admitted(r))
                 .await
                 .map(|r| Answer::CreatePartitions(r.into_inner())),
             None => Ok(Answer::Error(error_to_pb(&ApiError::new(
@@ -73,6 +89,18 @@ impl AdminApi {
             })),
         }
     }
+}
+
+/// Marks a request of a `Write` session: its share of the write budget is
+/// already held.
+#[derive(Clone, Copy)]
+struct SessionAdmitted;
+
+/// A session write as a request for its unary handler.
+fn admitted<M>(m: M) -> Request<M> {
+    let mut req = Request::new(m);
+    req.extensions_mut().insert(SessionAdmitted);
+    req
 }
 
 /// A top-level error for a response's `error` field.
@@ -175,15 +203,18 @@ impl AdminService for AdminApi {
         req: Request<Streaming<pb::WriteRequest>>,
     ) -> Result<Response<Self::WriteStream>, Status> {
         let api = self.clone();
-        let answers = req
-            .into_inner()
-            .map(move |m| {
+        let size = |m: &Result<pb::WriteRequest, Status>| m.as_ref().map_or(0, |w| w.encoded_len());
+        let budget = self.shared.write_budget.clone();
+        let answers = admit_each(req.into_inner(), budget, size)
+            .map(move |(m, admitted)| {
                 let api = api.clone();
                 async move {
-                    match m {
+                    let answer = match m {
                         Ok(w) => Ok(api.write_one(w).await),
                         Err(s) => Err(s),
-                    }
+                    };
+                    drop(admitted);
+                    answer
                 }
             })
             .buffer_unordered(MAX_WRITES_IN_FLIGHT);
@@ -194,6 +225,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::CreateTopicsRequest>,
     ) -> Result<Response<pb::CreateTopicsResponse>, Status> {
+        let _admitted = self.admit(&req).await;
         let req = req.into_inner();
         let topics: Vec<CreateTopic> = req
             .topics
@@ -246,6 +278,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::DeleteTopicsRequest>,
     ) -> Result<Response<pb::DeleteTopicsResponse>, Status> {
+        let _admitted = self.admit(&req).await;
         let names = req.into_inner().names;
         let r = self
             .shared
@@ -286,6 +319,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::CreatePartitionsRequest>,
     ) -> Result<Response<pb::CreatePartitionsResponse>, Status> {
+        let _admitted = self.admit(&req).await;
         let req = req.into_inner();
         let items: Vec<CreatePartitions> = req
             .topics
@@ -586,6 +620,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::IncrementalAlterConfigsRequest>,
     ) -> Result<Response<pb::IncrementalAlterConfigsResponse>, Status> {
+        let _admitted = self.admit(&req).await;
         let req = req.into_inner();
         let items: Vec<(String, Vec<ConfigOp>)> = req
             .topics

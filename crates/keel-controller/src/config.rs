@@ -33,6 +33,9 @@ pub struct ControllerConfig {
     pub auto_rebalance_interval_ms: u64,
     /// Rebalance a broker whose non-preferred share exceeds this percentage.
     pub auto_rebalance_threshold_pct: u32,
+    /// Bytes of admin writes (encoded) answered at once on this node, over
+    /// every connection; see `budget`.
+    pub write_budget_bytes: u64,
 }
 
 impl ControllerConfig {
@@ -63,6 +66,7 @@ impl ControllerConfig {
             snapshot_interval_entries: 10_000,
             auto_rebalance_interval_ms: 300_000,
             auto_rebalance_threshold_pct: 10,
+            write_budget_bytes: crate::budget::DEFAULT_WRITE_BUDGET_BYTES,
         }
     }
 

@@ -8,6 +8,7 @@
 pub mod active;
 pub mod admin;
 pub mod broker_api;
+pub mod budget;
 pub mod channel;
 pub mod config;
 mod leadership;

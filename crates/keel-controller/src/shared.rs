@@ -15,6 +15,7 @@ use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::active::{Command, DecideEnv, Proposal};
+use crate::budget::WriteBudget;
 use crate::config::ControllerConfig;
 
 /// Wall-clock milliseconds; only ever passed *into* pure code.
@@ -47,6 +48,8 @@ pub struct Shared {
     pub(crate) ticks: AtomicU64,
     /// When each Raft peer last answered this node's RPCs.
     peer_contacts: PeerContacts,
+    /// Bytes of admin writes being answered at once, over all connections.
+    pub write_budget: WriteBudget,
 }
 
 /// A reply channel was dropped before the command was proposed: the event
@@ -66,6 +69,7 @@ impl Shared {
         peer_contacts: PeerContacts,
     ) -> Self {
         let heartbeats = Mutex::new(HeartbeatTracker::new(config.session_timeout_ms));
+        let write_budget = WriteBudget::new(config.write_budget_bytes);
         Self {
             config,
             raft,
@@ -74,6 +78,7 @@ impl Shared {
             heartbeats,
             ticks: AtomicU64::new(0),
             peer_contacts,
+            write_budget,
         }
     }
 

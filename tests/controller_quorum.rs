@@ -421,16 +421,11 @@ async fn a_write_session_pipelines_writes_and_answers_each_by_id() {
         .await
         .expect("open session");
 
-    let create = pb::CreateTopicsRequest {
-        topics: vec![pb::CreatableTopic {
-            name: "piped".into(),
-            partitions: 1,
-            replication_factor: 1,
-            ..Default::default()
-        }],
-        validate_only: false,
-    };
-    match s.call(Op::CreateTopics(create)).await.expect("create") {
+    match s
+        .call(Op::CreateTopics(one_partition_topic("piped")))
+        .await
+        .expect("create")
+    {
         Answer::CreateTopics(r) => {
             assert!(r.error.is_none(), "{r:?}");
             assert!(r.topics[0].error.is_none(), "{r:?}");
@@ -539,16 +534,7 @@ async fn a_write_session_pipelines_writes_and_answers_each_by_id() {
         matches!(e, keel_proto::session::SessionError::TooLarge(_)),
         "{e}"
     );
-    let described = client
-        .admin(|mut c| async move {
-            c.describe_topics(pb::DescribeTopicsRequest {
-                names: vec!["piped".into()],
-            })
-            .await
-        })
-        .await
-        .expect("describe");
-    let configs = &described.topics[0].configs;
+    let configs = topic_configs(&client, "piped").await;
     // Every write acknowledged on either session is visible.
     for k in (0..KEYS).chain((1_000..1_320).filter(|k| k % 50 != 0)) {
         assert!(
@@ -629,17 +615,8 @@ async fn a_small_write_budget_holds_writes_back_without_losing_any() {
     let session = SharedSession::open(endpoint.connect().await.expect("connect"))
         .await
         .expect("open shared session");
-    let create = pb::CreateTopicsRequest {
-        topics: vec![pb::CreatableTopic {
-            name: "budget".into(),
-            partitions: 1,
-            replication_factor: 1,
-            ..Default::default()
-        }],
-        validate_only: false,
-    };
     match session
-        .call(Op::CreateTopics(create))
+        .call(Op::CreateTopics(one_partition_topic("budget")))
         .await
         .expect("create")
     {
@@ -703,16 +680,7 @@ async fn a_small_write_budget_holds_writes_back_without_losing_any() {
             .expect("session writers finish")
             .expect("session writer");
     }
-    let described = client
-        .admin(|mut c| async move {
-            c.describe_topics(pb::DescribeTopicsRequest {
-                names: vec!["budget".into()],
-            })
-            .await
-        })
-        .await
-        .expect("describe");
-    let configs = &described.topics[0].configs;
+    let configs = topic_configs(&client, "budget").await;
     for k in 0..56usize {
         assert!(
             configs
@@ -721,4 +689,36 @@ async fn a_small_write_budget_holds_writes_back_without_losing_any() {
             "acknowledged config budget.k{k} missing"
         );
     }
+}
+
+/// Creates `name` with one partition on one replica.
+fn one_partition_topic(name: &str) -> keel_proto::pb::CreateTopicsRequest {
+    keel_proto::pb::CreateTopicsRequest {
+        topics: vec![keel_proto::pb::CreatableTopic {
+            name: name.into(),
+            partitions: 1,
+            replication_factor: 1,
+            ..Default::default()
+        }],
+        validate_only: false,
+    }
+}
+
+/// The configs of topic `name`, as the active controller describes them.
+async fn topic_configs(
+    client: &keel_proto::client::ControllerClient,
+    name: &str,
+) -> Vec<keel_proto::pb::ConfigEntry> {
+    let name = name.to_string();
+    let mut described = client
+        .admin(|mut c| {
+            let name = name.clone();
+            async move {
+                c.describe_topics(keel_proto::pb::DescribeTopicsRequest { names: vec![name] })
+                    .await
+            }
+        })
+        .await
+        .expect("describe");
+    std::mem::take(&mut described.topics[0].configs)
 }

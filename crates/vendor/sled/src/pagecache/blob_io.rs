@@ -90,12 +90,16 @@ pub(crate) fn write_blob<T: Serialize>(
     io_fail!(config, "write_blob write kind_byte");
     f.write_all(kind_buf)?;
     io_fail!(config, "write_blob write buf");
-    f.write_all(&data)
-        .map(|r| {
-            trace!("successfully wrote blob at {:?}", path);
-            r
-        })
-        .map_err(|e| e.into())
+    f.write_all(&data)?;
+    // Patched: the blob and its directory entry are made durable before
+    // the log message that points at the blob is written, so a flush that
+    // covers the message also covers the blob.
+    f.sync_all()?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    trace!("successfully wrote blob at {:?}", path);
+    Ok(())
 }
 
 pub(crate) fn gc_blobs(config: &Config, stable_lsn: Lsn) -> Result<()> {

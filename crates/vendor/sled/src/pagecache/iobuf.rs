@@ -729,31 +729,12 @@ impl IoBufs {
             let f = &self.config.file;
             pwrite_all(f, data, log_offset)?;
             if !self.config.temporary {
-                #[cfg(target_os = "linux")]
-                {
-                    use std::os::unix::io::AsRawFd;
-                    let ret = unsafe {
-                        libc::sync_file_range(
-                            f.as_raw_fd(),
-                            i64::try_from(log_offset).unwrap(),
-                            i64::try_from(total_len).unwrap(),
-                            libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                                | libc::SYNC_FILE_RANGE_WRITE
-                                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-                        )
-                    };
-                    if ret < 0 {
-                        let err = std::io::Error::last_os_error();
-                        if let Some(libc::ENOSYS) = err.raw_os_error() {
-                            f.sync_all()?;
-                        } else {
-                            return Err(err.into());
-                        }
-                    }
-                }
-
-                #[cfg(not(target_os = "linux"))]
-                f.sync_all()?;
+                // Patched: fdatasync, not sync_file_range. sync_file_range
+                // neither flushes the device's write cache nor writes the
+                // file size, which changes whenever the log file grows, so
+                // a power loss could take writes that a flush had
+                // acknowledged.
+                f.sync_data()?;
             }
         }
         io_fail!(self, "buffer write post");

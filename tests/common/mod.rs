@@ -213,10 +213,30 @@ impl Quorum {
             }
             assert!(
                 Instant::now() < deadline,
-                "no active controller within {timeout:?}"
+                "no active controller within {timeout:?}\n{}",
+                self.log_tails(40)
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The last `lines` lines of each node's log, for a failure message
+    /// (the logs live in a temp dir that is gone once the test ends).
+    pub fn log_tails(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for (i, p) in self.procs.iter().enumerate() {
+            let text = p.log_text();
+            let all: Vec<&str> = text.lines().collect();
+            let tail = &all[all.len().saturating_sub(lines)..];
+            out.push_str(&format!(
+                "--- node {} ({}) log, last {} lines ---\n{}\n",
+                i + 1,
+                self.addrs[i],
+                tail.len(),
+                tail.join("\n")
+            ));
+        }
+        out
     }
 
     /// Waits until every running node has applied the same index with the

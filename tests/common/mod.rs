@@ -16,11 +16,23 @@ pub fn keel_bin() -> &'static str {
 }
 
 /// A free TCP port on 127.0.0.1 (released before use; good enough for tests).
+///
+/// The kernel may hand the same free port to two calls in a row, and tests
+/// of one binary run in parallel: a port is handed out at most once per
+/// test process, or two nodes of one quorum could be given one address.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral port")
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .expect("bind an ephemeral port");
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// A child process killed (SIGKILL) when dropped.

@@ -376,6 +376,7 @@ impl PeerClient {
             from_node: self.from_node,
             payload,
             seq: 0,
+            to_node: self.target,
         };
         // openraft drops the call at the same moment (hard_ttl); either way
         // a timed-out append's answer is skipped by the next call.

@@ -20,12 +20,19 @@ pub struct RaftGrpcService {
     raft: KeelRaft,
     /// Requests carrying another cluster id are refused undecoded.
     cluster_id: String,
+    /// This node's id: requests meant for another node are refused.
+    node_id: u64,
 }
 
 impl RaftGrpcService {
-    /// A service for `raft`, accepting only peers of `cluster_id`.
-    pub fn new(raft: KeelRaft, cluster_id: String) -> Self {
-        Self { raft, cluster_id }
+    /// A service for `raft` (node `node_id`), accepting only peers of
+    /// `cluster_id`.
+    pub fn new(raft: KeelRaft, cluster_id: String, node_id: u64) -> Self {
+        Self {
+            raft,
+            cluster_id,
+            node_id,
+        }
     }
 
     /// The tonic service, with message limits large enough for snapshot
@@ -47,6 +54,20 @@ impl RaftGrpcService {
             return Err(format!(
                 "this node belongs to cluster '{}', not '{}'",
                 self.cluster_id, req.cluster_id
+            ));
+        }
+        // Two voters configured with one address: this node would be handed
+        // Raft messages meant for the other, its own among them, which
+        // openraft does not expect. Refuse them undecoded.
+        if (req.to_node != 0 && req.to_node != self.node_id) || req.from_node == self.node_id {
+            tracing::warn!(
+                from_node = req.from_node,
+                to_node = req.to_node,
+                "refusing a Raft request meant for another node; is a voter address wrong?"
+            );
+            return Err(format!(
+                "this is node {}; the request from node {} was meant for node {}",
+                self.node_id, req.from_node, req.to_node
             ));
         }
         codec::decode(&req.payload).map_err(|e| {

@@ -216,7 +216,7 @@ async fn appends_stream_to_current_peers_and_fall_back_to_unary_calls_for_older_
     // The same Raft behind an older server on a second port.
     let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (legacy_addr, server) = serve_peer(TestPeer {
-        inner: keel_raft::RaftGrpcService::new(node.raft.clone(), CLUSTER.into()),
+        inner: keel_raft::RaftGrpcService::new(node.raft.clone(), CLUSTER.into(), 1),
         streams: refused.clone(),
         refuse_streams: true,
     })
@@ -230,10 +230,13 @@ async fn appends_stream_to_current_peers_and_fall_back_to_unary_calls_for_older_
         let r = current.append_entries(heartbeat(), option()).await;
         assert!(r.is_ok(), "current peer, round {round}: {r:?}");
     }
-    // Older peer: every client's append is answered; only the first client
-    // asked for a stream, later ones know the peer is unary-only.
+    // Older peer (node 1's Raft again, so addressed as node 1, from a
+    // network of its own): every client's append is answered; only the
+    // first client asked for a stream, later ones know the peer is
+    // unary-only.
+    let mut legacy = Network::new(CLUSTER.into(), 9);
     for round in 0..3 {
-        let mut client = network.new_client(2, &BasicNode::new(&legacy_addr)).await;
+        let mut client = legacy.new_client(1, &BasicNode::new(&legacy_addr)).await;
         let r = client.append_entries(heartbeat(), option()).await;
         assert!(r.is_ok(), "older peer, round {round}: {r:?}");
         let r = client.append_entries(heartbeat(), option()).await;
@@ -255,7 +258,7 @@ async fn a_stream_that_carried_a_catch_up_is_replaced_by_a_fresh_one() {
     let node = start_single(root.path()).await;
     let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let (addr, server) = serve_peer(TestPeer {
-        inner: keel_raft::RaftGrpcService::new(node.raft.clone(), CLUSTER.into()),
+        inner: keel_raft::RaftGrpcService::new(node.raft.clone(), CLUSTER.into(), 1),
         streams: opened.clone(),
         refuse_streams: false,
     })

@@ -21,6 +21,7 @@ async fn requests_from_another_cluster_or_with_garbage_are_refused() {
             from_node: 9,
             payload: vec![1, 2, 3],
             seq: 0,
+            to_node: 0,
         })
         .await
         .unwrap()
@@ -40,6 +41,7 @@ async fn requests_from_another_cluster_or_with_garbage_are_refused() {
                 from_node: 9,
                 payload,
                 seq: 0,
+                to_node: 0,
             })
             .await
             .unwrap()
@@ -65,18 +67,21 @@ async fn the_append_stream_refuses_the_same_requests_and_answers_each_by_seq() {
             from_node: 9,
             payload: vec![1, 2, 3],
             seq: 40,
+            to_node: 0,
         },
         RaftRequest {
             cluster_id: CLUSTER.into(),
             from_node: 9,
             payload: vec![0x42; 100],
             seq: 41,
+            to_node: 0,
         },
         RaftRequest {
             cluster_id: CLUSTER.into(),
             from_node: 9,
             payload: vec![],
             seq: 42,
+            to_node: 0,
         },
     ];
     let mut answers = client
@@ -98,6 +103,32 @@ async fn the_append_stream_refuses_the_same_requests_and_answers_each_by_seq() {
         answers.message().await.unwrap().is_none(),
         "the stream ends after the sender closes its side"
     );
+    assert!(node.raft.metrics().borrow().running_state.is_ok());
+    node.stop().await;
+}
+
+/// Two voters listed with one address: the node there gets requests meant
+/// for the other, its own among them. It refuses them undecoded (openraft
+/// would trip over its own messages) and keeps running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_meant_for_another_node_or_from_itself_are_refused() {
+    use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+
+    let root = tempfile::tempdir().unwrap();
+    let node = start_single(root.path()).await;
+    let addr = openraft::BasicNode::new(&node.addr);
+    let vote = |from: u64| openraft::raft::VoteRequest {
+        vote: openraft::Vote::new(7, from),
+        last_log_id: None,
+    };
+    let option = || RPCOption::new(std::time::Duration::from_secs(5));
+    // (sender, the node it means to reach) for a node whose id is 1.
+    for (from, to, served) in [(3, 2, false), (1, 3, false), (1, 1, false), (3, 1, true)] {
+        let mut network = keel_raft::Network::new(CLUSTER.into(), from);
+        let mut client = network.new_client(to, &addr).await;
+        let answer = client.vote(vote(from), option()).await;
+        assert_eq!(answer.is_ok(), served, "{from} -> {to}: {answer:?}");
+    }
     assert!(node.raft.metrics().borrow().running_state.is_ok());
     node.stop().await;
 }

@@ -99,13 +99,17 @@ struct ControllerFile {
 
 /// Worker threads for the controller's runtime, which is built before the
 /// rest of the configuration is read: the flag, else the config file's
-/// `worker_threads`. A file that cannot be read is reported by `run`.
+/// `worker_threads`. A file that cannot be read, or a 0 in it, is left to
+/// `build` to report (the runtime builder would panic on 0).
 pub fn worker_threads(a: &ControllerArgs) -> Option<usize> {
     let from_file = || {
         let text = std::fs::read_to_string(a.config.as_ref()?).ok()?;
         toml::from_str::<ControllerFile>(&text).ok()?.worker_threads
     };
-    a.worker_threads.or_else(from_file).map(usize::from)
+    a.worker_threads
+        .or_else(from_file)
+        .filter(|n| *n > 0)
+        .map(usize::from)
 }
 
 fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, LogFormat), String> {
@@ -117,6 +121,9 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
         }
         None => ControllerFile::default(),
     };
+    if file.worker_threads == Some(0) {
+        return Err("worker_threads must be at least 1".into());
+    }
     let need = |name: &str| format!("--{name} is required (flag, KEEL_ env var or config file)");
     let node_id = a.node_id.or(file.node_id).ok_or_else(|| need("node-id"))?;
     let listen = a.listen.or(file.listen).ok_or_else(|| need("listen"))?;
@@ -267,5 +274,12 @@ mod tests {
         let missing = parse(&["--config", "/nonexistent/keel.toml"]).unwrap();
         assert_eq!(worker_threads(&missing), None);
         assert!(parse(&["--worker-threads", "0"]).is_err());
+        // A 0 in the file is an error at start-up, not a runtime panic.
+        let zero = dir.path().join("zero.toml");
+        std::fs::write(&zero, "worker_threads = 0\n").unwrap();
+        let zero = parse(&["--config", zero.to_str().unwrap()]).unwrap();
+        assert_eq!(worker_threads(&zero), None);
+        let e = build(&zero).expect_err("worker_threads = 0 is refused");
+        assert!(e.contains("worker_threads"), "{e}");
     }
 }

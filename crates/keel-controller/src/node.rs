@@ -102,8 +102,7 @@ impl ControllerNode {
         let server = tokio::spawn(
             tonic::transport::Server::builder()
                 .add_service(
-                    RaftGrpcService::new(raft.clone(), config.cluster_id.clone(), config.node_id)
-                        .into_server(),
+                    RaftGrpcService::new(raft.clone(), config.cluster_id.clone()).into_server(),
                 )
                 .add_service(AdminServiceServer::new(AdminApi::new(shared.clone())))
                 .add_service(BrokerServiceServer::new(BrokerApi::new(shared.clone())))

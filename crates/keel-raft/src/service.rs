@@ -20,14 +20,15 @@ pub struct RaftGrpcService {
     raft: KeelRaft,
     /// Requests carrying another cluster id are refused undecoded.
     cluster_id: String,
-    /// This node's id: requests meant for another node are refused.
+    /// This node's id (the Raft's own): requests meant for another node are
+    /// refused.
     node_id: u64,
 }
 
 impl RaftGrpcService {
-    /// A service for `raft` (node `node_id`), accepting only peers of
-    /// `cluster_id`.
-    pub fn new(raft: KeelRaft, cluster_id: String, node_id: u64) -> Self {
+    /// A service for `raft`, accepting only peers of `cluster_id`.
+    pub fn new(raft: KeelRaft, cluster_id: String) -> Self {
+        let node_id = raft.metrics().borrow().id;
         Self {
             raft,
             cluster_id,

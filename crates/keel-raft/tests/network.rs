@@ -182,8 +182,23 @@ impl keel_proto::pb::raft_service_server::RaftService for TestPeer {
     }
 }
 
-/// Serves `peer` on a fresh loopback port; returns its address.
-async fn serve_peer(peer: TestPeer) -> (String, tokio::task::JoinHandle<()>) {
+/// Serves `node`'s Raft again behind a [`TestPeer`] on a fresh loopback
+/// port; returns its address, the server task and the count of append
+/// streams asked of it.
+async fn serve_peer(
+    node: &TestNode,
+    refuse_streams: bool,
+) -> (
+    String,
+    tokio::task::JoinHandle<()>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let streams = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let peer = TestPeer {
+        inner: keel_raft::RaftGrpcService::new(node.raft.clone(), CLUSTER.into()),
+        streams: streams.clone(),
+        refuse_streams,
+    };
     let l = listener().await;
     let addr = l.local_addr().unwrap().to_string();
     let server = tokio::spawn(async move {
@@ -195,7 +210,7 @@ async fn serve_peer(peer: TestPeer) -> (String, tokio::task::JoinHandle<()>) {
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(l))
             .await;
     });
-    (addr, server)
+    (addr, server, streams)
 }
 
 /// An empty append from node 9 in term 1.
@@ -214,13 +229,7 @@ async fn appends_stream_to_current_peers_and_fall_back_to_unary_calls_for_older_
     let node = start_single(root.path()).await;
 
     // The same Raft behind an older server on a second port.
-    let refused = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let (legacy_addr, server) = serve_peer(TestPeer {
-        inner: keel_raft::RaftGrpcService::new(node.raft.clone(), CLUSTER.into(), 1),
-        streams: refused.clone(),
-        refuse_streams: true,
-    })
-    .await;
+    let (legacy_addr, server, refused) = serve_peer(&node, true).await;
 
     let option = || RPCOption::new(Duration::from_secs(5));
     let mut network = Network::new(CLUSTER.into(), 9);
@@ -256,13 +265,7 @@ async fn a_stream_that_carried_a_catch_up_is_replaced_by_a_fresh_one() {
 
     let root = tempfile::tempdir().unwrap();
     let node = start_single(root.path()).await;
-    let opened = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let (addr, server) = serve_peer(TestPeer {
-        inner: keel_raft::RaftGrpcService::new(node.raft.clone(), CLUSTER.into(), 1),
-        streams: opened.clone(),
-        refuse_streams: false,
-    })
-    .await;
+    let (addr, server, opened) = serve_peer(&node, false).await;
     let option = || RPCOption::new(Duration::from_secs(10));
     let count = || opened.load(std::sync::atomic::Ordering::SeqCst);
     let mut network = Network::new(CLUSTER.into(), 9);

@@ -116,7 +116,7 @@ impl TestNode {
         let raft = KeelRaft::new(id, config, network, log, sm).await.unwrap();
         let recovered = state.borrow().clone();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let service = RaftGrpcService::new(raft.clone(), CLUSTER.into(), id).into_server();
+        let service = RaftGrpcService::new(raft.clone(), CLUSTER.into()).into_server();
         let server = tokio::spawn(async move {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
             if let Err(e) = tonic::transport::Server::builder()

@@ -348,8 +348,12 @@ impl TransactionalTree {
         self.tree.context.pagecache.generate_id_inner()
     }
 
+    // Patched: discards what this attempt staged (the upstream body was
+    // an "unimplemented" panic; it is only reached on a retry, which builds a
+    // fresh overlay anyway).
     fn unstage(&self) {
-        unimplemented!()
+        self.writes.borrow_mut().clear();
+        self.read_cache.borrow_mut().clear();
     }
 
     const fn validate(&self) -> bool {

@@ -22,7 +22,7 @@ pub use codec::{CodecError, STORAGE_FORMAT_VERSION};
 pub use config::default_config;
 pub use dump::{dump, DumpError};
 pub use error::StorageOpenError;
-pub use log_store::LogStore;
+pub use log_store::{HeldFlushes, LogStore};
 pub use network::{Network, PeerClient, PeerContacts};
 pub use open::open_storage;
 pub use service::RaftGrpcService;

@@ -8,7 +8,7 @@ use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{
@@ -50,26 +50,52 @@ pub struct LogStore {
     /// return them.
     first_index: Arc<AtomicU64>,
     /// The purger thread, shared by every clone.
-    purger: Arc<Purger>,
+    purger: Arc<Background<u64>>,
+    /// The thread flushing the leader's own appends, shared by every clone.
+    flusher: Arc<Background<LogFlushed<TypeConfig>>>,
+    /// Holds that thread back while a test asks it to.
+    flush_hold: Arc<FlushHold>,
 }
 
-/// The purger thread and its queue. Dropped with the last `LogStore` clone:
-/// closes the queue and waits for the thread, so the database (which the
-/// thread holds) is closed when the store is, and can be reopened at once.
-struct Purger {
-    tx: Option<mpsc::Sender<u64>>,
+/// A background thread and its queue, shared by every `LogStore` clone.
+/// Dropped with the last clone: closes the queue and waits for the thread,
+/// so the database (which the thread holds) is closed when the store is,
+/// and can be reopened at once.
+struct Background<T> {
+    tx: Option<mpsc::Sender<T>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
-impl Purger {
-    /// Queues the removal of every entry up to `upto`; false if the thread
-    /// is gone.
-    fn send(&self, upto: u64) -> bool {
-        self.tx.as_ref().is_some_and(|tx| tx.send(upto).is_ok())
+impl<T: Send + 'static> Background<T> {
+    /// Starts thread `name`, which hands `work` each queued item with every
+    /// item queued behind it, in order, until the queue closes.
+    fn spawn(name: &str, mut work: impl FnMut(Vec<T>) + Send + 'static) -> std::io::Result<Self> {
+        let (tx, rx) = mpsc::channel::<T>();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                while let Ok(first) = rx.recv() {
+                    let mut items = vec![first];
+                    items.extend(rx.try_iter());
+                    work(items);
+                }
+            })?;
+        Ok(Self {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Queues `item`; gives it back if the thread is gone.
+    fn send(&self, item: T) -> Result<(), T> {
+        match &self.tx {
+            Some(tx) => tx.send(item).map_err(|e| e.0),
+            None => Err(item),
+        }
     }
 }
 
-impl Drop for Purger {
+impl<T> Drop for Background<T> {
     fn drop(&mut self) {
         drop(self.tx.take());
         if let Some(t) = self.thread.take() {
@@ -81,29 +107,74 @@ impl Drop for Purger {
 /// Removes purged entries (every key up to the received index) on its own
 /// thread, so a large purge does not stall the Raft core: removing ~10,000
 /// entries, some stored by sled as separate blob files, took the core
-/// 0.5-0.7 s and let the followers' leases expire. Ends when every
-/// `LogStore` clone is gone.
-fn spawn_purger(logs: sled::Tree) -> std::io::Result<Purger> {
-    let (tx, rx) = mpsc::channel::<u64>();
-    let thread = std::thread::Builder::new()
-        .name("keel-log-purge".into())
-        .spawn(move || {
-            while let Ok(mut upto) = rx.recv() {
-                // Later requests cover earlier ones.
-                while let Ok(next) = rx.try_recv() {
-                    upto = upto.max(next);
-                }
-                if let Err(e) = remove_upto(&logs, upto) {
-                    // Leftovers stay below the marker, hidden from reads,
-                    // and the next purge removes them.
-                    tracing::warn!(upto, error = %e, "removing purged log entries failed");
-                }
-            }
-        })?;
-    Ok(Purger {
-        tx: Some(tx),
-        thread: Some(thread),
+/// 0.5-0.7 s and let the followers' leases expire.
+fn spawn_purger(logs: sled::Tree) -> std::io::Result<Background<u64>> {
+    Background::spawn("keel-log-purge", move |uptos| {
+        // Later requests cover earlier ones.
+        let upto = uptos.into_iter().max().unwrap_or(0);
+        if let Err(e) = remove_upto(&logs, upto) {
+            // Leftovers stay below the marker, hidden from reads, and the
+            // next purge removes them.
+            tracing::warn!(upto, error = %e, "removing purged log entries failed");
+        }
     })
+}
+
+/// Flushes the leader's own appends on its own thread, so the Raft core
+/// replicates an entry while it is being flushed instead of after. Each
+/// flush covers every append queued before it started (their inserts came
+/// first), so the appends that queue up during one flush share the next;
+/// their callbacks run in append order once it has returned.
+fn spawn_flusher(
+    db: sled::Db,
+    hold: Arc<FlushHold>,
+) -> std::io::Result<Background<LogFlushed<TypeConfig>>> {
+    Background::spawn(
+        "keel-log-flush",
+        move |callbacks: Vec<LogFlushed<TypeConfig>>| {
+            hold.wait_released();
+            let flushed = db.flush();
+            for callback in callbacks {
+                let result = match &flushed {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(std::io::Error::other(e.to_string())),
+                };
+                callback.log_io_completed(result);
+            }
+        },
+    )
+}
+
+/// Lets a test hold the background flusher back, to show what the leader
+/// does while its own append is not yet durable.
+#[derive(Default)]
+struct FlushHold {
+    held: Mutex<bool>,
+    released: Condvar,
+}
+
+impl FlushHold {
+    fn set(&self, held: bool) {
+        *self.held.lock().unwrap_or_else(|p| p.into_inner()) = held;
+        self.released.notify_all();
+    }
+
+    fn wait_released(&self) {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        while *held {
+            held = self.released.wait(held).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+/// While alive, the leader's own appends on this node are not flushed
+/// (see [`LogStore::hold_background_flushes`]); dropping it lets them go.
+pub struct HeldFlushes(Arc<FlushHold>);
+
+impl Drop for HeldFlushes {
+    fn drop(&mut self) {
+        self.0.set(false);
+    }
 }
 
 /// Removes every entry up to `upto`, a bounded batch at a time.
@@ -239,6 +310,9 @@ impl LogStore {
             }
         };
         let purger = Arc::new(spawn_purger(logs.clone()).map_err(sled::Error::Io)?);
+        let flush_hold = Arc::new(FlushHold::default());
+        let flusher =
+            Arc::new(spawn_flusher(db.clone(), flush_hold.clone()).map_err(sled::Error::Io)?);
         Ok(Self {
             db: db.clone(),
             logs,
@@ -248,7 +322,19 @@ impl LogStore {
             recent: Arc::default(),
             first_index: Arc::new(AtomicU64::new(first_index)),
             purger,
+            flusher,
+            flush_hold,
         })
+    }
+
+    /// Holds back the flushes of this node's own appends as leader until
+    /// the returned guard is dropped: the entries are replicated but this
+    /// node does not count as holding them. For tests of the commit rule;
+    /// nothing else calls it.
+    #[doc(hidden)]
+    pub fn hold_background_flushes(&self) -> HeldFlushes {
+        self.flush_hold.set(true);
+        HeldFlushes(self.flush_hold.clone())
     }
 
     fn recent(&self) -> MutexGuard<'_, Recent> {
@@ -276,8 +362,8 @@ impl LogStore {
     }
 
     /// Writes everything so far to disk. Only the Raft core calls this,
-    /// and it waits for the flush before doing anything else (openraft
-    /// 0.9), so on a multi-threaded runtime the flush runs on the core's
+    /// for a follower's append, a truncation or a vote, and it waits for
+    /// the flush before doing anything else, so on a multi-threaded runtime the flush runs on the core's
     /// own thread through `block_in_place`, which first hands that worker's
     /// other tasks to another thread (a large or stalled flush then blocks
     /// only the core). Handing it to sled's pool instead (`flush_async`,
@@ -466,6 +552,18 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             }
         }
         // Durable before acknowledged: one flush covers the whole batch.
+        // The leader's own append is flushed in the background while the
+        // core replicates it; the core counts it when the callback runs.
+        if !callback.is_awaited() {
+            return match self.flusher.send(callback) {
+                Ok(()) => Ok(()),
+                Err(callback) => {
+                    let gone = "the log flusher thread has stopped";
+                    callback.log_io_completed(Err(std::io::Error::other(gone)));
+                    Err(StorageIOError::write_logs(AnyError::error(gone)).into())
+                }
+            };
+        }
         match self.flush().await {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
@@ -505,7 +603,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         self.first_index
             .fetch_max(log_id.index.saturating_add(1), Ordering::AcqRel);
         self.recent().purge(log_id.index);
-        if !self.purger.send(log_id.index) {
+        if self.purger.send(log_id.index).is_err() {
             // The thread is gone (it never panics; only at shutdown):
             // remove here instead.
             remove_upto(&self.logs, log_id.index).map_err(write_err)?;

@@ -192,3 +192,98 @@ async fn whole_cluster_restart_recovers_state_from_disk() {
         n.stop().await;
     }
 }
+
+/// What the leader's log says it holds itself, as the commit rule counts it.
+fn leader_holds(leader: &TestNode) -> u64 {
+    leader
+        .raft
+        .metrics()
+        .borrow()
+        .replication
+        .as_ref()
+        .and_then(|r| r.get(&leader.id).copied().flatten())
+        .map_or(0, |l| l.index)
+}
+
+/// The leader replicates its own entries while it flushes them, and counts
+/// itself as holding them only once they are on disk: with its flushes held
+/// back, entries still commit on both followers' copies, but with one
+/// follower down the other follower's copy alone commits nothing until the
+/// leader's flush goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_leader_counts_its_own_entries_only_once_they_are_flushed() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let config = Arc::new(default_config(CLUSTER));
+    let mut nodes = start_cluster(root.path(), config).await;
+    let leader_id = wait_leader(&nodes).await;
+    let base = write_batches(&nodes[leader_id as usize - 1].raft, 0..10, 4).await;
+    assert_converged(&nodes, base).await;
+
+    // Both followers up: their two copies are a quorum without the leader's.
+    let leader = &nodes[leader_id as usize - 1];
+    let held = leader.log.hold_background_flushes();
+    let last = tokio::time::timeout(PATIENCE, write_batches(&leader.raft, 10..20, 4))
+        .await
+        .expect("entries commit on the followers' copies while the leader's flush is held");
+    assert_converged(&nodes, last).await;
+    assert!(
+        leader_holds(leader) < last,
+        "the leader counted entries it has not flushed: holds {}, committed {last}",
+        leader_holds(leader)
+    );
+    drop(held);
+    leader
+        .raft
+        .wait(Some(PATIENCE))
+        .metrics(
+            |m| {
+                m.replication
+                    .as_ref()
+                    .and_then(|r| r.get(&leader_id).copied().flatten())
+                    .is_some_and(|l| l.index >= last)
+            },
+            "the leader counts its entries once flushed",
+        )
+        .await
+        .unwrap();
+
+    // One follower down: the other follower's copy alone is not a quorum.
+    let down = nodes
+        .iter()
+        .position(|n| n.id != leader_id)
+        .expect("a follower");
+    nodes.remove(down).stop().await;
+    let leader = nodes.iter().find(|n| n.id == leader_id).expect("leader");
+    let held = leader.log.hold_background_flushes();
+    let raft = leader.raft.clone();
+    let mut write = tokio::spawn(async move { raft.client_write(topic_batch(20)).await });
+    let early = tokio::time::timeout(Duration::from_secs(2), &mut write).await;
+    assert!(
+        early.is_err(),
+        "a write committed on one follower's copy while the leader's flush was held: {early:?}"
+    );
+    let applied = leader
+        .raft
+        .metrics()
+        .borrow()
+        .last_applied
+        .map_or(0, |l| l.index);
+    assert!(
+        applied <= last,
+        "applied {applied} beyond {last} without a quorum"
+    );
+    drop(held);
+    let index = tokio::time::timeout(PATIENCE, write)
+        .await
+        .expect("the write commits once the leader's flush goes through")
+        .expect("write task")
+        .expect("write through the leader")
+        .log_id
+        .index;
+    assert!(index > last);
+    assert_converged(&nodes, index).await;
+    for n in nodes {
+        n.stop().await;
+    }
+}

@@ -36,6 +36,8 @@ pub struct TestNode {
     pub dir: PathBuf,
     /// The running Raft.
     pub raft: KeelRaft,
+    /// A handle on the node's log store (shared with its Raft).
+    pub log: keel_raft::LogStore,
     /// Latest applied state, as the controller would read it.
     pub state: watch::Receiver<Arc<AppliedState>>,
     /// State right after `Raft::new`: what the node recovered from disk.
@@ -113,7 +115,9 @@ impl TestNode {
         let network =
             Network::new(CLUSTER.into(), id).with_bind_ip(listener.local_addr().unwrap().ip());
         let contacts = network.contacts();
-        let raft = KeelRaft::new(id, config, network, log, sm).await.unwrap();
+        let raft = KeelRaft::new(id, config, network, log.clone(), sm)
+            .await
+            .unwrap();
         let recovered = state.borrow().clone();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let service = RaftGrpcService::new(raft.clone(), CLUSTER.into()).into_server();
@@ -134,6 +138,7 @@ impl TestNode {
             addr,
             dir: dir.to_path_buf(),
             raft,
+            log,
             state,
             recovered,
             contacts,

@@ -8,11 +8,13 @@
 //! leadership it answers NOT_CONTROLLER to everything pending and stops.
 //!
 //! The loop waits for each commit before deciding the next batch, on
-//! purpose: openraft 0.9's core writes and flushes every client write on
-//! its own, so deciding ahead of the commit only makes more, smaller
-//! entries (one flush each); waiting lets everything that queued meanwhile
-//! share the next entry and its flush. (Deciding one batch ahead against
-//! the uncommitted image measured no faster in `keel bench commit`.)
+//! purpose: openraft 0.9's core makes every client write an entry of its
+//! own, so deciding ahead of the commit only makes more, smaller entries
+//! (each decoded, stored and replayed on every node); waiting lets
+//! everything that queued meanwhile share the next entry and its flush.
+//! (Deciding one batch ahead against the uncommitted image measured no
+//! faster in `keel bench commit`, when the leader still flushed each entry
+//! before replicating it.)
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

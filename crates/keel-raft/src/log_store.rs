@@ -52,9 +52,7 @@ pub struct LogStore {
     /// The purger thread, shared by every clone.
     purger: Arc<Background<u64>>,
     /// The thread flushing the leader's own appends, shared by every clone.
-    flusher: Arc<Background<LogFlushed<TypeConfig>>>,
-    /// Holds that thread back while a test asks it to.
-    flush_hold: Arc<FlushHold>,
+    flusher: Arc<Flusher>,
 }
 
 /// A background thread and its queue, shared by every `LogStore` clone.
@@ -125,14 +123,13 @@ fn spawn_purger(logs: sled::Tree) -> std::io::Result<Background<u64>> {
 /// flush covers every append queued before it started (their inserts came
 /// first), so the appends that queue up during one flush share the next;
 /// their callbacks run in append order once it has returned.
-fn spawn_flusher(
-    db: sled::Db,
-    hold: Arc<FlushHold>,
-) -> std::io::Result<Background<LogFlushed<TypeConfig>>> {
-    Background::spawn(
+fn spawn_flusher(db: sled::Db) -> std::io::Result<Flusher> {
+    let hold = Arc::new(FlushHold::default());
+    let held = hold.clone();
+    let thread = Background::spawn(
         "keel-log-flush",
         move |callbacks: Vec<LogFlushed<TypeConfig>>| {
-            hold.wait_released();
+            held.wait_released();
             let flushed = db.flush();
             for callback in callbacks {
                 let result = match &flushed {
@@ -142,7 +139,22 @@ fn spawn_flusher(
                 callback.log_io_completed(result);
             }
         },
-    )
+    )?;
+    Ok(Flusher { thread, hold })
+}
+
+/// The flusher thread and the hold a test may put on it.
+struct Flusher {
+    thread: Background<LogFlushed<TypeConfig>>,
+    hold: Arc<FlushHold>,
+}
+
+impl Drop for Flusher {
+    /// A hold left in place must not keep the thread, and so the join in
+    /// `Background`'s drop that runs next, waiting forever.
+    fn drop(&mut self) {
+        self.hold.set(false);
+    }
 }
 
 /// Lets a test hold the background flusher back, to show what the leader
@@ -310,9 +322,7 @@ impl LogStore {
             }
         };
         let purger = Arc::new(spawn_purger(logs.clone()).map_err(sled::Error::Io)?);
-        let flush_hold = Arc::new(FlushHold::default());
-        let flusher =
-            Arc::new(spawn_flusher(db.clone(), flush_hold.clone()).map_err(sled::Error::Io)?);
+        let flusher = Arc::new(spawn_flusher(db.clone()).map_err(sled::Error::Io)?);
         Ok(Self {
             db: db.clone(),
             logs,
@@ -323,7 +333,6 @@ impl LogStore {
             first_index: Arc::new(AtomicU64::new(first_index)),
             purger,
             flusher,
-            flush_hold,
         })
     }
 
@@ -333,8 +342,8 @@ impl LogStore {
     /// nothing else calls it.
     #[doc(hidden)]
     pub fn hold_background_flushes(&self) -> HeldFlushes {
-        self.flush_hold.set(true);
-        HeldFlushes(self.flush_hold.clone())
+        self.flusher.hold.set(true);
+        HeldFlushes(self.flusher.hold.clone())
     }
 
     fn recent(&self) -> MutexGuard<'_, Recent> {
@@ -555,7 +564,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         // The leader's own append is flushed in the background while the
         // core replicates it; the core counts it when the callback runs.
         if !callback.is_awaited() {
-            return match self.flusher.send(callback) {
+            return match self.flusher.thread.send(callback) {
                 Ok(()) => Ok(()),
                 Err(callback) => {
                     let gone = "the log flusher thread has stopped";

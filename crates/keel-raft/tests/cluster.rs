@@ -283,7 +283,17 @@ async fn the_leader_counts_its_own_entries_only_once_they_are_flushed() {
         .index;
     assert!(index > last);
     assert_converged(&nodes, index).await;
+
+    // A node stopped while its flushes are held, with a write waiting on
+    // them, still stops: its store lets the flusher go when it closes.
+    let _held = leader.log.hold_background_flushes();
+    let raft = leader.raft.clone();
+    let pending = tokio::spawn(async move { raft.client_write(topic_batch(21)).await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
     for n in nodes {
-        n.stop().await;
+        tokio::time::timeout(PATIENCE, n.stop())
+            .await
+            .expect("a node stops while its flushes are held");
     }
+    pending.abort();
 }

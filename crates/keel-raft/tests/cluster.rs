@@ -297,3 +297,66 @@ async fn the_leader_counts_its_own_entries_only_once_they_are_flushed() {
     }
     pending.abort();
 }
+
+/// A leader that loses its leadership while its own flush is held back
+/// hears of that flush only as a follower: the late report is dropped, the
+/// node follows the new leader, and all three converge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_flush_reported_after_the_leader_stepped_down_is_dropped() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let config = Arc::new(default_config(CLUSTER));
+    let nodes = start_cluster(root.path(), config).await;
+    let old_id = wait_leader(&nodes).await;
+    let old = &nodes[old_id as usize - 1];
+    let base = write_batches(&old.raft, 0..10, 4).await;
+    assert_converged(&nodes, base).await;
+
+    // An entry that commits on the followers' copies while the leader's own
+    // flush is held.
+    let held = old.log.hold_background_flushes();
+    let last = write_batches(&old.raft, 10..11, 1).await;
+    let old_term = old.raft.metrics().borrow().current_term;
+
+    // The leader goes silent, a follower takes over, and the old leader
+    // steps down on hearing of it, its flush still held.
+    old.raft.runtime_config().heartbeat(false);
+    let new_id = nodes
+        .iter()
+        .find(|n| n.id != old_id)
+        .expect("a follower")
+        .id;
+    let new = &nodes[new_id as usize - 1];
+    let deadline = Instant::now() + PATIENCE;
+    while new.raft.metrics().borrow().current_leader != Some(new_id) {
+        assert!(Instant::now() < deadline, "node {new_id} did not take over");
+        let _ = new.raft.trigger().elect().await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    old.raft
+        .wait(Some(PATIENCE))
+        .metrics(
+            |m| m.current_term > old_term && m.current_leader == Some(new_id),
+            "the old leader follows the new one",
+        )
+        .await
+        .unwrap();
+    old.raft.runtime_config().heartbeat(true);
+
+    // The held flush reports now, under a leadership that is gone.
+    drop(held);
+    let more = write_batches(&new.raft, 11..20, 4).await;
+    assert!(more > last);
+    assert_converged(&nodes, more).await;
+    for n in &nodes {
+        assert!(
+            n.raft.metrics().borrow().running_state.is_ok(),
+            "node {} stopped",
+            n.id
+        );
+        assert_eq!(n.applied().image.topic_count(), 20, "node {}", n.id);
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}

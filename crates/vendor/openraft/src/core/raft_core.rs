@@ -760,7 +760,13 @@ where
 
         let last_applied = entries[entries.len() - 1].get_log_id().clone();
 
-        let cmd = sm::Command::apply(entries).with_seq(seq);
+        // The callers waiting for these entries go with them: the worker
+        // answers each as soon as its entry is applied.
+        let mut later = self.client_resp_channels.split_off(&end);
+        let responders = self.client_resp_channels.split_off(&since);
+        self.client_resp_channels.append(&mut later);
+
+        let cmd = sm::Command::apply(entries, responders).with_seq(seq);
         self.sm_handle.send(cmd).map_err(|e| StorageIOError::apply(last_applied, AnyError::error(e)))?;
 
         Ok(())
@@ -772,37 +778,13 @@ where
     pub(crate) fn handle_apply_result(&mut self, res: ApplyResult<C>) {
         tracing::debug!(last_applied = display(res.last_applied), "{}", func_name!());
 
-        let mut results = res.apply_results.into_iter();
-        let mut applying_entries = res.applying_entries.into_iter();
-
-        for log_index in res.since..res.end {
-            let ent = applying_entries.next().unwrap();
-            let apply_res = results.next().unwrap();
+        // The state machine worker answered the callers it was given; these
+        // are results it left for RaftCore (none, as it is).
+        let answered = (res.since..res.end).zip(res.applying_entries).zip(res.apply_results);
+        for ((log_index, ent), apply_res) in answered {
             let tx = self.client_resp_channels.remove(&log_index);
-
-            Self::send_response(ent, apply_res, tx);
+            send_response::<C>(ent, apply_res, tx);
         }
-    }
-
-    /// Send result of applying a log entry to its client.
-    #[tracing::instrument(level = "debug", skip_all)]
-    pub(super) fn send_response(entry: ApplyingEntry<C::NodeId, C::Node>, resp: C::R, tx: Option<ResponderOf<C>>) {
-        tracing::debug!(entry = debug(&entry), "send_response");
-
-        let tx = match tx {
-            None => return,
-            Some(x) => x,
-        };
-
-        let membership = entry.membership;
-
-        let res = Ok(ClientWriteResponse {
-            log_id: entry.log_id,
-            data: resp,
-            membership,
-        });
-
-        tx.send(res);
     }
 
     /// Spawn a new replication stream returning its replication state handle.
@@ -1769,4 +1751,26 @@ where
 
         Ok(None)
     }
+}
+
+/// Send result of applying a log entry to its client.
+#[tracing::instrument(level = "debug", skip_all)]
+pub(crate) fn send_response<C>(entry: ApplyingEntry<C::NodeId, C::Node>, resp: C::R, tx: Option<ResponderOf<C>>)
+where C: RaftTypeConfig {
+    tracing::debug!(entry = debug(&entry), "send_response");
+
+    let tx = match tx {
+        None => return,
+        Some(x) => x,
+    };
+
+    let membership = entry.membership;
+
+    let res = Ok(ClientWriteResponse {
+        log_id: entry.log_id,
+        data: resp,
+        membership,
+    });
+
+    tx.send(res);
 }

@@ -10,6 +10,7 @@ use crate::core::sm::CommandResult;
 use crate::core::sm::CommandSeq;
 use crate::core::sm::Response;
 use crate::core::ApplyResult;
+use crate::core::raft_core::send_response;
 use crate::core::ApplyingEntry;
 use crate::display_ext::DisplayOptionExt;
 use crate::entry::RaftPayload;
@@ -117,8 +118,18 @@ where
                     let _ = tx.send(Ok(snapshot_data));
                     // No response to RaftCore
                 }
-                CommandPayload::Apply { entries } => {
-                    let resp = self.apply(entries).await?;
+                CommandPayload::Apply { entries, mut responders } => {
+                    let mut resp = self.apply(entries).await?;
+                    // Answer the callers here rather than through RaftCore:
+                    // one hand-off less between commit and the client. What
+                    // is left (nobody waits for it) goes to RaftCore as before.
+                    if !responders.is_empty() {
+                        let applying = std::mem::take(&mut resp.applying_entries);
+                        let results = std::mem::take(&mut resp.apply_results);
+                        for ((log_index, ent), apply_res) in (resp.since..resp.end).zip(applying).zip(results) {
+                            send_response::<C>(ent, apply_res, responders.remove(&log_index));
+                        }
+                    }
                     let res = CommandResult::new(cmd.seq, Ok(Response::Apply(resp)));
                     let _ = self.resp_tx.send(Notify::sm(res));
                 }

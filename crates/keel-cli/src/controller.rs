@@ -11,6 +11,10 @@ use serde::Deserialize;
 use crate::logging::{self, LogFormat};
 use crate::EXIT_LOCAL;
 
+/// Largest `--write-budget-mb`: the budget counts bytes in a `u32`
+/// (`keel_controller::budget::MAX_WRITE_BUDGET_BYTES`).
+const MAX_WRITE_BUDGET_MB: u64 = keel_controller::budget::MAX_WRITE_BUDGET_BYTES >> 20;
+
 /// Options of `keel controller`. Each is a flag, an environment variable
 /// (`KEEL_*`) and a key of the optional TOML file; flags win over the
 /// environment, which wins over the file.
@@ -67,7 +71,7 @@ pub struct ControllerArgs {
     /// MiB of admin writes answered at once on this node, over all
     /// connections; further writes wait (and their sessions stop reading)
     /// [default: 256].
-    #[arg(long, env = "KEEL_WRITE_BUDGET_MB", value_parser = clap::value_parser!(u64).range(1..=4095))]
+    #[arg(long, env = "KEEL_WRITE_BUDGET_MB", value_parser = clap::value_parser!(u64).range(1..=MAX_WRITE_BUDGET_MB))]
     write_budget_mb: Option<u64>,
     /// Async runtime worker threads [default: one per core].
     #[arg(long, env = "KEEL_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
@@ -179,8 +183,8 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
         c.auto_rebalance_threshold_pct = v;
     }
     if let Some(v) = a.write_budget_mb.or(file.write_budget_mb) {
-        if !(1..=4095).contains(&v) {
-            return Err("write_budget_mb must be 1..=4095".into());
+        if !(1..=MAX_WRITE_BUDGET_MB).contains(&v) {
+            return Err(format!("write_budget_mb must be 1..={MAX_WRITE_BUDGET_MB}"));
         }
         c.write_budget_bytes = v << 20;
     }

@@ -118,13 +118,12 @@ impl<NID: NodeId, N: Node> ApplyingEntry<NID, N> {
     }
 }
 
-/// The result of applying log entries to state machine.
+/// The result of applying log entries to state machine. The state machine
+/// worker has already answered the callers waiting for them.
 pub(crate) struct ApplyResult<C: RaftTypeConfig> {
     pub(crate) since: u64,
     pub(crate) end: u64,
     pub(crate) last_applied: LogId<C::NodeId>,
-    pub(crate) applying_entries: Vec<ApplyingEntry<C::NodeId, C::Node>>,
-    pub(crate) apply_results: Vec<C::R>,
 }
 
 impl<C: RaftTypeConfig> Debug for ApplyResult<C> {
@@ -772,21 +771,6 @@ where
         Ok(())
     }
 
-    /// When received results of applying log entries to the state machine, send back responses to
-    /// the callers that proposed the entries.
-    #[tracing::instrument(level = "debug", skip_all)]
-    pub(crate) fn handle_apply_result(&mut self, res: ApplyResult<C>) {
-        tracing::debug!(last_applied = display(res.last_applied), "{}", func_name!());
-
-        // The state machine worker answered the callers it was given; these
-        // are results it left for RaftCore (none, as it is).
-        let answered = (res.since..res.end).zip(res.applying_entries).zip(res.apply_results);
-        for ((log_index, ent), apply_res) in answered {
-            let tx = self.client_resp_channels.remove(&log_index);
-            send_response::<C>(ent, apply_res, tx);
-        }
-    }
-
     /// Spawn a new replication stream returning its replication state handle.
     #[tracing::instrument(level = "debug", skip(self))]
     #[allow(clippy::type_complexity)]
@@ -1272,9 +1256,8 @@ where
                 }
                 // Entries appended under an earlier leadership of this node
                 // are covered by the first flush of the current one.
-                let still_leading = self.engine.leader.as_ref().is_some_and(|l| l.vote == vote);
-                if still_leading {
-                    if let Ok(mut lh) = self.engine.leader_handler() {
+                if let Ok(mut lh) = self.engine.leader_handler() {
+                    if lh.leader.vote == vote {
                         lh.replication_handler().update_local_progress(Some(last_log_id));
                     }
                 }
@@ -1428,9 +1411,8 @@ where
                         }
                     }
                     sm::Response::Apply(res) => {
-                        self.engine.state.io_state_mut().update_applied(Some(res.last_applied.clone()));
-
-                        self.handle_apply_result(res);
+                        tracing::debug!(last_applied = display(&res.last_applied), "applied");
+                        self.engine.state.io_state_mut().update_applied(Some(res.last_applied));
                     }
                 }
             }

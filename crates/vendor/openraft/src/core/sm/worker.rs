@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use tokio::sync::mpsc;
 
 use crate::async_runtime::AsyncOneshotSendExt;
@@ -16,6 +18,7 @@ use crate::display_ext::DisplayOptionExt;
 use crate::entry::RaftPayload;
 use crate::storage::RaftStateMachine;
 use crate::type_config::alias::JoinHandleOf;
+use crate::type_config::alias::ResponderOf;
 use crate::AsyncRuntime;
 use crate::RaftLogId;
 use crate::RaftSnapshotBuilder;
@@ -118,26 +121,23 @@ where
                     let _ = tx.send(Ok(snapshot_data));
                     // No response to RaftCore
                 }
-                CommandPayload::Apply { entries, mut responders } => {
-                    let mut resp = self.apply(entries).await?;
-                    // Answer the callers here rather than through RaftCore:
-                    // one hand-off less between commit and the client. What
-                    // is left (nobody waits for it) goes to RaftCore as before.
-                    if !responders.is_empty() {
-                        let applying = std::mem::take(&mut resp.applying_entries);
-                        let results = std::mem::take(&mut resp.apply_results);
-                        for ((log_index, ent), apply_res) in (resp.since..resp.end).zip(applying).zip(results) {
-                            send_response::<C>(ent, apply_res, responders.remove(&log_index));
-                        }
-                    }
+                CommandPayload::Apply { entries, responders } => {
+                    let resp = self.apply(entries, responders).await?;
                     let res = CommandResult::new(cmd.seq, Ok(Response::Apply(resp)));
                     let _ = self.resp_tx.send(Notify::sm(res));
                 }
             };
         }
     }
+    /// Applies `entries` and answers the callers waiting for them right
+    /// away, rather than through RaftCore: one hand-off less between commit
+    /// and the client.
     #[tracing::instrument(level = "debug", skip_all)]
-    async fn apply(&mut self, entries: Vec<C::Entry>) -> Result<ApplyResult<C>, StorageError<C::NodeId>> {
+    async fn apply(
+        &mut self,
+        entries: Vec<C::Entry>,
+        mut responders: BTreeMap<u64, ResponderOf<C>>,
+    ) -> Result<ApplyResult<C>, StorageError<C::NodeId>> {
         // TODO: prepare response before apply,
         //       so that an Entry does not need to be Clone,
         //       and no references will be used by apply
@@ -165,15 +165,15 @@ where
             n_entries, n_replies
         );
 
-        let resp = ApplyResult {
+        for ((log_index, ent), apply_res) in (since..end).zip(applying_entries).zip(apply_results) {
+            send_response::<C>(ent, apply_res, responders.remove(&log_index));
+        }
+
+        Ok(ApplyResult {
             since,
             end,
             last_applied,
-            applying_entries,
-            apply_results,
-        };
-
-        Ok(resp)
+        })
     }
 
     /// Build a snapshot from the state machine.

@@ -768,11 +768,14 @@ pub fn alter_ok(r: &pb::IncrementalAlterConfigsResponse) -> bool {
 
 /// A value of exactly `len` bytes that differs for every (writer, seq).
 pub fn value(writer: usize, seq: u64, len: usize) -> String {
-    let mut s = format!("w{writer}-s{seq}-");
-    while s.len() < len {
-        s.push('x');
+    use std::fmt::Write;
+    let len = len.max(1);
+    let mut s = String::with_capacity(len.max(32));
+    let _ = write!(s, "w{writer}-s{seq}-");
+    if s.len() < len {
+        s.extend(std::iter::repeat_n('x', len - s.len()));
     }
-    s.truncate(len.max(1));
+    s.truncate(len);
     s
 }
 
@@ -796,4 +799,19 @@ pub(crate) async fn brokers_unfenced(client: &ControllerClient, n: u32) -> bool 
                 .filter_map(|b| b.broker.as_ref())
                 .any(|b| b.broker_id == id && !b.fenced && !b.shutting_down)
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::value;
+
+    #[test]
+    fn values_have_the_asked_length_and_differ_per_writer_and_seq() {
+        assert_eq!(value(3, 7, 100).len(), 100);
+        assert!(value(3, 7, 100).starts_with("w3-s7-x"));
+        assert_eq!(value(3, 7, 1), "w");
+        assert_eq!(value(3, 7, 0), "w");
+        assert_ne!(value(3, 7, 100), value(3, 8, 100));
+        assert_ne!(value(3, 7, 100), value(4, 7, 100));
+    }
 }

@@ -20,7 +20,10 @@ use tonic::transport::Channel;
 
 use crate::cluster::{self, alter_ok, connect, set_config, value, Cluster};
 use crate::load::{run_writers, Connections, Level, Writer};
-use crate::stats::{cell, latency_json, machine, percentile, r1, r3, unix_now};
+use crate::stats::{
+    cell, cpu_ticks, latency_json, machine, own_cpu_ticks, percentile, r1, r3, unix_now,
+    CLOCK_TICKS_PER_S,
+};
 use crate::{progress, Env, Report};
 
 /// Parameters of the `commit` scenario.
@@ -193,6 +196,38 @@ where
     .await
 }
 
+/// CPU ticks used so far by the controllers (all three together) and by
+/// this process, the load generator.
+#[derive(Clone, Copy)]
+struct CpuTicks {
+    servers: Option<u64>,
+    client: Option<u64>,
+}
+
+impl CpuTicks {
+    fn now(c: &Cluster) -> Self {
+        Self {
+            servers: (0..c.addrs.len())
+                .map(|i| c.pid(i).and_then(cpu_ticks))
+                .sum(),
+            client: own_cpu_ticks(),
+        }
+    }
+
+    /// `(servers, client)` CPU microseconds per record since `self`
+    /// (`None` where /proc could not be read).
+    fn per_record(self, after: CpuTicks, records: u64) -> (Option<f64>, Option<f64>) {
+        let us = |b: Option<u64>, a: Option<u64>| {
+            let ticks = a?.checked_sub(b?)?;
+            (records > 0).then(|| r1(ticks as f64 / CLOCK_TICKS_PER_S * 1e6 / records as f64))
+        };
+        (
+            us(self.servers, after.servers),
+            us(self.client, after.client),
+        )
+    }
+}
+
 /// Runs the scenario.
 pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     let started_at = unix_now();
@@ -214,8 +249,10 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     let vb = p.value_bytes;
     let mut levels = Vec::new();
     let mut records = 0u64;
+    let mut level_cpu = Vec::new();
     for &w in &p.writers {
         progress!("commit: {w} writers for {} s", p.level_secs);
+        let before = CpuTicks::now(&c);
         let l = run_level(
             &leader,
             p.api,
@@ -226,6 +263,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
             move |w, s| set_config(TOPIC, format!("bench.k{w}"), value(w, s, vb)),
         )
         .await?;
+        level_cpu.push(before.per_record(CpuTicks::now(&c), l.ops));
         c.check_alive()?;
         records += l.ops;
         levels.push(l);
@@ -237,6 +275,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         p.bulk_secs
     );
     let keys = p.bulk_keys;
+    let before = CpuTicks::now(&c);
     let bulk = run_level(
         &leader,
         p.api,
@@ -259,6 +298,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         },
     )
     .await?;
+    let bulk_cpu = before.per_record(CpuTicks::now(&c), bulk.ops * keys as u64);
     c.check_alive()?;
     records += bulk.ops * keys as u64;
 
@@ -300,7 +340,8 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
 
     let level_json: Vec<Value> = levels
         .iter()
-        .map(|l| {
+        .zip(&level_cpu)
+        .map(|(l, (server_us, client_us))| {
             let ops_s = l.ops as f64 / l.secs;
             json!({
                 "writers": l.writers,
@@ -311,6 +352,8 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
                 "records_per_s": r1(ops_s),
                 "p50_ms": r3(percentile(&l.lat_ms, 50.0)),
                 "p99_ms": r3(percentile(&l.lat_ms, 99.0)),
+                "server_cpu_us_per_record": server_us,
+                "client_cpu_us_per_record": client_us,
                 "first_error": l.first_error,
             })
         })
@@ -326,6 +369,8 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         "records_per_s": r1(bulk_batches_s * keys as f64),
         "p50_ms": r3(percentile(&bulk.lat_ms, 50.0)),
         "p99_ms": r3(percentile(&bulk.lat_ms, 99.0)),
+        "server_cpu_us_per_record": bulk_cpu.0,
+        "client_cpu_us_per_record": bulk_cpu.1,
         "first_error": bulk.first_error,
     });
     let mut json = json!({
@@ -365,26 +410,30 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         p.connections.name()
     );
     table += &format!(
-        "{:>10} {:>12} {:>10} {:>10} {:>8}\n",
-        "writers", "records/s", "p50 ms", "p99 ms", "errors"
+        "{:>10} {:>12} {:>10} {:>10} {:>8} {:>14} {:>14}\n",
+        "writers", "records/s", "p50 ms", "p99 ms", "errors", "server µs/rec", "client µs/rec"
     );
     for l in &level_json {
         table += &format!(
-            "{:>10} {:>12} {:>10} {:>10} {:>8}\n",
+            "{:>10} {:>12} {:>10} {:>10} {:>8} {:>14} {:>14}\n",
             cell(&l["writers"]),
             cell(&l["records_per_s"]),
             cell(&l["p50_ms"]),
             cell(&l["p99_ms"]),
-            cell(&l["errors"])
+            cell(&l["errors"]),
+            cell(&l["server_cpu_us_per_record"]),
+            cell(&l["client_cpu_us_per_record"])
         );
     }
     table += &format!(
-        "{:>10} {:>12} {:>10} {:>10} {:>8}   ({} batches/s of {keys} records)\n",
+        "{:>10} {:>12} {:>10} {:>10} {:>8} {:>14} {:>14}   ({} batches/s of {keys} records)\n",
         "bulk",
         cell(&bulk_json["records_per_s"]),
         cell(&bulk_json["p50_ms"]),
         cell(&bulk_json["p99_ms"]),
         cell(&bulk_json["errors"]),
+        cell(&bulk_json["server_cpu_us_per_record"]),
+        cell(&bulk_json["client_cpu_us_per_record"]),
         cell(&bulk_json["batches_per_s"])
     );
     table += &format!(

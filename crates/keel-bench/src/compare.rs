@@ -28,7 +28,10 @@ use crate::cluster::{self, set_config, value, Cluster};
 use crate::commit::{run_level, KeelApi};
 use crate::etcd::{self, EtcdError};
 use crate::load::{run_writers, Connections, Level, Writer};
-use crate::stats::{cell, machine, median, percentile, r1, r3, unix_now};
+use crate::stats::{
+    cell, cpu_ticks, machine, median, own_cpu_ticks, percentile, r1, r3, unix_now,
+    CLOCK_TICKS_PER_S,
+};
 use crate::zk::{self, ZkError, ZkSession, ERR_NODE_EXISTS};
 use crate::{progress, Env, Report};
 
@@ -106,8 +109,6 @@ const TOPIC: &str = "bench-compare";
 const KEEL_FLAGS: [&str; 2] = ["--session-timeout-ms", "600000"];
 /// 127.0.<subnet>.11-13 of the Keel quorum.
 const KEEL_SUBNET: u8 = 20;
-/// Ticks per second of /proc/<pid>/stat times (USER_HZ, 100 on Linux).
-const CLOCK_TICKS_PER_S: f64 = 100.0;
 
 /// The three systems, in the order they run inside a level (the order is
 /// also their index in per-system arrays).
@@ -138,28 +139,6 @@ pub fn ratio(keel_ops_s: Option<f64>, peer_ops_s: Option<f64>) -> Option<f64> {
         (Some(k), Some(p)) if p > 0.0 && k.is_finite() && p.is_finite() => Some(k / p),
         _ => None,
     }
-}
-
-/// utime + stime (clock ticks) from the text of /proc/<pid>/stat.
-pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
-    // The command name may hold spaces and parentheses: fields start after
-    // the last ')'. There, index 0 is field 3 (state); utime and stime are
-    // fields 14 and 15.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-/// CPU ticks used so far by process `pid` (all its threads).
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    parse_stat_cpu_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
-/// CPU ticks used so far by this process (the load generator).
-fn own_cpu_ticks() -> Option<u64> {
-    parse_stat_cpu_ticks(&std::fs::read_to_string("/proc/self/stat").ok()?)
 }
 
 /// `write_bytes` less `cancelled_write_bytes` from the text of
@@ -1233,15 +1212,6 @@ mod tests {
         assert_eq!(s["server_cpu_us_per_op"].as_f64(), Some(350.0));
         assert_eq!(s["client_cpu_pct"], Value::Null);
         assert_eq!(summarize(&trials[3..])["ops_per_s"], Value::Null);
-    }
-
-    #[test]
-    fn cpu_ticks_come_from_fields_14_and_15_even_with_odd_names() {
-        let stat =
-            "4242 (java (zk) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 0 0 20 0 50 0 99 0 0";
-        assert_eq!(parse_stat_cpu_ticks(stat), Some(1234 + 567));
-        assert_eq!(parse_stat_cpu_ticks("garbage"), None);
-        assert_eq!(parse_stat_cpu_ticks("1 (x) S 1 2"), None);
     }
 
     #[test]

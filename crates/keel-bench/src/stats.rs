@@ -118,6 +118,31 @@ pub fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
+/// Ticks per second of /proc/<pid>/stat times (USER_HZ, 100 on Linux).
+pub const CLOCK_TICKS_PER_S: f64 = 100.0;
+
+/// utime + stime (clock ticks) from the text of /proc/<pid>/stat.
+pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
+    // The command name may hold spaces and parentheses: fields start after
+    // the last ')'. There, index 0 is field 3 (state); utime and stime are
+    // fields 14 and 15.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = f.get(11)?.parse().ok()?;
+    let stime: u64 = f.get(12)?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// CPU ticks used so far by process `pid` (all its threads).
+pub fn cpu_ticks(pid: u32) -> Option<u64> {
+    parse_stat_cpu_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// CPU ticks used so far by this process (the load generator).
+pub fn own_cpu_ticks() -> Option<u64> {
+    parse_stat_cpu_ticks(&std::fs::read_to_string("/proc/self/stat").ok()?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,5 +165,14 @@ mod tests {
         for k in ["nproc", "cpu_model", "mem_total_bytes"] {
             assert!(m.get(k).is_some(), "{k}");
         }
+    }
+
+    #[test]
+    fn cpu_ticks_come_from_fields_14_and_15_even_with_odd_names() {
+        let stat =
+            "4242 (java (zk) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 0 0 20 0 50 0 99 0 0";
+        assert_eq!(parse_stat_cpu_ticks(stat), Some(1234 + 567));
+        assert_eq!(parse_stat_cpu_ticks("garbage"), None);
+        assert_eq!(parse_stat_cpu_ticks("1 (x) S 1 2"), None);
     }
 }

@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Args;
 use keel_controller::{parse_voters, ControllerConfig, ControllerNode};
@@ -198,7 +199,10 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
     Ok((c, metrics, format))
 }
 
-/// Runs until SIGINT/SIGTERM.
+/// How often the node checks whether its Raft core stopped on a fatal error.
+const FATAL_CHECK_PERIOD: Duration = Duration::from_millis(100);
+
+/// Runs until SIGINT/SIGTERM, or a fatal Raft error.
 pub async fn run(a: ControllerArgs) -> ExitCode {
     let (config, metrics, format) = match build(&a) {
         Ok(v) => v,
@@ -220,15 +224,17 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     };
     let stop = logging::shutdown_signal();
     tokio::pin!(stop);
-    let mut fatal = node.raft().metrics();
+    // Looked at now and then rather than on every change: openraft
+    // publishes its metrics several times per entry, and each change would
+    // wake this thread (it is not a runtime worker) only to find it running.
+    let metrics = node.raft().metrics();
+    let mut check = tokio::time::interval(FATAL_CHECK_PERIOD);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             _ = &mut stop => break,
-            r = fatal.changed() => {
-                if r.is_err() {
-                    break;
-                }
-                let running = fatal.borrow().running_state.clone();
+            _ = check.tick() => {
+                let running = metrics.borrow().running_state.clone();
                 if let Err(e) = running {
                     tracing::error!(error = %e, "raft stopped; exiting");
                     eprintln!("error: raft stopped: {e}");

@@ -36,16 +36,36 @@ fn resign(shared: &Shared, running: Running, why: &str) {
     );
 }
 
-/// Least time between two refreshes of the Raft gauges.
+/// Period of the Raft gauges' refresh.
 const GAUGE_PERIOD: Duration = Duration::from_millis(100);
 
 /// What one look at the Raft metrics decides leadership from.
 struct Seen {
-    state: ServerState,
-    current_leader: Option<u64>,
-    current_term: u64,
+    /// This node leads: openraft says so and its stored vote is its own
+    /// committed vote.
+    leading: bool,
+    /// Term of the stored vote.
+    term: u64,
     /// Term of the entry applied last.
     last_applied_term: Option<u64>,
+}
+
+impl Seen {
+    fn look(
+        me: u64,
+        server: &openraft::metrics::RaftServerMetrics<u64, openraft::BasicNode>,
+        data: &openraft::metrics::RaftDataMetrics<u64>,
+    ) -> Self {
+        let vote = &server.vote;
+        Self {
+            leading: server.state == ServerState::Leader
+                && server.current_leader == Some(me)
+                && vote.is_committed()
+                && vote.leader_id().voted_for() == Some(me),
+            term: vote.leader_id().get_term(),
+            last_applied_term: data.last_applied.map(|l| l.leader_id.term),
+        }
+    }
 }
 
 /// Term, log and per-peer lag gauges from one look at the Raft metrics.
@@ -69,33 +89,27 @@ fn export_gauges(m: &openraft::RaftMetrics<u64, openraft::BasicNode>) {
 }
 
 /// Runs until `shutdown` flips to true.
+///
+/// Wakes when the server-level metrics change (state, leader, vote), and
+/// on applied entries only while it waits for its term's first one:
+/// openraft publishes the full metrics several times per entry, and waking
+/// on each would cost every node a task switch per change for nothing.
 pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
-    let mut metrics = shared.raft.metrics();
+    let mut server = shared.raft.server_metrics();
+    let mut data = shared.raft.data_metrics();
     let me = shared.config.node_id;
     let mut running: Option<Running> = None;
-    // openraft publishes metrics several times per entry: the gauges are
-    // refreshed at most this often, and only the fields the leadership
-    // decision needs are read on every change.
-    let mut gauges_at: Option<std::time::Instant> = None;
+    // Also the period of the gauges, and of the re-check of a loop that may
+    // have stopped on its own.
+    let mut tick = tokio::time::interval(GAUGE_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        let m = {
-            let m = metrics.borrow_and_update();
-            if gauges_at.is_none_or(|t| t.elapsed() >= GAUGE_PERIOD) {
-                gauges_at = Some(std::time::Instant::now());
-                export_gauges(&m);
-            }
-            Seen {
-                state: m.state,
-                current_leader: m.current_leader,
-                current_term: m.current_term,
-                last_applied_term: m.last_applied.map(|l| l.leader_id.term),
-            }
-        };
-        let leading = m.state == ServerState::Leader && m.current_leader == Some(me);
+        let m = Seen::look(me, &server.borrow_and_update(), &data.borrow_and_update());
+        let leading = m.leading;
         if let Some(r) = running.take() {
             if !leading {
                 resign(&shared, r, "lost raft leadership");
-            } else if r.epoch != m.current_term {
+            } else if r.epoch != m.term {
                 resign(&shared, r, "term changed");
             } else if r.task.is_finished() {
                 resign(&shared, r, "event loop stopped");
@@ -105,9 +119,9 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
         }
         // The first entry of our term (openraft's blank entry) applied means
         // the image holds everything any earlier leader committed.
-        let caught_up = m.last_applied_term == Some(m.current_term);
+        let caught_up = m.last_applied_term == Some(m.term);
         if running.is_none() && leading && caught_up {
-            let epoch = m.current_term;
+            let epoch = m.term;
             let image = shared.image();
             if let Ok(mut t) = shared.heartbeats.lock() {
                 // Every known broker starts a fresh session before anyone
@@ -145,11 +159,12 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
                 task,
             });
         }
+        let awaiting_first_entry = running.is_none() && leading;
         tokio::select! {
-            r = metrics.changed() => if r.is_err() { break },
+            r = server.changed() => if r.is_err() { break },
+            r = data.changed(), if awaiting_first_entry => if r.is_err() { break },
             _ = shutdown.changed() => break,
-            // Re-check now and then: the loop may stop on its own.
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = tick.tick() => export_gauges(&shared.raft.metrics().borrow()),
         }
     }
     if let Some(r) = running.take() {

@@ -356,3 +356,50 @@ async fn a_leader_that_steps_down_with_its_flush_held_follows_and_converges() {
         n.stop().await;
     }
 }
+
+/// A commit index waits at most a few milliseconds for entries to carry it
+/// to the followers, then goes out on its own: with heartbeats 3 s apart,
+/// a lone write is still applied on every follower well within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn followers_learn_a_lone_commit_without_waiting_for_a_heartbeat() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let mut config = default_config(CLUSTER);
+    config.heartbeat_interval = 3_000;
+    config.election_timeout_min = 20_000;
+    config.election_timeout_max = 30_000;
+    let config = Arc::new(config.validate().unwrap());
+    let nodes = start_cluster(root.path(), config).await;
+    let leader = wait_leader(&nodes).await;
+    let raft = nodes[leader as usize - 1].raft.clone();
+    let followers: Vec<&TestNode> = nodes.iter().filter(|n| n.id != leader).collect();
+    // Let the election's own traffic settle.
+    let last = write_batches(&raft, 0..1, 1).await;
+    assert_converged(&nodes, last).await;
+
+    for n in 1..=5u64 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let index = write_batches(&raft, n..n + 1, 1).await;
+        let started = Instant::now();
+        for f in &followers {
+            f.raft
+                .wait(Some(Duration::from_secs(1)))
+                .applied_index_at_least(Some(index), "applied")
+                .await
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "follower {} did not apply lone write {index} within 1 s of its commit \
+                         (heartbeats are 3 s apart): {e}",
+                        f.id
+                    )
+                });
+        }
+        println!(
+            "lone write {index}: applied on both followers {:.1?} after commit",
+            started.elapsed()
+        );
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}

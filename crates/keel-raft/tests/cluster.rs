@@ -357,9 +357,10 @@ async fn a_leader_that_steps_down_with_its_flush_held_follows_and_converges() {
     }
 }
 
-/// A commit index waits at most a few milliseconds for entries to carry it
-/// to the followers, then goes out on its own: with heartbeats 3 s apart,
-/// a lone write is still applied on every follower well within a second.
+/// A new commit index reaches the followers without waiting for the next
+/// periodic heartbeat: with heartbeats 3 s apart, a lone write is still
+/// applied on every follower well within a second (standbys keep their
+/// image current between writes, so a failover has little left to apply).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn followers_learn_a_lone_commit_without_waiting_for_a_heartbeat() {
     init_tracing();

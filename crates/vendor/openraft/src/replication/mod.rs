@@ -145,17 +145,7 @@ where
     /// Appropriate number of entries to send.
     /// This is only used by AppendEntries RPC.
     entries_hint: ReplicationHint,
-
-    /// When a commit index the follower has not been sent yet must go out
-    /// on its own (a heartbeat), if no AppendEntries carries it before.
-    commit_due: Option<InstantOf<C>>,
 }
-
-/// How long a new commit index waits for an AppendEntries with entries to
-/// carry it before a heartbeat is sent for it alone. Under load the next
-/// entries come sooner, which saves a round trip per commit and follower;
-/// when idle, followers learn the commit index (and apply) this much later.
-const COMMIT_PROPAGATION_DELAY: Duration = Duration::from_millis(5);
 
 impl<C, N, LS> ReplicationCore<C, N, LS>
 where
@@ -208,7 +198,6 @@ where
             weak_tx_event: tx_event.downgrade(),
             next_action: None,
             entries_hint: Default::default(),
-            commit_due: None,
         };
 
         let join_handle = C::AsyncRuntime::spawn(this.main().instrument(span));
@@ -447,9 +436,7 @@ where
 
         let leader_time = C::now();
 
-        // Build the heartbeat frame to be sent to the follower. It carries
-        // the latest commit index, so no separate heartbeat is due for it.
-        self.commit_due = None;
+        // Build the heartbeat frame to be sent to the follower.
         let payload = AppendEntriesRequest {
             vote: self.session_id.vote_ref().clone(),
             prev_log_id: sending_range.prev.clone(),
@@ -643,22 +630,8 @@ where
         // If there is next action to run, do not block waiting for events,
         // instead, just try the best to drain all events.
         if self.next_action.is_none() {
-            let recv = self.rx_event.recv();
-            let event = match self.commit_due.clone() {
-                None => recv.await,
-                Some(due) => {
-                    let sleep = C::sleep(due - C::now());
-                    select! {
-                        _ = sleep => {
-                            // Nothing carried the commit index in time.
-                            self.next_action = Some(Data::new_heartbeat());
-                            return self.try_drain_events().await;
-                        }
-                        event = recv => event,
-                    }
-                }
-            };
-            let event = event.ok_or(ReplicationClosed::new("rx_repl is closed in drain_event()"))?;
+            let event =
+                self.rx_event.recv().await.ok_or(ReplicationClosed::new("rx_repl is closed in drain_event()"))?;
             self.process_event(event);
         }
 
@@ -706,11 +679,9 @@ where
 
                 self.committed = c;
 
-                // The next AppendEntries carries the new commit index; if
-                // none is due within COMMIT_PROPAGATION_DELAY, a heartbeat
-                // carries it then (`drain_events`).
-                if self.next_action.is_none() && self.commit_due.is_none() {
-                    self.commit_due = Some(C::now() + COMMIT_PROPAGATION_DELAY);
+                // If there is no action, fill in an heartbeat action to send committed index.
+                if self.next_action.is_none() {
+                    self.next_action = Some(Data::new_heartbeat());
                 }
             }
             Replicate::Heartbeat => {

@@ -234,8 +234,16 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
         tokio::select! {
             _ = &mut stop => break,
             _ = check.tick() => {
-                let running = metrics.borrow().running_state.clone();
-                if let Err(e) = running {
+                // A core that stopped on an error says which; one that is
+                // gone without saying (its task ended) dropped the sender.
+                let stopped = match metrics.borrow().running_state.clone() {
+                    Err(e) => Some(e.to_string()),
+                    Ok(()) if metrics.has_changed().is_err() => {
+                        Some("the Raft core is gone".to_string())
+                    }
+                    Ok(()) => None,
+                };
+                if let Some(e) = stopped {
                     tracing::error!(error = %e, "raft stopped; exiting");
                     eprintln!("error: raft stopped: {e}");
                     let _ = node.shutdown().await;

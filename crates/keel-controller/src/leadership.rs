@@ -105,9 +105,8 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let m = Seen::look(me, &server.borrow_and_update(), &data.borrow_and_update());
-        let leading = m.leading;
         if let Some(r) = running.take() {
-            if !leading {
+            if !m.leading {
                 resign(&shared, r, "lost raft leadership");
             } else if r.epoch != m.term {
                 resign(&shared, r, "term changed");
@@ -120,7 +119,7 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
         // The first entry of our term (openraft's blank entry) applied means
         // the image holds everything any earlier leader committed.
         let caught_up = m.last_applied_term == Some(m.term);
-        if running.is_none() && leading && caught_up {
+        if running.is_none() && m.leading && caught_up {
             let epoch = m.term;
             let image = shared.image();
             if let Ok(mut t) = shared.heartbeats.lock() {
@@ -159,7 +158,7 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
                 task,
             });
         }
-        let awaiting_first_entry = running.is_none() && leading;
+        let awaiting_first_entry = running.is_none() && m.leading;
         tokio::select! {
             r = server.changed() => if r.is_err() { break },
             r = data.changed(), if awaiting_first_entry => if r.is_err() { break },

@@ -375,9 +375,10 @@ impl LogStore {
     /// the flush before doing anything else, so on a multi-threaded
     /// runtime the flush runs on the core's own thread through
     /// `block_in_place`, which first hands that worker's other tasks to
-    /// another thread (a large or stalled flush then blocks only the core). Handing it to sled's pool instead (`flush_async`,
-    /// the fallback elsewhere) measured ~40 µs slower per append: two
-    /// thread wake-ups.
+    /// another thread (a large or stalled flush then blocks only the
+    /// core). Handing it to sled's pool instead (`flush_async`, the
+    /// fallback elsewhere) measured ~40 µs slower per append: two thread
+    /// wake-ups.
     async fn flush(&self) -> Result<(), sled::Error> {
         use tokio::runtime::{Handle, RuntimeFlavor};
         let multi_thread =

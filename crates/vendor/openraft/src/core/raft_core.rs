@@ -118,21 +118,16 @@ impl<NID: NodeId, N: Node> ApplyingEntry<NID, N> {
     }
 }
 
-/// The result of applying log entries to state machine. The state machine
-/// worker has already answered the callers waiting for them.
+/// The result of applying log entries to state machine: the last one
+/// applied. The state machine worker has already answered the callers
+/// waiting for them.
 pub(crate) struct ApplyResult<C: RaftTypeConfig> {
-    pub(crate) since: u64,
-    pub(crate) end: u64,
     pub(crate) last_applied: LogId<C::NodeId>,
 }
 
 impl<C: RaftTypeConfig> Debug for ApplyResult<C> {
     fn fmt(&self, f: &mut Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ApplyResult")
-            .field("since", &self.since)
-            .field("end", &self.end)
-            .field("last_applied", &self.last_applied)
-            .finish()
+        f.debug_struct("ApplyResult").field("last_applied", &self.last_applied).finish()
     }
 }
 

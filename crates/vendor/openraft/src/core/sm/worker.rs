@@ -11,8 +11,8 @@ use crate::core::sm::CommandPayload;
 use crate::core::sm::CommandResult;
 use crate::core::sm::CommandSeq;
 use crate::core::sm::Response;
-use crate::core::ApplyResult;
 use crate::core::raft_core::send_response;
+use crate::core::ApplyResult;
 use crate::core::ApplyingEntry;
 use crate::display_ext::DisplayOptionExt;
 use crate::entry::RaftPayload;
@@ -169,11 +169,7 @@ where
             send_response::<C>(ent, apply_res, responders.remove(&log_index));
         }
 
-        Ok(ApplyResult {
-            since,
-            end,
-            last_applied,
-        })
+        Ok(ApplyResult { last_applied })
     }
 
     /// Build a snapshot from the state machine.

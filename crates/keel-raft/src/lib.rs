@@ -22,7 +22,7 @@ pub use codec::{CodecError, STORAGE_FORMAT_VERSION};
 pub use config::default_config;
 pub use dump::{dump, DumpError};
 pub use error::StorageOpenError;
-pub use log_store::{HeldFlushes, LogStore};
+pub use log_store::{HeldWrites, LogStore};
 pub use network::{Network, PeerClient, PeerContacts};
 pub use open::open_storage;
 pub use service::RaftGrpcService;
@@ -31,6 +31,23 @@ pub use state_machine::{
     StateMachineStore,
 };
 pub use watchdog::election_watchdog;
+
+/// Runs `f`, which may take long, on this thread while the runtime's other
+/// tasks go on without it (`block_in_place`: the worker's queue moves to
+/// another thread first). On a two-core machine the runtime has two
+/// workers, and a long computation holding one of them delayed the Raft
+/// heartbeats that the leader's lease rests on. On a current-thread
+/// runtime (some tests) `f` just runs.
+pub fn off_the_workers<R>(f: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    let multi_thread =
+        Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
 
 use serde::{Deserialize, Serialize};
 

@@ -51,8 +51,9 @@ pub struct LogStore {
     first_index: Arc<AtomicU64>,
     /// The purger thread, shared by every clone.
     purger: Arc<Background<u64>>,
-    /// The thread flushing the leader's own appends, shared by every clone.
-    flusher: Arc<Flusher>,
+    /// The thread storing and flushing the leader's own appends, shared by
+    /// every clone.
+    writer: Arc<Writer>,
 }
 
 /// A background thread and its queue, shared by every `LogStore` clone.
@@ -118,38 +119,111 @@ fn spawn_purger(logs: sled::Tree) -> std::io::Result<Background<u64>> {
     })
 }
 
-/// Flushes the leader's own appends on its own thread, so the Raft core
-/// replicates an entry while it is being flushed instead of after. Each
-/// flush covers every append queued before it started (their inserts came
-/// first), so the appends that queue up during one flush share the next;
-/// their callbacks run in append order once it has returned.
-fn spawn_flusher(db: sled::Db) -> std::io::Result<Flusher> {
-    let hold = Arc::new(FlushHold::default());
+/// Work for the writer thread, in append order.
+enum Write {
+    /// The leader's own entries, already in [`Recent`]: encoded, stored,
+    /// flushed, then reported through the callback.
+    Append {
+        entries: Vec<Entry<TypeConfig>>,
+        callback: LogFlushed<TypeConfig>,
+    },
+    /// Answered once every entry queued before it is stored (not
+    /// necessarily flushed): a write that must follow them in sled (a
+    /// follower's append, a truncation) waits for it.
+    Barrier(tokio::sync::oneshot::Sender<()>),
+}
+
+/// Stores and flushes the leader's own appends on its own thread, so the
+/// Raft core neither encodes nor writes them: a 100,000-partition election
+/// appends ~20 entries of ~0.5 MB, each a blob file sled syncs twice, and
+/// done in the core that kept it from sending heartbeats for half a
+/// second. The entries are readable from [`Recent`] as soon as `append`
+/// returns, which is what replication reads, and stay there until stored.
+/// Each flush covers every entry stored before it started, so the appends
+/// that queue up during one flush share the next; their callbacks run in
+/// append order once it has returned.
+fn spawn_writer(
+    db: sled::Db,
+    logs: sled::Tree,
+    recent: Arc<Mutex<Recent>>,
+) -> std::io::Result<Writer> {
+    let hold = Arc::new(WriteHold::default());
     let held = hold.clone();
-    let thread = Background::spawn(
-        "keel-log-flush",
-        move |callbacks: Vec<LogFlushed<TypeConfig>>| {
-            held.wait_released();
-            let flushed = db.flush();
-            for callback in callbacks {
-                let result = match &flushed {
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(std::io::Error::other(e.to_string())),
-                };
-                callback.log_io_completed(result);
+    let queued = Arc::new(AtomicU64::new(0));
+    let counted = queued.clone();
+    // After a failed write nothing more is stored: a later entry would
+    // leave a hole. The core stops on the first failure it is told of.
+    let mut failed: Option<String> = None;
+    let thread = Background::spawn("keel-log-write", move |writes: Vec<Write>| {
+        held.wait_released();
+        let mut callbacks = Vec::new();
+        let mut barriers = Vec::new();
+        let mut stored = Vec::new();
+        let mut appends = 0;
+        for write in writes {
+            match write {
+                Write::Append { entries, callback } => {
+                    appends += 1;
+                    if failed.is_none() {
+                        if let Err(e) = store_entries(&logs, &entries, &mut stored) {
+                            failed = Some(e);
+                        }
+                    }
+                    callbacks.push(callback);
+                }
+                Write::Barrier(tx) => barriers.push(tx),
             }
-        },
-    )?;
-    Ok(Flusher { thread, hold })
+        }
+        lock_recent(&recent).mark_stored(&stored);
+        counted.fetch_sub(appends, Ordering::AcqRel);
+        for tx in barriers {
+            let _ = tx.send(());
+        }
+        if callbacks.is_empty() {
+            return;
+        }
+        let flushed = match &failed {
+            Some(e) => Err(e.clone()),
+            None => db.flush().map(|_| ()).map_err(|e| e.to_string()),
+        };
+        for callback in callbacks {
+            callback.log_io_completed(flushed.clone().map_err(std::io::Error::other));
+        }
+    })?;
+    Ok(Writer {
+        thread,
+        queued,
+        hold,
+    })
 }
 
-/// The flusher thread and the hold a test may put on it.
-struct Flusher {
-    thread: Background<LogFlushed<TypeConfig>>,
-    hold: Arc<FlushHold>,
+/// Encodes and inserts `entries` in order, noting each one's id and
+/// encoded size in `stored`.
+fn store_entries(
+    logs: &sled::Tree,
+    entries: &[Entry<TypeConfig>],
+    stored: &mut Vec<(LogId<NodeId>, usize)>,
+) -> Result<(), String> {
+    for entry in entries {
+        let bytes = codec::encode(entry)
+            .map_err(|e| format!("encoding log entry {}: {e}", entry.log_id))?;
+        let len = bytes.len();
+        logs.insert(index_key(entry.log_id.index), bytes)
+            .map_err(|e| format!("storing log entry {}: {e}", entry.log_id))?;
+        stored.push((entry.log_id, len));
+    }
+    Ok(())
 }
 
-impl Drop for Flusher {
+/// The writer thread, the number of appends queued on it and not yet
+/// stored, and the hold a test may put on its flushes.
+struct Writer {
+    thread: Background<Write>,
+    queued: Arc<AtomicU64>,
+    hold: Arc<WriteHold>,
+}
+
+impl Drop for Writer {
     /// A hold left in place must not keep the thread, and so the join in
     /// `Background`'s drop that runs next, waiting forever.
     fn drop(&mut self) {
@@ -157,15 +231,15 @@ impl Drop for Flusher {
     }
 }
 
-/// Lets a test hold the background flusher back, to show what the leader
-/// does while its own append is not yet durable.
+/// Lets a test hold the writer thread back, to show what the leader does
+/// while its own append is neither stored nor durable.
 #[derive(Default)]
-struct FlushHold {
+struct WriteHold {
     held: Mutex<bool>,
     released: Condvar,
 }
 
-impl FlushHold {
+impl WriteHold {
     fn set(&self, held: bool) {
         *self.held.lock().unwrap_or_else(|p| p.into_inner()) = held;
         self.released.notify_all();
@@ -179,11 +253,12 @@ impl FlushHold {
     }
 }
 
-/// While alive, the leader's own appends on this node are not flushed
-/// (see [`LogStore::hold_background_flushes`]); dropping it lets them go.
-pub struct HeldFlushes(Arc<FlushHold>);
+/// While alive, the leader's own appends on this node are neither stored
+/// nor flushed (see [`LogStore::hold_background_writes`]); dropping it lets
+/// them go.
+pub struct HeldWrites(Arc<WriteHold>);
 
-impl Drop for HeldFlushes {
+impl Drop for HeldWrites {
     fn drop(&mut self) {
         self.0.set(false);
     }
@@ -209,11 +284,11 @@ fn remove_upto(logs: &sled::Tree, upto: u64) -> sled::Result<()> {
     }
 }
 
-/// Entries kept in [`Recent`], at most.
+/// Stored entries kept in [`Recent`], at most.
 const RECENT_ENTRIES: usize = 256;
-/// Encoded bytes of the entries kept in [`Recent`], at most. Small on
-/// purpose: reads come right after the append, and keeping 8 MiB of decoded
-/// batches measured 15-20% slower bulk commits (allocator churn).
+/// Encoded bytes of the stored entries kept in [`Recent`], at most. Small
+/// on purpose: reads come right after the append, and keeping 8 MiB of
+/// decoded batches measured 15-20% slower bulk commits (allocator churn).
 const RECENT_BYTES: usize = 1 << 20;
 
 /// The newest appended entries with consecutive indexes. openraft reads an
@@ -222,9 +297,15 @@ const RECENT_BYTES: usize = 1 << 20;
 /// and a decode each (the payload is shared, so a clone copies no record).
 /// Every change to the sled tree is mirrored here under the same calls, so
 /// a read finds the same entries either way.
+///
+/// The leader's own entries come here before the writer thread stores
+/// them (their size is then unknown: `None`), and an entry is never
+/// dropped for space before it is stored, so every entry from the first
+/// one here on is readable here and every entry before it is in sled.
 #[derive(Default)]
 struct Recent {
-    entries: VecDeque<(Entry<TypeConfig>, usize)>,
+    entries: VecDeque<(Entry<TypeConfig>, Option<usize>)>,
+    /// Encoded bytes of the stored entries here.
     bytes: usize,
 }
 
@@ -233,15 +314,48 @@ impl Recent {
         self.entries.front().map(|(e, _)| e.log_id.index)
     }
 
-    fn push(&mut self, entry: Entry<TypeConfig>, bytes: usize) {
+    /// Adds the next entry; `bytes` is its encoded size if it is stored.
+    fn push(&mut self, entry: Entry<TypeConfig>, bytes: Option<usize>) {
         let next = self.entries.back().map(|(e, _)| e.log_id.index + 1);
         if next.is_some_and(|n| n != entry.log_id.index) {
             self.clear();
         }
-        self.bytes += bytes;
+        self.bytes += bytes.unwrap_or(0);
         self.entries.push_back((entry, bytes));
-        while self.entries.len() > RECENT_ENTRIES
-            || (self.bytes > RECENT_BYTES && self.entries.len() > 1)
+        self.shrink();
+    }
+
+    /// Records the encoded size of entries the writer thread has stored.
+    /// An id no longer here (purged, or replaced after a truncation) is
+    /// skipped.
+    fn mark_stored(&mut self, stored: &[(LogId<NodeId>, usize)]) {
+        let Some(first) = self.first_index() else {
+            return;
+        };
+        for (log_id, len) in stored {
+            let Some(at) = log_id
+                .index
+                .checked_sub(first)
+                .and_then(|d| usize::try_from(d).ok())
+            else {
+                continue;
+            };
+            if let Some((e, bytes)) = self.entries.get_mut(at) {
+                if e.log_id == *log_id && bytes.is_none() {
+                    *bytes = Some(*len);
+                    self.bytes += len;
+                }
+            }
+        }
+        self.shrink();
+    }
+
+    /// Drops the oldest stored entries while over either bound, keeping
+    /// at least the newest one.
+    fn shrink(&mut self) {
+        while (self.entries.len() > RECENT_ENTRIES
+            || (self.bytes > RECENT_BYTES && self.entries.len() > 1))
+            && self.entries.front().is_some_and(|(_, b)| b.is_some())
         {
             self.pop_front();
         }
@@ -249,7 +363,7 @@ impl Recent {
 
     fn pop_front(&mut self) {
         if let Some((_, b)) = self.entries.pop_front() {
-            self.bytes -= b;
+            self.bytes -= b.unwrap_or(0);
         }
     }
 
@@ -266,7 +380,7 @@ impl Recent {
             .is_some_and(|(e, _)| e.log_id.index >= index)
         {
             if let Some((_, b)) = self.entries.pop_back() {
-                self.bytes -= b;
+                self.bytes -= b.unwrap_or(0);
             }
         }
     }
@@ -278,22 +392,27 @@ impl Recent {
         }
     }
 
-    /// The entries `start..end` if all of them from `start` on are here
-    /// (`end` = None: to the last one).
-    fn get(&self, start: u64, end: Option<u64>) -> Option<Vec<Entry<TypeConfig>>> {
-        let first = self.first_index()?;
-        if start < first {
-            return None;
-        }
-        let skip = usize::try_from(start - first).ok()?;
-        Some(
-            self.entries
-                .iter()
-                .skip(skip)
-                .take_while(|(e, _)| end.is_none_or(|end| e.log_id.index < end))
-                .map(|(e, _)| e.clone())
-                .collect(),
-        )
+    /// Splits a read of `start..end` (`end` = None: to the last entry): the
+    /// end of the part to read from sled (`start..that`, empty if it is not
+    /// past `start`) and the entries here from there on.
+    fn read(&self, start: u64, end: Option<u64>) -> (Option<u64>, Vec<Entry<TypeConfig>>) {
+        let Some(first) = self.first_index() else {
+            return (end, Vec::new());
+        };
+        let from_sled = match end {
+            Some(end) => end.min(first),
+            None => first,
+        };
+        let from = start.max(first);
+        let skip = usize::try_from(from - first).unwrap_or(usize::MAX);
+        let here = self
+            .entries
+            .iter()
+            .skip(skip)
+            .take_while(|(e, _)| end.is_none_or(|end| e.log_id.index < end))
+            .map(|(e, _)| e.clone())
+            .collect();
+        (Some(from_sled), here)
     }
 }
 
@@ -322,38 +441,51 @@ impl LogStore {
             }
         };
         let purger = Arc::new(spawn_purger(logs.clone()).map_err(sled::Error::Io)?);
-        let flusher = Arc::new(spawn_flusher(db.clone()).map_err(sled::Error::Io)?);
+        let recent = Arc::<Mutex<Recent>>::default();
+        let writer = Arc::new(
+            spawn_writer(db.clone(), logs.clone(), recent.clone()).map_err(sled::Error::Io)?,
+        );
         Ok(Self {
             db: db.clone(),
             logs,
             vote: db.open_tree("vote")?,
             purged,
             committed: db.open_tree("committed")?,
-            recent: Arc::default(),
+            recent,
             first_index: Arc::new(AtomicU64::new(first_index)),
             purger,
-            flusher,
+            writer,
         })
     }
 
-    /// Holds back the flushes of this node's own appends as leader until
-    /// the returned guard is dropped: the entries are replicated but this
-    /// node does not count as holding them. For tests of the commit rule;
-    /// nothing else calls it.
+    /// Holds back the writer thread, which stores and flushes this node's
+    /// own appends as leader, until the returned guard is dropped: the
+    /// entries are replicated (from the cache) but this node does not count
+    /// as holding them, and a write that must follow them waits. For tests
+    /// of the commit rule; nothing else calls it.
     #[doc(hidden)]
-    pub fn hold_background_flushes(&self) -> HeldFlushes {
-        self.flusher.hold.set(true);
-        HeldFlushes(self.flusher.hold.clone())
+    pub fn hold_background_writes(&self) -> HeldWrites {
+        self.writer.hold.set(true);
+        HeldWrites(self.writer.hold.clone())
     }
 
     fn recent(&self) -> MutexGuard<'_, Recent> {
-        // The cache holds no invariant a panicking holder could break
-        // half-way that a clear does not repair.
-        self.recent.lock().unwrap_or_else(|poisoned| {
-            let mut g = poisoned.into_inner();
-            g.clear();
-            g
-        })
+        lock_recent(&self.recent)
+    }
+
+    /// Waits until the writer thread has stored every append queued on it,
+    /// so that a write made now lands after them in sled.
+    async fn settle(&self) -> StorageResult<()> {
+        if self.writer.queued.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let gone =
+            || StorageIOError::write_logs(AnyError::error("the log writer thread has stopped"));
+        if self.writer.thread.send(Write::Barrier(tx)).is_err() {
+            return Err(gone().into());
+        }
+        rx.await.map_err(|_| gone().into())
     }
 
     /// Checks that every stored record of the log decodes; run at open so
@@ -374,21 +506,23 @@ impl LogStore {
     /// for a follower's append, a truncation or a vote, and it waits for
     /// the flush before doing anything else, so on a multi-threaded
     /// runtime the flush runs on the core's own thread through
-    /// `block_in_place`, which first hands that worker's other tasks to
-    /// another thread (a large or stalled flush then blocks only the
-    /// core). Handing it to sled's pool instead (`flush_async`, the
-    /// fallback elsewhere) measured ~40 µs slower per append: two thread
+    /// `block_in_place` ([`crate::off_the_workers`]: a large or stalled
+    /// flush then blocks only the core). Handing it to sled's pool instead
+    /// (`flush_async`) measured ~40 µs slower per append: two thread
     /// wake-ups.
     async fn flush(&self) -> Result<(), sled::Error> {
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        let multi_thread =
-            Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread);
-        if multi_thread {
-            tokio::task::block_in_place(|| self.db.flush()).map(|_| ())
-        } else {
-            self.db.flush_async().await.map(|_| ())
-        }
+        crate::off_the_workers(|| self.db.flush()).map(|_| ())
     }
+}
+
+/// Locks the cache. A panicking holder cannot leave it unreadable: every
+/// change keeps the entries consecutive (the byte count may drift, which
+/// only decides when stored entries are dropped). It is not cleared, as
+/// entries not yet stored are only here.
+fn lock_recent(recent: &Mutex<Recent>) -> MutexGuard<'_, Recent> {
+    recent
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Reads the one record of a one-key tree.
@@ -449,18 +583,23 @@ impl RaftLogReader<TypeConfig> for LogStore {
         if end.is_some_and(|end| end <= start) {
             return Ok(Vec::new());
         }
-        if let Some(entries) = self.recent().get(start, end) {
-            return Ok(entries);
-        }
-        let iter = match end {
-            Some(end) => self.logs.range(index_key(start)..index_key(end)),
-            None => self.logs.range(index_key(start)..),
-        };
+        // The cache first: what it no longer holds is in sled by then.
+        let (sled_end, cached) = self.recent().read(start, end);
         let mut entries = Vec::new();
-        for kv in iter {
-            let (k, v) = kv.map_err(|e| StorageIOError::read_logs(AnyError::new(&e)))?;
-            entries.push(decode_entry(&k, &v).map_err(StorageIOError::read_logs)?);
+        if sled_end.is_none_or(|e| e > start) {
+            let iter = match sled_end {
+                Some(end) => self.logs.range(index_key(start)..index_key(end)),
+                None => self.logs.range(index_key(start)..),
+            };
+            for kv in iter {
+                let (k, v) = kv.map_err(|e| StorageIOError::read_logs(AnyError::new(&e)))?;
+                entries.push(decode_entry(&k, &v).map_err(StorageIOError::read_logs)?);
+            }
         }
+        if entries.is_empty() {
+            return Ok(cached);
+        }
+        entries.extend(cached);
         Ok(entries)
     }
 }
@@ -535,6 +674,36 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        // The leader's own entries: readable at once from the cache, and
+        // stored and flushed by the writer thread while the core
+        // replicates them; the core counts them when the callback runs.
+        if !callback.is_awaited() {
+            let entries: Vec<_> = entries.into_iter().collect();
+            if entries.is_empty() {
+                callback.log_io_completed(Ok(()));
+                return Ok(());
+            }
+            {
+                let mut recent = self.recent();
+                for entry in &entries {
+                    recent.push(entry.clone(), None);
+                }
+            }
+            self.writer.queued.fetch_add(1, Ordering::AcqRel);
+            return match self.writer.thread.send(Write::Append { entries, callback }) {
+                Ok(()) => Ok(()),
+                Err(write) => {
+                    let gone = "the log writer thread has stopped";
+                    if let Write::Append { callback, .. } = write {
+                        callback.log_io_completed(Err(std::io::Error::other(gone)));
+                    }
+                    Err(StorageIOError::write_logs(AnyError::error(gone)).into())
+                }
+            };
+        }
+        // Anything else (a follower's append, or a new leader's first) is
+        // written here and must land after what the writer still holds.
+        self.settle().await?;
         // Plain inserts in log order, not a sled batch: a batch adds a
         // manifest that sled syncs on its own, doubling the syncs of every
         // append (measured: 118 µs vs 202 µs per one-entry append + flush).
@@ -558,22 +727,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                     recent.clear();
                     return Err(write_err(e));
                 }
-                recent.push(entry, len);
+                recent.push(entry, Some(len));
             }
         }
         // Durable before acknowledged: one flush covers the whole batch.
-        // The leader's own append is flushed in the background while the
-        // core replicates it; the core counts it when the callback runs.
-        if !callback.is_awaited() {
-            return match self.flusher.thread.send(callback) {
-                Ok(()) => Ok(()),
-                Err(callback) => {
-                    let gone = "the log flusher thread has stopped";
-                    callback.log_io_completed(Err(std::io::Error::other(gone)));
-                    Err(StorageIOError::write_logs(AnyError::error(gone)).into())
-                }
-            };
-        }
         match self.flush().await {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
@@ -588,6 +745,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
 
     async fn truncate(&mut self, log_id: LogId<NodeId>) -> StorageResult<()> {
         tracing::debug!(%log_id, "truncating the log from this entry on");
+        self.settle().await?;
         let mut batch = sled::Batch::default();
         for key in self.logs.range(index_key(log_id.index)..).keys() {
             batch.remove(key.map_err(write_err)?);
@@ -681,52 +839,90 @@ mod tests {
         }
     }
 
-    fn indexes(v: Option<Vec<Entry<TypeConfig>>>) -> Option<Vec<u64>> {
-        v.map(|v| v.iter().map(|e| e.log_id.index).collect())
+    /// What a read of `start..end` takes from sled (its end) and the
+    /// indexes of the entries it takes from the cache.
+    fn read(r: &Recent, start: u64, end: Option<u64>) -> (Option<u64>, Vec<u64>) {
+        let (sled_end, here) = r.read(start, end);
+        (sled_end, here.iter().map(|e| e.log_id.index).collect())
     }
 
     #[test]
-    fn recent_serves_only_ranges_it_holds_from_their_start() {
+    fn recent_serves_what_it_holds_and_sends_the_rest_to_sled() {
         let mut r = Recent::default();
-        assert_eq!(indexes(r.get(1, None)), None);
+        assert_eq!(read(&r, 1, None), (None, vec![]), "all from sled");
+        assert_eq!(read(&r, 1, Some(4)), (Some(4), vec![]));
         for i in 5..10 {
-            r.push(entry(i), 10);
+            r.push(entry(i), Some(10));
         }
-        assert_eq!(indexes(r.get(4, None)), None, "older entries are in sled");
-        assert_eq!(indexes(r.get(5, Some(7))), Some(vec![5, 6]));
-        assert_eq!(indexes(r.get(8, None)), Some(vec![8, 9]));
-        assert_eq!(indexes(r.get(12, None)), Some(vec![]), "past the end");
+        assert_eq!(read(&r, 3, None), (Some(5), vec![5, 6, 7, 8, 9]));
+        assert_eq!(read(&r, 3, Some(4)), (Some(4), vec![]));
+        assert_eq!(read(&r, 5, Some(7)), (Some(5), vec![5, 6]));
+        assert_eq!(read(&r, 8, None), (Some(5), vec![8, 9]));
+        assert_eq!(read(&r, 12, None), (Some(5), vec![]), "past the end");
     }
 
     #[test]
     fn recent_follows_truncate_purge_and_gaps() {
         let mut r = Recent::default();
         for i in 1..=6 {
-            r.push(entry(i), 10);
+            r.push(entry(i), Some(10));
         }
         r.truncate(4);
-        assert_eq!(indexes(r.get(1, None)), Some(vec![1, 2, 3]));
-        r.push(entry(4), 10);
+        assert_eq!(read(&r, 1, None).1, vec![1, 2, 3]);
+        r.push(entry(4), Some(10));
         r.purge(2);
-        assert_eq!(indexes(r.get(3, None)), Some(vec![3, 4]));
+        assert_eq!(read(&r, 3, None), (Some(3), vec![3, 4]));
         assert_eq!(r.bytes, 20);
         // A non-consecutive append (never made by Raft) empties the cache
         // rather than serving a log with a hole.
-        r.push(entry(9), 10);
-        assert_eq!(indexes(r.get(3, None)), None);
-        assert_eq!(indexes(r.get(9, None)), Some(vec![9]));
+        r.push(entry(9), Some(10));
+        assert_eq!(read(&r, 3, None), (Some(9), vec![9]));
     }
 
     #[test]
     fn recent_is_bounded_by_count_and_bytes_but_keeps_the_newest() {
         let mut r = Recent::default();
         for i in 0..(RECENT_ENTRIES as u64 + 10) {
-            r.push(entry(i), 1);
+            r.push(entry(i), Some(1));
         }
         assert_eq!(r.entries.len(), RECENT_ENTRIES);
         assert_eq!(r.first_index(), Some(10));
-        r.push(entry(RECENT_ENTRIES as u64 + 10), RECENT_BYTES + 1);
+        r.push(entry(RECENT_ENTRIES as u64 + 10), Some(RECENT_BYTES + 1));
         assert_eq!(r.entries.len(), 1, "one oversized entry is still kept");
         assert_eq!(r.bytes, RECENT_BYTES + 1);
+    }
+
+    /// The leader's entries wait in the cache until the writer has stored
+    /// them: a read must find them there, however many pile up.
+    #[test]
+    fn recent_keeps_entries_not_yet_stored_until_they_are() {
+        let mut r = Recent::default();
+        r.push(entry(1), Some(RECENT_BYTES));
+        let pending = RECENT_ENTRIES as u64 + 20;
+        for i in 2..2 + pending {
+            r.push(entry(i), None);
+        }
+        // Only the stored first entry could go.
+        assert_eq!(r.first_index(), Some(2));
+        assert_eq!(r.entries.len() as u64, pending);
+        assert_eq!(r.bytes, 0);
+        // Stored in two steps; ids no longer here (or of another term) are
+        // skipped.
+        let mut other_term = entry(30);
+        other_term.log_id.leader_id = CommittedLeaderId::new(2, 1);
+        r.mark_stored(&[
+            (entry(1).log_id, 5),
+            (entry(2).log_id, 1),
+            (other_term.log_id, 1),
+        ]);
+        // Over the count, the stored entry 2 went; entry 3 holds the rest.
+        assert_eq!(r.first_index(), Some(3), "entry 3 is not stored yet");
+        assert_eq!(r.entries.len() as u64, pending - 1);
+        assert_eq!(r.bytes, 0);
+        let rest: Vec<_> = (3..2 + pending).map(|i| (entry(i).log_id, 1)).collect();
+        r.mark_stored(&rest);
+        assert_eq!(r.entries.len(), RECENT_ENTRIES);
+        assert_eq!(r.bytes, RECENT_ENTRIES);
+        assert_eq!(r.first_index(), Some(2 + pending - RECENT_ENTRIES as u64));
     }
 }

@@ -257,6 +257,52 @@ pub struct StateMachineStore {
 }
 
 impl StateMachineStore {
+    /// Replays committed entries into the image (openraft's `apply`; the
+    /// error is boxed only to keep the result small).
+    fn apply_entries(
+        &mut self,
+        entries: Vec<Entry<TypeConfig>>,
+    ) -> Result<Vec<ClientResponse>, Box<StorageError<NodeId>>> {
+        // Work on a copy (O(1)) so a failed chunk leaves nothing half-applied.
+        let mut image = self.image.clone();
+        let mut last_applied = self.last_applied;
+        let mut membership = self.membership.clone();
+        let mut responses = Vec::new();
+        for entry in entries {
+            let log_id = entry.log_id;
+            match &entry.payload {
+                EntryPayload::Blank => image.advance_offset(log_id.index),
+                EntryPayload::Normal(batch) => {
+                    if let Err(e) = image.replay_batch(batch, log_id.index) {
+                        // A committed entry that does not replay means this
+                        // node's state diverged or the log is corrupt: stop.
+                        tracing::error!(
+                            index = log_id.index,
+                            error = %e,
+                            "replay of a committed entry failed; stopping this node"
+                        );
+                        return Err(Box::new(
+                            StorageIOError::apply(log_id, AnyError::new(&e)).into(),
+                        ));
+                    }
+                }
+                EntryPayload::Membership(m) => {
+                    image.advance_offset(log_id.index);
+                    membership = StoredMembership::new(Some(log_id), m.clone());
+                }
+            }
+            last_applied = Some(log_id);
+            responses.push(ClientResponse {});
+        }
+        if !responses.is_empty() {
+            self.image = image;
+            self.last_applied = last_applied;
+            self.membership = membership;
+            self.publish();
+        }
+        Ok(responses)
+    }
+
     /// Opens the snapshot tree and restores the latest snapshot, if any.
     /// The error is a description of what is corrupt.
     pub(crate) fn open(db: &sled::Db, seq_seed: u64) -> Result<Self, String> {
@@ -388,6 +434,12 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     }
 }
 
+/// Records in one `apply` call from which the replay runs aside from the
+/// runtime's workers ([`crate::off_the_workers`]): a 100,000-partition
+/// election replays ~20 entries of 5,000 records, too long to hold a
+/// worker; a small write's entry is not worth the hand-off.
+const APPLY_ASIDE_RECORDS: usize = 2_000;
+
 impl RaftStateMachine<TypeConfig> for StateMachineStore {
     type SnapshotBuilder = SnapshotBuilder;
 
@@ -402,42 +454,20 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        // Work on a copy (O(1)) so a failed chunk leaves nothing half-applied.
-        let mut image = self.image.clone();
-        let mut last_applied = self.last_applied;
-        let mut membership = self.membership.clone();
-        let mut responses = Vec::new();
-        for entry in entries {
-            let log_id = entry.log_id;
-            match &entry.payload {
-                EntryPayload::Blank => image.advance_offset(log_id.index),
-                EntryPayload::Normal(batch) => {
-                    if let Err(e) = image.replay_batch(batch, log_id.index) {
-                        // A committed entry that does not replay means this
-                        // node's state diverged or the log is corrupt: stop.
-                        tracing::error!(
-                            index = log_id.index,
-                            error = %e,
-                            "replay of a committed entry failed; stopping this node"
-                        );
-                        return Err(StorageIOError::apply(log_id, AnyError::new(&e)).into());
-                    }
-                }
-                EntryPayload::Membership(m) => {
-                    image.advance_offset(log_id.index);
-                    membership = StoredMembership::new(Some(log_id), m.clone());
-                }
-            }
-            last_applied = Some(log_id);
-            responses.push(ClientResponse {});
-        }
-        if !responses.is_empty() {
-            self.image = image;
-            self.last_applied = last_applied;
-            self.membership = membership;
-            self.publish();
-        }
-        Ok(responses)
+        let entries: Vec<_> = entries.into_iter().collect();
+        let records: usize = entries
+            .iter()
+            .map(|e| match &e.payload {
+                EntryPayload::Normal(batch) => batch.records.len(),
+                _ => 0,
+            })
+            .sum();
+        let applied = if records >= APPLY_ASIDE_RECORDS {
+            crate::off_the_workers(|| self.apply_entries(entries))
+        } else {
+            self.apply_entries(entries)
+        };
+        applied.map_err(|e| *e)
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {

@@ -206,8 +206,9 @@ fn leader_holds(leader: &TestNode) -> u64 {
 }
 
 /// The leader replicates its own entries while it flushes them, and counts
-/// itself as holding them only once they are on disk: with its flushes held
-/// back, entries still commit on both followers' copies, but with one
+/// itself as holding them only once they are on disk: with its writer held
+/// back (its entries neither stored nor flushed, replication reading them
+/// from the cache), entries still commit on both followers' copies, but with one
 /// follower down the other follower's copy alone commits nothing until the
 /// leader's flush goes through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -222,7 +223,7 @@ async fn the_leader_counts_its_own_entries_only_once_they_are_flushed() {
 
     // Both followers up: their two copies are a quorum without the leader's.
     let leader = &nodes[leader_id as usize - 1];
-    let held = leader.log.hold_background_flushes();
+    let held = leader.log.hold_background_writes();
     let last = tokio::time::timeout(PATIENCE, write_batches(&leader.raft, 10..20, 4))
         .await
         .expect("entries commit on the followers' copies while the leader's flush is held");
@@ -255,7 +256,7 @@ async fn the_leader_counts_its_own_entries_only_once_they_are_flushed() {
         .expect("a follower");
     nodes.remove(down).stop().await;
     let leader = nodes.iter().find(|n| n.id == leader_id).expect("leader");
-    let held = leader.log.hold_background_flushes();
+    let held = leader.log.hold_background_writes();
     let raft = leader.raft.clone();
     let mut write = tokio::spawn(async move { raft.client_write(topic_batch(20)).await });
     let early = tokio::time::timeout(Duration::from_secs(2), &mut write).await;
@@ -286,7 +287,7 @@ async fn the_leader_counts_its_own_entries_only_once_they_are_flushed() {
 
     // A node stopped while its flushes are held, with a write waiting on
     // them, still stops: its store lets the flusher go when it closes.
-    let _held = leader.log.hold_background_flushes();
+    let _held = leader.log.hold_background_writes();
     let raft = leader.raft.clone();
     let pending = tokio::spawn(async move { raft.client_write(topic_batch(21)).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -314,7 +315,7 @@ async fn a_leader_that_steps_down_with_its_flush_held_follows_and_converges() {
 
     // An entry that commits on the followers' copies while the leader's own
     // flush is held.
-    let held = old.log.hold_background_flushes();
+    let held = old.log.hold_background_writes();
     let last = write_batches(&old.raft, 10..11, 1).await;
     let old_term = old.raft.metrics().borrow().current_term;
 

@@ -90,10 +90,13 @@ impl<T: Send + 'static> Proposal<T> {
 
 type Run = Box<dyn FnOnce(&MetadataImage, &mut DecideEnv) -> Erased + Send>;
 
+/// Answers a command once its records commit (with their index) or fail to.
+type Reply = Box<dyn FnOnce(Result<u64, ApiError>) + Send>;
+
 struct Erased {
     records: Vec<MetadataRecord>,
     stop_replicas: Vec<(TopicPartition, BrokerId)>,
-    on_commit: Box<dyn FnOnce(Result<u64, ApiError>) + Send>,
+    on_commit: Reply,
 }
 
 /// One named event for the loop.
@@ -211,6 +214,70 @@ fn rebuild(base: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage {
     working
 }
 
+/// What one batch of commands decided.
+struct Decided {
+    records: Vec<MetadataRecord>,
+    replies: Vec<Reply>,
+    stop_replicas: Vec<(TopicPartition, BrokerId)>,
+    /// The broker requests the records call for and their summary; `None`
+    /// when nothing was decided (every command answers at once).
+    plan: Option<(planner::BrokerRequestPlan, crate::tasks::ChangeSummary)>,
+}
+
+/// Decides `batch` in order against `base`, each command seeing the
+/// records of those before it.
+fn decide(base: &MetadataImage, batch: Vec<Command>, env: &mut DecideEnv) -> Decided {
+    let mut working = base.clone();
+    let mut records = Vec::new();
+    let mut replies = Vec::new();
+    let mut stop_replicas = Vec::new();
+    for cmd in batch {
+        let started = Instant::now();
+        metrics::histogram!("keel_controller_event_queue_time_seconds", "kind" => cmd.kind)
+            .record(cmd.enqueued.elapsed().as_secs_f64());
+        env.now_ms = now_ms();
+        let proposed = cmd.proposed.clone();
+        let p = (cmd.run)(&working, env);
+        let speculative_offset = working.offset() + 1;
+        // Replayed in place (no copy of the working image per command:
+        // a copy would make every replay below copy the paths it
+        // touches); the rare failure rebuilds the working image from
+        // the base and the records accepted so far.
+        if let Some(e) = p
+            .records
+            .iter()
+            .find_map(|r| working.replay(r, speculative_offset).err())
+        {
+            // A decision that does not replay is a bug in the decide step:
+            // refuse it, keep the node running, and say so loudly.
+            tracing::error!(kind = cmd.kind, error = %e, "decision produced an inconsistent record; refused");
+            working = rebuild(base, &records);
+            (p.on_commit)(Err(ApiError::new(ErrorCode::Internal, e.to_string())));
+            continue;
+        }
+        metrics::histogram!("keel_controller_event_process_time_seconds", "kind" => cmd.kind)
+            .record(started.elapsed().as_secs_f64());
+        if !p.records.is_empty() {
+            proposed.store(true, Ordering::Release);
+        }
+        records.extend(p.records);
+        stop_replicas.extend(p.stop_replicas);
+        replies.push(p.on_commit);
+    }
+    let plan = (!records.is_empty()).then(|| {
+        (
+            planner::plan(base, &working, &records),
+            crate::tasks::ChangeSummary::of(&records),
+        )
+    });
+    Decided {
+        records,
+        replies,
+        stop_replicas,
+        plan,
+    }
+}
+
 /// Runs the loop until `stop` fires, the queue closes, or leadership is lost.
 pub(crate) async fn run(
     shared: Arc<Shared>,
@@ -250,53 +317,20 @@ pub(crate) async fn run(
         metrics::gauge!("keel_controller_event_queue_size").set(rx.len() as f64);
 
         let base = shared.image();
-        let mut working = base.clone();
-        let mut records = Vec::new();
-        let mut replies = Vec::new();
-        let mut stop_replicas = Vec::new();
-        for cmd in batch {
-            let started = Instant::now();
-            metrics::histogram!("keel_controller_event_queue_time_seconds", "kind" => cmd.kind)
-                .record(cmd.enqueued.elapsed().as_secs_f64());
-            env.now_ms = now_ms();
-            let proposed = cmd.proposed.clone();
-            let p = (cmd.run)(&working, &mut env);
-            let speculative_offset = working.offset() + 1;
-            // Replayed in place (no copy of the working image per command:
-            // a copy would make every replay below copy the paths it
-            // touches); the rare failure rebuilds the working image from
-            // the base and the records accepted so far.
-            if let Some(e) = p
-                .records
-                .iter()
-                .find_map(|r| working.replay(r, speculative_offset).err())
-            {
-                // A decision that does not replay is a bug in the decide step:
-                // refuse it, keep the node running, and say so loudly.
-                tracing::error!(kind = cmd.kind, error = %e, "decision produced an inconsistent record; refused");
-                working = rebuild(&base, &records);
-                (p.on_commit)(Err(ApiError::new(ErrorCode::Internal, e.to_string())));
-                continue;
-            }
-            metrics::histogram!("keel_controller_event_process_time_seconds", "kind" => cmd.kind)
-                .record(started.elapsed().as_secs_f64());
-            if !p.records.is_empty() {
-                proposed.store(true, Ordering::Release);
-            }
-            records.extend(p.records);
-            stop_replicas.extend(p.stop_replicas);
-            replies.push(p.on_commit);
-        }
-        if records.is_empty() {
-            let offset = working.offset();
+        let Decided {
+            records,
+            replies,
+            stop_replicas,
+            plan,
+        } = keel_raft::off_the_workers(|| decide(&base, batch, &mut env));
+        let Some((plan, summary)) = plan else {
+            let offset = base.offset();
             for r in replies {
                 r(Ok(offset));
             }
             channels.stop_replicas(stop_replicas);
             continue;
-        }
-        let plan = planner::plan(&base, &working, &records);
-        let summary = crate::tasks::ChangeSummary::of(&records);
+        };
         let started = Instant::now();
         match propose(&shared.raft, records).await {
             Ok(index) => {

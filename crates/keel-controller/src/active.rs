@@ -39,6 +39,12 @@ pub const MAX_COMMANDS_PER_BATCH: usize = 512;
 /// the entries-per-AppendEntries limit in `keel_raft::default_config` it
 /// bounds an RPC (openraft gives AppendEntries one heartbeat interval).
 pub const MAX_RECORDS_PER_ENTRY: usize = 5_000;
+/// Commands whose decide step is bounded by their own request (one
+/// partition's ISR, the configs named in a request): a batch of only these
+/// is decided on the worker, skipping the hand-off of
+/// [`keel_raft::off_the_workers`] that every other batch takes (a
+/// heartbeat may unfence a broker and elect leaders all over the image).
+const LIGHT_KINDS: &[&str] = &["alter_configs", "alter_partition"];
 /// Period of the housekeeping tick (session expiry, reconciliation).
 pub const TICK: Duration = Duration::from_millis(200);
 
@@ -317,12 +323,17 @@ pub(crate) async fn run(
         metrics::gauge!("keel_controller_event_queue_size").set(rx.len() as f64);
 
         let base = shared.image();
+        let light = batch.iter().all(|c| LIGHT_KINDS.contains(&c.kind));
         let Decided {
             records,
             replies,
             stop_replicas,
             plan,
-        } = keel_raft::off_the_workers(|| decide(&base, batch, &mut env));
+        } = if light {
+            decide(&base, batch, &mut env)
+        } else {
+            keel_raft::off_the_workers(|| decide(&base, batch, &mut env))
+        };
         let Some((plan, summary)) = plan else {
             let offset = base.offset();
             for r in replies {

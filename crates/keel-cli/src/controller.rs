@@ -201,6 +201,22 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
 
 /// How often the node checks whether its Raft core stopped on a fatal error.
 const FATAL_CHECK_PERIOD: Duration = Duration::from_millis(100);
+/// Fatal checks between two hand-backs of freed memory ([`release_freed`]).
+const RELEASE_EVERY_CHECKS: u32 = 10;
+
+/// Hands memory the process has freed back to the OS. mimalloc returns
+/// freed large blocks (a 1,000,000-partition snapshot's ~34 MB buffers:
+/// the encoded image, the payload, sled's copies) only when later
+/// allocation work gets round to it, so an active controller measured
+/// either ~420 or ~660 bytes of RSS per partition after a snapshot,
+/// depending on which thread freed what. A forced collect also purges
+/// those blocks; with nothing to purge it is cheap. Harmless when mimalloc
+/// is not the global allocator (as in tests).
+fn release_freed() {
+    // SAFETY: `mi_collect` takes no pointers and may be called from any
+    // thread at any time.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
 
 /// Runs until SIGINT/SIGTERM, or a fatal Raft error.
 pub async fn run(a: ControllerArgs) -> ExitCode {
@@ -230,10 +246,15 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     let metrics = node.raft().metrics();
     let mut check = tokio::time::interval(FATAL_CHECK_PERIOD);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut checks = 0u32;
     loop {
         tokio::select! {
             _ = &mut stop => break,
             _ = check.tick() => {
+                checks = checks.wrapping_add(1);
+                if checks.is_multiple_of(RELEASE_EVERY_CHECKS) {
+                    release_freed();
+                }
                 // A core that stopped on an error says which; one that is
                 // gone without saying (its task ended) dropped the sender.
                 let stopped = match metrics.borrow().running_state.clone() {

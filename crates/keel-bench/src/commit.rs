@@ -39,6 +39,9 @@ pub struct CommitParams {
     pub value_bytes: usize,
     /// Keys per request at the bulk level.
     pub bulk_keys: usize,
+    /// Writers at the bulk level, each with one request in flight on its
+    /// own keys.
+    pub bulk_writers: usize,
     /// Wall time of the bulk level.
     pub bulk_secs: f64,
     /// Also time one writer through `ControllerClient` (a connection per call).
@@ -76,6 +79,7 @@ impl Default for CommitParams {
             max_ops_per_level: 2_000_000,
             value_bytes: 100,
             bulk_keys: 1_000,
+            bulk_writers: 1,
             bulk_secs: 10.0,
             compare_client: true,
             api: KeelApi::Session,
@@ -270,7 +274,8 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     }
 
     progress!(
-        "commit: bulk, {} keys per request, for {} s",
+        "commit: bulk, {} writer(s) of {} keys per request, for {} s",
+        p.bulk_writers,
         p.bulk_keys,
         p.bulk_secs
     );
@@ -280,15 +285,15 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         &leader,
         p.api,
         p.connections,
-        1,
+        p.bulk_writers,
         p.bulk_secs,
         p.max_ops_per_level,
-        move |_, s| pb::IncrementalAlterConfigsRequest {
+        move |w, s| pb::IncrementalAlterConfigsRequest {
             topics: vec![pb::AlterTopicConfig {
                 topic: BULK_TOPIC.to_string(),
                 ops: (0..keys)
                     .map(|k| pb::AlterConfigOp {
-                        key: format!("bench.b{k}"),
+                        key: format!("bench.b{}", w * keys + k),
                         value: value(k, s, vb),
                         op: pb::ConfigOp::Set as i32,
                     })
@@ -360,7 +365,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         .collect();
     let bulk_batches_s = bulk.ops as f64 / bulk.secs;
     let bulk_json = json!({
-        "writers": 1,
+        "writers": p.bulk_writers,
         "keys_per_request": keys,
         "batches": bulk.ops,
         "errors": bulk.errors,
@@ -383,6 +388,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
             "max_ops_per_level": p.max_ops_per_level,
             "value_bytes": p.value_bytes,
             "bulk_keys": p.bulk_keys,
+            "bulk_writers": p.bulk_writers,
             "bulk_secs": p.bulk_secs,
             "op": "IncrementalAlterConfigs SET of one key (one TopicConfig record)",
             "connection": match p.connections {

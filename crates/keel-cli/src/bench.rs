@@ -103,6 +103,12 @@ pub struct BenchArgs {
     /// commit: seconds per writer level (and for the bulk level).
     #[arg(long, default_value_t = 10.0)]
     level_secs: f64,
+    /// commit: records per request at the bulk level.
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    bulk_keys: u64,
+    /// commit: writers at the bulk level, each with one request in flight.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    bulk_writers: u64,
     /// heartbeats: simulated broker counts, comma separated.
     #[arg(
         long,
@@ -190,6 +196,8 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 writers: a.writers.clone(),
                 level_secs: a.level_secs,
                 bulk_secs: a.level_secs,
+                bulk_keys: a.bulk_keys as usize,
+                bulk_writers: a.bulk_writers as usize,
                 api: a.keel_api.into(),
                 connections: a.connections.into(),
                 ..CommitParams::default()

@@ -109,4 +109,23 @@ mod tests {
             Err(CodecError::Corrupt(_))
         ));
     }
+
+    #[test]
+    fn the_size_guess_changes_nothing_but_the_reservation() {
+        // Same bytes as a plain bincode encoding behind the prefix, whatever
+        // this thread encoded before: larger, smaller, or over the cap.
+        let plain = |v: &Vec<String>| {
+            let mut out = STORAGE_FORMAT_VERSION.to_le_bytes().to_vec();
+            out.extend(bincode::serde::encode_to_vec(v, bincode::config::standard()).unwrap());
+            out
+        };
+        let huge = vec!["y".repeat(MAX_RESERVE_BYTES + 10)];
+        let big: Vec<String> = (0..1_000).map(|i| format!("value-{i}")).collect();
+        let small = vec!["x".to_string()];
+        for v in [&small, &big, &small, &huge, &small, &big, &big] {
+            let bytes = encode(v).unwrap();
+            assert_eq!(bytes, plain(v));
+            assert_eq!(&decode::<Vec<String>>(&bytes).unwrap(), v);
+        }
+    }
 }

@@ -39,12 +39,16 @@ pub const MAX_COMMANDS_PER_BATCH: usize = 512;
 /// the entries-per-AppendEntries limit in `keel_raft::default_config` it
 /// bounds an RPC (openraft gives AppendEntries one heartbeat interval).
 pub const MAX_RECORDS_PER_ENTRY: usize = 5_000;
+/// Kind of the IncrementalAlterConfigs command.
+pub(crate) const ALTER_CONFIGS: &str = "alter_configs";
+/// Kind of the AlterPartition (ISR change) command.
+pub(crate) const ALTER_PARTITION: &str = "alter_partition";
 /// Commands whose decide step is bounded by their own request (one
 /// partition's ISR, the configs named in a request): a batch of only these
 /// is decided on the worker, skipping the hand-off of
 /// [`keel_raft::off_the_workers`] that every other batch takes (a
 /// heartbeat may unfence a broker and elect leaders all over the image).
-const LIGHT_KINDS: &[&str] = &["alter_configs", "alter_partition"];
+const LIGHT_KINDS: &[&str] = &[ALTER_CONFIGS, ALTER_PARTITION];
 /// Period of the housekeeping tick (session expiry, reconciliation).
 pub const TICK: Duration = Duration::from_millis(200);
 

@@ -643,7 +643,7 @@ impl AdminService for AdminApi {
         let validate_only = req.validate_only;
         let r = self
             .shared
-            .submit("alter_configs", move |image, _| {
+            .submit(crate::active::ALTER_CONFIGS, move |image, _| {
                 let d = image.decide_alter_configs(&items, validate_only);
                 Proposal::with_reply(d.records, Ok(d.reply))
             })

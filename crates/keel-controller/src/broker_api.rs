@@ -264,7 +264,7 @@ impl BrokerService for BrokerApi {
         }
         let r = self
             .shared
-            .submit("alter_partition", move |image, _| {
+            .submit(crate::active::ALTER_PARTITION, move |image, _| {
                 let d = image.decide_alter_partition(broker, epoch, &items);
                 let reply = d.reply.map(|v| {
                     v.into_iter()

@@ -1162,8 +1162,18 @@ async fn restore(rig: &mut Rig, f: &mut Followers, p: &BrokerFailureParams) -> a
 
 // ---- trials ---------------------------------------------------------------
 
+/// What the active controller logs when a broker's session expires, before
+/// it decides the fence.
+const EXPIRY_LINE: &str = "broker session expired; fencing it";
+
 struct FailureTrial {
     ms: f64,
+    /// The controller's "broker session expired; fencing it" line (logged
+    /// when it starts deciding the fence) -> the same last acceptance: the
+    /// failure end to end, deciding and committing the moves included.
+    expiry_ms: Option<f64>,
+    /// The expiry line -> the "broker fenced" line (decide and commit).
+    expiry_to_fence_ms: Option<f64>,
     detect_ms: f64,
     first_accept_ms: f64,
     raft_entries: u64,
@@ -1223,8 +1233,11 @@ async fn failure_trial(
         .and_then(Value::as_u64)
         .unwrap_or(0);
     let (queue_p99_ms, queue_method, queue_detail) = queue_p99(&before_metrics, &after_metrics);
+    let expiry = logs.find(active, EXPIRY_LINE, 1);
     Ok(FailureTrial {
         ms: last as f64 - fence.at_ms,
+        expiry_ms: expiry.as_ref().map(|e| last as f64 - e.at_ms),
+        expiry_to_fence_ms: expiry.as_ref().map(|e| fence.at_ms - e.at_ms),
         detect_ms: fence.at_ms - kill_ms as f64,
         first_accept_ms: first as f64 - fence.at_ms,
         raft_entries: after
@@ -1369,9 +1382,11 @@ pub async fn run(env: &Env, p: &BrokerFailureParams) -> anyhow::Result<Report> {
         match failure_trial(&mut rig, &mut logs, &mut f, p).await {
             Ok(tr) => {
                 progress!(
-                    "broker-failure: failure trial {}: {:.1} ms from fence log to last acceptance (kill -> fence {:.0} ms, first acceptance +{:.1} ms, {} Raft entries, queue p99 {:?} ms)",
+                    "broker-failure: failure trial {}: {:.1} ms from fence log to last acceptance, {:?} ms from session expiry (expiry -> fence log {:?} ms, kill -> fence {:.0} ms, first acceptance +{:.1} ms, {} Raft entries, queue p99 {:?} ms)",
                     n + 1,
                     tr.ms,
+                    tr.expiry_ms.map(r1),
+                    tr.expiry_to_fence_ms.map(r1),
                     tr.detect_ms,
                     tr.first_accept_ms,
                     tr.raft_entries,
@@ -1459,6 +1474,12 @@ pub async fn run(env: &Env, p: &BrokerFailureParams) -> anyhow::Result<Report> {
         .map(|t| opt_r1(t.process_max_ms))
         .collect::<Vec<_>>());
     fj["failures"] = json!(failure_errors);
+    let expiry_ms: Vec<f64> = failure.iter().filter_map(|t| t.expiry_ms).collect();
+    fj["expiry_to_last_acceptance"] = summary_json(&expiry_ms);
+    fj["expiry_log_to_fence_log_ms_trials"] = json!(failure
+        .iter()
+        .map(|t| opt_r1(t.expiry_to_fence_ms))
+        .collect::<Vec<_>>());
 
     let sd_ms: Vec<f64> = shutdown.iter().map(|t| t.ms).collect();
     let mut sj = summary_json(&sd_ms);
@@ -1495,6 +1516,7 @@ pub async fn run(env: &Env, p: &BrokerFailureParams) -> anyhow::Result<Report> {
             "create_secs": r1(create_secs),
             "setup_secs": r1(setup_secs),
             "failure_measured": "SIGKILL broker 1; active controller's \"broker fenced\" log timestamp -> last accepted_at_ms on brokers 2 and 3 of the first leader_and_isr line per partition with leader != 1 at a newer leader epoch",
+            "failure_expiry_measured": "failure.expiry_to_last_acceptance: the active controller's \"broker session expired; fencing it\" log timestamp (before the fence is decided) -> the same last acceptance, so deciding and committing the moves count too",
             "controlled_shutdown_measured": "SIGTERM to broker 1 (bench clock, taken before kill(1) starts) -> the same last acceptance on brokers 2 and 3",
         },
         "failure": fj,
@@ -1513,6 +1535,11 @@ pub async fn run(env: &Env, p: &BrokerFailureParams) -> anyhow::Result<Report> {
     for (name, j, n) in [
         ("failure (fence->ack)", &json["failure"], fail_ms.len()),
         (
+            "failure (expiry->ack)",
+            &json["failure"]["expiry_to_last_acceptance"],
+            expiry_ms.len(),
+        ),
+        (
             "controlled shutdown",
             &json["controlled_shutdown"],
             sd_ms.len(),
@@ -1529,9 +1556,10 @@ pub async fn run(env: &Env, p: &BrokerFailureParams) -> anyhow::Result<Report> {
         );
     }
     table += &format!(
-        "failure: Raft entries {} per fence, event-queue p99 {} ms; kill -> fence log {} ms; fence log -> first acceptance {} ms; max event processing {} ms; commit p99 {} ms\n",
+        "failure: Raft entries {} per fence, event-queue p99 {} ms; expiry log -> fence log {} ms; kill -> fence log {} ms; fence log -> first acceptance {} ms; max event processing {} ms; commit p99 {} ms\n",
         cell(&json["failure"]["raft_entries"]),
         cell(&json["failure"]["event_queue_p99_ms"]),
+        json["failure"]["expiry_log_to_fence_log_ms_trials"],
         json["failure"]["kill_to_fence_log_ms_trials"],
         json["failure"]["fence_log_to_first_acceptance_ms_trials"],
         json["failure"]["event_process_max_ms_trials"],
@@ -1544,9 +1572,10 @@ pub async fn run(env: &Env, p: &BrokerFailureParams) -> anyhow::Result<Report> {
         json["controlled_shutdown"]["sigterm_to_exit_ms_trials"],
     );
     let summary = format!(
-        "broker-failure: {} partitions: failure median {} ms (fence -> last acceptance), controlled shutdown median {} ms (SIGTERM -> last acceptance)",
+        "broker-failure: {} partitions: failure median {} ms (fence -> last acceptance), {} ms from session expiry, controlled shutdown median {} ms (SIGTERM -> last acceptance)",
         p.partitions,
         cell(&json["failure"]["median_ms"]),
+        cell(&json["failure"]["expiry_to_last_acceptance"]["median_ms"]),
         cell(&json["controlled_shutdown"]["median_ms"])
     );
     if fail_ms.is_empty() && sd_ms.is_empty() {

@@ -71,6 +71,9 @@ pub struct Proposal<T> {
     /// `StopReplica(delete)` to send once the records commit (deletion
     /// manager); each broker's answer comes back as a command.
     pub stop_replicas: Vec<(TopicPartition, BrokerId)>,
+    /// The image the decide step was given with `records` replayed onto
+    /// it, as the loop would replay them: the loop adopts it instead.
+    replayed: Option<MetadataImage>,
 }
 
 impl<T: Send + 'static> Proposal<T> {
@@ -83,6 +86,7 @@ impl<T: Send + 'static> Proposal<T> {
             records,
             finish: Box::new(finish),
             stop_replicas: Vec::new(),
+            replayed: None,
         }
     }
 
@@ -90,6 +94,30 @@ impl<T: Send + 'static> Proposal<T> {
     pub fn with_stop_replicas(mut self, v: Vec<(TopicPartition, BrokerId)>) -> Self {
         self.stop_replicas = v;
         self
+    }
+
+    /// `image` is the image the decide step was given with exactly
+    /// `records` replayed onto it, each at that image's offset + 1 (what the
+    /// loop does): the loop takes it as its working image rather than
+    /// replaying the records again.
+    pub(crate) fn with_replayed(mut self, image: MetadataImage) -> Self {
+        self.replayed = Some(image);
+        self
+    }
+
+    /// [`Proposal::with_replayed`] with a decision's
+    /// [`replayed`](keel_metadata::decide::Decision::replayed) image, when
+    /// it kept one. The decision must have been made on the image the
+    /// decide step was given.
+    pub(crate) fn with_decided(mut self, replayed: Option<MetadataImage>) -> Self {
+        self.replayed = replayed;
+        self
+    }
+
+    /// The image handed over with the records, if any.
+    #[cfg(test)]
+    pub(crate) fn replayed(&self) -> Option<&MetadataImage> {
+        self.replayed.as_ref()
     }
 
     /// Records whose reply is fixed in advance (given once they commit).
@@ -106,6 +134,7 @@ type Reply = Box<dyn FnOnce(Result<u64, ApiError>) + Send>;
 struct Erased {
     records: Vec<MetadataRecord>,
     stop_replicas: Vec<(TopicPartition, BrokerId)>,
+    replayed: Option<MetadataImage>,
     on_commit: Reply,
 }
 
@@ -135,6 +164,7 @@ impl Command {
             Erased {
                 records: p.records,
                 stop_replicas: p.stop_replicas,
+                replayed: p.replayed,
                 on_commit: Box::new(move |r| {
                     let _ = reply.send(finish(r));
                 }),
@@ -247,17 +277,24 @@ fn decide(base: &MetadataImage, batch: Vec<Command>, env: &mut DecideEnv) -> Dec
             .record(cmd.enqueued.elapsed().as_secs_f64());
         env.now_ms = now_ms();
         let proposed = cmd.proposed.clone();
-        let p = (cmd.run)(&working, env);
+        let mut p = (cmd.run)(&working, env);
         let speculative_offset = working.offset() + 1;
         // Replayed in place (no copy of the working image per command:
         // a copy would make every replay below copy the paths it
         // touches); the rare failure rebuilds the working image from
-        // the base and the records accepted so far.
-        if let Some(e) = p
-            .records
-            .iter()
-            .find_map(|r| working.replay(r, speculative_offset).err())
-        {
+        // the base and the records accepted so far. A decide step that
+        // replayed its records itself hands over its image instead.
+        let failed = match p.replayed.take() {
+            Some(replayed) => {
+                working = replayed;
+                None
+            }
+            None => p
+                .records
+                .iter()
+                .find_map(|r| working.replay(r, speculative_offset).err()),
+        };
+        if let Some(e) = failed {
             // A decision that does not replay is a bug in the decide step:
             // refuse it, keep the node running, and say so loudly.
             tracing::error!(kind = cmd.kind, error = %e, "decision produced an inconsistent record; refused");
@@ -377,4 +414,67 @@ pub(crate) async fn run(
         term = epoch,
         "active controller event loop stopped"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_metadata::synthetic::SyntheticCluster;
+
+    fn env() -> DecideEnv {
+        DecideEnv {
+            now_ms: 0,
+            rng: StdRng::seed_from_u64(7),
+            epoch: 1,
+        }
+    }
+
+    /// A command that hands over its decision's image is followed, in the
+    /// same batch, by commands that see exactly that image: the records of
+    /// both reach the proposal, and the broker request plan covers them.
+    #[test]
+    fn a_handed_over_image_becomes_the_working_image_of_the_batch() {
+        let (base, _) = SyntheticCluster {
+            brokers: 3,
+            topics: 2,
+            partitions_per_topic: 3,
+        }
+        .image()
+        .expect("synthetic cluster replays");
+        let b0 = BrokerId(0);
+        let epoch = base.broker(b0).expect("registered").epoch;
+        let (tx1, _rx1) = oneshot::channel();
+        let shutdown = Command::new(
+            "controlled_shutdown",
+            move |image: &MetadataImage, _: &mut DecideEnv| {
+                let d = image.decide_controlled_shutdown(b0, epoch);
+                assert!(d.replayed.is_some(), "controlled shutdown keeps its image");
+                Proposal::with_reply(d.records, d.reply).with_decided(d.replayed)
+            },
+            tx1,
+        );
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        let (tx2, _rx2) = oneshot::channel::<Result<(), ApiError>>();
+        let observer = Command::new(
+            "observe",
+            move |image: &MetadataImage, _: &mut DecideEnv| {
+                let shutting = image.broker(b0).is_some_and(|b| b.shutting_down);
+                let led = image
+                    .partitions()
+                    .filter(|(_, p)| p.leader == Some(b0))
+                    .count();
+                seen_tx.send((shutting, led)).expect("test alive");
+                Proposal::with_reply(Vec::new(), Ok(()))
+            },
+            tx2,
+        );
+        let decided = decide(&base, vec![shutdown, observer], &mut env());
+        let (shutting, led) = seen_rx.recv().expect("observer ran");
+        assert!(shutting, "the second command saw the first one's records");
+        assert_eq!(led, 0, "every leadership moved off the broker");
+        let expected = base.decide_controlled_shutdown(b0, epoch).records;
+        assert_eq!(decided.records, expected);
+        let (plan, _) = decided.plan.expect("records were decided");
+        assert!(!plan.updates.leader_and_isr.is_empty());
+    }
 }

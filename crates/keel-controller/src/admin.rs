@@ -247,7 +247,7 @@ impl AdminService for AdminApi {
             .shared
             .submit("create_topics", move |image, env| {
                 let d = image.decide_create_topics(&topics, validate_only, &mut env.rng);
-                Proposal::with_reply(d.records, Ok(d.reply))
+                Proposal::with_reply(d.records, Ok(d.reply)).with_decided(d.replayed)
             })
             .await;
         Ok(Response::new(match r {
@@ -283,18 +283,16 @@ impl AdminService for AdminApi {
         let r = self
             .shared
             .submit("delete_topics", move |image, _| {
-                let mut work = image.clone();
-                let mut records = Vec::new();
-                let d = image.decide_delete_topics(&names);
-                let reply = crate::tasks::take(&mut work, &mut records, d);
+                let mut chain = crate::tasks::Chain::new(image);
+                let reply = chain.decide(|image| image.decide_delete_topics(&names));
                 // Start these topics' deletion right away rather than at the
                 // next tick (only these: others progress on the tick).
                 let ids: Vec<keel_metadata::TopicId> = reply
                     .iter()
                     .filter_map(|(_, r)| r.as_ref().ok().copied())
                     .collect();
-                let stop = crate::tasks::deletion_progress_of(&mut work, &mut records, &ids);
-                Proposal::with_reply(records, Ok(reply)).with_stop_replicas(stop)
+                let stop = crate::tasks::deletion_progress_of(&mut chain, &ids);
+                chain.proposal(Ok(reply)).with_stop_replicas(stop)
             })
             .await;
         Ok(Response::new(match r {
@@ -335,7 +333,7 @@ impl AdminService for AdminApi {
             .shared
             .submit("create_partitions", move |image, env| {
                 let d = image.decide_create_partitions(&items, validate_only, &mut env.rng);
-                Proposal::with_reply(d.records, Ok(d.reply))
+                Proposal::with_reply(d.records, Ok(d.reply)).with_decided(d.replayed)
             })
             .await;
         Ok(Response::new(match r {
@@ -388,7 +386,7 @@ impl AdminService for AdminApi {
                         results[ri].2 = r.clone();
                     }
                 }
-                Proposal::with_reply(d.records, Ok(results))
+                Proposal::with_reply(d.records, Ok(results)).with_decided(d.replayed)
             })
             .await;
         Ok(Response::new(match r {
@@ -472,7 +470,7 @@ impl AdminService for AdminApi {
                 for (tp, r) in &d.reply {
                     results.push((topic_name(image, tp), tp.partition.0, r.clone()));
                 }
-                Proposal::with_reply(d.records, Ok(results))
+                Proposal::with_reply(d.records, Ok(results)).with_decided(d.replayed)
             })
             .await;
         Ok(Response::new(match r {
@@ -645,7 +643,7 @@ impl AdminService for AdminApi {
             .shared
             .submit(crate::active::ALTER_CONFIGS, move |image, _| {
                 let d = image.decide_alter_configs(&items, validate_only);
-                Proposal::with_reply(d.records, Ok(d.reply))
+                Proposal::with_reply(d.records, Ok(d.reply)).with_decided(d.replayed)
             })
             .await;
         Ok(Response::new(match r {

@@ -231,7 +231,7 @@ impl BrokerService for BrokerApi {
             .shared
             .submit("broker_heartbeat", move |image, _| {
                 let d = image.decide_heartbeat(&hb, caught_up);
-                Proposal::with_reply(d.records, d.reply)
+                Proposal::with_reply(d.records, d.reply).with_decided(d.replayed)
             })
             .await;
         answer(r)
@@ -282,7 +282,7 @@ impl BrokerService for BrokerApi {
                         })
                         .collect::<Vec<_>>()
                 });
-                Proposal::with_reply(d.records, reply)
+                Proposal::with_reply(d.records, reply).with_decided(d.replayed)
             })
             .await;
         Ok(Response::new(match r {
@@ -311,7 +311,7 @@ impl BrokerService for BrokerApi {
             .shared
             .submit("controlled_shutdown", move |image, _| {
                 let d = image.decide_controlled_shutdown(broker, epoch);
-                Proposal::with_reply(d.records, d.reply)
+                Proposal::with_reply(d.records, d.reply).with_decided(d.replayed)
             })
             .await;
         Ok(Response::new(match r {

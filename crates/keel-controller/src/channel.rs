@@ -41,7 +41,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::active::{Command, Proposal};
+use crate::active::Command;
 use crate::shared::Shared;
 
 /// Partitions per request: with common topic names an encoded request is
@@ -769,16 +769,14 @@ async fn report_deletions(
         return;
     }
     let cmd = Command::internal("replica_deletion_results", move |image, _| {
-        let mut work = image.clone();
-        let mut records = Vec::new();
+        let mut chain = crate::tasks::Chain::new(image);
         for (topic, results) in &per_topic {
-            let d = work.decide_replica_deletion_results(*topic, results);
-            if d.reply {
+            let done = chain.decide(|image| image.decide_replica_deletion_results(*topic, results));
+            if done {
                 tracing::info!(topic = %topic, "topic deletion complete");
             }
-            crate::tasks::take(&mut work, &mut records, d);
         }
-        Proposal::with_reply(records, Ok(()))
+        chain.proposal(Ok(()))
     });
     let _ = events.send(cmd).await;
 }

@@ -48,6 +48,40 @@ fn op() -> impl Strategy<Value = Op> {
     )
 }
 
+/// A decision's records, after checking its replayed image (when it kept
+/// one) is exactly `base` with those records replayed at the next offset,
+/// as the active controller would replay them before adopting the image.
+fn checked(
+    base: &MetadataImage,
+    records: Vec<MetadataRecord>,
+    replayed: Option<MetadataImage>,
+) -> Vec<MetadataRecord> {
+    if let Some(image) = replayed {
+        let mut expected = base.clone();
+        for r in &records {
+            expected
+                .replay(r, base.offset() + 1)
+                .unwrap_or_else(|e| panic!("decided record {r:?} does not replay: {e}"));
+        }
+        assert!(
+            image == expected,
+            "a decision's replayed image differs from its records replayed on the image it was made on"
+        );
+    }
+    records
+}
+
+trait Checked {
+    /// [`checked`] on a decision made on `base`.
+    fn checked(self, base: &MetadataImage) -> Vec<MetadataRecord>;
+}
+
+impl<R> Checked for Decision<R> {
+    fn checked(self, base: &MetadataImage) -> Vec<MetadataRecord> {
+        checked(base, self.records, self.replayed)
+    }
+}
+
 /// An image fed only through decisions, with the log of every entry.
 struct Sim {
     image: MetadataImage,
@@ -132,7 +166,7 @@ impl Sim {
                 };
                 self.image
                     .decide_register_broker(&req, op.seed & 1 != 0)
-                    .records
+                    .checked(&self.image)
             }
             1 => {
                 let hb = Heartbeat {
@@ -147,14 +181,15 @@ impl Sim {
                         vec![]
                     },
                 };
-                self.image.decide_heartbeat(&hb, op.b & 1 != 0).records
-            }
-            2 => {
                 self.image
-                    .decide_unfence_broker(broker, self.epoch(broker))
-                    .records
+                    .decide_heartbeat(&hb, op.b & 1 != 0)
+                    .checked(&self.image)
             }
-            3 => self.image.decide_fence_broker(broker).records,
+            2 => self
+                .image
+                .decide_unfence_broker(broker, self.epoch(broker))
+                .checked(&self.image),
+            3 => self.image.decide_fence_broker(broker).checked(&self.image),
             4 => {
                 let mut configs = BTreeMap::new();
                 if op.seed & 4 != 0 {
@@ -169,7 +204,7 @@ impl Sim {
                 };
                 self.image
                     .decide_create_topics(&[req], false, &mut rng)
-                    .records
+                    .checked(&self.image)
             }
             5 => {
                 let Some(tp) = self.some_partition(op.a, op.b) else {
@@ -194,7 +229,7 @@ impl Sim {
                 };
                 self.image
                     .decide_alter_partition(leader, self.epoch(leader), &[item])
-                    .records
+                    .checked(&self.image)
             }
             6 => {
                 let kind = if op.b & 1 == 0 {
@@ -203,13 +238,17 @@ impl Sim {
                     ElectionKind::Unclean
                 };
                 match self.some_partition(op.a, op.c) {
-                    Some(tp) if op.b & 2 != 0 => {
-                        self.image.decide_elect_leaders(kind, Some(&[tp])).records
-                    }
-                    _ => self.image.decide_elect_leaders(kind, None).records,
+                    Some(tp) if op.b & 2 != 0 => self
+                        .image
+                        .decide_elect_leaders(kind, Some(&[tp]))
+                        .checked(&self.image),
+                    _ => self
+                        .image
+                        .decide_elect_leaders(kind, None)
+                        .checked(&self.image),
                 }
             }
-            7 => self.image.decide_elect_offline().records,
+            7 => self.image.decide_elect_offline().checked(&self.image),
             8 => {
                 let Some(tp) = self.some_partition(op.a, op.b) else {
                     return;
@@ -221,12 +260,17 @@ impl Sim {
                 let target = (op.c & 1 == 0).then_some(target);
                 self.image
                     .decide_alter_reassignments(&[(tp, target)])
-                    .records
+                    .checked(&self.image)
             }
-            9 => self.image.decide_reassignment_progress().records,
+            9 => self
+                .image
+                .decide_reassignment_progress()
+                .checked(&self.image),
             10 => {
                 let name = TOPICS[usize::from(op.a) % TOPICS.len()].to_string();
-                self.image.decide_delete_topics(&[name]).records
+                self.image
+                    .decide_delete_topics(&[name])
+                    .checked(&self.image)
             }
             11 => {
                 // Some topic being deleted.
@@ -241,7 +285,8 @@ impl Sim {
                 };
                 let step = self.image.decide_deletion_progress(t);
                 let sent = step.reply.send_stop_replica.clone();
-                self.commit(step.records);
+                let records = step.checked(&self.image);
+                self.commit(records);
                 let results: Vec<(PartitionId, BrokerId, bool)> = sent
                     .iter()
                     .enumerate()
@@ -254,14 +299,16 @@ impl Sim {
                     .collect();
                 self.image
                     .decide_replica_deletion_results(t, &results)
-                    .records
+                    .checked(&self.image)
             }
-            12 => {
-                self.image
-                    .decide_controlled_shutdown(broker, self.epoch(broker))
-                    .records
-            }
-            13 => self.image.decide_unregister_broker(broker).records,
+            12 => self
+                .image
+                .decide_controlled_shutdown(broker, self.epoch(broker))
+                .checked(&self.image),
+            13 => self
+                .image
+                .decide_unregister_broker(broker)
+                .checked(&self.image),
             14 => {
                 let Some(t) = self.topic(op.a) else { return };
                 let count = self.image.topic(t).unwrap().partition_count;
@@ -272,20 +319,19 @@ impl Sim {
                 };
                 self.image
                     .decide_create_partitions(&[item], false, &mut rng)
-                    .records
+                    .checked(&self.image)
             }
-            15 => {
-                self.image
-                    .decide_auto_rebalance(u32::from(op.a % 50))
-                    .records
-            }
+            15 => self
+                .image
+                .decide_auto_rebalance(u32::from(op.a % 50))
+                .checked(&self.image),
             _ => {
                 let name = TOPICS[usize::from(op.a) % TOPICS.len()].to_string();
                 let value = if op.b & 1 == 0 { "true" } else { "false" };
                 let ops = vec![ConfigOp::Set(UNCLEAN_LEADER_ELECTION.into(), value.into())];
                 self.image
                     .decide_alter_configs(&[(name, ops)], false)
-                    .records
+                    .checked(&self.image)
             }
         };
         self.commit(records);

@@ -514,6 +514,63 @@ fn controlled_shutdown_moves_leaders_and_waits_on_a_sole_isr_member() {
     assert_eq!(c.p(solo, 0).isr, bs(&[2]));
 }
 
+/// `base` with `records` replayed at its next offset, one by one (how the
+/// active controller replays a decision before proposing it).
+fn replayed_on(base: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage {
+    let mut image = base.clone();
+    for r in records {
+        image
+            .replay(r, base.offset() + 1)
+            .expect("decided record replays");
+    }
+    image
+}
+
+#[test]
+fn a_decision_hands_over_its_scratch_image_only_when_it_holds_every_record() {
+    let mut c = Cluster::with_brokers(3);
+    let t = c.create("t", &[&[1, 2], &[2, 1], &[1, 3]], &[]);
+
+    // Controlled shutdown replays every move on its scratch copy: that copy
+    // is the image with the records, so the controller need not replay them.
+    let d = c.image.decide_controlled_shutdown(b(1), c.epoch(1));
+    assert_eq!(d.records.len(), 4);
+    let kept = d
+        .replayed
+        .as_ref()
+        .expect("controlled shutdown keeps its image");
+    assert!(*kept == replayed_on(&c.image, &d.records));
+    assert_eq!(
+        kept.partition(&TopicPartition::new(t, 0)).unwrap().leader,
+        Some(b(2))
+    );
+    assert_eq!(kept.offset(), c.image.offset(), "no entry is applied yet");
+
+    let req = CreateTopic {
+        name: "u".into(),
+        partitions: 4,
+        replication_factor: 3,
+        ..CreateTopic::default()
+    };
+    let d = c.image.decide_create_topics(&[req], false, &mut c.rng);
+    assert!(
+        *d.replayed.as_ref().expect("create keeps its image") == replayed_on(&c.image, &d.records)
+    );
+
+    // Fencing skips the scratch replay of its moves (they are its last
+    // step), so the scratch copy lacks them and is not handed over.
+    let d = c.image.decide_fence_broker(b(1));
+    assert!(d.records.len() > 1);
+    assert!(d.replayed.is_none());
+
+    // Nothing decided, nothing handed over.
+    let d = c.image.decide_controlled_shutdown(b(9), BrokerEpoch(1));
+    assert!(d.records.is_empty() && d.replayed.is_none());
+    // And the debug form names the image's presence, not its contents.
+    let d = c.image.decide_controlled_shutdown(b(2), c.epoch(2));
+    assert!(format!("{d:?}").contains("replayed: true"));
+}
+
 #[test]
 fn unregistering_needs_a_known_fenced_broker() {
     let mut c = Cluster::with_brokers(2);

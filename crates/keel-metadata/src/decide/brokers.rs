@@ -439,6 +439,7 @@ impl MetadataImage {
                 epoch: b.epoch,
             }],
             reply: Ok(()),
+            replayed: None,
         }
     }
 }

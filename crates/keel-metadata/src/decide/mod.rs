@@ -33,12 +33,29 @@ pub const MAX_REPLICATION_FACTOR: u32 = i16::MAX as u32;
 
 /// What a decide function returns: the records to append as one Raft entry
 /// (possibly none) and the reply to send once they commit.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Decision<R> {
     /// In replay order; empty when nothing changes.
     pub records: Vec<MetadataRecord>,
     /// Sent to the caller after the records commit.
     pub reply: R,
+    /// The image the decision was made on with exactly `records` replayed
+    /// onto it, each at that image's offset + 1, when the decision built it
+    /// anyway (its scratch copy): a caller that would replay the records
+    /// itself may take this instead. `None` when some records skipped the
+    /// scratch replay, or there are none.
+    pub replayed: Option<MetadataImage>,
+}
+
+impl<R: std::fmt::Debug> std::fmt::Debug for Decision<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not the image: it may hold a million partitions.
+        f.debug_struct("Decision")
+            .field("records", &self.records)
+            .field("reply", &self.reply)
+            .field("replayed", &self.replayed.is_some())
+            .finish()
+    }
 }
 
 impl<R> Decision<R> {
@@ -47,6 +64,7 @@ impl<R> Decision<R> {
         Self {
             records: Vec::new(),
             reply,
+            replayed: None,
         }
     }
 }
@@ -61,6 +79,8 @@ pub(crate) struct Working {
     offset: u64,
     /// Decided records, in order.
     pub(crate) records: Vec<MetadataRecord>,
+    /// Some records skipped the scratch replay: `image` lacks them.
+    unreplayed: bool,
 }
 
 impl Working {
@@ -69,6 +89,7 @@ impl Working {
             image: base.clone(),
             offset: base.offset() + 1,
             records: Vec::new(),
+            unreplayed: false,
         }
     }
 
@@ -99,7 +120,9 @@ impl Working {
     /// topic follows). The active controller still replays every decided
     /// record before proposing it.
     pub(crate) fn append_unreplayed(&mut self, records: impl IntoIterator<Item = MetadataRecord>) {
+        let before = self.records.len();
         self.records.extend(records);
+        self.unreplayed |= self.records.len() > before;
     }
 
     /// [`Working::append_unreplayed`] for partition changes, leaving out
@@ -114,9 +137,11 @@ impl Working {
     }
 
     pub(crate) fn finish<R>(self, reply: R) -> Decision<R> {
+        let replayed = (!self.unreplayed && !self.records.is_empty()).then_some(self.image);
         Decision {
             records: self.records,
             reply,
+            replayed,
         }
     }
 }

@@ -314,6 +314,11 @@ pub(crate) struct IoBufs {
     pub segment_accountant: Mutex<SegmentAccountant>,
     pub segment_cleaner: SegmentCleaner,
     deferred_segment_ops: stack::Stack<SegmentOp>,
+    // Patched: the log file is zero-filled up to here (a segment boundary),
+    // so writes below it neither grow the file nor allocate blocks, and
+    // their `fdatasync` has no metadata to journal. 0 until the first
+    // write past the file's end.
+    zeroed_to: Mutex<LogOffset>,
     #[cfg(feature = "io_uring")]
     pub submission_mutex: Mutex<()>,
     #[cfg(feature = "io_uring")]
@@ -417,6 +422,7 @@ impl IoBufs {
             segment_accountant: Mutex::new(segment_accountant),
             segment_cleaner,
             deferred_segment_ops: stack::Stack::default(),
+            zeroed_to: Mutex::new(0),
             #[cfg(feature = "io_uring")]
             submission_mutex: Mutex::new(()),
             #[cfg(feature = "io_uring")]
@@ -566,6 +572,36 @@ impl IoBufs {
 
     // Write an IO buffer's data to stable storage and set up the
     // next IO buffer for writing.
+    /// Patched: before a write that ends at `end` past the zero-filled
+    /// part of the log file, fills the file with zeros from its end to the
+    /// end of `end`'s segment, as ZooKeeper and etcd preallocate their logs.
+    /// Every later write into that segment then lands on allocated,
+    /// initialized blocks inside the file, so its `fdatasync` writes the
+    /// data and flushes the disk, with no file size or block allocation to
+    /// journal. Zeros are what sled pads an unused segment tail with (a
+    /// `Corrupted` message kind: the end of the segment's messages), and a
+    /// zeroed segment header fails its CRC, so recovery reads a filled
+    /// segment exactly as one the file stops in. Only bytes past the file's
+    /// end are written, and a write that ends past `zeroed_to` waits here
+    /// for the fill first, so no data is ever overwritten; the next
+    /// `fdatasync` of the file makes the zeros durable with the data.
+    fn zero_fill_to_segment_end(&self, end: LogOffset) -> Result<()> {
+        let mut zeroed_to = self.zeroed_to.lock();
+        if end <= *zeroed_to {
+            return Ok(());
+        }
+        let f = &self.config.file;
+        let segment_size = LogOffset::try_from(self.config.segment_size).unwrap();
+        let segment_end = ((end + segment_size - 1) / segment_size) * segment_size;
+        let start = f.metadata()?.len().max(*zeroed_to);
+        if start < segment_end {
+            let zeros = vec![0_u8; usize::try_from(segment_end - start).unwrap()];
+            pwrite_all(f, &zeros, start)?;
+        }
+        *zeroed_to = segment_end;
+        Ok(())
+    }
+
     pub(crate) fn write_to_log(&self, iobuf: &IoBuf) -> Result<()> {
         let _measure = Measure::new(&M.write_to_log);
         let header = iobuf.get_header();
@@ -727,6 +763,11 @@ impl IoBufs {
         #[cfg(not(feature = "io_uring"))]
         {
             let f = &self.config.file;
+            if !self.config.temporary {
+                self.zero_fill_to_segment_end(
+                    log_offset + LogOffset::try_from(data.len()).unwrap(),
+                )?;
+            }
             pwrite_all(f, data, log_offset)?;
             if !self.config.temporary {
                 // Patched: fdatasync, not sync_file_range. sync_file_range

@@ -68,7 +68,7 @@ fn the_zero_filled_log_tail_reads_back_after_every_reopen() {
         let log_file = dir.path().join("raft").join("db");
         let len = fs::metadata(&log_file).unwrap().len();
         assert!(
-            len > 0 && len % SEGMENT == 0,
+            len > 0 && len.is_multiple_of(SEGMENT),
             "round {round}: log file is {len} bytes, not whole segments"
         );
     }

@@ -1171,9 +1171,9 @@ struct FailureTrial {
     /// The controller's "broker session expired; fencing it" line (logged
     /// when it starts deciding the fence) -> the same last acceptance: the
     /// failure end to end, deciding and committing the moves included.
-    expiry_ms: Option<f64>,
+    expiry_ms: f64,
     /// The expiry line -> the "broker fenced" line (decide and commit).
-    expiry_to_fence_ms: Option<f64>,
+    expiry_to_fence_ms: f64,
     detect_ms: f64,
     first_accept_ms: f64,
     raft_entries: u64,
@@ -1233,11 +1233,17 @@ async fn failure_trial(
         .and_then(Value::as_u64)
         .unwrap_or(0);
     let (queue_p99_ms, queue_method, queue_detail) = queue_p99(&before_metrics, &after_metrics);
-    let expiry = logs.find(active, EXPIRY_LINE, 1);
+    // Logged before the fence is decided, so present once the fence is.
+    let expiry = logs.find(active, EXPIRY_LINE, 1).ok_or_else(|| {
+        anyhow!(
+            "controller {} logged \"broker fenced\" but no \"{EXPIRY_LINE}\" for broker 1",
+            active + 1
+        )
+    })?;
     Ok(FailureTrial {
         ms: last as f64 - fence.at_ms,
-        expiry_ms: expiry.as_ref().map(|e| last as f64 - e.at_ms),
-        expiry_to_fence_ms: expiry.as_ref().map(|e| fence.at_ms - e.at_ms),
+        expiry_ms: last as f64 - expiry.at_ms,
+        expiry_to_fence_ms: fence.at_ms - expiry.at_ms,
         detect_ms: fence.at_ms - kill_ms as f64,
         first_accept_ms: first as f64 - fence.at_ms,
         raft_entries: after
@@ -1382,11 +1388,11 @@ pub async fn run(env: &Env, p: &BrokerFailureParams) -> anyhow::Result<Report> {
         match failure_trial(&mut rig, &mut logs, &mut f, p).await {
             Ok(tr) => {
                 progress!(
-                    "broker-failure: failure trial {}: {:.1} ms from fence log to last acceptance, {:?} ms from session expiry (expiry -> fence log {:?} ms, kill -> fence {:.0} ms, first acceptance +{:.1} ms, {} Raft entries, queue p99 {:?} ms)",
+                    "broker-failure: failure trial {}: {:.1} ms from fence log to last acceptance, {:.1} ms from session expiry (expiry -> fence log {:.1} ms, kill -> fence {:.0} ms, first acceptance +{:.1} ms, {} Raft entries, queue p99 {:?} ms)",
                     n + 1,
                     tr.ms,
-                    tr.expiry_ms.map(r1),
-                    tr.expiry_to_fence_ms.map(r1),
+                    tr.expiry_ms,
+                    tr.expiry_to_fence_ms,
                     tr.detect_ms,
                     tr.first_accept_ms,
                     tr.raft_entries,
@@ -1474,11 +1480,11 @@ pub async fn run(env: &Env, p: &BrokerFailureParams) -> anyhow::Result<Report> {
         .map(|t| opt_r1(t.process_max_ms))
         .collect::<Vec<_>>());
     fj["failures"] = json!(failure_errors);
-    let expiry_ms: Vec<f64> = failure.iter().filter_map(|t| t.expiry_ms).collect();
+    let expiry_ms: Vec<f64> = failure.iter().map(|t| t.expiry_ms).collect();
     fj["expiry_to_last_acceptance"] = summary_json(&expiry_ms);
     fj["expiry_log_to_fence_log_ms_trials"] = json!(failure
         .iter()
-        .map(|t| opt_r1(t.expiry_to_fence_ms))
+        .map(|t| r1(t.expiry_to_fence_ms))
         .collect::<Vec<_>>());
 
     let sd_ms: Vec<f64> = shutdown.iter().map(|t| t.ms).collect();

@@ -100,21 +100,14 @@ impl<T: Send + 'static> Proposal<T> {
         self
     }
 
-    /// `image` is the image the decide step was given with exactly
-    /// `records` replayed onto it, each at that image's offset + 1 (what the
-    /// loop does): the loop takes it as its working image rather than
-    /// replaying the records again.
-    pub(crate) fn with_replayed(mut self, image: MetadataImage) -> Self {
-        self.replayed = Some(image);
-        self
-    }
-
-    /// [`Proposal::with_replayed`] with a decision's
-    /// [`replayed`](keel_metadata::decide::Decision::replayed) image, when
-    /// it kept one. The decision must have been made on the image the
-    /// decide step was given.
-    pub(crate) fn with_decided(mut self, replayed: Option<MetadataImage>) -> Self {
-        self.replayed = replayed;
+    /// `image`, when given, is the image the decide step was given with
+    /// exactly `records` replayed onto it, each at that image's offset + 1
+    /// (what the loop does): the loop takes it as its working image rather
+    /// than replaying the records again. A decision's
+    /// [`replayed`](keel_metadata::decide::Decision::replayed) image
+    /// qualifies when the decision was made on the image the step was given.
+    pub(crate) fn with_replayed(mut self, image: Option<MetadataImage>) -> Self {
+        self.replayed = image;
         self
     }
 
@@ -433,18 +426,95 @@ mod tests {
         }
     }
 
+    /// Three registered, unfenced brokers and `topics` topics of 3
+    /// partitions.
+    fn base(topics: u32) -> MetadataImage {
+        SyntheticCluster {
+            brokers: 3,
+            topics,
+            partitions_per_topic: 3,
+        }
+        .image()
+        .expect("synthetic cluster replays")
+        .0
+    }
+
+    /// A command that proposes nothing and reports what `look` saw of the
+    /// working image it was decided against.
+    fn observer<T: Send + 'static>(
+        look: impl FnOnce(&MetadataImage) -> T + Send + 'static,
+    ) -> (Command, std::sync::mpsc::Receiver<T>) {
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        let (tx, _rx) = oneshot::channel::<Result<(), ApiError>>();
+        let cmd = Command::new(
+            "observe",
+            move |image: &MetadataImage, _: &mut DecideEnv| {
+                seen_tx.send(look(image)).expect("test alive");
+                Proposal::with_reply(Vec::new(), Ok(()))
+            },
+            tx,
+        );
+        (cmd, seen_rx)
+    }
+
+    /// The loop takes a handed-over image as it is rather than replaying
+    /// the records: an image carrying one more change than its records (a
+    /// broken promise no decide step makes) shows that change to the next
+    /// command, and the same proposal without the image does not.
+    #[test]
+    fn the_loop_takes_the_handed_over_image_instead_of_replaying() {
+        let base = base(1);
+        let (b0, b1) = (BrokerId(0), BrokerId(1));
+        let shutting = MetadataRecord::BrokerShuttingDown {
+            broker: b0,
+            epoch: base.broker(b0).expect("registered").epoch,
+        };
+        let mut marked = base.clone();
+        for r in [
+            shutting.clone(),
+            MetadataRecord::FenceBroker {
+                broker: b1,
+                epoch: base.broker(b1).expect("registered").epoch,
+            },
+        ] {
+            marked.replay(&r, base.offset() + 1).expect("replays");
+        }
+        let seen = |image: Option<MetadataImage>| {
+            let records = vec![shutting.clone()];
+            let (tx1, _rx1) = oneshot::channel::<Result<(), ApiError>>();
+            let first = Command::new(
+                "first",
+                move |_: &MetadataImage, _: &mut DecideEnv| {
+                    Proposal::with_reply(records, Ok(())).with_replayed(image)
+                },
+                tx1,
+            );
+            let (observer, seen_rx) = observer(move |image| {
+                let b = |id| image.broker(id).expect("registered").clone();
+                (b(b0).shutting_down, b(b1).fenced)
+            });
+            let decided = decide(&base, vec![first, observer], &mut env());
+            assert_eq!(decided.records, vec![shutting.clone()]);
+            seen_rx.recv().expect("observer ran")
+        };
+        assert_eq!(
+            seen(Some(marked)),
+            (true, true),
+            "the image was taken as it is"
+        );
+        assert_eq!(
+            seen(None),
+            (true, false),
+            "without one, the records are replayed"
+        );
+    }
+
     /// A command that hands over its decision's image is followed, in the
     /// same batch, by commands that see exactly that image: the records of
     /// both reach the proposal, and the broker request plan covers them.
     #[test]
     fn a_handed_over_image_becomes_the_working_image_of_the_batch() {
-        let (base, _) = SyntheticCluster {
-            brokers: 3,
-            topics: 2,
-            partitions_per_topic: 3,
-        }
-        .image()
-        .expect("synthetic cluster replays");
+        let base = base(2);
         let b0 = BrokerId(0);
         let epoch = base.broker(b0).expect("registered").epoch;
         let (tx1, _rx1) = oneshot::channel();
@@ -453,25 +523,18 @@ mod tests {
             move |image: &MetadataImage, _: &mut DecideEnv| {
                 let d = image.decide_controlled_shutdown(b0, epoch);
                 assert!(d.replayed.is_some(), "controlled shutdown keeps its image");
-                Proposal::with_reply(d.records, d.reply).with_decided(d.replayed)
+                Proposal::with_reply(d.records, d.reply).with_replayed(d.replayed)
             },
             tx1,
         );
-        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
-        let (tx2, _rx2) = oneshot::channel::<Result<(), ApiError>>();
-        let observer = Command::new(
-            "observe",
-            move |image: &MetadataImage, _: &mut DecideEnv| {
-                let shutting = image.broker(b0).is_some_and(|b| b.shutting_down);
-                let led = image
-                    .partitions()
-                    .filter(|(_, p)| p.leader == Some(b0))
-                    .count();
-                seen_tx.send((shutting, led)).expect("test alive");
-                Proposal::with_reply(Vec::new(), Ok(()))
-            },
-            tx2,
-        );
+        let (observer, seen_rx) = observer(move |image| {
+            let shutting = image.broker(b0).is_some_and(|b| b.shutting_down);
+            let led = image
+                .partitions()
+                .filter(|(_, p)| p.leader == Some(b0))
+                .count();
+            (shutting, led)
+        });
         let decided = decide(&base, vec![shutdown, observer], &mut env());
         let (shutting, led) = seen_rx.recv().expect("observer ran");
         assert!(shutting, "the second command saw the first one's records");

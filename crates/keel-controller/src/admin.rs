@@ -247,7 +247,7 @@ impl AdminService for AdminApi {
             .shared
             .submit("create_topics", move |image, env| {
                 let d = image.decide_create_topics(&topics, validate_only, &mut env.rng);
-                Proposal::with_reply(d.records, Ok(d.reply)).with_decided(d.replayed)
+                Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
             })
             .await;
         Ok(Response::new(match r {
@@ -333,7 +333,7 @@ impl AdminService for AdminApi {
             .shared
             .submit("create_partitions", move |image, env| {
                 let d = image.decide_create_partitions(&items, validate_only, &mut env.rng);
-                Proposal::with_reply(d.records, Ok(d.reply)).with_decided(d.replayed)
+                Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
             })
             .await;
         Ok(Response::new(match r {
@@ -386,7 +386,7 @@ impl AdminService for AdminApi {
                         results[ri].2 = r.clone();
                     }
                 }
-                Proposal::with_reply(d.records, Ok(results)).with_decided(d.replayed)
+                Proposal::with_reply(d.records, Ok(results)).with_replayed(d.replayed)
             })
             .await;
         Ok(Response::new(match r {
@@ -470,7 +470,7 @@ impl AdminService for AdminApi {
                 for (tp, r) in &d.reply {
                     results.push((topic_name(image, tp), tp.partition.0, r.clone()));
                 }
-                Proposal::with_reply(d.records, Ok(results)).with_decided(d.replayed)
+                Proposal::with_reply(d.records, Ok(results)).with_replayed(d.replayed)
             })
             .await;
         Ok(Response::new(match r {
@@ -643,7 +643,7 @@ impl AdminService for AdminApi {
             .shared
             .submit(crate::active::ALTER_CONFIGS, move |image, _| {
                 let d = image.decide_alter_configs(&items, validate_only);
-                Proposal::with_reply(d.records, Ok(d.reply)).with_decided(d.replayed)
+                Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
             })
             .await;
         Ok(Response::new(match r {

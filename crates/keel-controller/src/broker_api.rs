@@ -140,6 +140,7 @@ impl BrokerService for BrokerApi {
                     }
                     Ok(epoch)
                 })
+                .with_replayed(d.replayed)
             })
             .await;
         match r {
@@ -231,7 +232,7 @@ impl BrokerService for BrokerApi {
             .shared
             .submit("broker_heartbeat", move |image, _| {
                 let d = image.decide_heartbeat(&hb, caught_up);
-                Proposal::with_reply(d.records, d.reply).with_decided(d.replayed)
+                Proposal::with_reply(d.records, d.reply).with_replayed(d.replayed)
             })
             .await;
         answer(r)
@@ -282,7 +283,7 @@ impl BrokerService for BrokerApi {
                         })
                         .collect::<Vec<_>>()
                 });
-                Proposal::with_reply(d.records, reply).with_decided(d.replayed)
+                Proposal::with_reply(d.records, reply).with_replayed(d.replayed)
             })
             .await;
         Ok(Response::new(match r {
@@ -311,7 +312,7 @@ impl BrokerService for BrokerApi {
             .shared
             .submit("controlled_shutdown", move |image, _| {
                 let d = image.decide_controlled_shutdown(broker, epoch);
-                Proposal::with_reply(d.records, d.reply).with_decided(d.replayed)
+                Proposal::with_reply(d.records, d.reply).with_replayed(d.replayed)
             })
             .await;
         Ok(Response::new(match r {

@@ -67,12 +67,8 @@ impl Chain {
 
     /// The proposal of every decision taken, answered with `reply`.
     pub(crate) fn proposal<T: Send + 'static>(self, reply: Result<T, ApiError>) -> Proposal<T> {
-        let p = Proposal::with_reply(self.records, reply);
-        if self.broken {
-            p
-        } else {
-            p.with_replayed(self.work)
-        }
+        let image = (!self.broken).then_some(self.work);
+        Proposal::with_reply(self.records, reply).with_replayed(image)
     }
 }
 

@@ -139,6 +139,16 @@ impl Cluster {
     }
 }
 
+/// A topic of `partitions` partitions placed by the controller.
+fn spread(name: &str, partitions: u32, replication_factor: u32) -> CreateTopic {
+    CreateTopic {
+        name: name.into(),
+        partitions,
+        replication_factor,
+        ..CreateTopic::default()
+    }
+}
+
 fn change(records: &[MetadataRecord], i: usize) -> &PartitionChangeRecord {
     match &records[i] {
         MetadataRecord::PartitionChange(c) => c,
@@ -315,12 +325,7 @@ fn unfence_refuses_unknown_and_stale_brokers_and_is_idempotent() {
 #[test]
 fn fencing_a_broker_that_leads_100k_partitions_is_fast() {
     let mut c = Cluster::with_brokers(2);
-    let req = CreateTopic {
-        name: "big".into(),
-        partitions: 100_000,
-        replication_factor: 2,
-        ..CreateTopic::default()
-    };
+    let req = spread("big", 100_000, 2);
     let d = c.image.decide_create_topics(&[req], false, &mut c.rng);
     let offset = c.image.offset() + 1;
     c.image
@@ -546,12 +551,7 @@ fn a_decision_hands_over_its_scratch_image_only_when_it_holds_every_record() {
     );
     assert_eq!(kept.offset(), c.image.offset(), "no entry is applied yet");
 
-    let req = CreateTopic {
-        name: "u".into(),
-        partitions: 4,
-        replication_factor: 3,
-        ..CreateTopic::default()
-    };
+    let req = spread("u", 4, 3);
     let d = c.image.decide_create_topics(&[req], false, &mut c.rng);
     assert!(
         *d.replayed.as_ref().expect("create keeps its image") == replayed_on(&c.image, &d.records)
@@ -712,12 +712,7 @@ fn create_topics_refuses_bad_items_and_still_creates_the_good_one() {
 #[test]
 fn validate_only_answers_without_writing() {
     let mut c = Cluster::with_brokers(1);
-    let req = CreateTopic {
-        name: "t".into(),
-        partitions: 3,
-        replication_factor: 1,
-        ..CreateTopic::default()
-    };
+    let req = spread("t", 3, 1);
     let d = c.image.decide_create_topics(&[req], true, &mut c.rng);
     assert!(d.reply[0].1.is_ok());
     assert!(d.records.is_empty());

@@ -585,6 +585,11 @@ impl IoBufs {
     /// end are written, and a write that ends past `zeroed_to` waits here
     /// for the fill first, so no data is ever overwritten; the next
     /// `fdatasync` of the file makes the zeros durable with the data.
+    /// The flush that opens a segment at the file's end pays for the fill
+    /// (a segment's worth of page writes); the others check one mark. When
+    /// sled truncates freed segments off the file's end, the mark stays
+    /// above the new end: the writes below it grow the file as before, and
+    /// filling resumes past it.
     fn zero_fill_to_segment_end(&self, end: LogOffset) -> Result<()> {
         let mut zeroed_to = self.zeroed_to.lock();
         if end <= *zeroed_to {

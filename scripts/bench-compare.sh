@@ -3,7 +3,8 @@
 # / 64 concurrent writers) against a 3-node ZooKeeper ensemble, a 3-node etcd
 # cluster and a 3-node Keel quorum, all on this machine's loopback, driven by
 # one load generator (the `keel` binary). Results: bench-results/compare.json
-# and a table on stdout.
+# and a table on stdout, with a fourth row per level: the gRPC echo
+# ceiling (below).
 #
 #   scripts/bench-compare.sh                          # 3 trials x 10 s per level
 #   scripts/bench-compare.sh --trials 5 --level-secs 20 --writers 1,64
@@ -47,6 +48,15 @@
 #   connection and `Write` session per writer to the active controller
 #   (shared: one connection and one session for all writers, each write a
 #   message tagged with its id).
+# - grpc-echo, the transport ceiling: one `keel bench-echo-server` process
+#   on 127.0.23.1 (started and stopped by the bench; --no-echo leaves it
+#   out) whose EchoService.Echo stream sends every message straight back;
+#   op: one 100-byte message out and back on the writer's own stream (its
+#   own connection, or with --connections shared one connection for all
+#   writers, a stream each). No consensus, no disk: what one gRPC round
+#   trip per op allows here, the bound for any gRPC server on this machine.
+# - Before the run the bench times the disk (JSON `disk_probe`): a 4 KiB
+#   overwrite + fdatasync, and 128 KiB appends + fdatasync for a second.
 # - All three: data on the same filesystem (the temp dir), 2 of 3 nodes
 #   acknowledge every write durably, one op in flight per writer; inside
 #   each trial every writer level runs zookeeper, then etcd, then keel.
@@ -105,9 +115,10 @@ cleanup() {
         kill -KILL "$pid" 2>/dev/null || true
         wait "$pid" 2>/dev/null || true
     done
-    # The bench kills its Keel controllers itself; if it was killed first,
-    # its controllers (subnet 127.0.20.x is this scenario's) go here.
-    pkill -KILL -f -- "--listen 127\.0\.20\.1[123]:" 2>/dev/null || true
+    # The bench kills its Keel controllers and echo server itself; if it was
+    # killed first, they (127.0.20.11-13 and 127.0.23.1 are this scenario's)
+    # go here.
+    pkill -KILL -f -- "--listen 127\.0\.(20\.1[123]|23\.1):" 2>/dev/null || true
     if [[ $rc -ne 0 && -d $work ]]; then
         for f in "$work"/*/server.log; do
             [[ -f $f ]] && { say "last lines of $f:"; tail -n 5 "$f" >&2; }
@@ -115,9 +126,9 @@ cleanup() {
     fi
     rm -rf "$work"
     sleep 0.2
-    if pgrep -f -- "$work" >/dev/null || pgrep -f -- "--listen 127\.0\.20\.1[123]:" >/dev/null; then
+    if pgrep -f -- "$work" >/dev/null || pgrep -f -- "--listen 127\.0\.(20\.1[123]|23\.1):" >/dev/null; then
         say "WARNING: processes left behind:"
-        pgrep -af -- "$work|--listen 127\.0\.20\.1[123]:" >&2 || true
+        pgrep -af -- "$work|--listen 127\.0\.(20\.1[123]|23\.1):" >&2 || true
         rc=1
     else
         say "all ZooKeeper, etcd and Keel processes of this run are gone"

@@ -21,8 +21,8 @@ use tonic::transport::Channel;
 use crate::cluster::{self, alter_ok, connect, set_config, value, Cluster};
 use crate::load::{run_writers, Connections, Level, Writer};
 use crate::stats::{
-    cell, cpu_ticks, latency_json, machine, own_cpu_ticks, percentile, r1, r3, unix_now,
-    CLOCK_TICKS_PER_S,
+    cell, cpu_ticks, disk_probe, disk_probe_line, latency_json, machine, own_cpu_ticks, percentile,
+    r1, r3, unix_now, CLOCK_TICKS_PER_S,
 };
 use crate::{progress, Env, Report};
 
@@ -235,6 +235,8 @@ impl CpuTicks {
 /// Runs the scenario.
 pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     let started_at = unix_now();
+    progress!("commit: probing the disk");
+    let disk = disk_probe(&std::env::temp_dir());
     progress!("commit: starting a 3-controller quorum on 127.0.1.11-13");
     let mut c = Cluster::start(&env.exe, 1, &["--session-timeout-ms", "600000"])?;
     let active = c.wait_active(Duration::from_secs(60)).await?;
@@ -405,6 +407,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         "disk_bytes_per_record": r1(per_record),
         "disk_bytes_per_record_per_node": r1(per_record / 3.0),
         "machine": machine(),
+        "disk_probe": disk,
     });
     if let Some(cc) = compare {
         json["controller_client_1_writer"] = cc;
@@ -448,6 +451,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         per_record,
         per_record / 3.0
     );
+    table += &disk_probe_line(&json["disk_probe"]);
     if let Some(cc) = json.get("controller_client_1_writer") {
         table += &format!(
             "1 writer via ControllerClient (new connection per call): {} ops/s, p50 {} ms, p99 {} ms\n",

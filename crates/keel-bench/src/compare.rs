@@ -15,9 +15,17 @@
 //!   one unary call per op).
 //!
 //! Systems are interleaved inside a trial (trial t: for each writer level:
-//! zookeeper, etcd, keel) so machine noise hits all three alike. ZooKeeper
-//! and etcd are started and stopped by `scripts/bench-compare.sh`; Keel is
-//! started here on 127.0.20.11-13.
+//! zookeeper, etcd, keel, grpc-echo) so machine noise hits all alike.
+//! ZooKeeper and etcd are started and stopped by `scripts/bench-compare.sh`;
+//! Keel is started here on 127.0.20.11-13.
+//!
+//! The fourth row, `grpc-echo`, is the transport ceiling: a gRPC server
+//! (a process of this binary on 127.0.23.1) that sends every message of a
+//! stream straight back, driven by the same writers with the same values.
+//! It does no consensus and touches no disk, so its ops/s is what one gRPC
+//! round trip per op allows on this machine at that concurrency; Keel's
+//! ratio to it (`keel_vs_grpc_echo`) is the share of that ceiling Keel
+//! reaches while committing every op durably on a quorum.
 
 use std::time::{Duration, Instant};
 
@@ -26,11 +34,12 @@ use serde_json::{json, Value};
 
 use crate::cluster::{self, set_config, value, Cluster};
 use crate::commit::{run_level, KeelApi};
+use crate::echo::{self, EchoServer, EchoWriter};
 use crate::etcd::{self, EtcdError};
 use crate::load::{run_writers, Connections, Level, Writer};
 use crate::stats::{
-    cell, cpu_ticks, machine, median, own_cpu_ticks, percentile, r1, r3, unix_now,
-    CLOCK_TICKS_PER_S,
+    cell, cpu_ticks, disk_probe, disk_probe_line, machine, median, own_cpu_ticks, percentile, r1,
+    r3, unix_now, CLOCK_TICKS_PER_S,
 };
 use crate::zk::{self, ZkError, ZkSession, ERR_NODE_EXISTS};
 use crate::{progress, Env, Report};
@@ -61,6 +70,8 @@ pub struct CompareParams {
     pub api: KeelApi,
     /// Whether each system's writers share one connection.
     pub connections: Connections,
+    /// Whether to measure the gRPC echo ceiling (`grpc-echo`).
+    pub echo: bool,
 }
 
 impl Default for CompareParams {
@@ -77,6 +88,7 @@ impl Default for CompareParams {
             request_timeout_ms: 10_000,
             api: KeelApi::Session,
             connections: Connections::PerWriter,
+            echo: true,
         }
     }
 }
@@ -109,25 +121,48 @@ const TOPIC: &str = "bench-compare";
 const KEEL_FLAGS: [&str; 2] = ["--session-timeout-ms", "600000"];
 /// 127.0.<subnet>.11-13 of the Keel quorum.
 const KEEL_SUBNET: u8 = 20;
+/// Address of the gRPC echo server (the transport ceiling).
+const ECHO_IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 23, 1);
 
-/// The three systems, in the order they run inside a level (the order is
-/// also their index in per-system arrays).
+/// The systems, in the order they run inside a level (the order is also
+/// their index in per-system arrays).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 enum System {
     Zookeeper,
     Etcd,
     Keel,
+    /// The transport ceiling: a gRPC echo server, no consensus, no disk.
+    Echo,
 }
 
 impl System {
-    const ALL: [System; 3] = [System::Zookeeper, System::Etcd, System::Keel];
+    const ALL: [System; 4] = [System::Zookeeper, System::Etcd, System::Keel, System::Echo];
 
     fn name(self) -> &'static str {
         match self {
             System::Zookeeper => "zookeeper",
             System::Etcd => "etcd",
             System::Keel => "keel",
+            System::Echo => "grpc-echo",
+        }
+    }
+
+    /// Server processes the system runs.
+    fn servers(self) -> usize {
+        match self {
+            System::Echo => 1,
+            _ => 3,
+        }
+    }
+
+    /// JSON key of Keel's ratio to this system (`None` for Keel).
+    fn ratio_key(self) -> Option<&'static str> {
+        match self {
+            System::Zookeeper => Some("keel_vs_zookeeper"),
+            System::Etcd => Some("keel_vs_etcd"),
+            System::Keel => None,
+            System::Echo => Some("keel_vs_grpc_echo"),
         }
     }
 }
@@ -509,9 +544,9 @@ async fn setup_etcd(p: &CompareParams) -> Result<Peer, CompareError> {
 /// Counters read at one instant, around every level.
 struct Sample {
     /// CPU seconds of each system's servers, in [`System::ALL`] order.
-    server_cpu_secs: [Option<f64>; 3],
+    server_cpu_secs: [Option<f64>; System::ALL.len()],
     /// Storage write bytes of each system's servers, same order.
-    server_write_bytes: [Option<u64>; 3],
+    server_write_bytes: [Option<u64>; System::ALL.len()],
     /// CPU ticks of this process.
     client_ticks: Option<u64>,
     /// Busy ticks of the machine.
@@ -549,6 +584,8 @@ struct Systems {
     etcd: Option<Peer>,
     keel: Cluster,
     keel_pids: Vec<u32>,
+    /// The echo server and its pid (absent with `echo: false`).
+    echo: Option<(EchoServer, [u32; 1])>,
     /// Next free ZooKeeper sequence number (names never repeat in a run).
     zk_seq_next: u64,
 }
@@ -559,6 +596,7 @@ impl Systems {
             System::Zookeeper => self.zk.is_some(),
             System::Etcd => self.etcd.is_some(),
             System::Keel => true,
+            System::Echo => self.echo.is_some(),
         }
     }
 
@@ -567,14 +605,15 @@ impl Systems {
             System::Zookeeper => self.zk.as_ref().map(|z| z.pids.as_slice()).unwrap_or(&[]),
             System::Etcd => self.etcd.as_ref().map(|e| e.pids.as_slice()).unwrap_or(&[]),
             System::Keel => &self.keel_pids,
+            System::Echo => self.echo.as_ref().map(|e| e.1.as_slice()).unwrap_or(&[]),
         }
     }
 
-    /// The sum of `read(pid)` over system `s`'s three servers (`None` if
-    /// any is unknown).
+    /// The sum of `read(pid)` over system `s`'s servers (`None` if any is
+    /// unknown).
     fn sum_pids(&self, s: System, read: impl Fn(u32) -> Option<u64>) -> Option<u64> {
         let pids = self.pids(s);
-        if pids.len() != 3 {
+        if pids.len() != s.servers() {
             return None;
         }
         pids.iter().map(|&pid| read(pid)).sum()
@@ -622,6 +661,11 @@ impl Systems {
                 let i = self.keel.wait_active(Duration::from_secs(30)).await?;
                 self.keel.addrs[i].clone()
             }
+            System::Echo => self
+                .echo
+                .as_ref()
+                .map(|e| e.0.addr.clone())
+                .context("no echo server")?,
         })
     }
 
@@ -711,6 +755,25 @@ impl Systems {
                 self.keel.check_alive()?;
                 l
             }
+            System::Echo => {
+                let shared = match p.connections {
+                    Connections::PerWriter => None,
+                    Connections::Shared => Some(echo::channel(leader, timeout).await?),
+                };
+                let leader = leader.to_string();
+                run_writers(s.name(), writers, secs, max_ops, |_| {
+                    let leader = leader.clone();
+                    let shared = shared.clone();
+                    async move {
+                        let ch = match shared {
+                            Some(c) => c,
+                            None => echo::channel(&leader, timeout).await?,
+                        };
+                        EchoWriter::open(ch, vb, timeout).await
+                    }
+                })
+                .await
+            }
         }
     }
 
@@ -797,7 +860,7 @@ fn setup_json(p: &CompareParams, sys: &Systems) -> Value {
     ));
     et["durability"] = json!("server defaults: the WAL is fsynced before a Raft entry is acknowledged, a quorum of 2 acknowledges each write");
     json!({
-        "order": "trial t: for each writer level: zookeeper, etcd, keel (systems interleaved so machine noise hits all three alike)",
+        "order": "trial t: for each writer level: zookeeper, etcd, keel, grpc-echo (systems interleaved so machine noise hits all alike)",
         "warmup": format!("{} s per system at {} writers before the first trial, not recorded", p.warmup_secs, p.writers.iter().max().copied().unwrap_or(1)),
         "connections": p.connections.name(),
         "load_generator": if shared {
@@ -806,7 +869,7 @@ fn setup_json(p: &CompareParams, sys: &Systems) -> Value {
             "this process (the `keel` binary, tokio multi-thread runtime): one task per writer, its own persistent connection, one op in flight; the same loop, value generator, timer and error budget for every system"
         },
         "latency": "p50/p99 pooled over the samples of every successful trial; ops/s is the median of the trials' ops/s",
-        "cpu": "utime+stime of the three server processes of the system (from /proc/<pid>/stat, 100 ticks/s) and of this load generator, over the whole level call (session/connection set-up and close included), as % of one core; other_cpu_pct is the rest of the machine's busy time (/proc/stat) in that window, idle_systems_cpu_pct the part of it the two idle systems used, outside_cpu_pct what remains: work outside the comparison, i.e. noise; server_write_bytes is write_bytes of /proc/<pid>/io summed over the three servers",
+        "cpu": "utime+stime of the server processes of the system (three; one for grpc-echo) (from /proc/<pid>/stat, 100 ticks/s) and of this load generator, over the whole level call (session/connection set-up and close included), as % of one core; other_cpu_pct is the rest of the machine's busy time (/proc/stat) in that window, idle_systems_cpu_pct the part of it the two idle systems used, outside_cpu_pct what remains: work outside the comparison, i.e. noise; server_write_bytes is write_bytes of /proc/<pid>/io summed over the three servers",
         "zookeeper": zk,
         "etcd": et,
         "keel": {
@@ -827,6 +890,22 @@ fn setup_json(p: &CompareParams, sys: &Systems) -> Value {
             },
             "durability": "the Raft log is flushed (sled flush, fsync) before an append is acknowledged; a quorum of 2 acknowledges each write",
         },
+        "grpc-echo": match &sys.echo {
+            None => json!({ "skipped": true, "reason": "--no-echo" }),
+            Some((e, _)) => json!({
+                "skipped": false,
+                "addresses": [e.addr],
+                "version": env!("CARGO_PKG_VERSION"),
+                "op": format!("one {}-byte message sent on the writer's bidirectional gRPC stream (EchoService.Echo) and the same message received back", p.value_bytes),
+                "connection": if shared {
+                    "one persistent gRPC (HTTP/2) connection shared by all writers, a stream per writer"
+                } else {
+                    "one persistent gRPC (HTTP/2) connection and stream per writer"
+                },
+                "server": "one process of this binary (`keel bench-echo-server`, tonic, the controllers' runtime and socket options); the response stream is the request stream: no consensus, no disk",
+                "durability": "none: the transport ceiling, what one gRPC round trip per op allows on this machine",
+            }),
+        },
         "servers_started_by": std::env::var("KEEL_BENCH_COMPARE_SETUP").ok().map(|s| s.lines().map(str::to_string).collect::<Vec<_>>()),
     })
 }
@@ -835,6 +914,8 @@ fn setup_json(p: &CompareParams, sys: &Systems) -> Value {
 pub async fn run(env: &Env, p: &CompareParams) -> anyhow::Result<Report> {
     validate(p)?;
     let started_at = unix_now();
+    progress!("compare: probing the disk");
+    let disk = disk_probe(&std::env::temp_dir());
     let zk = if p.zookeeper.is_empty() {
         progress!("compare: no --zookeeper endpoints, ZooKeeper is skipped");
         None
@@ -870,11 +951,20 @@ pub async fn run(env: &Env, p: &CompareParams) -> anyhow::Result<Report> {
     cluster::create_topic(&client, TOPIC, 1, 1).await?;
     c.wait_converged(Duration::from_secs(30)).await?;
     let keel_pids: Vec<u32> = (0..3).filter_map(|i| c.pid(i)).collect();
+    let echo = if p.echo {
+        let e = EchoServer::start(&env.exe, ECHO_IP)?;
+        progress!("compare: gRPC echo ceiling at {} (pid {})", e.addr, e.pid());
+        let pid = e.pid();
+        Some((e, [pid]))
+    } else {
+        None
+    };
     let mut sys = Systems {
         zk,
         etcd: et,
         keel: c,
         keel_pids,
+        echo,
         zk_seq_next: 0,
     };
     let systems: Vec<System> = System::ALL
@@ -940,18 +1030,20 @@ pub async fn run(env: &Env, p: &CompareParams) -> anyhow::Result<Report> {
             per.insert(s.name().to_string(), v);
         }
         let ops = |s: &str| per.get(s).and_then(|v| v["ops_per_s"].as_f64());
-        let r = json!({
-            "writers": w,
-            "keel_vs_etcd": ratio(ops("keel"), ops("etcd")).map(r3),
-            "keel_vs_zookeeper": ratio(ops("keel"), ops("zookeeper")).map(r3),
-        });
+        let mut r = json!({ "writers": w });
+        for s in System::ALL {
+            if let Some(key) = s.ratio_key() {
+                r[key] = json!(ratio(ops("keel"), ops(s.name())).map(r3));
+            }
+        }
         ratios.push(r.clone());
         let mut l = json!({ "writers": w });
         for (k, v) in per {
             l[k] = v;
         }
-        l["keel_vs_etcd"] = r["keel_vs_etcd"].clone();
-        l["keel_vs_zookeeper"] = r["keel_vs_zookeeper"].clone();
+        for key in System::ALL.iter().filter_map(|s| s.ratio_key()) {
+            l[key] = r[key].clone();
+        }
         levels_json.push(l);
     }
 
@@ -969,11 +1061,13 @@ pub async fn run(env: &Env, p: &CompareParams) -> anyhow::Result<Report> {
             "request_timeout_ms": p.request_timeout_ms,
             "zookeeper": p.zookeeper,
             "etcd": p.etcd,
+            "echo": p.echo,
         },
         "setup": setup,
         "levels": levels_json,
         "ratios": ratios,
         "machine": machine(),
+        "disk_probe": disk,
     });
     let table = table(p, &json);
     let summary = summary_line(&json);
@@ -1003,11 +1097,16 @@ fn table(p: &CompareParams, j: &Value) -> String {
         p.value_bytes, p.trials, p.level_secs, p.connections.name()
     );
     t += &format!(
-        "{}; {}; keel {}\n",
+        "{}; {}; keel {}",
         version("zookeeper"),
         version("etcd"),
         cell(&j["setup"]["keel"]["version"])
     );
+    let echo = &j["setup"]["grpc-echo"];
+    if !echo["skipped"].as_bool().unwrap_or(true) {
+        t += &format!("; grpc-echo at {}", cell(&echo["addresses"][0]));
+    }
+    t += "\n";
     let row = |c: [&str; 10]| {
         let line = format!(
             "{:>7} {:<9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7}",
@@ -1046,11 +1145,7 @@ fn table(p: &CompareParams, j: &Value) -> String {
                     p.trials
                 ));
             }
-            let r = match s {
-                System::Zookeeper => cell(&l["keel_vs_zookeeper"]),
-                System::Etcd => cell(&l["keel_vs_etcd"]),
-                System::Keel => String::new(),
-            };
+            let r = s.ratio_key().map(|k| cell(&l[k])).unwrap_or_default();
             let disk = v["server_write_bytes_per_op"]
                 .as_f64()
                 .map(|b| format!("{b:.0}"))
@@ -1069,7 +1164,8 @@ fn table(p: &CompareParams, j: &Value) -> String {
             ]);
         }
     }
-    t += "keel ÷ = Keel ops/s divided by that system's ops/s (medians of this run); CPU % of one core (srv = the system's 3 processes, cli = this load generator); srv us/op = server CPU per op; disk B/op = bytes the 3 servers wrote to storage per op\n";
+    t += &disk_probe_line(&j["disk_probe"]);
+    t += "keel ÷ = Keel ops/s divided by that system's ops/s (medians of this run); CPU % of one core (srv = the system's 3 processes, or the echo server's 1, cli = this load generator); srv us/op = server CPU per op; disk B/op = bytes the servers wrote to storage per op; grpc-echo = the transport ceiling (one gRPC round trip per op, no consensus, no disk)\n";
     for e in errors {
         t += &format!("errors: {e}\n");
     }
@@ -1127,7 +1223,7 @@ fn summary_line(j: &Value) -> String {
             .map(|v| format!("{v:.0}"))
             .unwrap_or_else(|| "-".into())
     };
-    format!(
+    let mut line = format!(
         "compare at {} writers: keel {} ops/s, zookeeper {} (keel ÷ {}), etcd {} (keel ÷ {})",
         cell(&l["writers"]),
         ops("keel"),
@@ -1135,7 +1231,15 @@ fn summary_line(j: &Value) -> String {
         cell(&l["keel_vs_zookeeper"]),
         ops("etcd"),
         cell(&l["keel_vs_etcd"]),
-    )
+    );
+    if l["grpc-echo"].is_object() && !l["grpc-echo"]["skipped"].as_bool().unwrap_or(false) {
+        line += &format!(
+            ", gRPC echo ceiling {} (keel ÷ {})",
+            ops("grpc-echo"),
+            cell(&l["keel_vs_grpc_echo"])
+        );
+    }
+    line
 }
 
 #[cfg(test)]
@@ -1169,6 +1273,33 @@ mod tests {
         for (i, s) in System::ALL.iter().enumerate() {
             assert_eq!(Sample::index(*s), i, "{s:?}");
         }
+    }
+
+    #[test]
+    fn every_system_but_keel_gets_a_ratio_and_the_ceiling_shows_in_the_summary() {
+        for s in System::ALL {
+            assert_eq!(s.ratio_key().is_none(), s == System::Keel, "{s:?}");
+        }
+        assert_eq!(System::Echo.servers(), 1);
+        let level = |echo: Value| {
+            json!({ "levels": [{
+                "writers": 64,
+                "keel": { "ops_per_s": 12000.0 },
+                "zookeeper": { "ops_per_s": 6000.0 },
+                "etcd": { "ops_per_s": 3000.0 },
+                "grpc-echo": echo,
+                "keel_vs_zookeeper": 2.0,
+                "keel_vs_etcd": 4.0,
+                "keel_vs_grpc_echo": 0.25,
+            }]})
+        };
+        let with = summary_line(&level(json!({ "ops_per_s": 48000.0, "ok_trials": 3 })));
+        assert!(
+            with.ends_with("gRPC echo ceiling 48000 (keel ÷ 0.25)"),
+            "{with}"
+        );
+        let without = summary_line(&level(json!({ "skipped": true })));
+        assert!(!without.contains("echo"), "{without}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod cluster;
 pub mod commit;
 pub mod compare;
 pub mod create_topics;
+pub mod echo;
 pub mod etcd;
 pub mod failover;
 pub mod heartbeats;

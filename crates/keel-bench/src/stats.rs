@@ -97,6 +97,80 @@ pub fn machine() -> Value {
     })
 }
 
+/// 4 KiB syncs the disk probe times.
+const PROBE_SMALL_SYNCS: usize = 200;
+/// Wall-time bound of the probe's large-write part.
+const PROBE_LARGE_SECS: f64 = 1.0;
+/// Upper bound on the probe's large writes.
+const PROBE_LARGE_MAX: usize = 2_000;
+/// Bytes of each large write (a 1,000-record bulk entry is ~130 KB).
+const PROBE_LARGE_BYTES: usize = 128 * 1024;
+
+/// What this machine's disk does under the kind of writes a commit makes,
+/// measured in a scratch file in `dir` (the filesystem the clusters' data
+/// dirs live on): `fdatasync_4k_*` times a 4 KiB overwrite followed by
+/// `fdatasync` of an already written file (a log segment the store has
+/// filled ahead, so no file metadata rides along); `sync_128k_*` appends
+/// 128 KiB and syncs, repeatedly for up to a second (a bulk entry's
+/// write). The numbers let figures from different hosts be compared: a
+/// durable commit cannot finish faster than one sync. Errors are reported
+/// in the JSON (`error`), never fatal.
+pub fn disk_probe(dir: &std::path::Path) -> Value {
+    match probe(dir) {
+        Ok(v) => v,
+        Err(e) => json!({ "error": e.to_string() }),
+    }
+}
+
+/// One table line for a [`disk_probe`] result.
+pub fn disk_probe_line(v: &Value) -> String {
+    if let Some(e) = v["error"].as_str() {
+        return format!("host disk probe failed: {e}\n");
+    }
+    format!(
+        "host disk (probe before the run): 4 KiB overwrite + fdatasync p50 {} µs, p99 {} µs; 128 KiB append + fdatasync {} MB/s ({} syncs/s)\n",
+        cell(&v["fdatasync_4k_p50_us"]),
+        cell(&v["fdatasync_4k_p99_us"]),
+        cell(&v["sync_128k_mb_per_s"]),
+        cell(&v["sync_128k_per_s"])
+    )
+}
+
+fn probe(dir: &std::path::Path) -> std::io::Result<Value> {
+    use std::os::unix::fs::FileExt;
+    use std::time::Instant;
+    let scratch = tempfile::tempfile_in(dir)?;
+    let page = vec![0x5au8; 4096];
+    let filled = vec![0u8; PROBE_SMALL_SYNCS * page.len()];
+    scratch.write_all_at(&filled, 0)?;
+    scratch.sync_all()?;
+    let mut small_us = Vec::with_capacity(PROBE_SMALL_SYNCS);
+    for i in 0..PROBE_SMALL_SYNCS {
+        let t = Instant::now();
+        scratch.write_all_at(&page, (i * page.len()) as u64)?;
+        scratch.sync_data()?;
+        small_us.push(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let large = tempfile::tempfile_in(dir)?;
+    let chunk = vec![0xa5u8; PROBE_LARGE_BYTES];
+    let started = Instant::now();
+    let mut writes = 0usize;
+    while writes < PROBE_LARGE_MAX && started.elapsed().as_secs_f64() < PROBE_LARGE_SECS {
+        large.write_all_at(&chunk, (writes * chunk.len()) as u64)?;
+        large.sync_data()?;
+        writes += 1;
+    }
+    let secs = started.elapsed().as_secs_f64().max(1e-9);
+    Ok(json!({
+        "dir": dir.display().to_string(),
+        "fdatasync_4k_p50_us": r1(percentile(&small_us, 50.0)),
+        "fdatasync_4k_p99_us": r1(percentile(&small_us, 99.0)),
+        "fdatasync_4k_samples": PROBE_SMALL_SYNCS,
+        "sync_128k_mb_per_s": r1((writes * PROBE_LARGE_BYTES) as f64 / secs / 1e6),
+        "sync_128k_per_s": r1(writes as f64 / secs),
+    }))
+}
+
 /// Bytes of memory the kernel says are available (MemAvailable).
 pub fn mem_available_bytes() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
@@ -174,5 +248,18 @@ mod tests {
         assert_eq!(parse_stat_cpu_ticks(stat), Some(1234 + 567));
         assert_eq!(parse_stat_cpu_ticks("garbage"), None);
         assert_eq!(parse_stat_cpu_ticks("1 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn the_disk_probe_times_syncs_and_reports_a_bad_dir_as_an_error() {
+        let dir = tempfile::tempdir().expect("dir");
+        let v = disk_probe(dir.path());
+        assert!(v["fdatasync_4k_p50_us"].as_f64().expect("p50") > 0.0, "{v}");
+        assert!(v["fdatasync_4k_p99_us"].as_f64() >= v["fdatasync_4k_p50_us"].as_f64());
+        assert!(v["sync_128k_per_s"].as_f64().expect("rate") > 0.0, "{v}");
+        // The scratch files are anonymous: nothing is left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).expect("ls").count(), 0);
+        let v = disk_probe(&dir.path().join("missing"));
+        assert!(v["error"].is_string(), "{v}");
     }
 }

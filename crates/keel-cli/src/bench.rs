@@ -141,6 +141,10 @@ pub struct BenchArgs {
     /// write session).
     #[arg(long, value_enum, default_value_t = ConnectionsArg::PerWriter)]
     connections: ConnectionsArg,
+    /// compare: leave out the `grpc-echo` row (the transport ceiling: a gRPC
+    /// echo server driven by the same writers).
+    #[arg(long)]
+    no_echo: bool,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -265,6 +269,7 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 etcd: a.etcd.clone(),
                 api: a.keel_api.into(),
                 connections: a.connections.into(),
+                echo: !a.no_echo,
                 ..d
             };
             keel_bench::compare::run(env, &p).await
@@ -273,6 +278,49 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
     }
     .map_err(|e| format!("{s:?} failed: {e:#}"))?;
     emit(a, &r)
+}
+
+/// `keel bench-echo-server` (hidden): the gRPC echo server `keel bench
+/// compare` starts as its transport ceiling.
+#[derive(Args, Debug)]
+pub struct EchoServerArgs {
+    /// Address to listen on (port 0: any free port).
+    #[arg(long)]
+    pub listen: std::net::SocketAddr,
+}
+
+/// Binds, prints `listening on <addr>` (the line the bench waits for) and
+/// serves until killed.
+pub async fn echo_server(a: EchoServerArgs) -> ExitCode {
+    use std::io::Write as _;
+    let listener = match tokio::net::TcpListener::bind(a.listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("error: cannot listen on {}: {e}", a.listen);
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    };
+    let bound = match listener.local_addr() {
+        Ok(addr) => addr,
+        Err(e) => {
+            eprintln!("error: no local address: {e}");
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    };
+    let mut out = std::io::stdout();
+    if writeln!(out, "{}{bound}", keel_bench::echo::LISTENING)
+        .and_then(|()| out.flush())
+        .is_err()
+    {
+        return ExitCode::from(EXIT_LOCAL);
+    }
+    match keel_bench::echo::serve(listener).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(EXIT_LOCAL)
+        }
+    }
 }
 
 pub async fn run(a: BenchArgs) -> ExitCode {

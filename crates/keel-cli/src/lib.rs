@@ -62,6 +62,10 @@ enum Command {
     ElectLeaders(admin::ElectArgs),
     /// Decode a controller's Raft log and snapshot offline.
     Log(log::LogArgs),
+    /// The gRPC echo server `keel bench compare` measures as its transport
+    /// ceiling (started by the bench, not by hand).
+    #[command(name = "bench-echo-server", hide = true)]
+    BenchEchoServer(bench::EchoServerArgs),
 }
 
 /// Entry point of the `keel` binary.
@@ -98,6 +102,7 @@ pub fn main() -> ExitCode {
             Command::Reassign(a) => admin::reassign(a).await,
             Command::ElectLeaders(a) => admin::elect(a).await,
             Command::Log(a) => log::run(a),
+            Command::BenchEchoServer(a) => bench::echo_server(a).await,
         }
     })
 }

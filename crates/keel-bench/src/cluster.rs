@@ -61,6 +61,15 @@ pub async fn connect(addr: &str, request_timeout: Duration) -> anyhow::Result<Ch
     Ok(ep.connect().await?)
 }
 
+/// Extra controller flags from `KEEL_BENCH_CONTROLLER_ARGS` (split on
+/// whitespace; e.g. `--worker-threads 1`), for trying a setting in any
+/// scenario without a code change. They go after the scenario's own flags.
+fn controller_args_from_env() -> Vec<String> {
+    std::env::var("KEEL_BENCH_CONTROLLER_ARGS")
+        .map(|v| v.split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
 impl Cluster {
     /// Starts three controllers on `127.0.<subnet>.11-13`; `extra` flags go to each.
     pub fn start(exe: &Path, subnet: u8, extra: &[&str]) -> anyhow::Result<Self> {
@@ -86,7 +95,11 @@ impl Cluster {
             exe: exe.to_path_buf(),
             addrs,
             procs: vec![None, None, None],
-            extra: extra.iter().map(|s| s.to_string()).collect(),
+            extra: extra
+                .iter()
+                .map(|s| s.to_string())
+                .chain(controller_args_from_env())
+                .collect(),
             subnet,
             broker_addrs: Vec::new(),
             brokers: Vec::new(),

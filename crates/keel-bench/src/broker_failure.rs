@@ -243,7 +243,10 @@ impl Rig {
             ];
             rig.ctrls.push(Proc {
                 name: format!("controller {}", i + 1),
-                args: args.to_vec(),
+                args: args
+                    .into_iter()
+                    .chain(crate::cluster::controller_args_from_env())
+                    .collect(),
                 rust_log: CONTROLLER_LOG,
                 log: rig.dir.path().join(format!("c{}.log", i + 1)),
                 child: None,

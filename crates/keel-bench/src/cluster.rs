@@ -64,7 +64,7 @@ pub async fn connect(addr: &str, request_timeout: Duration) -> anyhow::Result<Ch
 /// Extra controller flags from `KEEL_BENCH_CONTROLLER_ARGS` (split on
 /// whitespace; e.g. `--worker-threads 1`), for trying a setting in any
 /// scenario without a code change. They go after the scenario's own flags.
-fn controller_args_from_env() -> Vec<String> {
+pub(crate) fn controller_args_from_env() -> Vec<String> {
     std::env::var("KEEL_BENCH_CONTROLLER_ARGS")
         .map(|v| v.split_whitespace().map(str::to_string).collect())
         .unwrap_or_default()

@@ -55,6 +55,9 @@ pub(crate) const ALTER_PARTITION: &str = "alter_partition";
 const LIGHT_KINDS: &[&str] = &[ALTER_CONFIGS, ALTER_PARTITION];
 /// Period of the housekeeping tick (session expiry, reconciliation).
 pub const TICK: Duration = Duration::from_millis(200);
+/// A batch of at least this many records is logged with its decide and
+/// commit times once committed (a broker failure, a large election).
+const LARGE_BATCH_RECORDS: usize = 10_000;
 
 /// Inputs a decide step may use besides the image: time and randomness.
 pub struct DecideEnv {
@@ -203,15 +206,17 @@ pub enum ProposeError {
 /// all in flight at once; returns the index of the last entry.
 pub async fn propose(raft: &KeelRaft, records: Vec<MetadataRecord>) -> Result<u64, ProposeError> {
     let mut pending = Vec::new();
-    let mut rest = records;
-    while !rest.is_empty() {
-        let tail = if rest.len() > MAX_RECORDS_PER_ENTRY {
-            rest.split_off(MAX_RECORDS_PER_ENTRY)
-        } else {
-            Vec::new()
-        };
+    // Entries are cut from the front, each record moved once (splitting the
+    // tail off instead moved the rest of a 100,000-record batch again for
+    // every entry).
+    let mut records = records.into_iter();
+    loop {
+        let entry: Vec<MetadataRecord> = records.by_ref().take(MAX_RECORDS_PER_ENTRY).collect();
+        if entry.is_empty() {
+            break;
+        }
         let rx = raft
-            .client_write_ff(RecordBatch::new(std::mem::replace(&mut rest, tail)))
+            .client_write_ff(RecordBatch::new(entry))
             .await
             .map_err(|e| ProposeError::Fatal(e.to_string()))?;
         pending.push(rx);
@@ -361,6 +366,7 @@ pub(crate) async fn run(
         metrics::gauge!("keel_controller_event_queue_size").set(rx.len() as f64);
 
         let base = shared.image();
+        let decide_started = Instant::now();
         let light = batch.iter().all(|c| LIGHT_KINDS.contains(&c.kind));
         let Decided {
             records,
@@ -381,10 +387,27 @@ pub(crate) async fn run(
             continue;
         };
         let started = Instant::now();
+        let decided_in = started - decide_started;
+        let record_count = records.len();
         match propose(&shared.raft, records).await {
             Ok(index) => {
+                let committed_in = started.elapsed();
                 metrics::histogram!("keel_controller_commit_latency_seconds")
-                    .record(started.elapsed().as_secs_f64());
+                    .record(committed_in.as_secs_f64());
+                if record_count >= LARGE_BATCH_RECORDS {
+                    // Where a broker failure's time goes: deciding and
+                    // planning on this node, then storing, replicating and
+                    // applying the entries.
+                    tracing::info!(
+                        node = shared.config.node_id,
+                        term = epoch,
+                        index,
+                        records = record_count,
+                        decide_ms = decided_in.as_secs_f64() * 1e3,
+                        commit_ms = committed_in.as_secs_f64() * 1e3,
+                        "large batch committed"
+                    );
+                }
                 for r in replies {
                     r(Ok(index));
                 }

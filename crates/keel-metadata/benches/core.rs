@@ -3,7 +3,8 @@
 //! encode/decode. Under `cargo bench` it first prints two figures as JSON
 //! lines: the time to replay 1,000,000 `PartitionChange` records (10,000
 //! partitions, batches of 1,000) into an image, and the size, encode and
-//! decode (with validation) times of a 1,000,000-partition snapshot.
+//! decode (with validation) times of a 1,000,000-partition snapshot; then
+//! the pure-core steps of fencing a broker in a 100,000-partition image.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -103,6 +104,56 @@ fn snapshot_figure() {
         "{{\"snapshot_partitions\":{},\"bytes\":{},\"build_by_replay_seconds\":{build_seconds:.3},\"encode_seconds\":{encode_seconds:.3},\"decode_seconds\":{decode_seconds:.3}}}",
         image.partition_count(),
         bytes.len(),
+    );
+}
+
+/// Records per Raft entry when the controller splits a large decision
+/// (the broker-failure bench's 100,000 moves take 21 entries).
+const FENCE_ENTRY_RECORDS: usize = 5_000;
+
+/// Fences broker 1 of a 100,000-partition image (1,000 topics of 100 on 3
+/// brokers; it leads a third and is in every ISR) and prints, as one JSON
+/// line, the pure-core steps of a broker failure: deciding the fence,
+/// encoding its records into entries, decoding them, replaying them (as
+/// every controller's state machine does) and planning the brokers'
+/// requests.
+fn fence_figure() {
+    let (image, first) = cluster_of(1_000);
+    let start = Instant::now();
+    let decision = image.decide_fence_broker(BrokerId(1));
+    let decide_seconds = start.elapsed().as_secs_f64();
+    let records = decision.records;
+    let start = Instant::now();
+    let entries: Vec<Vec<u8>> = records
+        .chunks(FENCE_ENTRY_RECORDS)
+        .map(|c| RecordBatch::new(c.to_vec()).encode())
+        .collect();
+    let encode_seconds = start.elapsed().as_secs_f64();
+    let start = Instant::now();
+    let decoded: Vec<RecordBatch> = entries
+        .iter()
+        .map(|e| RecordBatch::decode(e).expect("decodes"))
+        .collect();
+    let decode_seconds = start.elapsed().as_secs_f64();
+    let mut replayed = image.clone();
+    let start = Instant::now();
+    for (i, batch) in decoded.iter().enumerate() {
+        replayed
+            .replay_batch(batch, first + i as u64)
+            .expect("the fence replays");
+    }
+    let replay_seconds = start.elapsed().as_secs_f64();
+    assert!(replayed.broker(BrokerId(1)).expect("registered").fenced);
+    let start = Instant::now();
+    let plan = keel_metadata::planner::plan(&image, &replayed, &records);
+    let plan_seconds = start.elapsed().as_secs_f64();
+    assert_eq!(plan.updates.changed_partitions.len(), records.len() - 1);
+    println!(
+        "{{\"fence_partitions\":{},\"records\":{},\"entries\":{},\"bytes\":{},\"decide_seconds\":{decide_seconds:.4},\"encode_seconds\":{encode_seconds:.4},\"decode_seconds\":{decode_seconds:.4},\"replay_seconds\":{replay_seconds:.4},\"plan_seconds\":{plan_seconds:.4}}}",
+        image.partition_count(),
+        records.len(),
+        entries.len(),
+        entries.iter().map(Vec::len).sum::<usize>(),
     );
 }
 
@@ -211,6 +262,7 @@ fn main() {
     if std::env::args().any(|a| a == "--bench") {
         replay_figure();
         snapshot_figure();
+        fence_figure();
     }
     let mut c = Criterion::default()
         .sample_size(10)

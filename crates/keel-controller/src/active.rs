@@ -206,15 +206,7 @@ pub enum ProposeError {
 /// all in flight at once; returns the index of the last entry.
 pub async fn propose(raft: &KeelRaft, records: Vec<MetadataRecord>) -> Result<u64, ProposeError> {
     let mut pending = Vec::new();
-    // Entries are cut from the front, each record moved once (splitting the
-    // tail off instead moved the rest of a 100,000-record batch again for
-    // every entry).
-    let mut records = records.into_iter();
-    loop {
-        let entry: Vec<MetadataRecord> = records.by_ref().take(MAX_RECORDS_PER_ENTRY).collect();
-        if entry.is_empty() {
-            break;
-        }
+    for entry in into_entries(records) {
         let rx = raft
             .client_write_ff(RecordBatch::new(entry))
             .await
@@ -230,6 +222,29 @@ pub async fn propose(raft: &KeelRaft, records: Vec<MetadataRecord>) -> Result<u6
         }
     }
     Ok(last)
+}
+
+/// `records` cut into entries of at most [`MAX_RECORDS_PER_ENTRY`], in
+/// order. A batch that fits is one entry as it is; a larger one is cut from
+/// the front, each record moved once (splitting the tail off instead moved
+/// the rest of a 100,000-record batch again for every entry).
+fn into_entries(records: Vec<MetadataRecord>) -> Vec<Vec<MetadataRecord>> {
+    if records.len() <= MAX_RECORDS_PER_ENTRY {
+        return if records.is_empty() {
+            Vec::new()
+        } else {
+            vec![records]
+        };
+    }
+    let mut entries = Vec::with_capacity(records.len().div_ceil(MAX_RECORDS_PER_ENTRY));
+    let mut rest = records.into_iter();
+    loop {
+        let entry: Vec<MetadataRecord> = rest.by_ref().take(MAX_RECORDS_PER_ENTRY).collect();
+        if entry.is_empty() {
+            return entries;
+        }
+        entries.push(entry);
+    }
 }
 
 /// Leadership was lost while the records were being committed: they may or
@@ -478,6 +493,27 @@ mod tests {
             tx,
         );
         (cmd, seen_rx)
+    }
+
+    #[test]
+    fn a_batch_is_cut_into_entries_in_order_and_none_is_empty() {
+        let records = |n: usize| -> Vec<MetadataRecord> {
+            (0..n)
+                .map(|i| MetadataRecord::FenceBroker {
+                    broker: BrokerId(i as u32),
+                    epoch: keel_metadata::BrokerEpoch(0),
+                })
+                .collect()
+        };
+        assert!(into_entries(Vec::new()).is_empty());
+        assert_eq!(into_entries(records(3)), vec![records(3)]);
+        let max = MAX_RECORDS_PER_ENTRY;
+        for n in [max, max + 1, 2 * max, 20 * max + 1] {
+            let entries = into_entries(records(n));
+            assert_eq!(entries.len(), n.div_ceil(max), "{n} records");
+            assert!(entries.iter().all(|e| !e.is_empty() && e.len() <= max));
+            assert_eq!(entries.concat(), records(n), "order kept for {n}");
+        }
     }
 
     /// The loop takes a handed-over image as it is rather than replaying

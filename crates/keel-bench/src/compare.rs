@@ -34,9 +34,9 @@ use serde_json::{json, Value};
 
 use crate::cluster::{self, set_config, value, Cluster};
 use crate::commit::{run_level, KeelApi};
-use crate::echo::{self, EchoServer, EchoWriter};
+use crate::echo::{EchoServer, EchoWriter};
 use crate::etcd::{self, EtcdError};
-use crate::load::{run_writers, Connections, Level, Writer};
+use crate::load::{run_writers, run_writers_on, Connections, Level, Writer};
 use crate::stats::{
     cell, cpu_ticks, disk_probe, disk_probe_line, machine, median, own_cpu_ticks, percentile, r1,
     r3, unix_now, CLOCK_TICKS_PER_S,
@@ -584,8 +584,8 @@ struct Systems {
     etcd: Option<Peer>,
     keel: Cluster,
     keel_pids: Vec<u32>,
-    /// The echo server and its pid (absent with `echo: false`).
-    echo: Option<(EchoServer, [u32; 1])>,
+    /// The echo server (absent with `echo: false`).
+    echo: Option<EchoServer>,
     /// Next free ZooKeeper sequence number (names never repeat in a run).
     zk_seq_next: u64,
 }
@@ -605,7 +605,7 @@ impl Systems {
             System::Zookeeper => self.zk.as_ref().map(|z| z.pids.as_slice()).unwrap_or(&[]),
             System::Etcd => self.etcd.as_ref().map(|e| e.pids.as_slice()).unwrap_or(&[]),
             System::Keel => &self.keel_pids,
-            System::Echo => self.echo.as_ref().map(|e| e.1.as_slice()).unwrap_or(&[]),
+            System::Echo => self.echo.as_ref().map(EchoServer::pids).unwrap_or(&[]),
         }
     }
 
@@ -664,7 +664,7 @@ impl Systems {
             System::Echo => self
                 .echo
                 .as_ref()
-                .map(|e| e.0.addr.clone())
+                .map(|e| e.addr.clone())
                 .context("no echo server")?,
         })
     }
@@ -719,26 +719,21 @@ impl Systems {
                 l
             }
             System::Etcd => {
-                let leader = leader.to_string();
-                let shared = match p.connections {
-                    Connections::PerWriter => None,
-                    Connections::Shared => Some(etcd::kv_client(&leader, timeout).await?),
-                };
-                run_writers(s.name(), writers, secs, max_ops, |_| {
-                    let leader = leader.clone();
-                    let shared = shared.clone();
-                    async move {
-                        let client = match shared {
-                            Some(c) => c,
-                            None => etcd::kv_client(&leader, timeout).await?,
-                        };
+                run_writers_on(
+                    s.name(),
+                    p.connections,
+                    writers,
+                    secs,
+                    max_ops,
+                    || async { Ok(etcd::kv_client(leader, timeout).await?) },
+                    |client| async move {
                         Ok(EtcdWriter {
                             client,
-                            endpoint: leader,
+                            endpoint: leader.to_string(),
                             value_bytes: vb,
                         })
-                    }
-                })
+                    },
+                )
                 .await
             }
             System::Keel => {
@@ -756,22 +751,15 @@ impl Systems {
                 l
             }
             System::Echo => {
-                let shared = match p.connections {
-                    Connections::PerWriter => None,
-                    Connections::Shared => Some(echo::channel(leader, timeout).await?),
-                };
-                let leader = leader.to_string();
-                run_writers(s.name(), writers, secs, max_ops, |_| {
-                    let leader = leader.clone();
-                    let shared = shared.clone();
-                    async move {
-                        let ch = match shared {
-                            Some(c) => c,
-                            None => echo::channel(&leader, timeout).await?,
-                        };
-                        EchoWriter::open(ch, vb, timeout).await
-                    }
-                })
+                run_writers_on(
+                    s.name(),
+                    p.connections,
+                    writers,
+                    secs,
+                    max_ops,
+                    || cluster::connect(leader, timeout),
+                    |channel| EchoWriter::open(channel, vb, timeout),
+                )
                 .await
             }
         }
@@ -869,7 +857,7 @@ fn setup_json(p: &CompareParams, sys: &Systems) -> Value {
             "this process (the `keel` binary, tokio multi-thread runtime): one task per writer, its own persistent connection, one op in flight; the same loop, value generator, timer and error budget for every system"
         },
         "latency": "p50/p99 pooled over the samples of every successful trial; ops/s is the median of the trials' ops/s",
-        "cpu": "utime+stime of the server processes of the system (three; one for grpc-echo) (from /proc/<pid>/stat, 100 ticks/s) and of this load generator, over the whole level call (session/connection set-up and close included), as % of one core; other_cpu_pct is the rest of the machine's busy time (/proc/stat) in that window, idle_systems_cpu_pct the part of it the two idle systems used, outside_cpu_pct what remains: work outside the comparison, i.e. noise; server_write_bytes is write_bytes of /proc/<pid>/io summed over the three servers",
+        "cpu": "utime+stime of the server processes of the system (three; one for grpc-echo) (from /proc/<pid>/stat, 100 ticks/s) and of this load generator, over the whole level call (session/connection set-up and close included), as % of one core; other_cpu_pct is the rest of the machine's busy time (/proc/stat) in that window, idle_systems_cpu_pct the part of it the idle systems used, outside_cpu_pct what remains: work outside the comparison, i.e. noise; server_write_bytes is write_bytes of /proc/<pid>/io summed over the system's servers",
         "zookeeper": zk,
         "etcd": et,
         "keel": {
@@ -892,7 +880,7 @@ fn setup_json(p: &CompareParams, sys: &Systems) -> Value {
         },
         "grpc-echo": match &sys.echo {
             None => json!({ "skipped": true, "reason": "--no-echo" }),
-            Some((e, _)) => json!({
+            Some(e) => json!({
                 "skipped": false,
                 "addresses": [e.addr],
                 "version": env!("CARGO_PKG_VERSION"),
@@ -953,9 +941,12 @@ pub async fn run(env: &Env, p: &CompareParams) -> anyhow::Result<Report> {
     let keel_pids: Vec<u32> = (0..3).filter_map(|i| c.pid(i)).collect();
     let echo = if p.echo {
         let e = EchoServer::start(&env.exe, ECHO_IP)?;
-        progress!("compare: gRPC echo ceiling at {} (pid {})", e.addr, e.pid());
-        let pid = e.pid();
-        Some((e, [pid]))
+        progress!(
+            "compare: gRPC echo ceiling at {} (pid {:?})",
+            e.addr,
+            e.pids()
+        );
+        Some(e)
     } else {
         None
     };

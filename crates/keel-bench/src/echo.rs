@@ -16,7 +16,7 @@ use anyhow::Context;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::{Stream, StreamExt};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::load::Writer;
@@ -63,17 +63,24 @@ pub async fn serve(listener: tokio::net::TcpListener) -> anyhow::Result<()> {
         .context("echo server stopped")
 }
 
+/// Longest wait for a started echo server to print its address.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// An echo server process (the running binary's hidden subcommand),
 /// killed on drop.
 pub struct EchoServer {
     child: Child,
+    /// Its process id, as a one-server list (the CPU accounting sums over
+    /// a system's server pids).
+    pid: [u32; 1],
     /// `host:port` it listens on.
     pub addr: String,
 }
 
 impl EchoServer {
     /// Starts `exe bench-echo-server --listen <ip>:0` and reads the address
-    /// it bound from its first line of output.
+    /// it bound from its first line of output (waiting at most
+    /// [`START_TIMEOUT`]).
     pub fn start(exe: &std::path::Path, ip: std::net::Ipv4Addr) -> anyhow::Result<Self> {
         let mut child = Command::new(exe)
             .args([SERVER_SUBCOMMAND, "--listen", &format!("{ip}:0")])
@@ -82,20 +89,28 @@ impl EchoServer {
             .stderr(Stdio::inherit())
             .spawn()
             .with_context(|| format!("cannot start {} {SERVER_SUBCOMMAND}", exe.display()))?;
-        let line = match child.stdout.take() {
-            Some(out) => {
-                let mut line = String::new();
-                std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line)
-                    .context("echo server output")?;
-                line
-            }
-            None => String::new(),
-        };
+        let out = child.stdout.take();
+        // From here on an error drops the server, which kills the child.
         let mut server = EchoServer {
+            pid: [child.id()],
             child,
             addr: String::new(),
         };
-        // On error the server is dropped, which kills the child.
+        let (tx, rx) = std::sync::mpsc::channel();
+        if let Some(out) = out {
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                let read =
+                    std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line);
+                let _ = tx.send(read.map(|_| line));
+            });
+        }
+        let line = rx
+            .recv_timeout(START_TIMEOUT)
+            .map_err(|_| {
+                anyhow::anyhow!("echo server printed no address within {START_TIMEOUT:?}")
+            })?
+            .context("echo server output")?;
         let addr: SocketAddr = line
             .trim()
             .strip_prefix(LISTENING)
@@ -105,9 +120,9 @@ impl EchoServer {
         Ok(server)
     }
 
-    /// Its process id.
-    pub fn pid(&self) -> u32 {
-        self.child.id()
+    /// Its process id, as the list of the system's server pids.
+    pub fn pids(&self) -> &[u32] {
+        &self.pid
     }
 }
 
@@ -116,17 +131,6 @@ impl Drop for EchoServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// A gRPC channel to the echo server at `addr` (as the Keel writers
-/// connect: no Nagle).
-pub async fn channel(addr: &str, timeout: Duration) -> anyhow::Result<Channel> {
-    Endpoint::from_shared(format!("http://{addr}"))?
-        .connect_timeout(timeout)
-        .tcp_nodelay(true)
-        .connect()
-        .await
-        .with_context(|| format!("cannot connect to the echo server at {addr}"))
 }
 
 /// One writer: its own echo stream on `channel` (its own connection, or one
@@ -200,7 +204,7 @@ mod tests {
     #[tokio::test]
     async fn every_message_comes_back_in_order_on_its_own_stream() {
         let addr = local_server().await;
-        let ch = channel(&addr, Duration::from_secs(10))
+        let ch = crate::cluster::connect(&addr, Duration::from_secs(10))
             .await
             .expect("channel");
         let timeout = Duration::from_secs(10);
@@ -220,5 +224,35 @@ mod tests {
         .await
         .expect("send");
         assert!(a.round_trip(8, vec![2]).await.is_err());
+    }
+
+    /// A level against the echo server opens a connection per writer, or
+    /// one for all with `Shared`, and every op of either comes back.
+    #[tokio::test]
+    async fn a_level_opens_one_connection_per_writer_or_one_shared() {
+        use crate::load::{run_writers_on, Connections};
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let addr = local_server().await;
+        let timeout = Duration::from_secs(10);
+        for (mode, opened) in [(Connections::PerWriter, 3), (Connections::Shared, 1)] {
+            let opens = AtomicUsize::new(0);
+            // Bounded by the op budget (10 per writer), not by the clock.
+            let level = run_writers_on(
+                "grpc-echo",
+                mode,
+                3,
+                60.0,
+                30,
+                || {
+                    opens.fetch_add(1, Ordering::Relaxed);
+                    crate::cluster::connect(&addr, timeout)
+                },
+                |ch| EchoWriter::open(ch, 100, timeout),
+            )
+            .await
+            .expect("level runs");
+            assert_eq!(opens.load(Ordering::Relaxed), opened, "{mode:?}");
+            assert_eq!((level.ops, level.errors), (30, 0), "{mode:?}");
+        }
     }
 }

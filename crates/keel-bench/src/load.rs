@@ -57,6 +57,45 @@ pub(crate) struct Level {
     pub first_error: Option<String>,
 }
 
+/// [`run_writers`] for a system whose connection can be cloned: each writer
+/// opens its own with `open`, or, with [`Connections::Shared`], every writer
+/// takes a clone of one opened first; `make` turns a connection into the
+/// writer.
+pub(crate) async fn run_writers_on<Conn, W, O, OF, M, MF>(
+    system: &str,
+    connections: Connections,
+    writers: usize,
+    secs: f64,
+    max_ops: u64,
+    open: O,
+    make: M,
+) -> anyhow::Result<Level>
+where
+    Conn: Clone,
+    W: Writer,
+    O: Fn() -> OF,
+    OF: Future<Output = anyhow::Result<Conn>>,
+    M: Fn(Conn) -> MF,
+    MF: Future<Output = anyhow::Result<W>>,
+{
+    let shared = match connections {
+        Connections::PerWriter => None,
+        Connections::Shared => Some(open().await?),
+    };
+    let (open, make) = (&open, &make);
+    run_writers(system, writers, secs, max_ops, |_| {
+        let shared = shared.clone();
+        async move {
+            let conn = match shared {
+                Some(c) => c,
+                None => open().await?,
+            };
+            make(conn).await
+        }
+    })
+    .await
+}
+
 /// Runs `writers` writers, each made by `connect(writer)`, for `secs` (or
 /// `max_ops` in all); `system` names them in messages.
 pub(crate) async fn run_writers<W, C, F>(

@@ -10,6 +10,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use keel_metadata::{MetadataRecord, RecordBatch, TopicId};
 use keel_proto::pb;
 use keel_proto::pb::admin_service_client::AdminServiceClient;
 use keel_proto::pb::write_request::Op;
@@ -18,6 +19,7 @@ use keel_proto::session::{SharedSession, WriteSession};
 use serde_json::{json, Value};
 use tonic::transport::Channel;
 
+use crate::ceiling::{ceiling_line, storage_ceiling, CeilingParams};
 use crate::cluster::{self, alter_ok, connect, set_config, value, Cluster};
 use crate::load::{run_writers, Connections, Level, Writer};
 use crate::stats::{
@@ -50,6 +52,9 @@ pub struct CommitParams {
     pub api: KeelApi,
     /// Whether writers share one connection.
     pub connections: Connections,
+    /// Seconds for each of the two storage ceilings (sled, plain file) run
+    /// before the cluster starts; 0 skips them.
+    pub storage_ceiling_secs: f64,
 }
 
 /// How a Keel writer sends its ops to the active controller.
@@ -84,6 +89,7 @@ impl Default for CommitParams {
             compare_client: true,
             api: KeelApi::Session,
             connections: Connections::PerWriter,
+            storage_ceiling_secs: 4.0,
         }
     }
 }
@@ -232,6 +238,47 @@ impl CpuTicks {
     }
 }
 
+/// The bulk level's request of writer `w`, op `s`: `keys` SETs of the
+/// writer's own keys, each with a `vb`-byte value.
+fn bulk_request(w: usize, s: u64, keys: usize, vb: usize) -> pb::IncrementalAlterConfigsRequest {
+    pb::IncrementalAlterConfigsRequest {
+        topics: vec![pb::AlterTopicConfig {
+            topic: BULK_TOPIC.to_string(),
+            ops: (0..keys)
+                .map(|k| pb::AlterConfigOp {
+                    key: bulk_key(w, keys, k),
+                    value: value(k, s, vb),
+                    op: pb::ConfigOp::Set as i32,
+                })
+                .collect(),
+        }],
+        validate_only: false,
+    }
+}
+
+/// Key `k` of bulk writer `w`: each writer has its own range.
+fn bulk_key(w: usize, keys: usize, k: usize) -> String {
+    format!("bench.b{}", w * keys + k)
+}
+
+/// The bytes the log store writes for one bulk request's entry: the
+/// `TopicConfig` records the controller decides for it, with a full-size
+/// topic id and a term, leader and index as large as a long-lived
+/// cluster's. If encoding fails the ceiling runs on an empty entry, which
+/// its `entry_bytes` shows.
+fn bulk_entry_bytes(p: &CommitParams) -> Vec<u8> {
+    let topic_id = TopicId(u128::MAX / 3);
+    let records = (0..p.bulk_keys)
+        .map(|k| MetadataRecord::TopicConfig {
+            topic_id,
+            key: bulk_key(0, p.bulk_keys, k),
+            value: Some(value(k, 1_000_000, p.value_bytes)),
+        })
+        .collect();
+    keel_raft::stored_entry_bytes(1_000, 3, 10_000_000, RecordBatch::new(records))
+        .unwrap_or_default()
+}
+
 /// Runs the scenario.
 pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     let started_at = unix_now();
@@ -290,19 +337,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         p.bulk_writers,
         p.bulk_secs,
         p.max_ops_per_level,
-        move |w, s| pb::IncrementalAlterConfigsRequest {
-            topics: vec![pb::AlterTopicConfig {
-                topic: BULK_TOPIC.to_string(),
-                ops: (0..keys)
-                    .map(|k| pb::AlterConfigOp {
-                        key: format!("bench.b{}", w * keys + k),
-                        value: value(k, s, vb),
-                        op: pb::ConfigOp::Set as i32,
-                    })
-                    .collect(),
-            }],
-            validate_only: false,
-        },
+        move |w, s| bulk_request(w, s, keys, vb),
     )
     .await?;
     let bulk_cpu = before.per_record(CpuTicks::now(&c), bulk.ops * keys as u64);
@@ -344,6 +379,24 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         None
     };
     drop(c);
+    // After the cluster, so its writes do not disturb Keel's figures.
+    let ceiling = if p.storage_ceiling_secs > 0.0 {
+        progress!(
+            "commit: storage ceiling: 3 stores appending bulk entries at once, {} s each for sled and a plain file",
+            p.storage_ceiling_secs
+        );
+        let params = CeilingParams {
+            nodes: 3,
+            entry: Arc::new(bulk_entry_bytes(p)),
+            records_per_entry: p.bulk_keys,
+            secs: p.storage_ceiling_secs,
+            max_entries: 1_000_000,
+        };
+        let dir = std::env::temp_dir();
+        Some(tokio::task::spawn_blocking(move || storage_ceiling(&dir, &params)).await?)
+    } else {
+        None
+    };
 
     let level_json: Vec<Value> = levels
         .iter()
@@ -412,6 +465,16 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     if let Some(cc) = compare {
         json["controller_client_1_writer"] = cc;
     }
+    if let Some(ceiling) = ceiling {
+        if let Some(sled) = ceiling["sled"]["records_per_s"]
+            .as_f64()
+            .filter(|&s| s > 0.0)
+        {
+            let bulk = json["bulk"]["records_per_s"].as_f64().unwrap_or(0.0);
+            json["bulk"]["keel_vs_storage_ceiling"] = json!(r3(bulk / sled));
+        }
+        json["storage_ceiling"] = ceiling;
+    }
 
     let mut table = format!(
         "commit (3 controllers, ~100-byte TopicConfig records, {} API, {} connections)\n",
@@ -452,6 +515,13 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         per_record / 3.0
     );
     table += &disk_probe_line(&json["disk_probe"]);
+    if let Some(ceiling) = json.get("storage_ceiling") {
+        table += &ceiling_line(ceiling);
+        table += &format!(
+            "bulk reached {} of the sled ceiling\n",
+            cell(&json["bulk"]["keel_vs_storage_ceiling"])
+        );
+    }
     if let Some(cc) = json.get("controller_client_1_writer") {
         table += &format!(
             "1 writer via ControllerClient (new connection per call): {} ops/s, p50 {} ms, p99 {} ms\n",

@@ -8,6 +8,7 @@
 //! time; the clusters are killed on drop, also on error.
 
 pub mod broker_failure;
+pub mod ceiling;
 pub mod cluster;
 pub mod commit;
 pub mod compare;

@@ -109,6 +109,11 @@ pub struct BenchArgs {
     /// commit: writers at the bulk level, each with one request in flight.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
     bulk_writers: u64,
+    /// commit: seconds for each storage ceiling (three stores appending bulk
+    /// entries at once on this disk, through sled and through a plain file,
+    /// with no Raft or network), run before the cluster starts; 0 skips it.
+    #[arg(long, default_value_t = 4.0, value_parser = ceiling_secs)]
+    storage_ceiling_secs: f64,
     /// heartbeats: simulated broker counts, comma separated.
     #[arg(
         long,
@@ -193,6 +198,18 @@ fn emit(a: &BenchArgs, r: &Report) -> Result<(), String> {
     Ok(())
 }
 
+/// `--storage-ceiling-secs`: 0 (skip) to 60 seconds.
+fn ceiling_secs(s: &str) -> Result<f64, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    if (0.0..=60.0).contains(&secs) {
+        Ok(secs)
+    } else {
+        Err(format!("{secs} is not between 0 and 60"))
+    }
+}
+
 async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
     let r = match s {
         Scenario::Commit => {
@@ -204,6 +221,7 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 bulk_writers: a.bulk_writers as usize,
                 api: a.keel_api.into(),
                 connections: a.connections.into(),
+                storage_ceiling_secs: a.storage_ceiling_secs,
                 ..CommitParams::default()
             };
             keel_bench::commit::run(env, &p).await

@@ -22,9 +22,9 @@ pub use codec::{CodecError, STORAGE_FORMAT_VERSION};
 pub use config::default_config;
 pub use dump::{dump, DumpError};
 pub use error::StorageOpenError;
-pub use log_store::{HeldWrites, LogStore};
+pub use log_store::{index_key, stored_entry_bytes, HeldWrites, LogStore};
 pub use network::{Network, PeerClient, PeerContacts};
-pub use open::open_storage;
+pub use open::{open_storage, sled_config};
 pub use service::RaftGrpcService;
 pub use state_machine::{
     AppliedState, SnapshotBuilder, SnapshotFigures, SnapshotSource, SnapshotStats,

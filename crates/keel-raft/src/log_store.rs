@@ -10,14 +10,16 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
 
+use keel_metadata::RecordBatch;
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{
-    AnyError, Entry, LogId, OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote,
+    AnyError, Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, StorageError,
+    StorageIOError, Vote,
 };
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::codec;
+use crate::codec::{self, CodecError};
 use crate::{NodeId, TypeConfig};
 
 /// Key of the single record in the one-key trees.
@@ -194,6 +196,21 @@ fn spawn_writer(
         thread,
         queued,
         hold,
+    })
+}
+
+/// The bytes the log store writes for a normal entry carrying `batch` at
+/// `index`, appended by `leader` in `term`: what a benchmark writes to
+/// measure the store without Raft.
+pub fn stored_entry_bytes(
+    term: u64,
+    leader: NodeId,
+    index: u64,
+    batch: RecordBatch,
+) -> Result<Vec<u8>, CodecError> {
+    codec::encode(&Entry::<TypeConfig> {
+        log_id: LogId::new(openraft::CommittedLeaderId::new(term, leader), index),
+        payload: EntryPayload::Normal(batch),
     })
 }
 
@@ -417,7 +434,7 @@ impl Recent {
 }
 
 /// The sled key of log index `index`.
-fn index_key(index: u64) -> [u8; 8] {
+pub fn index_key(index: u64) -> [u8; 8] {
     index.to_be_bytes()
 }
 

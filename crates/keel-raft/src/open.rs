@@ -33,6 +33,15 @@ pub(crate) struct StorageMeta {
     pub(crate) node_id: u64,
 }
 
+/// The sled settings of every controller's storage, rooted at `dir`. Also
+/// used by `keel bench commit`'s storage ceiling, so it measures the store
+/// the controllers run.
+pub fn sled_config(dir: &Path) -> sled::Config {
+    sled::Config::new()
+        .path(dir)
+        .cache_capacity(SLED_CACHE_BYTES)
+}
+
 /// Opens (or creates) the Raft storage under `data_dir/raft`.
 ///
 /// A new dir is stamped with `cluster_id` and `node_id`; an existing one
@@ -52,12 +61,7 @@ pub fn open_storage(
     let existed = std::fs::read_dir(&dir).is_ok_and(|mut entries| entries.next().is_some());
     // sled may panic on some malformed files; that is corruption, not a bug
     // of this process, so it becomes an error like any other.
-    let opened = catch_unwind(AssertUnwindSafe(|| {
-        sled::Config::new()
-            .path(&dir)
-            .cache_capacity(SLED_CACHE_BYTES)
-            .open()
-    }));
+    let opened = catch_unwind(AssertUnwindSafe(|| sled_config(&dir).open()));
     let db = match opened {
         Ok(Ok(db)) => db,
         Ok(Err(sled::Error::Io(source))) => {

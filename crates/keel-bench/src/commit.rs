@@ -52,8 +52,8 @@ pub struct CommitParams {
     pub api: KeelApi,
     /// Whether writers share one connection.
     pub connections: Connections,
-    /// Seconds for each of the two storage ceilings (sled, plain file) run
-    /// before the cluster starts; 0 skips them.
+    /// Seconds for each of the two storage ceilings (sled, plain file), run
+    /// after the cluster has stopped; 0 skips them.
     pub storage_ceiling_secs: f64,
 }
 
@@ -264,9 +264,8 @@ fn bulk_key(w: usize, keys: usize, k: usize) -> String {
 /// The bytes the log store writes for one bulk request's entry: the
 /// `TopicConfig` records the controller decides for it, with a full-size
 /// topic id and a term, leader and index as large as a long-lived
-/// cluster's. If encoding fails the ceiling runs on an empty entry, which
-/// its `entry_bytes` shows.
-fn bulk_entry_bytes(p: &CommitParams) -> Vec<u8> {
+/// cluster's.
+fn bulk_entry_bytes(p: &CommitParams) -> anyhow::Result<Vec<u8>> {
     let topic_id = TopicId(u128::MAX / 3);
     let records = (0..p.bulk_keys)
         .map(|k| MetadataRecord::TopicConfig {
@@ -275,8 +274,12 @@ fn bulk_entry_bytes(p: &CommitParams) -> Vec<u8> {
             value: Some(value(k, 1_000_000, p.value_bytes)),
         })
         .collect();
-    keel_raft::stored_entry_bytes(1_000, 3, 10_000_000, RecordBatch::new(records))
-        .unwrap_or_default()
+    Ok(keel_raft::stored_entry_bytes(
+        1_000,
+        3,
+        10_000_000,
+        RecordBatch::new(records),
+    )?)
 }
 
 /// Runs the scenario.
@@ -387,7 +390,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         );
         let params = CeilingParams {
             nodes: 3,
-            entry: Arc::new(bulk_entry_bytes(p)),
+            entry: Arc::new(bulk_entry_bytes(p)?),
             records_per_entry: p.bulk_keys,
             secs: p.storage_ceiling_secs,
             max_entries: 1_000_000,
@@ -542,4 +545,34 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         table,
         summary,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ceiling_entry_carries_every_record_of_one_bulk_request() {
+        let p = |keys| CommitParams {
+            bulk_keys: keys,
+            ..CommitParams::default()
+        };
+        let one = bulk_entry_bytes(&p(1_000)).expect("encode");
+        let ten = bulk_entry_bytes(&p(10_000)).expect("encode");
+        // Each record holds its 100-byte value, its key and a topic id.
+        assert!(one.len() > 1_000 * 100, "{}", one.len());
+        assert!(one.len() < 1_000 * 160, "{}", one.len());
+        assert!(
+            ten.len() > 10 * one.len() - 10_000,
+            "{} {}",
+            ten.len(),
+            one.len()
+        );
+        // The request sends the same keys and value sizes the entry holds.
+        let req = bulk_request(0, 0, 1_000, 100);
+        let ops = &req.topics[0].ops;
+        assert_eq!(ops.len(), 1_000);
+        assert_eq!(ops[999].key, bulk_key(0, 1_000, 999));
+        assert!(ops.iter().all(|o| o.value.len() == 100));
+    }
 }

@@ -111,7 +111,8 @@ pub struct BenchArgs {
     bulk_writers: u64,
     /// commit: seconds for each storage ceiling (three stores appending bulk
     /// entries at once on this disk, through sled and through a plain file,
-    /// with no Raft or network), run before the cluster starts; 0 skips it.
+    /// with no Raft or network), run after the cluster has stopped; 0 skips
+    /// it.
     #[arg(long, default_value_t = 4.0, value_parser = ceiling_secs)]
     storage_ceiling_secs: f64,
     /// heartbeats: simulated broker counts, comma separated.

@@ -12,9 +12,9 @@ const LONG: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_brokers_register_and_are_unfenced() {
-    let c = Cluster::start(3);
-    c.q.wait_active(LONG).await;
-    let r = c.wait_all_active(LONG).await;
+    let mut c = cluster(3);
+    c.wait_active(LONG).await.unwrap();
+    let r = c.wait_all_brokers_active(LONG).await.unwrap();
     let ids: Vec<u32> = r
         .brokers
         .iter()
@@ -31,7 +31,7 @@ async fn three_brokers_register_and_are_unfenced() {
             "--output",
             "json",
             "--bootstrap",
-            &c.q.addrs.join(","),
+            &c.controller_addrs().join(","),
         ])
         .output()
         .expect("run keel cluster describe");
@@ -53,31 +53,33 @@ async fn three_brokers_register_and_are_unfenced() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_broker_is_fenced_and_unfenced_when_it_resumes() {
-    let c = Cluster::start(2);
-    c.q.wait_active(LONG).await;
-    c.wait_all_active(LONG).await;
-    let epoch = broker_info(&c.wait_all_active(LONG).await, 2)
+    let mut c = cluster(2);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let epoch = broker_info(&c.wait_all_brokers_active(LONG).await.unwrap(), 2)
         .unwrap()
         .broker_epoch;
 
-    c.brokers[1].signal("STOP");
+    c.broker_mut(1).process.pause();
     let r = c
         .wait_cluster("paused broker fenced", LONG, |r| {
             broker_info(r, 2).is_some_and(|b| b.fenced)
         })
-        .await;
+        .await
+        .unwrap();
     assert_eq!(
         broker_info(&r, 2).unwrap().broker_epoch,
         epoch,
         "fencing keeps the registration"
     );
 
-    c.brokers[1].signal("CONT");
+    c.broker_mut(1).process.resume();
     let r = c
         .wait_cluster("resumed broker unfenced", LONG, |r| {
             broker_info(r, 2).is_some_and(|b| !b.fenced)
         })
-        .await;
+        .await
+        .unwrap();
     let b = broker_info(&r, 2).unwrap();
     // Either it heartbeated on with its epoch, or (if it noticed the lost
     // session) re-registered with a newer one.
@@ -86,21 +88,22 @@ async fn a_paused_broker_is_fenced_and_unfenced_when_it_resumes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_broker_gets_a_new_epoch_and_its_old_epoch_is_stale() {
-    let mut c = Cluster::start(1);
-    c.q.wait_active(LONG).await;
-    let old = broker_info(&c.wait_all_active(LONG).await, 1)
+    let mut c = cluster(1);
+    c.wait_active(LONG).await.unwrap();
+    let old = broker_info(&c.wait_all_brokers_active(LONG).await.unwrap(), 1)
         .unwrap()
         .broker_epoch;
 
-    c.restart_broker(0);
+    c.broker_mut(0).start().unwrap();
     let r = c
         .wait_cluster("restarted broker re-registered", LONG, |r| {
             broker_info(r, 1).is_some_and(|b| b.broker_epoch > old && !b.fenced)
         })
-        .await;
+        .await
+        .unwrap();
     assert!(broker_info(&r, 1).unwrap().broker_epoch > old);
 
-    let client = c.q.client();
+    let client = client(&c);
     let hb = pb::BrokerHeartbeatRequest {
         broker_id: 1,
         broker_epoch: old,
@@ -121,22 +124,21 @@ async fn a_restarted_broker_gets_a_new_epoch_and_its_old_epoch_is_stale() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_incarnation_of_a_live_broker_id_is_refused() {
-    let c = Cluster::start(1);
-    c.q.wait_active(LONG).await;
-    c.wait_all_active(LONG).await;
+    let mut c = cluster(1);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
 
     // A second process with the same id but a fresh data dir.
-    let dir = c.q.dir.path().join("b1-twin");
-    let log = c.q.dir.path().join("b1-twin.log");
-    let mut args = c.broker_args(0, &dir);
-    let pos = args.iter().position(|a| a == "--listen").unwrap();
-    args[pos + 1] = format!("127.0.0.1:{}", free_port());
-    let twin = spawn(&args, &log);
-    let client = c.q.client();
+    let dir = c.dir().join("b1-twin");
+    let twin = stray(&c, c.broker(0), "b1-twin", |args| {
+        set_flag(args, "--data-dir", dir.display().to_string());
+        set_flag(args, "--listen", format!("127.0.0.1:{}", free_port()));
+    });
+    let client = client(&c);
     let req = pb::RegisterBrokerRequest {
         broker_id: 1,
         incarnation_id: vec![7; 16],
-        cluster_id: c.q.cluster_id.clone(),
+        cluster_id: c.cluster_id.clone(),
         address: "127.0.0.1:1".into(),
         ..Default::default()
     };
@@ -165,25 +167,26 @@ async fn another_incarnation_of_a_live_broker_id_is_refused() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let r = c.wait_all_active(LONG).await;
+    let r = c.wait_all_brokers_active(LONG).await.unwrap();
     assert_eq!(r.brokers.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_active_controller_still_fences_a_broker_that_died_before_failover() {
-    let mut c = Cluster::start(2);
-    let active = c.q.wait_active(LONG).await;
-    c.wait_all_active(LONG).await;
+    let mut c = cluster(2);
+    let active = c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
 
-    c.brokers[1].kill();
-    c.q.procs[active].kill();
-    let next = c.q.wait_active(LONG).await;
+    c.broker_mut(1).kill();
+    c.controller_mut(active).kill();
+    let next = c.wait_active(LONG).await.unwrap();
     assert_ne!(next, active);
     let r = c
         .wait_cluster("dead broker fenced by the new controller", LONG, |r| {
             broker_info(r, 2).is_some_and(|b| b.fenced)
         })
-        .await;
+        .await
+        .unwrap();
     assert!(
         !broker_info(&r, 1).unwrap().fenced,
         "the live broker must stay unfenced"
@@ -192,10 +195,10 @@ async fn a_new_active_controller_still_fences_a_broker_that_died_before_failover
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_registrations_and_heartbeats_get_typed_errors_and_write_nothing() {
-    let q = Quorum::start(&[]);
-    q.wait_active(LONG).await;
-    let (before, hash) = q.wait_converged(1, LONG).await;
-    let client = q.client();
+    let mut q = quorum(&[]);
+    q.wait_active(LONG).await.unwrap();
+    let (before, hash) = q.wait_converged(1, LONG).await.unwrap();
+    let client = client(&q);
     let register = |req: pb::RegisterBrokerRequest| {
         let client = &client;
         async move {
@@ -259,7 +262,7 @@ async fn bad_registrations_and_heartbeats_get_typed_errors_and_write_nothing() {
         Some(pb::ErrorCode::UnknownBroker as i32)
     );
 
-    let (after, hash_after) = q.wait_converged(before, LONG).await;
+    let (after, hash_after) = q.wait_converged(before, LONG).await.unwrap();
     assert_eq!(
         (after, hash_after),
         (before, hash),

@@ -14,9 +14,9 @@ const FLAGS: &[&str] = &["--session-timeout-ms", "600000"];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_active_controller_elects_a_new_one_and_loses_no_acknowledged_write() {
-    let mut q = Quorum::start(FLAGS);
-    let client = q.client();
-    let first = q.wait_active(LONG).await;
+    let mut q = quorum(FLAGS);
+    let client = client(&q);
+    let first = q.wait_active(LONG).await.unwrap();
     for b in 1..=3 {
         register_fake_broker(&client, &q.cluster_id, b).await;
     }
@@ -27,8 +27,8 @@ async fn killing_the_active_controller_elects_a_new_one_and_loses_no_acknowledge
         acked.push(name);
     }
 
-    q.procs[first].kill();
-    let second = q.wait_active(LONG).await;
+    q.controller_mut(first).kill();
+    let second = q.wait_active(LONG).await.unwrap();
     assert_ne!(first, second, "a surviving node must take over");
 
     let names = topic_names(&client).await;
@@ -45,11 +45,11 @@ async fn killing_the_active_controller_elects_a_new_one_and_loses_no_acknowledge
     }
 
     // The old leader rejoins as a follower and converges.
-    q.restart(first);
-    let (index, _) = q.wait_converged(1, LONG).await;
+    q.controller_mut(first).start().unwrap();
+    let (index, _) = q.wait_converged(1, LONG).await.unwrap();
     assert!(index > 0);
     let d = q
-        .describe_node(first)
+        .describe_node(first, Duration::from_secs(2))
         .await
         .expect("restarted node answers");
     assert!(
@@ -67,22 +67,25 @@ async fn killing_the_active_controller_elects_a_new_one_and_loses_no_acknowledge
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_voter_started_after_the_quorum_formed_joins_without_deposing_its_leader() {
-    let mut q = Quorum::start_except(FLAGS, Some(2));
-    let client = q.client();
-    q.wait_active(LONG).await;
+    let mut q = quorum_except(FLAGS, 2);
+    let client = client(&q);
+    q.wait_active(LONG).await.unwrap();
     register_fake_broker(&client, &q.cluster_id, 1).await;
-    let (index, _) = q.wait_converged(1, LONG).await;
+    let (index, _) = q.wait_converged(1, LONG).await.unwrap();
 
     // First start of the third voter: it finds a peer with a leader and
     // waits to be replicated to instead of initializing (which would make
     // it a term-1 candidate that deposes the leader). Checked through what
     // the late voter did (its log), not through the term, which an
     // unrelated election on a busy machine could also move.
-    q.restart(2);
-    q.wait_converged(index, LONG).await;
-    let late = q.describe_node(2).await.expect("late voter answers");
+    q.controller_mut(2).start().unwrap();
+    q.wait_converged(index, LONG).await.unwrap();
+    let late = q
+        .describe_node(2, Duration::from_secs(2))
+        .await
+        .expect("late voter answers");
     assert!(late.leader_id.is_some(), "the late voter follows no leader");
-    let log = std::fs::read_to_string(&q.procs[2].log).expect("late voter's log");
+    let log = q.controller(2).process.log_text();
     assert!(
         log.contains("waiting for its leader instead of initializing"),
         "the late voter did not find the formed quorum:\n{log}"
@@ -96,29 +99,29 @@ async fn a_voter_started_after_the_quorum_formed_joins_without_deposing_its_lead
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restarting_every_node_at_once_recovers_the_same_image_from_disk() {
-    let mut q = Quorum::start(FLAGS);
-    let client = q.client();
-    q.wait_active(LONG).await;
+    let mut q = quorum(FLAGS);
+    let client = client(&q);
+    q.wait_active(LONG).await.unwrap();
     for b in 1..=3 {
         register_fake_broker(&client, &q.cluster_id, b).await;
     }
     for i in 0..10 {
         create_topic(&client, &format!("t{i}"), 4, 2).await;
     }
-    let (index, _) = q.wait_converged(1, LONG).await;
+    let (index, _) = q.wait_converged(1, LONG).await.unwrap();
     let before = metadata_view(&q);
 
     for i in 0..3 {
-        q.procs[i].kill();
+        q.controller_mut(i).kill();
     }
     for i in 0..3 {
-        q.restart(i);
+        q.controller_mut(i).start().unwrap();
     }
-    q.wait_active(LONG).await;
+    q.wait_active(LONG).await.unwrap();
     // Every node replays the same log to the same image (the hash covers
     // the applied index too, so it is compared among the nodes only: the
     // new term's blank entry may or may not be applied yet).
-    let (index2, _) = q.wait_converged(index, LONG).await;
+    let (index2, _) = q.wait_converged(index, LONG).await.unwrap();
     assert!(index2 >= index);
     // The metadata itself is what it was before the restart.
     assert_eq!(
@@ -132,7 +135,7 @@ async fn restarting_every_node_at_once_recovers_the_same_image_from_disk() {
 
 /// Brokers and topics as the CLI describes them (JSON), without the fields
 /// that change with time or with the active controller.
-fn metadata_view(q: &Quorum) -> serde_json::Value {
+fn metadata_view(q: &Cluster) -> serde_json::Value {
     let mut view = serde_json::Map::new();
     for what in ["cluster", "topics"] {
         let out = std::process::Command::new(keel_bin())
@@ -140,7 +143,7 @@ fn metadata_view(q: &Quorum) -> serde_json::Value {
                 what,
                 "describe",
                 "--bootstrap",
-                &q.addrs.join(","),
+                &q.controller_addrs().join(","),
                 "--output",
                 "json",
             ])
@@ -167,17 +170,20 @@ fn metadata_view(q: &Quorum) -> serde_json::Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_data_dir_of_another_cluster_or_node_or_a_corrupt_one_is_refused() {
-    let mut q = Quorum::start(FLAGS);
-    let client = q.client();
-    q.wait_active(LONG).await;
+    let mut q = quorum(FLAGS);
+    let client = client(&q);
+    q.wait_active(LONG).await.unwrap();
     register_fake_broker(&client, &q.cluster_id, 1).await;
-    q.wait_converged(1, LONG).await;
+    q.wait_converged(1, LONG).await.unwrap();
 
     // Node 3 restarted with another cluster id: refused, with the reason.
-    q.procs[2].kill();
-    let log = q.dir.path().join("wrong-cluster.log");
-    let mut p = spawn(&q.args(2, "another-cluster"), &log);
-    let code = p.wait_exit(Duration::from_secs(30));
+    q.controller_mut(2).kill();
+    let mut p = stray(&q, q.controller(2), "wrong-cluster", |args| {
+        set_flag(args, "--cluster-id", "another-cluster")
+    });
+    let code = p
+        .wait_exit(Duration::from_secs(30))
+        .and_then(|st| st.code());
     assert!(
         matches!(code, Some(c) if c != 0),
         "node with a foreign cluster id must exit non-zero, got {code:?}"
@@ -189,13 +195,14 @@ async fn a_data_dir_of_another_cluster_or_node_or_a_corrupt_one_is_refused() {
     );
 
     // Node 3's data dir used as node 2's: refused.
-    let mut args = q.args(1, &q.cluster_id);
-    let pos = args.iter().position(|a| a == "--data-dir").unwrap();
-    args[pos + 1] = q.data_dir(2).display().to_string();
-    let pos = args.iter().position(|a| a == "--listen").unwrap();
-    args[pos + 1] = format!("127.0.0.1:{}", free_port());
-    let mut p = spawn(&args, &q.dir.path().join("wrong-node.log"));
-    let code = p.wait_exit(Duration::from_secs(30));
+    let node3_dir = q.controller(2).data_dir.display().to_string();
+    let mut p = stray(&q, q.controller(1), "wrong-node", |args| {
+        set_flag(args, "--data-dir", node3_dir);
+        set_flag(args, "--listen", format!("127.0.0.1:{}", free_port()));
+    });
+    let code = p
+        .wait_exit(Duration::from_secs(30))
+        .and_then(|st| st.code());
     assert!(
         matches!(code, Some(c) if c != 0),
         "node with another node's data dir must exit non-zero"
@@ -206,7 +213,7 @@ async fn a_data_dir_of_another_cluster_or_node_or_a_corrupt_one_is_refused() {
     );
 
     // Corrupt node 3's sled files: refused, not a panic, not a reformat.
-    let raft_dir = q.data_dir(2).join("raft");
+    let raft_dir = q.controller(2).data_dir.join("raft");
     for entry in walk(&raft_dir) {
         if entry.is_file() {
             let len = std::fs::metadata(&entry).map(|m| m.len()).unwrap_or(0);
@@ -215,8 +222,10 @@ async fn a_data_dir_of_another_cluster_or_node_or_a_corrupt_one_is_refused() {
             }
         }
     }
-    let mut p = spawn(&q.args(2, &q.cluster_id), &q.dir.path().join("corrupt.log"));
-    let code = p.wait_exit(Duration::from_secs(30));
+    let mut p = stray(&q, q.controller(2), "corrupt", |_| {});
+    let code = p
+        .wait_exit(Duration::from_secs(30))
+        .and_then(|st| st.code());
     assert!(
         matches!(code, Some(c) if c != 0),
         "a corrupt data dir must stop the node"
@@ -249,19 +258,19 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_from_its_majority_stops_answering_as_active_controller() {
-    let q = Quorum::start(FLAGS);
-    let active = q.wait_active(LONG).await;
-    let client = q.client();
+    let mut q = quorum(FLAGS);
+    let active = q.wait_active(LONG).await.unwrap();
+    let client = client(&q);
     register_fake_broker(&client, &q.cluster_id, 1).await;
     let followers: Vec<usize> = (0..3).filter(|i| *i != active).collect();
     for f in &followers {
-        q.procs[*f].signal("STOP");
+        q.controller_mut(*f).process.pause();
     }
     // Longer than the lease; the old leader still believes it leads.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut admin = keel_proto::pb::admin_service_client::AdminServiceClient::connect(format!(
         "http://{}",
-        q.addrs[active]
+        q.controller_addrs()[active]
     ))
     .await
     .unwrap();
@@ -277,7 +286,7 @@ async fn a_leader_cut_off_from_its_majority_stops_answering_as_active_controller
     );
     let mut brokers = keel_proto::pb::broker_service_client::BrokerServiceClient::connect(format!(
         "http://{}",
-        q.addrs[active]
+        q.controller_addrs()[active]
     ))
     .await
     .unwrap();
@@ -296,40 +305,26 @@ async fn a_leader_cut_off_from_its_majority_stops_answering_as_active_controller
     );
 
     for f in &followers {
-        q.procs[*f].signal("CONT");
+        q.controller_mut(*f).process.resume();
     }
-    q.wait_active(LONG).await;
+    q.wait_active(LONG).await.unwrap();
     assert_eq!(topic_names(&client).await.len(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn voters_can_be_added_and_removed_one_at_a_time() {
-    let mut q = Quorum::start(FLAGS);
-    q.wait_active(LONG).await;
-    let client = q.client();
+    let mut q = quorum(FLAGS);
+    q.wait_active(LONG).await.unwrap();
+    let client = client(&q);
     register_fake_broker(&client, &q.cluster_id, 1).await;
     create_topic(&client, "before", 1, 1).await;
 
     // A fourth node joins (no bootstrap) and is promoted.
-    let addr4 = format!("127.0.0.1:{}", free_port());
-    let mut args = q.args(0, &q.cluster_id);
-    let set = |args: &mut Vec<String>, flag: &str, value: String| {
-        let pos = args.iter().position(|a| a == flag).unwrap();
-        args[pos + 1] = value;
-    };
-    set(&mut args, "--node-id", "4".into());
-    set(&mut args, "--listen", addr4.clone());
-    set(
-        &mut args,
-        "--data-dir",
-        q.dir.path().join("c4").display().to_string(),
-    );
-    args.push("--join".into());
-    let p4 = spawn(&args, &q.dir.path().join("c4.log"));
-    q.addrs.push(addr4.clone());
-    q.procs.push(p4);
+    let i4 = q.add_joining_controller().unwrap();
+    q.nodes[i4].start().unwrap();
+    let addr4 = q.nodes[i4].address();
 
-    let bootstrap = q.addrs[..3].join(",");
+    let bootstrap = q.controller_addrs()[..3].join(",");
     let run = |args: &[&str]| {
         let out = std::process::Command::new(keel_bin())
             .args(args)
@@ -365,7 +360,7 @@ async fn voters_can_be_added_and_removed_one_at_a_time() {
                 "--output",
                 "json",
                 "--bootstrap",
-                &q.addrs[1..].join(","),
+                &q.controller_addrs()[1..].join(","),
             ])
             .output()
             .unwrap();
@@ -388,14 +383,14 @@ async fn voters_can_be_added_and_removed_one_at_a_time() {
         );
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let client = keel_proto::client::ControllerClient::new(q.addrs[1..].to_vec())
+    let client = keel_proto::client::ControllerClient::new(q.controller_addrs()[1..].to_vec())
         .with_timeouts(Duration::from_secs(5), Duration::from_secs(60));
     create_topic(&client, "after", 1, 1).await;
     let names = topic_names(&client).await;
     assert!(names.contains(&"before".to_string()) && names.contains(&"after".to_string()));
     // The joined node holds the same image as the others.
-    q.procs[0].kill();
-    let (_, hash) = q.wait_converged(1, LONG).await;
+    q.controller_mut(0).kill();
+    let (_, hash) = q.wait_converged(1, LONG).await.unwrap();
     assert!(!hash.is_empty());
 }
 
@@ -409,12 +404,13 @@ async fn a_write_session_pipelines_writes_and_answers_each_by_id() {
     use tonic::transport::Endpoint;
 
     const KEYS: usize = 200;
-    let q = Quorum::start(FLAGS);
-    let client = q.client();
-    let active = q.wait_active(LONG).await;
+    let mut q = quorum(FLAGS);
+    let client = client(&q);
+    let active = q.wait_active(LONG).await.unwrap();
     register_fake_broker(&client, &q.cluster_id, 1).await;
+    let addrs = q.controller_addrs();
     let channel = |i: usize| {
-        let e = Endpoint::from_shared(format!("http://{}", q.addrs[i])).expect("endpoint");
+        let e = Endpoint::from_shared(format!("http://{}", addrs[i])).expect("endpoint");
         async move { e.connect().await }
     };
     let mut s = WriteSession::open(channel(active).await.expect("connect"))
@@ -573,7 +569,7 @@ async fn a_write_session_pipelines_writes_and_answers_each_by_id() {
 
     // A standby answers writes with NOT_CONTROLLER and a leader hint (once
     // it has heard from the leader: wait until all nodes caught up).
-    q.wait_converged(0, LONG).await;
+    q.wait_converged(0, LONG).await.unwrap();
     let standby = (active + 1) % 3;
     let mut s = WriteSession::open(channel(standby).await.expect("connect"))
         .await
@@ -588,7 +584,7 @@ async fn a_write_session_pipelines_writes_and_answers_each_by_id() {
             assert_eq!(e.code, pb::ErrorCode::NotController as i32);
             assert_eq!(
                 e.leader.map(|l| l.address),
-                Some(q.addrs[active].clone()),
+                Some(q.controller_addrs()[active].clone()),
                 "the hint names the active controller"
             );
         }
@@ -607,11 +603,12 @@ async fn a_small_write_budget_holds_writes_back_without_losing_any() {
     use keel_proto::session::SharedSession;
     use tonic::transport::Endpoint;
 
-    let q = Quorum::start(&["--session-timeout-ms", "600000", "--write-budget-mb", "1"]);
-    let client = q.client();
-    let active = q.wait_active(LONG).await;
+    let mut q = quorum(&["--session-timeout-ms", "600000", "--write-budget-mb", "1"]);
+    let client = client(&q);
+    let active = q.wait_active(LONG).await.unwrap();
     register_fake_broker(&client, &q.cluster_id, 1).await;
-    let endpoint = Endpoint::from_shared(format!("http://{}", q.addrs[active])).expect("endpoint");
+    let endpoint = Endpoint::from_shared(format!("http://{}", q.controller_addrs()[active]))
+        .expect("endpoint");
     let session = SharedSession::open(endpoint.connect().await.expect("connect"))
         .await
         .expect("open shared session");

@@ -23,9 +23,9 @@ fn leaders_of(t: &pb::TopicDescription) -> Vec<Option<u32>> {
 /// epochs accepted by each broker only increase per partition.
 fn assert_histories_safe(c: &Cluster) {
     let mut leader_of: BTreeMap<(String, u64, u64), u64> = BTreeMap::new();
-    for i in 0..c.brokers.len() {
+    for i in 0..c.broker_count() {
         let mut last: BTreeMap<(String, u64), u64> = BTreeMap::new();
-        for e in c.history(i) {
+        for e in history(c, i) {
             if e["event"] != "leader_and_isr" {
                 continue;
             }
@@ -63,29 +63,29 @@ async fn set_config(c: &Cluster, topic: &str, key: &str, value: &str) {
         }],
         validate_only: false,
     };
-    let r =
-        c.q.client()
-            .admin(|mut x| {
-                let req = req.clone();
-                async move { x.incremental_alter_configs(req).await }
-            })
-            .await
-            .unwrap();
+    let r = client(c)
+        .admin(|mut x| {
+            let req = req.clone();
+            async move { x.incremental_alter_configs(req).await }
+        })
+        .await
+        .unwrap();
     assert!(r.error.is_none() && r.topics[0].error.is_none(), "{r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_leading_broker_moves_its_leaderships_and_survivors_accept_them() {
-    let mut c = Cluster::start(3);
-    c.q.wait_active(LONG).await;
-    c.wait_all_active(LONG).await;
-    let client = c.q.client();
+    let mut c = cluster(3);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let client = client(&c);
     create_topic(&client, "orders", 12, 3).await;
     let before = c
         .wait_topic("orders", "every partition led", LONG, |t| {
             leaders_of(t).iter().all(|l| l.is_some())
         })
-        .await;
+        .await
+        .unwrap();
     let led_by_1: Vec<(u32, u32)> = before
         .partitions
         .iter()
@@ -98,12 +98,13 @@ async fn killing_a_leading_broker_moves_its_leaderships_and_survivors_accept_the
         "placement spreads leaders: broker 1 leads some partitions"
     );
 
-    c.brokers[0].kill();
+    c.broker_mut(0).kill();
     let after = c
         .wait_topic("orders", "leaders moved off broker 1", LONG, |t| {
             leaders_of(t).iter().all(|l| l.is_some() && *l != Some(1))
         })
-        .await;
+        .await
+        .unwrap();
     for (p, old_epoch) in &led_by_1 {
         let s = after.partitions[*p as usize].state.as_ref().unwrap();
         assert_eq!(
@@ -122,7 +123,7 @@ async fn killing_a_leading_broker_moves_its_leaderships_and_survivors_accept_the
     for b in [1usize, 2] {
         let deadline = std::time::Instant::now() + LONG;
         loop {
-            let h = c.history(b);
+            let h = history(&c, b);
             let ok = led_by_1.iter().all(|(p, e)| {
                 h.iter().any(|x: &Value| {
                     x["topic_id"] == id.as_str()
@@ -143,37 +144,46 @@ async fn killing_a_leading_broker_moves_its_leaderships_and_survivors_accept_the
     }
 
     // Restarted, it gets its replicas back and rejoins every ISR.
-    c.restart_broker(0);
+    c.broker_mut(0).start().unwrap();
     c.wait_topic("orders", "broker 1 back in every ISR", LONG, |t| {
         t.partitions
             .iter()
             .all(|p| p.state.as_ref().is_some_and(|s| s.isr.contains(&1)))
     })
-    .await;
+    .await
+    .unwrap();
     assert_histories_safe(&c);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controlled_shutdown_moves_leaderships_before_the_broker_exits() {
-    let mut c = Cluster::start(3);
-    c.q.wait_active(LONG).await;
-    c.wait_all_active(LONG).await;
-    create_topic(&c.q.client(), "payments", 9, 3).await;
+    let mut c = cluster(3);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    create_topic(&client(&c), "payments", 9, 3).await;
     c.wait_topic("payments", "every partition led", LONG, |t| {
         leaders_of(t).iter().all(|l| l.is_some())
     })
-    .await;
+    .await
+    .unwrap();
 
-    c.brokers[1].signal("TERM");
-    let code = c.brokers[1].wait_exit(LONG);
+    c.broker(1).process.terminate();
+    let code = c
+        .broker_mut(1)
+        .process
+        .wait_exit(LONG)
+        .and_then(|st| st.code());
     assert_eq!(
         code,
         Some(0),
         "controlled shutdown exits cleanly: {}",
-        c.brokers[1].log_text()
+        c.broker(1).process.log_text()
     );
     // Right after it exited, it already leads nothing: the moves came first.
-    let t = c.wait_topic("payments", "described", LONG, |_| true).await;
+    let t = c
+        .wait_topic("payments", "described", LONG, |_| true)
+        .await
+        .unwrap();
     assert!(
         leaders_of(&t).iter().all(|l| *l != Some(2)),
         "broker 2 still leads after shutdown: {t:?}"
@@ -183,9 +193,9 @@ async fn controlled_shutdown_moves_leaderships_before_the_broker_exits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unclean_election_only_when_the_topic_allows_it() {
-    let mut c = Cluster::start(2);
-    c.q.wait_active(LONG).await;
-    c.wait_all_active(LONG).await;
+    let mut c = cluster(2);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
     // Replicas [1, 2] with broker 2 out of the ISR: kill 2, let the ISR
     // shrink to [1], bring 2 back stopped-before-catching-up is not
     // possible with real fetches, so shrink by killing 2 first.
@@ -200,7 +210,7 @@ async fn unclean_election_only_when_the_topic_allows_it() {
         }],
         validate_only: false,
     };
-    let client = c.q.client();
+    let client = client(&c);
     let r = client
         .admin(|mut x| {
             let req = req.clone();
@@ -210,29 +220,36 @@ async fn unclean_election_only_when_the_topic_allows_it() {
         .unwrap();
     assert!(r.topics[0].error.is_none(), "{r:?}");
     c.wait_topic("u", "led by 1", LONG, |t| leaders_of(t) == vec![Some(1)])
-        .await;
+        .await
+        .unwrap();
 
     // Broker 2 dies: ISR [1]. Then broker 1 dies: the only ISR member is gone.
-    c.brokers[1].kill();
+    c.broker_mut(1).kill();
     c.wait_topic("u", "ISR shrunk to [1]", LONG, |t| {
         t.partitions[0]
             .state
             .as_ref()
             .is_some_and(|s| s.isr == vec![1])
     })
-    .await;
-    c.brokers[0].kill();
-    c.restart_broker(1);
+    .await
+    .unwrap();
+    c.broker_mut(0).kill();
+    c.broker_mut(1).start().unwrap();
     c.wait_cluster("broker 2 back", LONG, |r| {
         broker_info(r, 2).is_some_and(|b| !b.fenced)
     })
-    .await;
+    .await
+    .unwrap();
     c.wait_cluster("broker 1 fenced", LONG, |r| {
         broker_info(r, 1).is_some_and(|b| b.fenced)
     })
-    .await;
+    .await
+    .unwrap();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let t = c.wait_topic("u", "described", LONG, |_| true).await;
+    let t = c
+        .wait_topic("u", "described", LONG, |_| true)
+        .await
+        .unwrap();
     assert_eq!(
         leaders_of(&t),
         vec![None],
@@ -244,23 +261,27 @@ async fn unclean_election_only_when_the_topic_allows_it() {
         .wait_topic("u", "unclean leader elected", LONG, |t| {
             leaders_of(t) == vec![Some(2)]
         })
-        .await;
+        .await
+        .unwrap();
     assert_eq!(t.partitions[0].state.as_ref().unwrap().isr, vec![2]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_from_an_older_controller_epoch_is_rejected_by_the_broker() {
-    let c = Cluster::start(1);
-    let active = c.q.wait_active(LONG).await;
-    c.wait_all_active(LONG).await;
-    let d = c.q.describe_node(active).await.unwrap();
-    let epoch = broker_info(&c.wait_all_active(LONG).await, 1)
+    let mut c = cluster(1);
+    let active = c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let d = c
+        .describe_node(active, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let epoch = broker_info(&c.wait_all_brokers_active(LONG).await.unwrap(), 1)
         .unwrap()
         .broker_epoch;
     // Wait until the broker has seen the current controller epoch.
     let mut ctl = pb::broker_control_service_client::BrokerControlServiceClient::connect(format!(
         "http://{}",
-        c.broker_addrs[0]
+        c.broker_addrs()[0]
     ))
     .await
     .unwrap();

@@ -14,7 +14,7 @@ fn keel(c: &Cluster, args: &[&str]) -> (i32, serde_json::Value, String) {
     let mut full: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     full.extend([
         "--bootstrap".to_string(),
-        c.q.addrs.join(","),
+        c.controller_addrs().join(","),
         "--output".into(),
         "json".into(),
     ]);
@@ -31,7 +31,7 @@ fn keel(c: &Cluster, args: &[&str]) -> (i32, serde_json::Value, String) {
 }
 
 async fn topic_gone(c: &Cluster, name: &str) {
-    let client = c.q.client();
+    let client = client(c);
     let deadline = std::time::Instant::now() + LONG;
     loop {
         let names = topic_names(&client).await;
@@ -48,9 +48,9 @@ async fn topic_gone(c: &Cluster, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_describe_delete_and_recreate_through_the_cli() {
-    let c = Cluster::start(3);
-    c.q.wait_active(LONG).await;
-    c.wait_all_active(LONG).await;
+    let mut c = cluster(3);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
 
     let (code, v, err) = keel(
         &c,
@@ -124,7 +124,7 @@ async fn create_describe_delete_and_recreate_through_the_cli() {
 
     // Brokers stopped the old replicas with delete.
     for b in 0..3 {
-        let h = c.history(b);
+        let h = history(&c, b);
         assert!(
             h.iter()
                 .any(|e| e["event"] == "stopped" && e["topic_id"] == first_id.as_str()),
@@ -136,17 +136,18 @@ async fn create_describe_delete_and_recreate_through_the_cli() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletion_waits_for_a_down_broker_and_finishes_when_it_returns() {
-    let mut c = Cluster::start(3);
-    c.q.wait_active(LONG).await;
-    c.wait_all_active(LONG).await;
-    let client = c.q.client();
+    let mut c = cluster(3);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let client = client(&c);
     create_topic(&client, "logs", 3, 3).await;
 
-    c.brokers[2].kill();
+    c.broker_mut(2).kill();
     c.wait_cluster("broker 3 fenced", LONG, |r| {
         broker_info(r, 3).is_some_and(|b| b.fenced)
     })
-    .await;
+    .await
+    .unwrap();
 
     let req = pb::DeleteTopicsRequest {
         names: vec!["logs".into()],
@@ -164,19 +165,20 @@ async fn deletion_waits_for_a_down_broker_and_finishes_when_it_returns() {
     tokio::time::sleep(Duration::from_secs(4)).await;
     let t = c
         .wait_topic("logs", "marked", LONG, |t| t.marked_for_deletion)
-        .await;
+        .await
+        .unwrap();
     assert!(t.marked_for_deletion);
 
-    c.restart_broker(2);
+    c.broker_mut(2).start().unwrap();
     topic_gone(&c, "logs").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reassignment_that_removes_the_leader_moves_leadership_and_completes() {
-    let c = Cluster::start(3);
-    c.q.wait_active(LONG).await;
-    c.wait_all_active(LONG).await;
-    let client = c.q.client();
+    let mut c = cluster(3);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let client = client(&c);
     let req = pb::CreateTopicsRequest {
         topics: vec![pb::CreatableTopic {
             name: "r".into(),
@@ -199,9 +201,10 @@ async fn reassignment_that_removes_the_leader_moves_leadership_and_completes() {
     c.wait_topic("r", "led by 1", LONG, |t| {
         t.partitions[0].state.as_ref().unwrap().leader == Some(1)
     })
-    .await;
+    .await
+    .unwrap();
 
-    let plan = c.q.dir.path().join("plan.json");
+    let plan = c.dir().join("plan.json");
     std::fs::write(
         &plan,
         r#"{"partitions":[{"topic":"r","partition":0,"replicas":[3,2]}]}"#,
@@ -214,7 +217,8 @@ async fn reassignment_that_removes_the_leader_moves_leadership_and_completes() {
             let s = t.partitions[0].state.as_ref().unwrap();
             s.replicas == vec![3, 2] && s.adding.is_empty() && s.removing.is_empty()
         })
-        .await;
+        .await
+        .unwrap();
     let s = t.partitions[0].state.as_ref().unwrap();
     assert_ne!(s.leader, Some(1), "the removed replica cannot stay leader");
     assert!(!s.isr.contains(&1));
@@ -224,10 +228,10 @@ async fn reassignment_that_removes_the_leader_moves_leadership_and_completes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_failover_mid_deletion_and_mid_reassignment_completes_both() {
-    let mut c = Cluster::start(3);
-    c.q.wait_active(LONG).await;
-    c.wait_all_active(LONG).await;
-    let client = c.q.client();
+    let mut c = cluster(3);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let client = client(&c);
     create_topic(&client, "gone", 3, 3).await;
     let req = pb::CreateTopicsRequest {
         topics: vec![pb::CreatableTopic {
@@ -250,11 +254,12 @@ async fn controller_failover_mid_deletion_and_mid_reassignment_completes_both() 
     assert!(r.topics[0].error.is_none());
 
     // Broker 3 down: the deletion pauses and the reassignment onto 3 waits.
-    c.brokers[2].kill();
+    c.broker_mut(2).kill();
     c.wait_cluster("broker 3 fenced", LONG, |r| {
         broker_info(r, 3).is_some_and(|b| b.fenced)
     })
-    .await;
+    .await
+    .unwrap();
     let del = pb::DeleteTopicsRequest {
         names: vec!["gone".into()],
     };
@@ -284,10 +289,10 @@ async fn controller_failover_mid_deletion_and_mid_reassignment_completes_both() 
     assert!(r.partitions[0].error.is_none(), "{r:?}");
 
     // The active controller dies; a new one takes over both flows.
-    let active = c.q.wait_active(LONG).await;
-    c.q.procs[active].kill();
-    c.q.wait_active(LONG).await;
-    c.restart_broker(2);
+    let active = c.wait_active(LONG).await.unwrap();
+    c.controller_mut(active).kill();
+    c.wait_active(LONG).await.unwrap();
+    c.broker_mut(2).start().unwrap();
 
     topic_gone(&c, "gone").await;
     c.wait_topic(
@@ -299,15 +304,16 @@ async fn controller_failover_mid_deletion_and_mid_reassignment_completes_both() 
             s.replicas == vec![3] && s.adding.is_empty() && s.leader == Some(3)
         },
     )
-    .await;
+    .await
+    .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preferred_election_after_a_broker_returns_restores_preferred_leaders() {
-    let mut c = Cluster::start(3);
-    c.q.wait_active(LONG).await;
-    c.wait_all_active(LONG).await;
-    let client = c.q.client();
+    let mut c = cluster(3);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let client = client(&c);
     create_topic(&client, "pref", 6, 3).await;
     let preferred_of = |t: &pb::TopicDescription| -> Vec<(Option<u32>, u32)> {
         t.partitions
@@ -321,22 +327,25 @@ async fn preferred_election_after_a_broker_returns_restores_preferred_leaders() 
     c.wait_topic("pref", "preferred leaders", LONG, |t| {
         preferred_of(t).iter().all(|(l, p)| *l == Some(*p))
     })
-    .await;
+    .await
+    .unwrap();
 
-    c.brokers[0].kill();
+    c.broker_mut(0).kill();
     c.wait_topic("pref", "leaders off broker 1", LONG, |t| {
         preferred_of(t)
             .iter()
             .all(|(l, _)| l.is_some() && *l != Some(1))
     })
-    .await;
-    c.restart_broker(0);
+    .await
+    .unwrap();
+    c.broker_mut(0).start().unwrap();
     c.wait_topic("pref", "broker 1 back in every ISR", LONG, |t| {
         t.partitions
             .iter()
             .all(|p| p.state.as_ref().unwrap().isr.contains(&1))
     })
-    .await;
+    .await
+    .unwrap();
 
     let out = std::process::Command::new(keel_bin())
         .args([
@@ -344,7 +353,7 @@ async fn preferred_election_after_a_broker_returns_restores_preferred_leaders() 
             "--preferred",
             "--all",
             "--bootstrap",
-            &c.q.addrs.join(","),
+            &c.controller_addrs().join(","),
             "--output",
             "json",
         ])
@@ -359,16 +368,17 @@ async fn preferred_election_after_a_broker_returns_restores_preferred_leaders() 
         .wait_topic("pref", "preferred leaders restored", LONG, |t| {
             preferred_of(t).iter().all(|(l, p)| *l == Some(*p))
         })
-        .await;
+        .await
+        .unwrap();
     assert!(preferred_of(&t).iter().any(|(l, _)| *l == Some(1)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_rebalance_restores_preferred_leaders_on_its_own() {
-    let mut c = Cluster::start_with(3, &["--auto-rebalance-interval-ms", "1000"]);
-    c.q.wait_active(LONG).await;
-    c.wait_all_active(LONG).await;
-    create_topic(&c.q.client(), "auto", 6, 3).await;
+    let mut c = cluster_with(3, &["--auto-rebalance-interval-ms", "1000"]);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    create_topic(&client(&c), "auto", 6, 3).await;
     let on_preferred = |t: &pb::TopicDescription| {
         t.partitions.iter().all(|p| {
             let s = p.state.as_ref().unwrap();
@@ -376,16 +386,18 @@ async fn auto_rebalance_restores_preferred_leaders_on_its_own() {
         })
     };
     c.wait_topic("auto", "preferred leaders", LONG, on_preferred)
-        .await;
-    c.brokers[1].kill();
+        .await
+        .unwrap();
+    c.broker_mut(1).kill();
     c.wait_topic("auto", "leaders off broker 2", LONG, |t| {
         t.partitions.iter().all(|p| {
             let l = p.state.as_ref().unwrap().leader;
             l.is_some() && l != Some(2)
         })
     })
-    .await;
-    c.restart_broker(1);
+    .await
+    .unwrap();
+    c.broker_mut(1).start().unwrap();
     // No election is asked for: the periodic task moves leadership back.
     c.wait_topic(
         "auto",
@@ -393,5 +405,6 @@ async fn auto_rebalance_restores_preferred_leaders_on_its_own() {
         LONG,
         on_preferred,
     )
-    .await;
+    .await
+    .unwrap();
 }

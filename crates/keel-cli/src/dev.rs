@@ -4,13 +4,14 @@
 //! brokers by controlled shutdown, then the controllers.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use keel_proto::client::ControllerClient;
 use keel_proto::pb;
+use keel_testkit::{Addressing, Cluster, Naming, Ports, Role, Root, Spec};
 
 use crate::EXIT_LOCAL;
 
@@ -32,77 +33,59 @@ pub struct DevArgs {
     exit_when_ready: bool,
 }
 
-struct DevChild {
-    name: String,
-    child: Child,
-    log: PathBuf,
+const CONTROLLER_PORT: u16 = 9093;
+const BROKER_PORT: u16 = 9092;
+const CONTROLLER_METRICS_PORT: u16 = 9100;
+const BROKER_METRICS_PORT: u16 = 9101;
+
+/// The dev cluster's layout: controllers on 127.0.0.11-13:9093, brokers on
+/// 127.0.0.21-:9092, data dirs `<dir>/controller-N` and `<dir>/broker-N`,
+/// logs in `<dir>/logs`. Each child gets a process group of its own, so a
+/// terminal's Ctrl-C reaches only `keel dev`, which then stops them in
+/// order (brokers by controlled shutdown first).
+fn spec(exe: PathBuf, a: &DevArgs) -> Spec {
+    let mut spec = Spec::new(exe, a.cluster_id.clone())
+        .brokers(usize::from(a.brokers))
+        .addressing(Addressing::Subnet {
+            net: 0,
+            ports: Ports::Fixed {
+                controller: CONTROLLER_PORT,
+                broker: BROKER_PORT,
+                controller_metrics: CONTROLLER_METRICS_PORT,
+                broker_metrics: BROKER_METRICS_PORT,
+            },
+        })
+        .root(Root::At(a.dir.clone()))
+        .metrics(true)
+        .logs(None, None);
+    spec.data_subdir = String::new();
+    spec.naming = Naming::Long;
+    spec.own_process_groups = true;
+    spec
 }
 
-const CONTROLLERS: [&str; 3] = ["127.0.0.11", "127.0.0.12", "127.0.0.13"];
-
-fn controller_addr(i: usize) -> String {
-    format!("{}:9093", CONTROLLERS[i])
-}
-
-fn broker_ip(i: u8) -> String {
-    format!("127.0.0.{}", 21 + i)
-}
-
-fn spawn(exe: &Path, name: &str, args: Vec<String>, logs: &Path) -> std::io::Result<DevChild> {
-    let log = logs.join(format!("{name}.log"));
-    let out = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log)?;
-    let err = out.try_clone()?;
-    let child = Command::new(exe)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(out)
-        .stderr(err)
-        .spawn()?;
-    Ok(DevChild {
-        name: name.to_string(),
-        child,
-        log,
-    })
-}
-
-fn signal(c: &DevChild, sig: &str) {
-    let _ = Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(c.child.id().to_string())
-        .status();
-}
-
-fn wait_all(children: &mut [DevChild], timeout: Duration) {
+/// Waits (bounded) until every node of `role` exited; SIGKILLs the rest.
+fn wait_all(c: &mut Cluster, role: Role, timeout: Duration) {
     let deadline = Instant::now() + timeout;
-    for c in children.iter_mut() {
-        loop {
-            match c.child.try_wait() {
-                Ok(Some(_)) | Err(_) => break,
-                Ok(None) if Instant::now() >= deadline => {
-                    let _ = c.child.kill();
-                    let _ = c.child.wait();
-                    break;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-            }
+    for n in c.nodes.iter_mut().filter(|n| n.role == role) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if n.process.wait_exit(left).is_none() {
+            n.kill();
         }
     }
 }
 
-fn stop(brokers: &mut [DevChild], controllers: &mut [DevChild]) {
+fn stop(c: &mut Cluster) {
     eprintln!("\nstopping brokers (controlled shutdown) ...");
-    for b in brokers.iter() {
-        signal(b, "TERM");
+    for b in c.brokers() {
+        b.process.terminate();
     }
-    wait_all(brokers, Duration::from_secs(15));
+    wait_all(c, Role::Broker, Duration::from_secs(15));
     eprintln!("stopping controllers ...");
-    for c in controllers.iter() {
-        signal(c, "TERM");
+    for n in c.controllers() {
+        n.process.terminate();
     }
-    wait_all(controllers, Duration::from_secs(10));
+    wait_all(c, Role::Controller, Duration::from_secs(10));
     eprintln!("stopped; nothing left running.");
 }
 
@@ -145,23 +128,6 @@ pub async fn run(a: DevArgs) -> ExitCode {
             return ExitCode::from(EXIT_LOCAL);
         }
     }
-    // Refuse early when another cluster (an earlier `keel dev`?) holds the
-    // addresses: its answers would be mistaken for ours.
-    let taken: Vec<String> = (0..3)
-        .map(controller_addr)
-        .chain((0..a.brokers).map(|i| format!("{}:9092", broker_ip(i))))
-        .filter(|addr| std::net::TcpListener::bind(addr.as_str()).is_err())
-        .collect();
-    if !taken.is_empty() {
-        eprintln!("error: address(es) already in use: {}", taken.join(", "));
-        eprintln!("hint: is another `keel dev` running? stop it first");
-        return ExitCode::from(EXIT_LOCAL);
-    }
-    let logs = a.dir.join("logs");
-    if let Err(e) = std::fs::create_dir_all(&logs) {
-        eprintln!("error: cannot create {}: {e}", logs.display());
-        return ExitCode::from(EXIT_LOCAL);
-    }
     let exe = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {
@@ -169,71 +135,28 @@ pub async fn run(a: DevArgs) -> ExitCode {
             return ExitCode::from(EXIT_LOCAL);
         }
     };
-    let voters = (0..3)
-        .map(|i| format!("{}@{}", i + 1, controller_addr(i)))
-        .collect::<Vec<_>>()
-        .join(",");
-    let controllers_list = (0..3).map(controller_addr).collect::<Vec<_>>().join(",");
-    let mut controllers = Vec::new();
-    let mut brokers = Vec::new();
-    for (i, ip) in CONTROLLERS.iter().enumerate() {
-        let args = vec![
-            "controller".into(),
-            "--node-id".into(),
-            (i + 1).to_string(),
-            "--listen".into(),
-            controller_addr(i),
-            "--voters".into(),
-            voters.clone(),
-            "--data-dir".into(),
-            a.dir
-                .join(format!("controller-{}", i + 1))
-                .display()
-                .to_string(),
-            "--cluster-id".into(),
-            a.cluster_id.clone(),
-            "--metrics-listen".into(),
-            format!("{ip}:9100"),
-        ];
-        match spawn(&exe, &format!("controller-{}", i + 1), args, &logs) {
-            Ok(c) => controllers.push(c),
-            Err(e) => {
-                eprintln!("error: cannot start controller {}: {e}", i + 1);
-                stop(&mut brokers, &mut controllers);
-                return ExitCode::from(EXIT_LOCAL);
-            }
+    let mut c = match Cluster::new(spec(exe, &a)) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::from(EXIT_LOCAL);
         }
+    };
+    // Refuse early when another cluster (an earlier `keel dev`?) holds the
+    // addresses: its answers would be mistaken for ours.
+    if let Err(e) = c.check_addresses_free() {
+        eprintln!("error: {e}");
+        eprintln!("hint: is another `keel dev` running? stop it first");
+        return ExitCode::from(EXIT_LOCAL);
     }
-    for i in 0..a.brokers {
-        let args = vec![
-            "broker".into(),
-            "--broker-id".into(),
-            (i + 1).to_string(),
-            "--listen".into(),
-            format!("{}:9092", broker_ip(i)),
-            "--controllers".into(),
-            controllers_list.clone(),
-            "--cluster-id".into(),
-            a.cluster_id.clone(),
-            "--data-dir".into(),
-            a.dir
-                .join(format!("broker-{}", i + 1))
-                .display()
-                .to_string(),
-            "--metrics-listen".into(),
-            format!("{}:9101", broker_ip(i)),
-        ];
-        match spawn(&exe, &format!("broker-{}", i + 1), args, &logs) {
-            Ok(c) => brokers.push(c),
-            Err(e) => {
-                eprintln!("error: cannot start broker {}: {e}", i + 1);
-                stop(&mut brokers, &mut controllers);
-                return ExitCode::from(EXIT_LOCAL);
-            }
-        }
+    if let Err(e) = c.start_all() {
+        eprintln!("error: {e:#}");
+        stop(&mut c);
+        return ExitCode::from(EXIT_LOCAL);
     }
-    let client = ControllerClient::new((0..3).map(controller_addr).collect())
-        .with_timeouts(Duration::from_secs(2), Duration::from_secs(3));
+    let logs = a.dir.join("logs");
+    let controllers_list = c.controller_addrs().join(",");
+    let client = c.client(Duration::from_secs(2), Duration::from_secs(3));
     eprint!(
         "waiting for the quorum to elect a leader and {} brokers to be unfenced ",
         a.brokers
@@ -245,18 +168,9 @@ pub async fn run(a: DevArgs) -> ExitCode {
                 break;
             }
         }
-        let dead = controllers
-            .iter_mut()
-            .chain(brokers.iter_mut())
-            .find_map(|c| {
-                matches!(c.child.try_wait(), Ok(Some(_))).then(|| (c.name.clone(), c.log.clone()))
-            });
-        if let Some((name, log)) = dead {
-            eprintln!(
-                "\nerror: {name} exited during startup; see {}",
-                log.display()
-            );
-            stop(&mut brokers, &mut controllers);
+        if let Err(e) = c.check_alive() {
+            eprintln!("\nerror: {e:#}\nlogs are in {}", logs.display());
+            stop(&mut c);
             return ExitCode::from(EXIT_LOCAL);
         }
         if Instant::now() >= deadline {
@@ -264,7 +178,7 @@ pub async fn run(a: DevArgs) -> ExitCode {
                 "\nerror: the cluster did not come up within 90 s; logs are in {}",
                 logs.display()
             );
-            stop(&mut brokers, &mut controllers);
+            stop(&mut c);
             return ExitCode::from(EXIT_LOCAL);
         }
         eprint!(".");
@@ -274,13 +188,7 @@ pub async fn run(a: DevArgs) -> ExitCode {
     println!("Keel dev cluster '{}' is up.", a.cluster_id);
     println!();
     println!("  controllers  {}", controllers_list);
-    println!(
-        "  brokers      {}",
-        (0..a.brokers)
-            .map(|i| format!("{}:9092", broker_ip(i)))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
+    println!("  brokers      {}", c.broker_addrs().join(","));
     println!("  metrics      http://127.0.0.1{{1,2,3}}:9100/metrics (controllers), http://127.0.0.2X:9101/metrics (brokers)");
     println!("  data + logs  {}", a.dir.display());
     println!();
@@ -293,7 +201,7 @@ pub async fn run(a: DevArgs) -> ExitCode {
     println!("(`cargo run --release --` in place of `keel` from the source tree.)");
     println!();
     if a.exit_when_ready {
-        stop(&mut brokers, &mut controllers);
+        stop(&mut c);
         return ExitCode::SUCCESS;
     }
     // Both streams exist before the loop: a signal that arrives while a
@@ -305,7 +213,7 @@ pub async fn run(a: DevArgs) -> ExitCode {
     ) {
         (Ok(i), Ok(t)) => (i, t),
         _ => {
-            stop(&mut brokers, &mut controllers);
+            stop(&mut c);
             return ExitCode::from(EXIT_LOCAL);
         }
     };
@@ -328,6 +236,6 @@ pub async fn run(a: DevArgs) -> ExitCode {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
-    stop(&mut brokers, &mut controllers);
+    stop(&mut c);
     ExitCode::SUCCESS
 }

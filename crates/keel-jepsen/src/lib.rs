@@ -216,18 +216,20 @@ pub async fn run(cfg: Config) -> u8 {
         eprintln!("keel jepsen: cannot create {}: {e}", run_dir.display());
         return EXIT_LOCAL;
     }
-    let cluster = Arc::new(Mutex::new(Cluster::new(
-        cfg.exe.clone(),
-        &run_dir,
-        cfg.brokers,
-    )));
+    let cluster = match Cluster::new(cluster::spec(cfg.exe.clone(), &run_dir, cfg.brokers)) {
+        Ok(c) => Arc::new(Mutex::new(c)),
+        Err(e) => {
+            eprintln!("keel jepsen: cannot lay out the cluster: {e:#}");
+            return EXIT_LOCAL;
+        }
+    };
     let body = body(cfg.clone(), run_dir.clone(), cluster.clone());
     tokio::select! {
         code = body => code,
         _ = tokio::signal::ctrl_c() => {
             eprintln!("\nkeel jepsen: interrupted; removing packet filter rules and stopping nodes");
             net::teardown();
-            cluster.lock().unwrap().shutdown();
+            cluster.lock().unwrap().kill_all();
             EXIT_INTERRUPTED
         }
     }
@@ -261,15 +263,21 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         cfg.clients,
         cfg.time_limit.as_secs()
     );
-    if let Err(e) = cluster.lock().unwrap().start() {
-        eprintln!("keel jepsen: {e}");
+    let started = {
+        let mut c = cluster.lock().unwrap();
+        c.check_addresses_free()
+            .map_err(|e| e.context("another run still alive?"))
+            .and_then(|()| c.start_all())
+    };
+    if let Err(e) = started {
+        eprintln!("keel jepsen: {e:#}");
         return EXIT_LOCAL;
     }
     let (ctrl, broker_addrs): (Vec<String>, Vec<(u32, String)>) = {
         let c = cluster.lock().unwrap();
         (
             c.controller_addrs(),
-            c.brokers().map(|(_, n)| (n.id, n.addr())).collect(),
+            c.brokers().map(|n| (n.id, n.address())).collect(),
         )
     };
     if let Err(e) = wait_ready(&ctrl, cfg.brokers, Duration::from_secs(60)).await {
@@ -323,12 +331,12 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         {
             let mut c = cluster.lock().unwrap();
             for n in c.nodes.iter_mut() {
-                if let Some(st) = n.exited() {
-                    crashes.push(json!({"node": n.name, "at_ms": shared.ms(), "status": st}));
+                if let Some(st) = n.process.exited().map(|st| st.to_string()) {
+                    crashes.push(json!({"node": n.name(), "at_ms": shared.ms(), "status": st}));
                     eprintln!(
                         "\nkeel jepsen: {} exited by itself ({st}); see {}",
-                        n.name,
-                        n.log.display()
+                        n.name(),
+                        n.process.log.display()
                     );
                 }
             }
@@ -445,11 +453,12 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
             .nodes
             .iter_mut()
             .filter_map(|n| {
-                n.exited()
-                    .map(|st| json!({"node": n.name, "status": st, "when": "after heal"}))
+                n.process.exited().map(
+                    |st| json!({"node": n.name(), "status": st.to_string(), "when": "after heal"}),
+                )
             })
             .collect();
-        c.shutdown();
+        c.kill_all();
         v
     };
     crashes.extend(late_crashes);
@@ -458,15 +467,15 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     let mut unparsable = Vec::new();
     {
         let c = cluster.lock().unwrap();
-        for (_, n) in c.brokers() {
-            let path = n.data_dir.join("history.jsonl");
-            let _ = std::fs::copy(&path, run_dir.join(format!("{}-history.jsonl", n.name)));
+        for n in c.brokers() {
+            let path = n.history_path();
+            let _ = std::fs::copy(&path, run_dir.join(format!("{}-history.jsonl", n.name())));
             match brokers::read_events(&path) {
                 Ok((ev, bad)) => {
                     broker_hist.insert(n.id, ev);
-                    unparsable.extend(bad.into_iter().map(|l| format!("{}: {l}", n.name)));
+                    unparsable.extend(bad.into_iter().map(|l| format!("{}: {l}", n.name())));
                 }
-                Err(e) => unparsable.push(format!("{}: {e}", n.name)),
+                Err(e) => unparsable.push(format!("{}: {e}", n.name())),
             }
         }
     }

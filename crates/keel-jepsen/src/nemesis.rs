@@ -14,7 +14,7 @@ use rand::Rng;
 use serde::Serialize;
 
 use crate::client;
-use crate::cluster::{Cluster, Role, CLIENT_IP};
+use crate::cluster::{indexes, ip, Cluster, Role, CLIENT_IP};
 use crate::net::Net;
 
 /// Fault families.
@@ -141,7 +141,10 @@ impl Nemesis {
     async fn active_index(&self) -> Option<usize> {
         let addrs: Vec<(usize, String)> = {
             let c = self.cluster.lock().unwrap();
-            c.controllers().map(|(i, n)| (i, n.addr())).collect()
+            indexes(&c, Role::Controller)
+                .into_iter()
+                .map(|i| (i, c.nodes[i].address()))
+                .collect()
         };
         for (i, a) in addrs {
             if let Some(d) = client::describe_node(&a, Duration::from_millis(700)).await {
@@ -155,13 +158,7 @@ impl Nemesis {
 
     fn pick(&mut self, role: Role) -> usize {
         let c = self.cluster.lock().unwrap();
-        let v: Vec<usize> = c
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| n.role == role)
-            .map(|(i, _)| i)
-            .collect();
+        let v = indexes(&c, role);
         v[self.rng.random_range(0..v.len())]
     }
 
@@ -173,16 +170,16 @@ impl Nemesis {
         let c = self.cluster.lock().unwrap();
         let mut v: Vec<(Ipv4Addr, Ipv4Addr)> = cuts
             .iter()
-            .map(|&(a, b)| (c.nodes[a].ip, c.nodes[b].ip))
+            .map(|&(a, b)| (ip(&c.nodes[a]), ip(&c.nodes[b])))
             .collect();
-        let ctrls: Vec<usize> = c.controllers().map(|(i, _)| i).collect();
-        for (b, n) in c.brokers() {
+        let ctrls = indexes(&c, Role::Controller);
+        for b in indexes(&c, Role::Broker) {
             let all = ctrls.iter().all(|&k| {
                 cuts.iter()
                     .any(|&(x, y)| (x == k && y == b) || (x == b && y == k))
             });
             if all {
-                v.push((LOOPBACK, n.ip));
+                v.push((LOOPBACK, ip(&c.nodes[b])));
             }
         }
         v
@@ -194,7 +191,7 @@ impl Nemesis {
     }
 
     fn name(&self, i: usize) -> String {
-        self.cluster.lock().unwrap().nodes[i].name.clone()
+        self.cluster.lock().unwrap().nodes[i].name().to_string()
     }
 
     /// Applies one fault; returns the event and how to undo it.
@@ -269,10 +266,7 @@ impl Nemesis {
             "brokers-from-controllers" | "brokers-from-brokers" => {
                 let (ctrls, brokers): (Vec<usize>, Vec<usize>) = {
                     let c = self.cluster.lock().unwrap();
-                    (
-                        c.controllers().map(|(i, _)| i).collect(),
-                        c.brokers().map(|(i, _)| i).collect(),
-                    )
+                    (indexes(&c, Role::Controller), indexes(&c, Role::Broker))
                 };
                 let cuts: Vec<(usize, usize)> = if kind == "brokers-from-controllers" {
                     brokers
@@ -318,7 +312,7 @@ impl Nemesis {
                     c.nodes[i].kill();
                     Undo::Restart(i)
                 } else {
-                    c.nodes[i].pause();
+                    c.nodes[i].process.pause();
                     Undo::Resume(i)
                 }
             }
@@ -354,8 +348,8 @@ impl Nemesis {
         let brokers: Vec<(u32, String)> = {
             let c = self.cluster.lock().unwrap();
             c.brokers()
-                .filter(|(_, n)| n.running() && !n.paused)
-                .map(|(_, n)| (n.id, n.addr()))
+                .filter(|n| n.running() && !n.process.paused())
+                .map(|n| (n.id, n.address()))
                 .collect()
         };
         for (id, addr) in brokers {
@@ -441,13 +435,13 @@ impl Nemesis {
             },
             Undo::Restart(i) => {
                 let mut c = self.cluster.lock().unwrap();
-                match c.restart(i) {
+                match c.nodes[i].start() {
                     Ok(()) => vec![],
-                    Err(e) => vec![e],
+                    Err(e) => vec![format!("cannot restart {}: {e:#}", c.nodes[i].name())],
                 }
             }
             Undo::Resume(i) => {
-                self.cluster.lock().unwrap().nodes[i].resume();
+                self.cluster.lock().unwrap().nodes[i].process.resume();
                 vec![]
             }
             Undo::Nothing => vec![],

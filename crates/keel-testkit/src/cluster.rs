@@ -1,0 +1,974 @@
+//! A local cluster of real processes: three (or more) controllers and any
+//! number of brokers, each on its own loopback address, with its data dir
+//! and log under one directory. Nothing outlives the [`Cluster`]: every
+//! process is SIGKILLed when it is dropped, on error paths too.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use keel_proto::client::ControllerClient;
+use keel_proto::pb;
+use keel_proto::pb::admin_service_client::AdminServiceClient;
+use tonic::transport::Endpoint;
+
+use crate::admin;
+use crate::process::{Launch, Process};
+
+/// What a node is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Role {
+    Controller,
+    Broker,
+}
+
+/// Where nodes listen.
+#[derive(Clone, Debug)]
+pub enum Addressing {
+    /// Every node on 127.0.0.1, each on a port of its own picked free at
+    /// layout time: tests of one binary run side by side.
+    Localhost,
+    /// Controller `i` (0-based) on `127.0.<net>.<11+i>`, broker `i` on
+    /// `127.0.<net>.<21+i>`: one address per node, so a packet filter can
+    /// cut any pair.
+    Subnet { net: u8, ports: Ports },
+}
+
+/// Ports on per-node addresses.
+#[derive(Clone, Copy, Debug)]
+pub enum Ports {
+    /// One free port per node (and per metrics listener), picked at layout.
+    Free,
+    /// The same ports on every node of a role.
+    Fixed {
+        controller: u16,
+        broker: u16,
+        controller_metrics: u16,
+        broker_metrics: u16,
+    },
+}
+
+/// Names of node directories and logs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Naming {
+    /// `c1`, `b1`.
+    Short,
+    /// `controller-1`, `broker-1`.
+    Long,
+}
+
+/// Where a cluster's files go.
+#[derive(Debug)]
+pub enum Root {
+    /// A temp dir removed on drop (kept when `keep`, for a post-mortem).
+    Temp { prefix: String, keep: bool },
+    /// A given directory (created if missing, never removed).
+    At(PathBuf),
+}
+
+/// Everything that shapes a cluster; [`Spec::new`] gives the defaults.
+#[derive(Debug)]
+pub struct Spec {
+    /// The `keel` binary every node runs.
+    pub exe: PathBuf,
+    pub cluster_id: String,
+    pub controllers: usize,
+    pub brokers: usize,
+    pub addressing: Addressing,
+    pub root: Root,
+    /// Data dirs under `<root>/<data_subdir>/<name>`; "" for the root itself.
+    pub data_subdir: String,
+    /// Logs under `<root>/<logs_subdir>/<name>.log`.
+    pub logs_subdir: String,
+    pub naming: Naming,
+    /// Flags after the standard ones, for every controller.
+    pub controller_flags: Vec<String>,
+    /// Flags after the standard ones, for every broker.
+    pub broker_flags: Vec<String>,
+    /// `RUST_LOG` of controllers and brokers (`None` inherits).
+    pub controller_log: Option<String>,
+    pub broker_log: Option<String>,
+    /// Give every node a Prometheus listener (`--metrics-listen`).
+    pub metrics: bool,
+    /// Processes in process groups of their own (see [`Launch`]).
+    pub own_process_groups: bool,
+}
+
+impl Spec {
+    /// Three controllers, no broker, on 127.0.0.1 with free ports, in a
+    /// temp dir, quiet logs.
+    pub fn new(exe: impl Into<PathBuf>, cluster_id: impl Into<String>) -> Self {
+        Self {
+            exe: exe.into(),
+            cluster_id: cluster_id.into(),
+            controllers: 3,
+            brokers: 0,
+            addressing: Addressing::Localhost,
+            root: Root::Temp {
+                prefix: "keel-".into(),
+                keep: false,
+            },
+            data_subdir: "data".into(),
+            logs_subdir: "logs".into(),
+            naming: Naming::Short,
+            controller_flags: Vec::new(),
+            broker_flags: Vec::new(),
+            controller_log: Some("info,openraft=warn".into()),
+            broker_log: Some("info,openraft=warn".into()),
+            metrics: false,
+            own_process_groups: false,
+        }
+    }
+
+    pub fn controllers(mut self, n: usize) -> Self {
+        self.controllers = n;
+        self
+    }
+
+    pub fn brokers(mut self, n: usize) -> Self {
+        self.brokers = n;
+        self
+    }
+
+    pub fn addressing(mut self, a: Addressing) -> Self {
+        self.addressing = a;
+        self
+    }
+
+    /// `127.0.<net>.x` with free ports.
+    pub fn subnet(self, net: u8) -> Self {
+        self.addressing(Addressing::Subnet {
+            net,
+            ports: Ports::Free,
+        })
+    }
+
+    pub fn root(mut self, r: Root) -> Self {
+        self.root = r;
+        self
+    }
+
+    pub fn controller_flags<S: AsRef<str>>(mut self, f: &[S]) -> Self {
+        self.controller_flags
+            .extend(f.iter().map(|s| s.as_ref().to_string()));
+        self
+    }
+
+    pub fn broker_flags<S: AsRef<str>>(mut self, f: &[S]) -> Self {
+        self.broker_flags
+            .extend(f.iter().map(|s| s.as_ref().to_string()));
+        self
+    }
+
+    pub fn logs(mut self, controller: Option<&str>, broker: Option<&str>) -> Self {
+        self.controller_log = controller.map(str::to_string);
+        self.broker_log = broker.map(str::to_string);
+        self
+    }
+
+    pub fn metrics(mut self, on: bool) -> Self {
+        self.metrics = on;
+        self
+    }
+}
+
+/// A free TCP port on `ip`, never the same one twice in this process (the
+/// kernel may hand a just-released port out again, and two nodes given one
+/// address would make one quorum of two nodes).
+pub fn free_port(ip: IpAddr) -> anyhow::Result<u16> {
+    static GIVEN: Mutex<Vec<(IpAddr, u16)>> = Mutex::new(Vec::new());
+    for _ in 0..1_000 {
+        let port = TcpListener::bind((ip, 0))
+            .and_then(|l| l.local_addr())
+            .with_context(|| format!("bind {ip}:0"))?
+            .port();
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&(ip, port)) {
+            given.push((ip, port));
+            return Ok(port);
+        }
+    }
+    bail!("no free port on {ip} after 1,000 tries")
+}
+
+/// One node: its role, id, addresses and process.
+pub struct Node {
+    pub role: Role,
+    /// Node id (controller) or broker id.
+    pub id: u32,
+    pub addr: SocketAddr,
+    /// The Prometheus listener, when the spec asks for one.
+    pub metrics_addr: Option<SocketAddr>,
+    pub data_dir: PathBuf,
+    pub process: Process,
+}
+
+impl Node {
+    pub fn name(&self) -> &str {
+        &self.process.name
+    }
+
+    /// `ip:port` of the node's listener.
+    pub fn address(&self) -> String {
+        self.addr.to_string()
+    }
+
+    pub fn ip(&self) -> IpAddr {
+        self.addr.ip()
+    }
+
+    /// (Re)starts the process on its data dir.
+    pub fn start(&mut self) -> anyhow::Result<()> {
+        self.process.start()
+    }
+
+    pub fn running(&self) -> bool {
+        self.process.running()
+    }
+
+    pub fn kill(&mut self) {
+        self.process.kill()
+    }
+
+    /// The `history.jsonl` a broker writes (one JSON object per line).
+    pub fn history_path(&self) -> PathBuf {
+        self.data_dir.join("history.jsonl")
+    }
+}
+
+enum Dir {
+    Temp(tempfile::TempDir),
+    At(PathBuf),
+}
+
+impl Dir {
+    fn path(&self) -> &Path {
+        match self {
+            Dir::Temp(t) => t.path(),
+            Dir::At(p) => p,
+        }
+    }
+}
+
+/// Controllers (ids 1..) then brokers (ids 1..), in one list.
+pub struct Cluster {
+    // Dropped after `nodes` (fields drop in order): processes die before
+    // their directory goes.
+    pub nodes: Vec<Node>,
+    dir: Dir,
+    pub cluster_id: String,
+    spec_exe: PathBuf,
+    addressing: Addressing,
+    data_subdir: String,
+    logs_subdir: String,
+    naming: Naming,
+    controller_flags: Vec<String>,
+    broker_flags: Vec<String>,
+    controller_log: Option<String>,
+    broker_log: Option<String>,
+    metrics: bool,
+    own_process_groups: bool,
+}
+
+impl Cluster {
+    /// Lays the cluster out (addresses, dirs, arguments); starts nothing.
+    pub fn new(spec: Spec) -> anyhow::Result<Self> {
+        let dir = match spec.root {
+            Root::Temp { prefix, keep } => {
+                let t = tempfile::Builder::new()
+                    .prefix(&prefix)
+                    .disable_cleanup(keep)
+                    .tempdir()
+                    .context("create a temp dir")?;
+                Dir::Temp(t)
+            }
+            Root::At(p) => {
+                std::fs::create_dir_all(&p).with_context(|| format!("create {}", p.display()))?;
+                Dir::At(p)
+            }
+        };
+        let mut c = Cluster {
+            nodes: Vec::new(),
+            dir,
+            cluster_id: spec.cluster_id,
+            spec_exe: spec.exe,
+            addressing: spec.addressing,
+            data_subdir: spec.data_subdir,
+            logs_subdir: spec.logs_subdir,
+            naming: spec.naming,
+            controller_flags: spec.controller_flags,
+            broker_flags: spec.broker_flags,
+            controller_log: spec.controller_log,
+            broker_log: spec.broker_log,
+            metrics: spec.metrics,
+            own_process_groups: spec.own_process_groups,
+        };
+        let mut controllers = Vec::new();
+        for i in 0..spec.controllers {
+            controllers.push(c.addresses(Role::Controller, i)?);
+        }
+        let voters = voters_of(&controllers);
+        for (i, (addr, metrics)) in controllers.iter().enumerate() {
+            let node = c.controller_node(i as u32 + 1, *addr, *metrics, &voters, false);
+            c.nodes.push(node);
+        }
+        for i in 0..spec.brokers {
+            let (addr, metrics) = c.addresses(Role::Broker, i)?;
+            let node = c.broker_node(i as u32 + 1, addr, metrics);
+            c.nodes.push(node);
+        }
+        Ok(c)
+    }
+
+    /// Lays the cluster out and starts every node.
+    pub fn start(spec: Spec) -> anyhow::Result<Self> {
+        let mut c = Self::new(spec)?;
+        c.start_all()?;
+        Ok(c)
+    }
+
+    /// The listener (and metrics) address of the `i`th node of `role`.
+    fn addresses(&self, role: Role, i: usize) -> anyhow::Result<(SocketAddr, Option<SocketAddr>)> {
+        let (ip, fixed) = match &self.addressing {
+            Addressing::Localhost => (IpAddr::V4(Ipv4Addr::LOCALHOST), None),
+            Addressing::Subnet { net, ports } => {
+                let host = match role {
+                    Role::Controller => 11 + i,
+                    Role::Broker => 21 + i,
+                };
+                let host =
+                    u8::try_from(host).map_err(|_| anyhow!("too many nodes for a subnet"))?;
+                let fixed = match ports {
+                    Ports::Free => None,
+                    Ports::Fixed {
+                        controller,
+                        broker,
+                        controller_metrics,
+                        broker_metrics,
+                    } => Some(match role {
+                        Role::Controller => (*controller, *controller_metrics),
+                        Role::Broker => (*broker, *broker_metrics),
+                    }),
+                };
+                (IpAddr::V4(Ipv4Addr::new(127, 0, *net, host)), fixed)
+            }
+        };
+        let (port, metrics_port) = match fixed {
+            Some(p) => p,
+            None => (
+                free_port(ip)?,
+                if self.metrics { free_port(ip)? } else { 0 },
+            ),
+        };
+        let metrics = self.metrics.then_some(SocketAddr::new(ip, metrics_port));
+        Ok((SocketAddr::new(ip, port), metrics))
+    }
+
+    fn node_name(&self, role: Role, id: u32) -> String {
+        match (self.naming, role) {
+            (Naming::Short, Role::Controller) => format!("c{id}"),
+            (Naming::Short, Role::Broker) => format!("b{id}"),
+            (Naming::Long, Role::Controller) => format!("controller-{id}"),
+            (Naming::Long, Role::Broker) => format!("broker-{id}"),
+        }
+    }
+
+    fn data_dir_of(&self, name: &str) -> PathBuf {
+        self.dir.path().join(&self.data_subdir).join(name)
+    }
+
+    fn log_of(&self, name: &str) -> PathBuf {
+        self.dir
+            .path()
+            .join(&self.logs_subdir)
+            .join(format!("{name}.log"))
+    }
+
+    fn launch(&self, args: Vec<String>, rust_log: &Option<String>) -> Launch {
+        Launch {
+            exe: self.spec_exe.clone(),
+            args,
+            rust_log: rust_log.clone(),
+            env: Vec::new(),
+            own_process_group: self.own_process_groups,
+        }
+    }
+
+    fn controller_node(
+        &self,
+        id: u32,
+        addr: SocketAddr,
+        metrics: Option<SocketAddr>,
+        voters: &str,
+        join: bool,
+    ) -> Node {
+        let name = self.node_name(Role::Controller, id);
+        let data_dir = self.data_dir_of(&name);
+        let mut args = vec![
+            "controller".to_string(),
+            "--node-id".into(),
+            id.to_string(),
+            "--listen".into(),
+            addr.to_string(),
+            "--voters".into(),
+            voters.to_string(),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+            "--cluster-id".into(),
+            self.cluster_id.clone(),
+        ];
+        if let Some(m) = metrics {
+            args.extend(["--metrics-listen".into(), m.to_string()]);
+        }
+        if join {
+            args.push("--join".into());
+        }
+        args.extend(self.controller_flags.iter().cloned());
+        Node {
+            role: Role::Controller,
+            id,
+            addr,
+            metrics_addr: metrics,
+            process: Process::new(
+                name.clone(),
+                self.launch(args, &self.controller_log),
+                self.log_of(&name),
+            ),
+            data_dir,
+        }
+    }
+
+    fn broker_node(&self, id: u32, addr: SocketAddr, metrics: Option<SocketAddr>) -> Node {
+        let name = self.node_name(Role::Broker, id);
+        let data_dir = self.data_dir_of(&name);
+        let mut args = vec![
+            "broker".to_string(),
+            "--broker-id".into(),
+            id.to_string(),
+            "--listen".into(),
+            addr.to_string(),
+            "--controllers".into(),
+            self.controller_addrs().join(","),
+            "--cluster-id".into(),
+            self.cluster_id.clone(),
+            "--data-dir".into(),
+            data_dir.display().to_string(),
+        ];
+        if let Some(m) = metrics {
+            args.extend(["--metrics-listen".into(), m.to_string()]);
+        }
+        args.extend(self.broker_flags.iter().cloned());
+        Node {
+            role: Role::Broker,
+            id,
+            addr,
+            metrics_addr: metrics,
+            process: Process::new(
+                name.clone(),
+                self.launch(args, &self.broker_log),
+                self.log_of(&name),
+            ),
+            data_dir,
+        }
+    }
+
+    /// Lays out one more controller (id = controllers + 1) started with
+    /// `--join` (it waits to be added as a voter); returns its index in
+    /// [`Cluster::nodes`]. Not started.
+    pub fn add_joining_controller(&mut self) -> anyhow::Result<usize> {
+        let n = self.controller_count();
+        let (addr, metrics) = self.addresses(Role::Controller, n)?;
+        let mut all: Vec<(SocketAddr, Option<SocketAddr>)> = self
+            .controllers()
+            .map(|n| (n.addr, n.metrics_addr))
+            .collect();
+        all.push((addr, metrics));
+        let node = self.controller_node(n as u32 + 1, addr, metrics, &voters_of(&all[..n]), true);
+        // After the last controller, before the brokers.
+        self.nodes.insert(n, node);
+        Ok(n)
+    }
+
+    /// The cluster's directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Starts every node that is not running (controllers first).
+    pub fn start_all(&mut self) -> anyhow::Result<()> {
+        for n in self.nodes.iter_mut().filter(|n| !n.running()) {
+            n.start()?;
+        }
+        Ok(())
+    }
+
+    /// Starts every controller that is not running.
+    pub fn start_controllers(&mut self) -> anyhow::Result<()> {
+        for n in self
+            .nodes
+            .iter_mut()
+            .filter(|n| n.role == Role::Controller && !n.running())
+        {
+            n.start()?;
+        }
+        Ok(())
+    }
+
+    /// Starts every broker that is not running.
+    pub fn start_brokers(&mut self) -> anyhow::Result<()> {
+        for n in self
+            .nodes
+            .iter_mut()
+            .filter(|n| n.role == Role::Broker && !n.running())
+        {
+            n.start()?;
+        }
+        Ok(())
+    }
+
+    /// Fails naming the first node whose address is taken (another run, or
+    /// a `keel dev`, still alive?).
+    pub fn check_addresses_free(&self) -> anyhow::Result<()> {
+        let taken: Vec<String> = self
+            .nodes
+            .iter()
+            .flat_map(|n| std::iter::once(n.addr).chain(n.metrics_addr))
+            .filter(|a| TcpListener::bind(a).is_err())
+            .map(|a| a.to_string())
+            .collect();
+        if !taken.is_empty() {
+            bail!("address(es) already in use: {}", taken.join(", "));
+        }
+        Ok(())
+    }
+
+    pub fn controllers(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().filter(|n| n.role == Role::Controller)
+    }
+
+    pub fn brokers(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().filter(|n| n.role == Role::Broker)
+    }
+
+    pub fn controller_count(&self) -> usize {
+        self.controllers().count()
+    }
+
+    pub fn broker_count(&self) -> usize {
+        self.brokers().count()
+    }
+
+    /// Controller `i` (0-based: node id `i + 1`).
+    pub fn controller(&self, i: usize) -> &Node {
+        self.controllers().nth(i).expect("no such controller")
+    }
+
+    pub fn controller_mut(&mut self, i: usize) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .filter(|n| n.role == Role::Controller)
+            .nth(i)
+            .expect("no such controller")
+    }
+
+    /// Broker `i` (0-based: broker id `i + 1`).
+    pub fn broker(&self, i: usize) -> &Node {
+        self.brokers().nth(i).expect("no such broker")
+    }
+
+    pub fn broker_mut(&mut self, i: usize) -> &mut Node {
+        self.nodes
+            .iter_mut()
+            .filter(|n| n.role == Role::Broker)
+            .nth(i)
+            .expect("no such broker")
+    }
+
+    /// `ip:port` of every controller, in id order.
+    pub fn controller_addrs(&self) -> Vec<String> {
+        self.controllers().map(Node::address).collect()
+    }
+
+    /// `ip:port` of every broker, in id order.
+    pub fn broker_addrs(&self) -> Vec<String> {
+        self.brokers().map(Node::address).collect()
+    }
+
+    /// `1@ip:port,2@...`, as `--voters` takes it.
+    pub fn voters(&self) -> String {
+        let v: Vec<(SocketAddr, Option<SocketAddr>)> =
+            self.controllers().map(|n| (n.addr, None)).collect();
+        voters_of(&v)
+    }
+
+    /// A client that follows NOT_CONTROLLER redirects over every
+    /// controller.
+    pub fn client(&self, request: Duration, deadline: Duration) -> ControllerClient {
+        ControllerClient::new(self.controller_addrs()).with_timeouts(request, deadline)
+    }
+
+    /// Fails, with its log tail, when a node that should run has exited.
+    pub fn check_alive(&mut self) -> anyhow::Result<()> {
+        self.check_alive_except(&[])
+    }
+
+    /// As [`Cluster::check_alive`], for the controllers only.
+    pub fn check_controllers_alive(&mut self) -> anyhow::Result<()> {
+        self.check_alive_except(&self.broker_indexes())
+    }
+
+    /// As [`Cluster::check_alive`], skipping the nodes at these indexes
+    /// (of [`Cluster::nodes`]).
+    pub fn check_alive_except(&mut self, except: &[usize]) -> anyhow::Result<()> {
+        for (i, n) in self.nodes.iter_mut().enumerate() {
+            if except.contains(&i) {
+                continue;
+            }
+            if let Some(st) = n.process.exited() {
+                bail!(
+                    "{} exited ({st}); last log lines:\n{}",
+                    n.name(),
+                    n.process.log_tail(20)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Continues stopped nodes and restarts killed (or exited) ones; says
+    /// what it did, one line per node.
+    pub fn heal_processes(&mut self) -> Vec<String> {
+        let mut done = Vec::new();
+        for n in self.nodes.iter_mut() {
+            if let Some(st) = n.process.exited() {
+                done.push(format!("{} had exited ({st})", n.name()));
+            }
+            if n.process.paused() {
+                n.process.resume();
+                done.push(format!("resumed {}", n.name()));
+            }
+            if !n.running() {
+                match n.start() {
+                    Ok(()) => done.push(format!("restarted {}", n.name())),
+                    Err(e) => done.push(format!("cannot restart {}: {e:#}", n.name())),
+                }
+            }
+        }
+        done
+    }
+
+    /// SIGKILLs every node (brokers first).
+    pub fn kill_all(&mut self) {
+        for n in self.nodes.iter_mut().rev() {
+            n.kill();
+        }
+    }
+
+    /// The last `lines` lines of every node's log, for a failure message.
+    pub fn log_tails(&self, lines: usize) -> String {
+        let mut out = String::new();
+        for n in &self.nodes {
+            out.push_str(&format!(
+                "--- {} ({}) log, last {lines} lines ---\n{}\n",
+                n.name(),
+                n.addr,
+                n.process.log_tail(lines)
+            ));
+        }
+        out
+    }
+
+    /// DescribeNode on controller `i` (no redirect), within `timeout`.
+    pub async fn describe_node(
+        &self,
+        i: usize,
+        timeout: Duration,
+    ) -> Option<pb::DescribeNodeResponse> {
+        let node = self.controller(i);
+        if !node.running() {
+            return None;
+        }
+        describe_node_at(&node.address(), timeout).await
+    }
+
+    /// Waits until a running controller says it is the active one; returns
+    /// its index.
+    pub async fn wait_active(&mut self, timeout: Duration) -> anyhow::Result<usize> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_controllers_alive()?;
+            for i in 0..self.controller_count() {
+                if self
+                    .describe_node(i, Duration::from_millis(1500))
+                    .await
+                    .is_some_and(|d| d.active_controller)
+                {
+                    return Ok(i);
+                }
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "no active controller within {timeout:?}\n{}",
+                    self.log_tails(30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until every running controller applied the same index, at
+    /// least `min_index`, with the same image hash, and one of them is
+    /// active; returns (index, hash). Each node hashes its whole image to
+    /// answer, so rounds are spaced by at least their own duration.
+    pub async fn wait_converged(
+        &mut self,
+        min_index: u64,
+        timeout: Duration,
+    ) -> anyhow::Result<(u64, String)> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_controllers_alive()?;
+            let round = Instant::now();
+            let mut views = Vec::new();
+            for i in 0..self.controller_count() {
+                if self.controller(i).running() {
+                    views.push(self.describe_node(i, Duration::from_secs(10)).await);
+                }
+            }
+            if !views.is_empty() && views.iter().all(Option::is_some) {
+                let v: Vec<_> = views.into_iter().flatten().collect();
+                let first = (v[0].last_applied_index, v[0].image_hash.clone());
+                if first.0 >= min_index
+                    && v.iter().any(|d| d.active_controller)
+                    && v.iter()
+                        .all(|d| (d.last_applied_index, &d.image_hash) == (first.0, &first.1))
+                {
+                    return Ok(first);
+                }
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "controllers did not converge within {timeout:?}\n{}",
+                    self.log_tails(30)
+                );
+            }
+            tokio::time::sleep(round.elapsed().max(Duration::from_millis(100))).await;
+        }
+    }
+
+    /// Waits until `pred` holds for the active controller's description of
+    /// the cluster; returns it.
+    pub async fn wait_cluster<F>(
+        &mut self,
+        what: &str,
+        timeout: Duration,
+        pred: F,
+    ) -> anyhow::Result<pb::DescribeClusterResponse>
+    where
+        F: Fn(&pb::DescribeClusterResponse) -> bool,
+    {
+        let client = self.client(Duration::from_secs(10), Duration::from_secs(20));
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_controllers_alive()?;
+            if let Ok(r) = admin::describe_cluster(&client).await {
+                if pred(&r) {
+                    return Ok(r);
+                }
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "timed out after {timeout:?} waiting for: {what}\n{}",
+                    self.log_tails(20)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until brokers `1..=n` are registered, unfenced and not shutting
+    /// down.
+    pub async fn wait_brokers_unfenced(
+        &mut self,
+        n: u32,
+        timeout: Duration,
+    ) -> anyhow::Result<pb::DescribeClusterResponse> {
+        self.wait_cluster(&format!("brokers 1-{n} unfenced"), timeout, |r| {
+            admin::brokers_unfenced(r, n)
+        })
+        .await
+    }
+
+    /// Waits until every broker of the cluster is registered and active.
+    pub async fn wait_all_brokers_active(
+        &mut self,
+        timeout: Duration,
+    ) -> anyhow::Result<pb::DescribeClusterResponse> {
+        let n = self.broker_count() as u32;
+        self.wait_brokers_unfenced(n, timeout).await
+    }
+
+    /// Waits until `pred` holds for the active controller's description of
+    /// `topic`; returns it.
+    pub async fn wait_topic<F>(
+        &mut self,
+        topic: &str,
+        what: &str,
+        timeout: Duration,
+        pred: F,
+    ) -> anyhow::Result<pb::TopicDescription>
+    where
+        F: Fn(&pb::TopicDescription) -> bool,
+    {
+        let client = self.client(Duration::from_secs(10), Duration::from_secs(20));
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.check_controllers_alive()?;
+            if let Ok(Some(t)) = admin::describe_topic(&client, topic).await {
+                if pred(&t) {
+                    return Ok(t);
+                }
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "timed out after {timeout:?} waiting for: {what}\n{}",
+                    self.log_tails(20)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Indexes of the brokers: a wait for the cluster's reaction to a
+    /// broker stopping (controlled shutdown, a refused twin) must not fail
+    /// because that broker exited.
+    fn broker_indexes(&self) -> Vec<usize> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.role == Role::Broker)
+            .map(|(i, _)| i)
+            .collect()
+    }
+}
+
+/// DescribeNode on the controller at `addr` (no redirect), within `timeout`.
+pub async fn describe_node_at(addr: &str, timeout: Duration) -> Option<pb::DescribeNodeResponse> {
+    let fut = async {
+        let ch = Endpoint::from_shared(format!("http://{addr}"))
+            .ok()?
+            .connect_timeout(timeout)
+            .timeout(timeout)
+            .connect()
+            .await
+            .ok()?;
+        AdminServiceClient::new(ch)
+            .describe_node(pb::DescribeNodeRequest::default())
+            .await
+            .ok()
+            .map(|r| r.into_inner())
+    };
+    tokio::time::timeout(timeout, fut).await.ok().flatten()
+}
+
+fn voters_of(controllers: &[(SocketAddr, Option<SocketAddr>)]) -> String {
+    controllers
+        .iter()
+        .enumerate()
+        .map(|(i, (a, _))| format!("{}@{a}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subnet_layout_gives_each_node_its_own_address_and_the_standard_flags() {
+        let spec = Spec::new("/bin/keel", "kit")
+            .brokers(2)
+            .addressing(Addressing::Subnet {
+                net: 0,
+                ports: Ports::Fixed {
+                    controller: 9093,
+                    broker: 9092,
+                    controller_metrics: 9100,
+                    broker_metrics: 9101,
+                },
+            })
+            .metrics(true)
+            .controller_flags(&["--session-timeout-ms", "3000"]);
+        let c = Cluster::new(spec).unwrap();
+        assert_eq!(
+            c.controller_addrs(),
+            ["127.0.0.11:9093", "127.0.0.12:9093", "127.0.0.13:9093"]
+        );
+        assert_eq!(c.broker_addrs(), ["127.0.0.21:9092", "127.0.0.22:9092"]);
+        assert_eq!(
+            c.voters(),
+            "1@127.0.0.11:9093,2@127.0.0.12:9093,3@127.0.0.13:9093"
+        );
+        let c2 = &c.controller(1).process.launch.args;
+        assert_eq!(
+            &c2[..5],
+            [
+                "controller",
+                "--node-id",
+                "2",
+                "--listen",
+                "127.0.0.12:9093"
+            ]
+        );
+        assert!(c2.ends_with(&["--session-timeout-ms".to_string(), "3000".into()]));
+        assert!(c2
+            .windows(2)
+            .any(|w| w == ["--metrics-listen", "127.0.0.12:9100"]));
+        let b1 = &c.broker(0).process.launch.args;
+        assert!(b1.windows(2).any(|w| w
+            == [
+                "--controllers",
+                "127.0.0.11:9093,127.0.0.12:9093,127.0.0.13:9093"
+            ]));
+        assert!(c.broker(0).data_dir.ends_with("data/b1"));
+        assert!(c.broker(1).process.log.ends_with("logs/b2.log"));
+        assert!(c.nodes.iter().all(|n| !n.running()));
+    }
+
+    #[test]
+    fn localhost_layouts_never_share_a_port() {
+        let a = Cluster::new(Spec::new("/bin/keel", "kit").brokers(3).metrics(true)).unwrap();
+        let b = Cluster::new(Spec::new("/bin/keel", "kit").brokers(3)).unwrap();
+        let mut all: Vec<SocketAddr> = a
+            .nodes
+            .iter()
+            .chain(b.nodes.iter())
+            .flat_map(|n| std::iter::once(n.addr).chain(n.metrics_addr))
+            .collect();
+        let n = all.len();
+        assert_eq!(n, 12 + 6);
+        all.sort();
+        all.dedup();
+        assert_eq!(all.len(), n);
+    }
+
+    #[test]
+    fn a_joining_controller_comes_after_the_others_and_before_the_brokers() {
+        let mut c = Cluster::new(Spec::new("/bin/keel", "kit").brokers(1)).unwrap();
+        let i = c.add_joining_controller().unwrap();
+        assert_eq!(i, 3);
+        assert_eq!(c.controller_count(), 4);
+        assert_eq!(c.nodes[4].role, Role::Broker);
+        let args = &c.controller(3).process.launch.args;
+        assert!(args.contains(&"--join".to_string()));
+        assert!(args.windows(2).any(|w| w[0] == "--node-id" && w[1] == "4"));
+    }
+}

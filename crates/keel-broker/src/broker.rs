@@ -182,7 +182,7 @@ impl Broker {
     /// leaderships away (want_shutdown in heartbeats) and wait until it says
     /// should_shut_down, at most [`CONTROLLED_SHUTDOWN_TIMEOUT`].
     pub async fn shutdown(mut self, controlled: bool) -> anyhow::Result<()> {
-        let registered = self.shared.state().broker_epoch.is_some();
+        let registered = self.shared.state().broker_epoch().is_some();
         if controlled && registered && self.fatal.borrow().is_none() {
             info!(
                 broker = self.shared.id.0,

@@ -6,7 +6,7 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use keel_metadata::{BrokerId, TopicId};
+use keel_metadata::{BrokerId, ControllerEpoch, PartitionLeadership, TopicId};
 use serde::{Deserialize, Serialize};
 
 use crate::BrokerError;
@@ -68,6 +68,41 @@ pub(crate) struct Line<'a> {
     pub broker_id: u32,
     pub broker_epoch: u64,
     pub accepted_at_ms: u64,
+}
+
+/// Who writes the lines of one request, and when: the same for all of them.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct Author {
+    pub broker_id: BrokerId,
+    /// The broker's epoch (0 when unregistered).
+    pub broker_epoch: u64,
+    /// Wall clock (Unix ms) when the request was applied.
+    pub at_ms: u64,
+}
+
+impl<'a> Line<'a> {
+    /// The line recording `state`, which a request of `controller_epoch` set.
+    pub(crate) fn of(
+        event: HistoryEvent,
+        state: &'a PartitionLeadership,
+        controller_epoch: ControllerEpoch,
+        by: Author,
+    ) -> Self {
+        Line {
+            event,
+            topic_id: state.tp.topic_id,
+            partition: state.tp.partition.0,
+            leader: state.leader,
+            leader_epoch: state.leader_epoch.0,
+            partition_epoch: state.partition_epoch.0,
+            isr: &state.isr,
+            replicas: &state.replicas,
+            controller_epoch: controller_epoch.0,
+            broker_id: by.broker_id.0,
+            broker_epoch: by.broker_epoch,
+            accepted_at_ms: by.at_ms,
+        }
+    }
 }
 
 impl Line<'_> {
@@ -168,6 +203,11 @@ impl HistoryLog {
         self.commit()
     }
 
+    /// Stages the lines of one request, all written by `by`.
+    pub(crate) fn stager(&mut self, by: Author) -> Stager<'_> {
+        Stager { log: self, by }
+    }
+
     /// Adds a line to the next write.
     pub(crate) fn stage(&mut self, line: &Line<'_>) {
         if self.file.is_none() {
@@ -200,6 +240,27 @@ impl HistoryLog {
             return Err(BrokerError::io(&self.path, e));
         }
         Ok(())
+    }
+}
+
+/// Stages the lines of one request under one author; the request's
+/// owner then writes them with [`HistoryLog::commit`].
+pub(crate) struct Stager<'a> {
+    log: &'a mut HistoryLog,
+    by: Author,
+}
+
+impl Stager<'_> {
+    /// Stages the line recording `state`, which a request of
+    /// `controller_epoch` set.
+    pub(crate) fn stage(
+        &mut self,
+        event: HistoryEvent,
+        state: &PartitionLeadership,
+        controller_epoch: ControllerEpoch,
+    ) {
+        self.log
+            .stage(&Line::of(event, state, controller_epoch, self.by));
     }
 }
 

@@ -7,13 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel_metadata::{ErrorCode, TopicPartition};
-use keel_proto::pb;
+use keel_proto::{convert, pb};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::metrics;
 use crate::shared::{lock, now_ms, Shared};
-use crate::wire;
 
 /// How long to wait before retrying a partition the controller refused
 /// for a reason other than stale epochs.
@@ -32,7 +31,7 @@ pub(crate) async fn run_isr_manager(shared: Arc<Shared>, mut stop: watch::Receiv
         let (items, epoch) = {
             let mut st = shared.state();
             st.publish_partition_gauges();
-            (st.plan_isr_changes(now_ms(), lag_ms), st.broker_epoch)
+            (st.plan_isr_changes(now_ms(), lag_ms), st.broker_epoch())
         };
         let Some(epoch) = epoch else { continue };
         if items.is_empty() {
@@ -40,20 +39,14 @@ pub(crate) async fn run_isr_manager(shared: Arc<Shared>, mut stop: watch::Receiv
         }
         let sent: Vec<TopicPartition> = items.iter().map(|i| i.tp).collect();
         for i in &items {
-            info!(tp = %i.tp, leader_epoch = i.leader_epoch.0, partition_epoch = i.partition_epoch.0, new_isr = ?wire::ids(&i.new_isr), "requesting ISR change");
+            info!(tp = %i.tp, leader_epoch = i.leader_epoch.0, partition_epoch = i.partition_epoch.0, new_isr = ?convert::brokers_to_pb(&i.new_isr), "requesting ISR change");
         }
         let req = pb::AlterPartitionRequest {
             broker_id: shared.id.0,
             broker_epoch: epoch.0,
             partitions: items
                 .iter()
-                .map(|i| pb::AlterPartitionItem {
-                    topic_id: i.tp.topic_id.to_bytes().to_vec(),
-                    partition: i.tp.partition.0,
-                    leader_epoch: i.leader_epoch.0,
-                    partition_epoch: i.partition_epoch.0,
-                    new_isr: wire::ids(&i.new_isr),
-                })
+                .map(convert::alter_partition_item_to_pb)
                 .collect(),
         };
         ::metrics::counter!(metrics::ALTER_PARTITION_SENT).increment(1);
@@ -67,31 +60,33 @@ pub(crate) async fn run_isr_manager(shared: Arc<Shared>, mut stop: watch::Receiv
             Ok(resp) => {
                 let resp = resp.into_inner();
                 let now = now_ms();
-                match wire::code(&resp.error) {
-                    ErrorCode::None => {
+                match convert::check(&resp.error) {
+                    Ok(()) => {
                         let mut st = shared.state();
                         for r in resp.partitions {
-                            let Ok(tid) = wire::topic_id(&r.topic_id) else {
+                            let Ok(tid) = convert::topic_id_from_pb(&r.topic_id) else {
                                 continue;
                             };
                             let tp = TopicPartition::new(tid, r.partition);
-                            let state = r.state.and_then(|mut s| {
-                                let id = std::mem::take(&mut s.topic_id);
-                                wire::partition_update(&id, s).ok()
-                            });
-                            st.finish_alter(tp, wire::code(&r.error), state, now, RETRY_AFTER_MS);
+                            let code = convert::check(&r.error)
+                                .err()
+                                .map_or(ErrorCode::None, |e| e.code);
+                            let state = r
+                                .state
+                                .and_then(|mut s| convert::take_leadership_from_pb(&mut s).ok());
+                            st.finish_alter(tp, code, state, now, RETRY_AFTER_MS);
                         }
                         st.commit_history_best_effort();
                         // Items the answer did not mention: try again next round.
                         st.release_alter(&sent, now);
                     }
-                    ErrorCode::NotController => {
+                    Err(e) if e.code == ErrorCode::NotController => {
                         lock(&shared.link)
                             .follow(resp.error.as_ref().and_then(|e| e.leader.as_ref()));
                         shared.state().release_alter(&sent, now);
                     }
-                    code => {
-                        warn!(%code, reason = wire::message(&resp.error), "AlterPartition refused");
+                    Err(e) => {
+                        warn!(code = %e.code, reason = e.message.as_str(), "AlterPartition refused");
                         shared.state().release_alter(&sent, now + RETRY_AFTER_MS);
                     }
                 }

@@ -20,7 +20,6 @@ mod replica;
 mod shared;
 mod state;
 mod view;
-mod wire;
 
 pub use broker::{Broker, CONTROLLED_SHUTDOWN_TIMEOUT};
 pub use config::{

@@ -6,15 +6,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use keel_metadata::{BrokerEpoch, ErrorCode};
+use keel_metadata::{BrokerEpoch, ControllerEpoch, ErrorCode};
 use keel_proto::backoff::Backoff;
-use keel_proto::pb;
+use keel_proto::{convert, pb};
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
 use crate::metrics;
 use crate::shared::{lock, now_ms, Shared};
-use crate::wire;
 use crate::BrokerError;
 
 /// First retry delay of registration and heartbeats; delays double up to
@@ -85,8 +84,8 @@ async fn register(
             Some(mut client) => match client.register_broker(req).await {
                 Ok(resp) => {
                     let resp = resp.into_inner();
-                    match wire::code(&resp.error) {
-                        ErrorCode::None => {
+                    match convert::check(&resp.error).map_err(|e| (e.code, e.message)) {
+                        Ok(()) => {
                             let epoch = BrokerEpoch(resp.broker_epoch);
                             lock(&shared.data_dir).set_last_broker_epoch(epoch)?;
                             let mut st = shared.state();
@@ -97,32 +96,28 @@ async fn register(
                             backoff.reset();
                             return Ok(Flow::Continue);
                         }
-                        ErrorCode::NotController => {
+                        Err((ErrorCode::NotController, _)) => {
                             lock(&shared.link)
                                 .follow(resp.error.as_ref().and_then(|e| e.leader.as_ref()));
                             backoff.step()
                         }
-                        ErrorCode::InconsistentClusterId => {
-                            let msg = format!(
-                                "broker cluster id {:?}: {}",
-                                cfg.cluster_id,
-                                wire::message(&resp.error)
-                            );
+                        Err((ErrorCode::InconsistentClusterId, reason)) => {
+                            let msg = format!("broker cluster id {:?}: {reason}", cfg.cluster_id);
                             error!(%addr, reason = %msg, "registration refused: inconsistent cluster id; stopping");
                             return Err(BrokerError::InconsistentClusterId(msg));
                         }
-                        ErrorCode::DuplicateBrokerRegistration => {
+                        Err((ErrorCode::DuplicateBrokerRegistration, reason)) => {
                             error!(
                                 %addr,
                                 broker = cfg.broker_id,
                                 incarnation = %shared.incarnation,
-                                reason = wire::message(&resp.error),
+                                reason = reason.as_str(),
                                 "registration refused: another incarnation of this broker id holds a live session; retrying"
                             );
                             backoff.step()
                         }
-                        code => {
-                            warn!(%addr, %code, reason = wire::message(&resp.error), "registration refused; retrying");
+                        Err((code, reason)) => {
+                            warn!(%addr, %code, reason = reason.as_str(), "registration refused; retrying");
                             backoff.step()
                         }
                     }
@@ -163,9 +158,9 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
         }
         let (epoch, metadata_offset) = {
             let mut st = shared.state();
-            st.offline_log_dirs = offline.clone();
-            match st.broker_epoch {
-                Some(e) => (e, st.metadata_offset),
+            st.set_offline_log_dirs(offline.clone());
+            match st.broker_epoch() {
+                Some(e) => (e, st.metadata().offset()),
                 // The watchdog gave the session up: register again.
                 None => return Flow::Continue,
             }
@@ -190,10 +185,18 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
                 let resp = resp.into_inner();
                 ::metrics::histogram!(metrics::HEARTBEAT_LATENCY)
                     .record(started.elapsed().as_secs_f64());
-                match wire::code(&resp.error) {
-                    ErrorCode::None => {
+                match convert::check(&resp.error).map_err(|e| (e.code, e.message)) {
+                    Ok(()) => {
+                        let reply = convert::heartbeat_reply_from_pb(&resp);
+                        let controller_epoch = ControllerEpoch(resp.controller_epoch);
                         let mut st = shared.state();
-                        if !st.on_heartbeat(epoch, &resp, now_ms()) {
+                        if !st.on_heartbeat(
+                            epoch,
+                            &reply,
+                            resp.controller_id,
+                            controller_epoch,
+                            now_ms(),
+                        ) {
                             return Flow::Continue;
                         }
                         st.publish_gauges();
@@ -204,18 +207,18 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
                         retry.reset();
                         delay = interval;
                     }
-                    ErrorCode::NotController => {
+                    Err((ErrorCode::NotController, _)) => {
                         lock(&shared.link)
                             .follow(resp.error.as_ref().and_then(|e| e.leader.as_ref()));
                         // Promptly: the session clock is running.
                         delay = retry.step().min(interval);
                     }
-                    code @ (ErrorCode::StaleBrokerEpoch | ErrorCode::UnknownBroker) => {
+                    Err((code @ (ErrorCode::StaleBrokerEpoch | ErrorCode::UnknownBroker), _)) => {
                         shared.state().drop_registration(code.name());
                         return Flow::Continue;
                     }
-                    code => {
-                        warn!(%addr, %code, reason = wire::message(&resp.error), "heartbeat refused");
+                    Err((code, reason)) => {
+                        warn!(%addr, %code, reason = reason.as_str(), "heartbeat refused");
                         delay = interval;
                     }
                 }
@@ -244,7 +247,7 @@ pub(crate) async fn run_watchdog(shared: Arc<Shared>, mut stop: watch::Receiver<
         if st.session_expired(now, timeout_ms) {
             warn!(
                 broker = shared.id.0,
-                silent_ms = now.saturating_sub(st.last_contact_ms),
+                silent_ms = st.session().silent_ms(now),
                 "session lost: no heartbeat answer within the session timeout"
             );
             ::metrics::counter!(metrics::SESSIONS_LOST).increment(1);

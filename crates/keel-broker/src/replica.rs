@@ -5,15 +5,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_metadata::{BrokerId, LeaderEpoch, TopicPartition};
-use keel_proto::pb;
+use keel_metadata::{ApiError, BrokerId, LeaderEpoch, TopicPartition};
 use keel_proto::pb::replica_service_server::ReplicaService;
+use keel_proto::{convert, pb};
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 use tracing::debug;
 
 use crate::shared::{now_ms, Shared};
-use crate::wire;
 
 /// The leader side.
 #[derive(Clone)]
@@ -35,18 +34,20 @@ impl ReplicaService for ReplicaHandler {
         // partitions needs to hear about the few it must stop following.
         let partitions = req
             .partitions
-            .iter()
+            .into_iter()
             .filter_map(|p| {
-                let r = wire::topic_id(&p.topic_id).and_then(|t| {
-                    st.record_fetch(
-                        follower,
-                        TopicPartition::new(t, p.partition),
-                        LeaderEpoch(p.leader_epoch),
-                        now,
-                    )
-                });
+                let r = convert::topic_id_from_pb(&p.topic_id)
+                    .map_err(ApiError::from)
+                    .and_then(|t| {
+                        st.record_fetch(
+                            follower,
+                            TopicPartition::new(t, p.partition),
+                            LeaderEpoch(p.leader_epoch),
+                            now,
+                        )
+                    });
                 r.is_err()
-                    .then(|| wire::partition_error(&p.topic_id, p.partition, &r))
+                    .then(|| convert::partition_error_to_pb(p.topic_id, p.partition, &r))
             })
             .collect();
         Ok(Response::new(pb::FetchResponse { partitions }))
@@ -66,7 +67,7 @@ pub(crate) async fn run_fetcher(shared: Arc<Shared>, mut stop: watch::Receiver<b
         }
         let (targets, epoch) = {
             let st = shared.state();
-            (st.fetch_targets(), st.broker_epoch.map_or(0, |e| e.0))
+            (st.fetch_targets(), st.broker_epoch().map_or(0, |e| e.0))
         };
         let calls = targets.into_iter().filter_map(|(leader, t)| {
             let Some(addr) = t.address else {
@@ -80,20 +81,15 @@ pub(crate) async fn run_fetcher(shared: Arc<Shared>, mut stop: watch::Receiver<b
                 partitions: t
                     .partitions
                     .iter()
-                    .map(|(tp, le)| pb::FetchPartition {
-                        topic_id: tp.topic_id.to_bytes().to_vec(),
-                        partition: tp.partition.0,
-                        leader_epoch: le.0,
-                    })
+                    .map(|(tp, le)| convert::fetch_partition_to_pb(tp, *le))
                     .collect(),
             };
             Some(async move {
                 match client.fetch(req).await {
                     Ok(resp) => {
                         for p in resp.into_inner().partitions {
-                            let code = wire::code(&p.error);
-                            if code != keel_metadata::ErrorCode::None {
-                                debug!(leader = leader.0, partition = p.partition, %code, "fetch refused by leader");
+                            if let Err(e) = convert::check(&p.error) {
+                                debug!(leader = leader.0, partition = p.partition, code = %e.code, "fetch refused by leader");
                             }
                         }
                     }

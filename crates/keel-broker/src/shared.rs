@@ -25,6 +25,7 @@ pub(crate) struct Shared {
     /// The bound listen address: what the controller is told.
     pub address: SocketAddr,
     pub incarnation: IncarnationId,
+    /// One lock for the whole broker state: see [`BrokerState`] for why.
     pub state: Mutex<BrokerState>,
     pub data_dir: Mutex<DataDir>,
     pub link: Mutex<ControllerLink>,

@@ -1,8 +1,6 @@
 //! Read-only snapshots of the broker's state, for tests and operators.
 
-use keel_metadata::{
-    BrokerEpoch, BrokerId, ControllerEpoch, LeaderEpoch, PartitionEpoch, TopicPartition,
-};
+use keel_metadata::{BrokerEpoch, BrokerId, ControllerEpoch, PartitionLeadership, TopicPartition};
 
 /// The broker as it sees itself at one instant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -32,21 +30,16 @@ impl BrokerStateView {
     }
 
     pub fn partition(&self, tp: TopicPartition) -> Option<&LeadershipView> {
-        self.leaderships.iter().find(|l| l.partition == tp)
+        self.leaderships.iter().find(|l| l.state.tp == tp)
     }
 }
 
-/// One held partition.
+/// One held partition: its state as the controller sent it, and what this
+/// broker makes of it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LeadershipView {
-    pub partition: TopicPartition,
-    /// Topic name as the controller sent it.
-    pub topic: String,
-    pub leader: Option<BrokerId>,
-    pub leader_epoch: LeaderEpoch,
-    pub partition_epoch: PartitionEpoch,
-    pub replicas: Vec<BrokerId>,
-    pub isr: Vec<BrokerId>,
+    /// Partition, topic name, leader, epochs, replicas and ISR.
+    pub state: PartitionLeadership,
     /// Epoch of the controller whose request set this state.
     pub controller_epoch: ControllerEpoch,
     /// Acting as leader now (named leader, session alive, not stopped).

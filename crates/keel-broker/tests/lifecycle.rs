@@ -338,7 +338,7 @@ async fn leader_expands_isr_for_a_fetching_follower_and_shrinks_it_when_it_stops
     let isr = |b: &Broker| {
         b.state()
             .partition(tp)
-            .map(|p| p.isr.clone())
+            .map(|p| p.state.isr.clone())
             .unwrap_or_default()
     };
 

@@ -5,6 +5,7 @@
 //! placement and the decide functions of the active controller. No async,
 //! no I/O: the clock and randomness come in as arguments.
 
+pub mod control;
 pub mod decide;
 pub mod error;
 pub mod heartbeat;
@@ -18,6 +19,7 @@ pub mod state;
 pub mod synthetic;
 pub mod validation;
 
+pub use control::{BrokerInfo, ControllerStamp, PartitionLeadership};
 pub use decide::Decision;
 pub use error::{ApiError, DecodeError, ErrorCode, ReplayError, ReplayErrorKind};
 pub use ids::*;

@@ -143,6 +143,136 @@ has_error!(
     pb::TriggerSnapshotResponse,
 );
 
+// ---- broker side ----------------------------------------------------------
+//
+// What a broker reads from the controller's requests and answers, and what
+// it sends back. Nothing here panics on input from the network: a malformed
+// item is a `ConvertError` (INVALID_REQUEST for that item), an unknown
+// error code is INTERNAL (`error_from_pb`, `check`).
+
+use keel_metadata::decide::{AlterPartitionItem, HeartbeatReply};
+use keel_metadata::{
+    BrokerEpoch, BrokerInfo, ControllerEpoch, ControllerStamp, LeaderEpoch, PartitionEpoch,
+    PartitionLeadership,
+};
+
+/// The stamp of a controller request.
+pub fn stamp_from_pb(s: &pb::ControllerStamp) -> ControllerStamp {
+    ControllerStamp {
+        controller_id: s.controller_id,
+        controller_epoch: ControllerEpoch(s.controller_epoch),
+        broker_epoch: BrokerEpoch(s.broker_epoch),
+    }
+}
+
+/// Takes a partition state apart: its name and id lists move out of `p`
+/// (left empty; the lists keep their allocations, so nothing is copied),
+/// while `p.topic_id` and `p.partition` stay, so an answer can be keyed
+/// with them without a copy. On error nothing is taken.
+pub fn take_leadership_from_pb(
+    p: &mut pb::PartitionState,
+) -> Result<PartitionLeadership, ConvertError> {
+    let topic_id = topic_id_from_pb(&p.topic_id)?;
+    let ids = |v: &mut Vec<u32>| -> Vec<BrokerId> {
+        std::mem::take(v).into_iter().map(BrokerId).collect()
+    };
+    Ok(PartitionLeadership {
+        tp: TopicPartition::new(topic_id, p.partition),
+        topic: std::mem::take(&mut p.topic),
+        leader: p.leader.map(BrokerId),
+        leader_epoch: LeaderEpoch(p.leader_epoch),
+        partition_epoch: PartitionEpoch(p.partition_epoch),
+        replicas: ids(&mut p.replicas),
+        isr: ids(&mut p.isr),
+        adding: ids(&mut p.adding),
+        removing: ids(&mut p.removing),
+    })
+}
+
+/// A partition state as a broker describes its cache.
+pub fn leadership_to_pb(p: &PartitionLeadership) -> pb::PartitionState {
+    pb::PartitionState {
+        topic: p.topic.clone(),
+        topic_id: p.tp.topic_id.to_bytes().to_vec(),
+        partition: p.tp.partition.0,
+        leader: p.leader.map(|b| b.0),
+        leader_epoch: p.leader_epoch.0,
+        partition_epoch: p.partition_epoch.0,
+        replicas: brokers_to_pb(&p.replicas),
+        isr: brokers_to_pb(&p.isr),
+        adding: brokers_to_pb(&p.adding),
+        removing: brokers_to_pb(&p.removing),
+    }
+}
+
+/// A broker as an UpdateMetadata or LeaderAndIsr lists it (moved, not copied).
+pub fn broker_info_from_pb(b: pb::BrokerInfo) -> BrokerInfo {
+    BrokerInfo {
+        id: BrokerId(b.broker_id),
+        epoch: BrokerEpoch(b.broker_epoch),
+        address: b.address,
+        rack: b.rack,
+        fenced: b.fenced,
+        shutting_down: b.shutting_down,
+    }
+}
+
+pub fn broker_info_to_pb(b: &BrokerInfo) -> pb::BrokerInfo {
+    pb::BrokerInfo {
+        broker_id: b.id.0,
+        broker_epoch: b.epoch.0,
+        address: b.address.clone(),
+        rack: b.rack.clone(),
+        fenced: b.fenced,
+        shutting_down: b.shutting_down,
+    }
+}
+
+/// A heartbeat answer (its error read with `check`). The wire does not
+/// carry `remaining_leaderships`: 0.
+pub fn heartbeat_reply_from_pb(r: &pb::BrokerHeartbeatResponse) -> HeartbeatReply {
+    HeartbeatReply {
+        is_caught_up: r.is_caught_up,
+        is_fenced: r.is_fenced,
+        should_shut_down: r.should_shut_down,
+        remaining_leaderships: 0,
+    }
+}
+
+/// One item's answer, keyed by the item's own topic id bytes (moved in,
+/// so even a malformed id is echoed back as sent).
+pub fn partition_error_to_pb(
+    topic_id: Vec<u8>,
+    partition: u32,
+    r: &Result<(), ApiError>,
+) -> pb::PartitionError {
+    pb::PartitionError {
+        topic_id,
+        partition,
+        error: result_error(r),
+    }
+}
+
+/// An ISR change a leader asks for.
+pub fn alter_partition_item_to_pb(i: &AlterPartitionItem) -> pb::AlterPartitionItem {
+    pb::AlterPartitionItem {
+        topic_id: i.tp.topic_id.to_bytes().to_vec(),
+        partition: i.tp.partition.0,
+        leader_epoch: i.leader_epoch.0,
+        partition_epoch: i.partition_epoch.0,
+        new_isr: brokers_to_pb(&i.new_isr),
+    }
+}
+
+/// One partition a follower reports to its leader.
+pub fn fetch_partition_to_pb(tp: &TopicPartition, leader_epoch: LeaderEpoch) -> pb::FetchPartition {
+    pb::FetchPartition {
+        topic_id: tp.topic_id.to_bytes().to_vec(),
+        partition: tp.partition.0,
+        leader_epoch: leader_epoch.0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -164,5 +294,218 @@ mod tests {
         };
         assert_eq!(error_from_pb(&e).code, ErrorCode::Internal);
         assert!(topic_id_from_pb(&[1, 2]).is_err());
+    }
+}
+
+#[cfg(test)]
+mod broker_side_tests {
+    use super::*;
+    use keel_metadata::TopicId;
+
+    const TOPIC: TopicId = TopicId(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+
+    fn wire_partition() -> pb::PartitionState {
+        pb::PartitionState {
+            topic: "orders".into(),
+            topic_id: TOPIC.to_bytes().to_vec(),
+            partition: 7,
+            leader: Some(2),
+            leader_epoch: 5,
+            partition_epoch: 9,
+            replicas: vec![2, 3, 4],
+            isr: vec![2, 3],
+            adding: vec![4],
+            removing: vec![3],
+        }
+    }
+
+    #[test]
+    fn a_partition_state_is_taken_apart_and_rendered_back() {
+        let sent = wire_partition();
+        let mut p = sent.clone();
+        let l = take_leadership_from_pb(&mut p).unwrap();
+        assert_eq!(
+            l,
+            PartitionLeadership {
+                tp: TopicPartition::new(TOPIC, 7),
+                topic: "orders".into(),
+                leader: Some(BrokerId(2)),
+                leader_epoch: LeaderEpoch(5),
+                partition_epoch: PartitionEpoch(9),
+                replicas: vec![BrokerId(2), BrokerId(3), BrokerId(4)],
+                isr: vec![BrokerId(2), BrokerId(3)],
+                adding: vec![BrokerId(4)],
+                removing: vec![BrokerId(3)],
+            }
+        );
+        // The key stays for the answer; the rest was moved out.
+        assert_eq!(
+            (p.topic_id.as_slice(), p.partition),
+            (&TOPIC.to_bytes()[..], 7)
+        );
+        assert!(p.topic.is_empty() && p.replicas.is_empty() && p.isr.is_empty());
+        assert_eq!(leadership_to_pb(&l), sent);
+
+        let mut leaderless = pb::PartitionState {
+            leader: None,
+            ..wire_partition()
+        };
+        let l = take_leadership_from_pb(&mut leaderless).unwrap();
+        assert_eq!(l.leader, None);
+        assert_eq!(leadership_to_pb(&l).leader, None);
+    }
+
+    #[test]
+    fn a_malformed_topic_id_is_an_invalid_request_and_takes_nothing() {
+        for bad in [vec![1, 2, 3], Vec::new(), vec![0; 17]] {
+            let mut p = pb::PartitionState {
+                topic_id: bad.clone(),
+                ..wire_partition()
+            };
+            let e = take_leadership_from_pb(&mut p).unwrap_err();
+            assert_eq!(e, ConvertError::BadTopicId(bad.len()));
+            let api = ApiError::from(e);
+            assert_eq!(api.code, ErrorCode::InvalidRequest);
+            assert!(api.message.contains(&format!("got {}", bad.len())), "{api}");
+            assert_eq!(p.topic, "orders");
+            assert_eq!(p.isr, vec![2, 3]);
+            assert_eq!(
+                topic_id_from_pb(&bad).map_err(|e| ApiError::from(e).code),
+                Err(ErrorCode::InvalidRequest)
+            );
+        }
+        assert_eq!(topic_id_from_pb(&TOPIC.to_bytes()), Ok(TOPIC));
+    }
+
+    #[test]
+    fn brokers_move_in_and_render_back() {
+        let sent = pb::BrokerInfo {
+            broker_id: 3,
+            broker_epoch: 42,
+            address: "127.0.0.3:9092".into(),
+            rack: Some("r1".into()),
+            fenced: true,
+            shutting_down: false,
+        };
+        let b = broker_info_from_pb(sent.clone());
+        assert_eq!(
+            b,
+            BrokerInfo {
+                id: BrokerId(3),
+                epoch: BrokerEpoch(42),
+                address: "127.0.0.3:9092".into(),
+                rack: Some("r1".into()),
+                fenced: true,
+                shutting_down: false,
+            }
+        );
+        assert_eq!(broker_info_to_pb(&b), sent);
+    }
+
+    #[test]
+    fn stamps_and_heartbeat_answers_read_every_field() {
+        let s = stamp_from_pb(&pb::ControllerStamp {
+            controller_id: 2,
+            controller_epoch: 11,
+            broker_epoch: 70,
+        });
+        assert_eq!(
+            s,
+            ControllerStamp {
+                controller_id: 2,
+                controller_epoch: ControllerEpoch(11),
+                broker_epoch: BrokerEpoch(70),
+            }
+        );
+        let r = heartbeat_reply_from_pb(&pb::BrokerHeartbeatResponse {
+            error: None,
+            is_caught_up: true,
+            is_fenced: false,
+            should_shut_down: true,
+            controller_epoch: 11,
+            controller_id: 2,
+        });
+        assert_eq!(
+            r,
+            HeartbeatReply {
+                is_caught_up: true,
+                is_fenced: false,
+                should_shut_down: true,
+                remaining_leaderships: 0,
+            }
+        );
+    }
+
+    #[test]
+    fn wire_errors_absent_or_none_pass_and_unknown_codes_are_internal() {
+        assert_eq!(check(&None), Ok(()));
+        let none = pb::Error {
+            code: 0,
+            message: String::new(),
+            leader: None,
+        };
+        assert_eq!(check(&Some(none)), Ok(()));
+        for code in [9999, -1, i32::MAX] {
+            let e = check(&Some(pb::Error {
+                code,
+                message: "from a newer peer".into(),
+                leader: None,
+            }))
+            .unwrap_err();
+            assert_eq!(e.code, ErrorCode::Internal);
+            assert_eq!(e.message, "from a newer peer");
+        }
+        let sent = ApiError::new(ErrorCode::FencedLeaderEpoch, "epoch 4 < 5");
+        assert_eq!(check(&Some(error_to_pb(&sent))), Err(sent));
+    }
+
+    #[test]
+    fn partition_errors_echo_the_item_key() {
+        let ok = partition_error_to_pb(vec![1, 2, 3], 4, &Ok(()));
+        assert_eq!(
+            (ok.topic_id, ok.partition, ok.error),
+            (vec![1, 2, 3], 4, None)
+        );
+        let refused = Err(ApiError::new(ErrorCode::InvalidRequest, "bad topic id"));
+        let e = partition_error_to_pb(vec![1, 2, 3], 4, &refused);
+        assert_eq!(e.topic_id, vec![1, 2, 3]);
+        assert_eq!(check(&e.error), refused);
+    }
+
+    #[test]
+    fn alter_items_and_fetches_carry_ids_and_epochs() {
+        let tp = TopicPartition::new(TOPIC, 7);
+        let item = alter_partition_item_to_pb(&AlterPartitionItem {
+            tp,
+            leader_epoch: LeaderEpoch(5),
+            partition_epoch: PartitionEpoch(9),
+            new_isr: vec![BrokerId(2), BrokerId(4)],
+        });
+        assert_eq!(
+            item,
+            pb::AlterPartitionItem {
+                topic_id: TOPIC.to_bytes().to_vec(),
+                partition: 7,
+                leader_epoch: 5,
+                partition_epoch: 9,
+                new_isr: vec![2, 4],
+            }
+        );
+        assert_eq!(
+            fetch_partition_to_pb(&tp, LeaderEpoch(5)),
+            pb::FetchPartition {
+                topic_id: TOPIC.to_bytes().to_vec(),
+                partition: 7,
+                leader_epoch: 5,
+            }
+        );
+    }
+
+    #[test]
+    fn id_lists_map_both_ways() {
+        let ids = [BrokerId(1), BrokerId(u32::MAX)];
+        assert_eq!(brokers_to_pb(&ids), vec![1, u32::MAX]);
+        assert_eq!(brokers_from_pb(&[1, u32::MAX]), ids);
+        assert!(brokers_from_pb(&[]).is_empty());
     }
 }

@@ -20,9 +20,8 @@
 //! 139,426 and 121,866, with more servers' CPU per record, in two
 //! alternating pairs.)
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use keel_metadata::planner;
 use keel_metadata::{
@@ -33,8 +32,10 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::channel::ChannelManager;
+use crate::channel::{ChannelManager, DeletionReport};
+use crate::command::{mark_proposed, outcome_unknown, Command, DecideEnv, Reply};
 use crate::shared::{now_ms, Shared};
+use crate::tasks;
 
 /// Commands decided together in one batch, at most.
 pub const MAX_COMMANDS_PER_BATCH: usize = 512;
@@ -43,155 +44,9 @@ pub const MAX_COMMANDS_PER_BATCH: usize = 512;
 /// the entries-per-AppendEntries limit in `keel_raft::default_config` it
 /// bounds an RPC (openraft gives AppendEntries one heartbeat interval).
 pub const MAX_RECORDS_PER_ENTRY: usize = 5_000;
-/// Kind of the IncrementalAlterConfigs command.
-pub(crate) const ALTER_CONFIGS: &str = "alter_configs";
-/// Kind of the AlterPartition (ISR change) command.
-pub(crate) const ALTER_PARTITION: &str = "alter_partition";
-/// Commands whose decide step is bounded by their own request (one
-/// partition's ISR, the configs named in a request): a batch of only these
-/// is decided on the worker, skipping the hand-off of
-/// [`keel_raft::off_the_workers`] that every other batch takes (a
-/// heartbeat may unfence a broker and elect leaders all over the image).
-const LIGHT_KINDS: &[&str] = &[ALTER_CONFIGS, ALTER_PARTITION];
-/// Period of the housekeeping tick (session expiry, reconciliation).
-pub const TICK: Duration = Duration::from_millis(200);
 /// A batch of at least this many records is logged with its decide and
 /// commit times once committed (a broker failure, a large election).
 const LARGE_BATCH_RECORDS: usize = 10_000;
-
-/// Inputs a decide step may use besides the image: time and randomness.
-pub struct DecideEnv {
-    pub now_ms: u64,
-    pub rng: StdRng,
-    /// The controller epoch of this activation.
-    pub epoch: u64,
-}
-
-/// What to do when the proposed records commit (with their log index) or
-/// fail to.
-pub type Finish<T> = Box<dyn FnOnce(Result<u64, ApiError>) -> Result<T, ApiError> + Send>;
-
-/// A decide step's outcome: records to propose and how to answer.
-pub struct Proposal<T> {
-    pub records: Vec<MetadataRecord>,
-    pub finish: Finish<T>,
-    /// `StopReplica(delete)` to send once the records commit (deletion
-    /// manager); each broker's answer comes back as a command.
-    pub stop_replicas: Vec<(TopicPartition, BrokerId)>,
-    /// The image the decide step was given with `records` replayed onto
-    /// it, as the loop would replay them: the loop adopts it instead.
-    replayed: Option<MetadataImage>,
-}
-
-impl<T: Send + 'static> Proposal<T> {
-    /// Records to propose; `finish` maps the commit outcome to the reply.
-    pub fn new(
-        records: Vec<MetadataRecord>,
-        finish: impl FnOnce(Result<u64, ApiError>) -> Result<T, ApiError> + Send + 'static,
-    ) -> Self {
-        Self {
-            records,
-            finish: Box::new(finish),
-            stop_replicas: Vec::new(),
-            replayed: None,
-        }
-    }
-
-    /// Also send `StopReplica(delete)` to these replicas after commit.
-    pub fn with_stop_replicas(mut self, v: Vec<(TopicPartition, BrokerId)>) -> Self {
-        self.stop_replicas = v;
-        self
-    }
-
-    /// `image`, when given, is the image the decide step was given with
-    /// exactly `records` replayed onto it, each at that image's offset + 1
-    /// (what the loop does): the loop takes it as its working image rather
-    /// than replaying the records again. A decision's
-    /// [`replayed`](keel_metadata::decide::Decision::replayed) image
-    /// qualifies when the decision was made on the image the step was given.
-    pub(crate) fn with_replayed(mut self, image: Option<MetadataImage>) -> Self {
-        self.replayed = image;
-        self
-    }
-
-    /// The image handed over with the records, if any.
-    #[cfg(test)]
-    pub(crate) fn replayed(&self) -> Option<&MetadataImage> {
-        self.replayed.as_ref()
-    }
-
-    /// Records whose reply is fixed in advance (given once they commit).
-    pub fn with_reply(records: Vec<MetadataRecord>, reply: Result<T, ApiError>) -> Self {
-        Self::new(records, move |commit| commit.and(reply))
-    }
-}
-
-type Run = Box<dyn FnOnce(&MetadataImage, &mut DecideEnv) -> Erased + Send>;
-
-/// Answers a command once its records commit (with their index) or fail to.
-type Reply = Box<dyn FnOnce(Result<u64, ApiError>) + Send>;
-
-struct Erased {
-    records: Vec<MetadataRecord>,
-    stop_replicas: Vec<(TopicPartition, BrokerId)>,
-    replayed: Option<MetadataImage>,
-    on_commit: Reply,
-}
-
-/// One named event for the loop.
-pub struct Command {
-    kind: &'static str,
-    enqueued: Instant,
-    run: Run,
-    /// Set once the command's records were handed to Raft: from then on a
-    /// dropped reply means "outcome unknown", not "not the controller".
-    proposed: Arc<AtomicBool>,
-}
-
-impl Command {
-    pub(crate) fn new<T, D>(
-        kind: &'static str,
-        decide: D,
-        reply: oneshot::Sender<Result<T, ApiError>>,
-    ) -> Self
-    where
-        T: Send + 'static,
-        D: FnOnce(&MetadataImage, &mut DecideEnv) -> Proposal<T> + Send + 'static,
-    {
-        let run: Run = Box::new(move |image, env| {
-            let p = decide(image, env);
-            let finish = p.finish;
-            Erased {
-                records: p.records,
-                stop_replicas: p.stop_replicas,
-                replayed: p.replayed,
-                on_commit: Box::new(move |r| {
-                    let _ = reply.send(finish(r));
-                }),
-            }
-        });
-        Self {
-            kind,
-            enqueued: Instant::now(),
-            run,
-            proposed: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// A flag that turns true when the command's records are proposed.
-    pub(crate) fn proposed_flag(&self) -> Arc<AtomicBool> {
-        self.proposed.clone()
-    }
-
-    /// An internal command nobody waits for.
-    pub(crate) fn internal<D>(kind: &'static str, decide: D) -> Self
-    where
-        D: FnOnce(&MetadataImage, &mut DecideEnv) -> Proposal<()> + Send + 'static,
-    {
-        let (tx, _rx) = oneshot::channel();
-        Self::new(kind, decide, tx)
-    }
-}
 
 /// Why a proposal did not commit.
 #[derive(Debug, thiserror::Error)]
@@ -247,16 +102,6 @@ fn into_entries(records: Vec<MetadataRecord>) -> Vec<Vec<MetadataRecord>> {
     }
 }
 
-/// Leadership was lost while the records were being committed: they may or
-/// may not have been committed by the next leader, so the caller must not
-/// blindly retry (it is not NOT_CONTROLLER, which means "never proposed").
-pub fn outcome_unknown() -> ApiError {
-    ApiError::new(
-        ErrorCode::RequestTimedOut,
-        "leadership was lost while the change was being committed; its outcome is unknown: check before retrying",
-    )
-}
-
 /// The working image of a batch: `base` plus `records`, each replayed at
 /// the index the batch's entry will get (as in the loop).
 fn rebuild(base: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage {
@@ -278,7 +123,7 @@ struct Decided {
     stop_replicas: Vec<(TopicPartition, BrokerId)>,
     /// The broker requests the records call for and their summary; `None`
     /// when nothing was decided (every command answers at once).
-    plan: Option<(planner::BrokerRequestPlan, crate::tasks::ChangeSummary)>,
+    plan: Option<(planner::BrokerRequestPlan, tasks::ChangeSummary)>,
 }
 
 /// Decides `batch` in order against `base`, each command seeing the
@@ -290,11 +135,11 @@ fn decide(base: &MetadataImage, batch: Vec<Command>, env: &mut DecideEnv) -> Dec
     let mut stop_replicas = Vec::new();
     for cmd in batch {
         let started = Instant::now();
-        metrics::histogram!("keel_controller_event_queue_time_seconds", "kind" => cmd.kind)
+        let kind = cmd.kind;
+        metrics::histogram!("keel_controller_event_queue_time_seconds", "kind" => kind.as_str())
             .record(cmd.enqueued.elapsed().as_secs_f64());
         env.now_ms = now_ms();
-        let proposed = cmd.proposed.clone();
-        let mut p = (cmd.run)(&working, env);
+        let (mut p, proposed) = cmd.decide(&working, env);
         let speculative_offset = working.offset() + 1;
         // Replayed in place (no copy of the working image per command:
         // a copy would make every replay below copy the paths it
@@ -314,15 +159,15 @@ fn decide(base: &MetadataImage, batch: Vec<Command>, env: &mut DecideEnv) -> Dec
         if let Some(e) = failed {
             // A decision that does not replay is a bug in the decide step:
             // refuse it, keep the node running, and say so loudly.
-            tracing::error!(kind = cmd.kind, error = %e, "decision produced an inconsistent record; refused");
+            tracing::error!(%kind, error = %e, "decision produced an inconsistent record; refused");
             working = rebuild(base, &records);
             (p.on_commit)(Err(ApiError::new(ErrorCode::Internal, e.to_string())));
             continue;
         }
-        metrics::histogram!("keel_controller_event_process_time_seconds", "kind" => cmd.kind)
+        metrics::histogram!("keel_controller_event_process_time_seconds", "kind" => kind.as_str())
             .record(started.elapsed().as_secs_f64());
         if !p.records.is_empty() {
-            proposed.store(true, Ordering::Release);
+            mark_proposed(&proposed);
         }
         records.extend(p.records);
         stop_replicas.extend(p.stop_replicas);
@@ -331,7 +176,7 @@ fn decide(base: &MetadataImage, batch: Vec<Command>, env: &mut DecideEnv) -> Dec
     let plan = (!records.is_empty()).then(|| {
         (
             planner::plan(base, &working, &records),
-            crate::tasks::ChangeSummary::of(&records),
+            tasks::ChangeSummary::of(&records),
         )
     });
     Decided {
@@ -347,7 +192,6 @@ pub(crate) async fn run(
     shared: Arc<Shared>,
     epoch: u64,
     mut rx: mpsc::Receiver<Command>,
-    events: mpsc::Sender<Command>,
     mut stop: oneshot::Receiver<()>,
 ) {
     let mut env = DecideEnv {
@@ -357,9 +201,12 @@ pub(crate) async fn run(
     };
     // The first tick comes one period in: a new active controller serves
     // its first requests before any full-image housekeeping scan.
-    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + TICK, TICK);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + tasks::TICK, tasks::TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut channels = ChannelManager::start(shared.clone(), epoch, &shared.image(), events);
+    // StopReplica(delete) outcomes come back from the channels as reports,
+    // which become commands of this loop.
+    let (reports_tx, mut reports) = mpsc::channel::<DeletionReport>(1_024);
+    let mut channels = ChannelManager::start(shared.clone(), epoch, &shared.image(), reports_tx);
     tracing::info!(
         node = shared.config.node_id,
         term = epoch,
@@ -369,7 +216,8 @@ pub(crate) async fn run(
         let first = tokio::select! {
             _ = &mut stop => break,
             c = rx.recv() => match c { Some(c) => c, None => break },
-            _ = tick.tick() => crate::tasks::housekeeping(shared.clone()),
+            _ = tick.tick() => tasks::housekeeping(shared.clone()),
+            Some(r) = reports.recv() => tasks::replica_deletion_results(r),
         };
         let mut batch = vec![first];
         while batch.len() < MAX_COMMANDS_PER_BATCH {
@@ -382,7 +230,7 @@ pub(crate) async fn run(
 
         let base = shared.image();
         let decide_started = Instant::now();
-        let light = batch.iter().all(|c| LIGHT_KINDS.contains(&c.kind));
+        let light = batch.iter().all(|c| c.kind.is_light());
         let Decided {
             records,
             replies,
@@ -454,6 +302,7 @@ pub(crate) async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::command::{CommandKind, Proposal};
     use keel_metadata::synthetic::SyntheticCluster;
 
     fn env() -> DecideEnv {
@@ -485,7 +334,7 @@ mod tests {
         let (seen_tx, seen_rx) = std::sync::mpsc::channel();
         let (tx, _rx) = oneshot::channel::<Result<(), ApiError>>();
         let cmd = Command::new(
-            "observe",
+            CommandKind::Housekeeping,
             move |image: &MetadataImage, _: &mut DecideEnv| {
                 seen_tx.send(look(image)).expect("test alive");
                 Proposal::with_reply(Vec::new(), Ok(()))
@@ -542,7 +391,7 @@ mod tests {
             let records = vec![shutting.clone()];
             let (tx1, _rx1) = oneshot::channel::<Result<(), ApiError>>();
             let first = Command::new(
-                "first",
+                CommandKind::Housekeeping,
                 move |_: &MetadataImage, _: &mut DecideEnv| {
                     Proposal::with_reply(records, Ok(())).with_replayed(image)
                 },
@@ -578,7 +427,7 @@ mod tests {
         let epoch = base.broker(b0).expect("registered").epoch;
         let (tx1, _rx1) = oneshot::channel();
         let shutdown = Command::new(
-            "controlled_shutdown",
+            CommandKind::ControlledShutdown,
             move |image: &MetadataImage, _: &mut DecideEnv| {
                 let d = image.decide_controlled_shutdown(b0, epoch);
                 assert!(d.replayed.is_some(), "controlled shutdown keeps its image");

@@ -18,8 +18,8 @@ use keel_proto::pb::admin_service_server::AdminService;
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::active::Proposal;
 use crate::budget::{admit_each, Admitted};
+use crate::command::{CommandKind, Proposal};
 use crate::shared::{now_ms, Shared};
 
 /// The admin gRPC service of one controller node.
@@ -245,7 +245,7 @@ impl AdminService for AdminApi {
         let validate_only = req.validate_only;
         let r = self
             .shared
-            .submit("create_topics", move |image, env| {
+            .submit(CommandKind::CreateTopics, move |image, env| {
                 let d = image.decide_create_topics(&topics, validate_only, &mut env.rng);
                 Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
             })
@@ -282,7 +282,7 @@ impl AdminService for AdminApi {
         let names = req.into_inner().names;
         let r = self
             .shared
-            .submit("delete_topics", move |image, _| {
+            .submit(CommandKind::DeleteTopics, move |image, _| {
                 let mut chain = crate::tasks::Chain::new(image);
                 let reply = chain.decide(|image| image.decide_delete_topics(&names));
                 // Start these topics' deletion right away rather than at the
@@ -331,7 +331,7 @@ impl AdminService for AdminApi {
         let validate_only = req.validate_only;
         let r = self
             .shared
-            .submit("create_partitions", move |image, env| {
+            .submit(CommandKind::CreatePartitions, move |image, env| {
                 let d = image.decide_create_partitions(&items, validate_only, &mut env.rng);
                 Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
             })
@@ -361,7 +361,7 @@ impl AdminService for AdminApi {
         let items = req.into_inner().partitions;
         let r = self
             .shared
-            .submit("alter_reassignments", move |image, _| {
+            .submit(CommandKind::AlterReassignments, move |image, _| {
                 let mut results: Vec<(String, u32, Result<(), ApiError>)> = Vec::new();
                 let mut valid = Vec::new();
                 let mut slots = Vec::new();
@@ -453,7 +453,7 @@ impl AdminService for AdminApi {
         let wanted = req.partitions;
         let r = self
             .shared
-            .submit("elect_leaders", move |image, _| {
+            .submit(CommandKind::ElectLeaders, move |image, _| {
                 let mut results: Vec<(String, u32, Result<BrokerId, ApiError>)> = Vec::new();
                 let d = if wanted.is_empty() {
                     image.decide_elect_leaders(kind, None)
@@ -593,7 +593,7 @@ impl AdminService for AdminApi {
         let shared = self.shared.clone();
         let r = self
             .shared
-            .submit("unregister_broker", move |image, _| {
+            .submit(CommandKind::UnregisterBroker, move |image, _| {
                 let d = image.decide_unregister_broker(broker);
                 Proposal::new(d.records, move |commit| {
                     commit?;
@@ -641,7 +641,7 @@ impl AdminService for AdminApi {
         let validate_only = req.validate_only;
         let r = self
             .shared
-            .submit(crate::active::ALTER_CONFIGS, move |image, _| {
+            .submit(CommandKind::AlterConfigs, move |image, _| {
                 let d = image.decide_alter_configs(&items, validate_only);
                 Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
             })

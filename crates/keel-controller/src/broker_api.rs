@@ -22,7 +22,7 @@ use keel_proto::pb;
 use keel_proto::pb::broker_service_server::BrokerService;
 use tonic::{Request, Response, Status};
 
-use crate::active::Proposal;
+use crate::command::{CommandKind, Proposal};
 use crate::shared::{now_ms, Shared};
 
 /// The broker-facing gRPC service of one controller node.
@@ -122,7 +122,7 @@ impl BrokerService for BrokerApi {
         let shared = self.shared.clone();
         let r = self
             .shared
-            .submit("register_broker", move |image, env| {
+            .submit(CommandKind::RegisterBroker, move |image, env| {
                 let live = shared
                     .heartbeats
                     .lock()
@@ -230,7 +230,7 @@ impl BrokerService for BrokerApi {
         }
         let r = self
             .shared
-            .submit("broker_heartbeat", move |image, _| {
+            .submit(CommandKind::BrokerHeartbeat, move |image, _| {
                 let d = image.decide_heartbeat(&hb, caught_up);
                 Proposal::with_reply(d.records, d.reply).with_replayed(d.replayed)
             })
@@ -265,7 +265,7 @@ impl BrokerService for BrokerApi {
         }
         let r = self
             .shared
-            .submit(crate::active::ALTER_PARTITION, move |image, _| {
+            .submit(CommandKind::AlterPartition, move |image, _| {
                 let d = image.decide_alter_partition(broker, epoch, &items);
                 let reply = d.reply.map(|v| {
                     v.into_iter()
@@ -310,7 +310,7 @@ impl BrokerService for BrokerApi {
         let epoch = BrokerEpoch(req.broker_epoch);
         let r = self
             .shared
-            .submit("controlled_shutdown", move |image, _| {
+            .submit(CommandKind::ControlledShutdown, move |image, _| {
                 let d = image.decide_controlled_shutdown(broker, epoch);
                 Proposal::with_reply(d.records, d.reply).with_replayed(d.replayed)
             })

@@ -134,13 +134,7 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
             shared.ticks.store(0, std::sync::atomic::Ordering::Relaxed);
             let (tx, rx) = mpsc::channel(EVENT_QUEUE);
             let (stop_tx, stop_rx) = oneshot::channel();
-            let task = tokio::spawn(crate::active::run(
-                shared.clone(),
-                epoch,
-                rx,
-                tx.clone(),
-                stop_rx,
-            ));
+            let task = tokio::spawn(crate::active::run(shared.clone(), epoch, rx, stop_rx));
             if let Ok(mut g) = shared.active.write() {
                 *g = Some(ActiveHandle { epoch, tx });
             }

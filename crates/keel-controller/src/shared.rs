@@ -14,8 +14,8 @@ use keel_raft::{AppliedState, KeelRaft, PeerContacts};
 use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::active::{Command, DecideEnv, Proposal};
 use crate::budget::WriteBudget;
+use crate::command::{outcome_unknown, resigned, Command, CommandKind, DecideEnv, Proposal};
 use crate::config::ControllerConfig;
 
 /// Wall-clock milliseconds; only ever passed *into* pure code.
@@ -50,15 +50,6 @@ pub struct Shared {
     peer_contacts: PeerContacts,
     /// Bytes of admin writes being answered at once, over all connections.
     pub write_budget: WriteBudget,
-}
-
-/// A reply channel was dropped before the command was proposed: the event
-/// loop stopped (resignation); safe to retry elsewhere.
-fn resigned() -> ApiError {
-    ApiError::new(
-        ErrorCode::NotController,
-        "the controller resigned before the request completed; retry",
-    )
 }
 
 impl Shared {
@@ -146,7 +137,7 @@ impl Shared {
     /// Runs `decide` on the event loop against the current image (plus the
     /// loop's earlier decisions in the same batch), proposes its records,
     /// and returns what `finish` makes of the commit outcome.
-    pub async fn submit<T, D>(&self, kind: &'static str, decide: D) -> Result<T, ApiError>
+    pub async fn submit<T, D>(&self, kind: CommandKind, decide: D) -> Result<T, ApiError>
     where
         T: Send + 'static,
         D: FnOnce(&MetadataImage, &mut DecideEnv) -> Proposal<T> + Send + 'static,
@@ -163,7 +154,7 @@ impl Shared {
         match tokio::time::timeout(Duration::from_secs(30), rx).await {
             Ok(Ok(v)) => v,
             Ok(Err(_)) if proposed.load(std::sync::atomic::Ordering::Acquire) => {
-                Err(crate::active::outcome_unknown())
+                Err(outcome_unknown())
             }
             Ok(Err(_)) => Err(resigned()),
             Err(_) => Err(ApiError::new(

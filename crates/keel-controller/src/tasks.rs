@@ -2,12 +2,17 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use keel_metadata::decide::Decision;
 use keel_metadata::{ApiError, MetadataImage, MetadataRecord};
 
-use crate::active::{Command, Proposal};
+use crate::channel::DeletionReport;
+use crate::command::{Command, CommandKind, Proposal};
 use crate::shared::Shared;
+
+/// Period of the housekeeping tick (session expiry, reconciliation).
+pub const TICK: Duration = Duration::from_millis(200);
 
 /// Reconciliation (offline elections, reassignment progress, deletions,
 /// gauges) runs every this many ticks: it scans every partition, so not on
@@ -76,7 +81,7 @@ impl Chain {
 /// effect), and, every few ticks, reconciliation of leaderless partitions and
 /// reassignments whose new replicas caught up.
 pub(crate) fn housekeeping(shared: Arc<Shared>) -> Command {
-    Command::internal("housekeeping", move |image, env| {
+    Command::internal(CommandKind::Housekeeping, move |image, env| {
         let mut chain = Chain::new(image);
         let mut stop = Vec::new();
         let expired = match shared.heartbeats.lock() {
@@ -105,8 +110,7 @@ pub(crate) fn housekeeping(shared: Arc<Shared>) -> Command {
             stop.extend(deletion_progress(&mut chain));
             publish_image_gauges(chain.image());
         }
-        let rebalance_every =
-            shared.config.auto_rebalance_interval_ms / crate::active::TICK.as_millis() as u64;
+        let rebalance_every = shared.config.auto_rebalance_interval_ms / TICK.as_millis() as u64;
         if rebalance_every > 0 && tick > 0 && tick.is_multiple_of(rebalance_every) {
             let threshold = shared.config.auto_rebalance_threshold_pct;
             let moved = chain.decide(|image| image.decide_auto_rebalance(threshold));
@@ -118,6 +122,22 @@ pub(crate) fn housekeeping(shared: Arc<Shared>) -> Command {
             }
         }
         chain.proposal(Ok(())).with_stop_replicas(stop)
+    })
+}
+
+/// Records what a broker answered to `StopReplica(delete)`
+/// (DeletionSuccessful / DeletionIneligible) and removes topics whose
+/// every replica is gone.
+pub(crate) fn replica_deletion_results(report: DeletionReport) -> Command {
+    Command::internal(CommandKind::ReplicaDeletionResults, move |image, _| {
+        let mut chain = Chain::new(image);
+        for (topic, results) in &report.results {
+            let done = chain.decide(|image| image.decide_replica_deletion_results(*topic, results));
+            if done {
+                tracing::info!(topic = %topic, "topic deletion complete");
+            }
+        }
+        chain.proposal(Ok(()))
     })
 }
 

@@ -43,12 +43,27 @@ fn never_sent(s: &tonic::Status) -> bool {
             || text.contains("Connection refused"))
 }
 
-/// NOT_CONTROLLER that may follow a proposal (see keel-controller
-/// shared.rs `resigned` and active.rs `not_leader`).
-fn ambiguous_not_controller(msg: &str) -> bool {
-    msg.contains("resigned")
-        || msg.contains("leadership was lost")
-        || msg.contains("before the change committed")
+/// What an error code says about a write, by the controller's contract
+/// (keel-controller `command.rs`): NOT_CONTROLLER only ever answers a
+/// request that was never proposed; REQUEST_TIMED_OUT (leadership lost
+/// while committing) and INTERNAL leave the outcome unknown; any other code
+/// is a refusal that wrote nothing.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Verdict {
+    /// Definitely not applied: try the named leader (or another node).
+    NotApplied,
+    /// May or may not have been applied.
+    Unknown,
+    /// Refused: definitely not applied, and final.
+    Refused,
+}
+
+fn verdict(code: i32) -> Verdict {
+    match pb::ErrorCode::try_from(code) {
+        Ok(pb::ErrorCode::NotController) => Verdict::NotApplied,
+        Ok(pb::ErrorCode::RequestTimedOut | pb::ErrorCode::Internal) | Err(_) => Verdict::Unknown,
+        Ok(_) => Verdict::Refused,
+    }
 }
 
 /// Result of one client operation.
@@ -132,9 +147,7 @@ impl AdminClient {
             };
             match attempt(ch).await {
                 Attempt::Done(mut r) => {
-                    if r.outcome != Some(Outcome::Info)
-                        && r.error.as_deref() != Some("NOT_CONTROLLER")
-                    {
+                    if r.outcome != Some(Outcome::Info) {
                         self.hint = Some(addr.clone());
                     }
                     r.node = Some(addr);
@@ -168,43 +181,21 @@ impl AdminClient {
         topic_id: Option<String>,
     ) -> Attempt<OpResult> {
         if let Some(e) = top {
-            let code = code_name(e.code);
-            if e.code == pb::ErrorCode::NotController as i32
-                && !ambiguous_not_controller(&e.message)
-            {
+            if verdict(e.code) == Verdict::NotApplied {
                 return Attempt::Retry(
                     e.leader.as_ref().map(|l| l.address.clone()),
                     e.message.clone(),
                 );
             }
-            let definite = !matches!(
-                code.as_str(),
-                "NOT_CONTROLLER" | "REQUEST_TIMED_OUT" | "INTERNAL"
-            );
-            return Attempt::Done(OpResult {
-                outcome: Some(if definite {
-                    Outcome::Fail
-                } else {
-                    Outcome::Info
-                }),
-                error: Some(code),
-                message: Some(e.message.clone()),
-                ..Default::default()
-            });
         }
-        if let Some(e) = item {
-            let code = code_name(e.code);
-            let definite = !matches!(
-                code.as_str(),
-                "NOT_CONTROLLER" | "REQUEST_TIMED_OUT" | "INTERNAL"
-            );
+        if let Some(e) = top.or(item) {
             return Attempt::Done(OpResult {
-                outcome: Some(if definite {
-                    Outcome::Fail
-                } else {
-                    Outcome::Info
+                outcome: Some(match verdict(e.code) {
+                    Verdict::Refused => Outcome::Fail,
+                    // An item's NOT_CONTROLLER is not a redirect: unknown.
+                    Verdict::NotApplied | Verdict::Unknown => Outcome::Info,
                 }),
-                error: Some(code),
+                error: Some(code_name(e.code)),
                 message: Some(e.message.clone()),
                 ..Default::default()
             });
@@ -386,4 +377,49 @@ pub async fn describe_cluster(
         .ok()?
         .into_inner();
     r.error.is_none().then_some(r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_come_from_error_codes_alone() {
+        let e = |code: pb::ErrorCode, message: &str| pb::Error {
+            code: code as i32,
+            message: message.into(),
+            leader: None,
+        };
+        // A NOT_CONTROLLER at the top is a redirect, whatever it says.
+        let nc = e(pb::ErrorCode::NotController, "leadership was lost");
+        assert!(matches!(
+            AdminClient::write_answer(Some(&nc), None, None),
+            Attempt::Retry(..)
+        ));
+        for (code, outcome) in [
+            (pb::ErrorCode::RequestTimedOut, Outcome::Info),
+            (pb::ErrorCode::Internal, Outcome::Info),
+            (pb::ErrorCode::TopicAlreadyExists, Outcome::Fail),
+            (pb::ErrorCode::InvalidRequest, Outcome::Fail),
+        ] {
+            for (top, item) in [(Some(e(code, "x")), None), (None, Some(e(code, "x")))] {
+                let Attempt::Done(r) = AdminClient::write_answer(top.as_ref(), item.as_ref(), None)
+                else {
+                    panic!("{code:?} is final");
+                };
+                assert_eq!(r.outcome, Some(outcome), "{code:?}");
+                assert_eq!(r.error.as_deref(), Some(code.as_str_name()));
+            }
+        }
+        // An item-level NOT_CONTROLLER and an unknown code: unknown outcome.
+        let Attempt::Done(r) = AdminClient::write_answer(None, Some(&nc), None) else {
+            panic!("an item's error is final");
+        };
+        assert_eq!(r.outcome, Some(Outcome::Info));
+        assert_eq!(verdict(9_999), Verdict::Unknown);
+        let Attempt::Done(ok) = AdminClient::write_answer(None, None, Some("ab".into())) else {
+            panic!("success is final");
+        };
+        assert_eq!(ok.outcome, Some(Outcome::Ok));
+    }
 }

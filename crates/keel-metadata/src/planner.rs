@@ -134,6 +134,115 @@ pub fn plan(
     p
 }
 
+/// One round of requests to one broker, as lists of what to send; the
+/// requests themselves are rendered from the newest image just before they
+/// go (a later state supersedes an earlier one, so many changes cost one
+/// round).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BrokerRound {
+    /// A full state: the first `UpdateMetadata` replaces the whole cache,
+    /// and the metadata goes first (a registering broker is unfenced once
+    /// its cache caught up). A delta sends leadership first (as the classic
+    /// controller did): replicas act on it; the caches follow.
+    pub full: bool,
+    /// Partitions whose state the broker gets in `LeaderAndIsr` (sorted).
+    pub leader_and_isr: Vec<TopicPartition>,
+    /// Whether an `UpdateMetadata` is due at all.
+    pub metadata_due: bool,
+    /// Partitions the broker's cache must update (sorted).
+    pub metadata: Vec<TopicPartition>,
+    /// Brokers whose registrations the cache must (re)learn.
+    pub brokers: Vec<BrokerId>,
+    /// Brokers the cache must forget (gone from the image).
+    pub removed_brokers: Vec<BrokerId>,
+    /// Topics the cache must forget.
+    pub deleted_topics: Vec<TopicId>,
+}
+
+impl BrokerRound {
+    /// The full state of `broker`: every broker and partition for its
+    /// cache, and `LeaderAndIsr` for every partition it hosts.
+    pub fn full(image: &MetadataImage, broker: BrokerId) -> Self {
+        let mut hosted = Vec::new();
+        let all: Vec<TopicPartition> = image
+            .partitions()
+            .map(|(tp, p)| {
+                if p.replicas.contains(&broker) {
+                    hosted.push(*tp);
+                }
+                *tp
+            })
+            .collect();
+        Self {
+            full: true,
+            leader_and_isr: hosted,
+            metadata_due: true,
+            metadata: all,
+            brokers: image.brokers().map(|b| b.id).collect(),
+            removed_brokers: Vec::new(),
+            deleted_topics: Vec::new(),
+        }
+    }
+
+    /// What `updates` (oldest first) mean together for `broker`, against
+    /// `image` (at least as new as every one of them): lists merged, each
+    /// partition once.
+    pub fn of_updates<'a>(
+        image: &MetadataImage,
+        broker: BrokerId,
+        updates: impl IntoIterator<Item = &'a BrokerUpdates>,
+    ) -> Self {
+        let mut lai: Vec<TopicPartition> = Vec::new();
+        let mut parts: Vec<TopicPartition> = Vec::new();
+        let mut brokers: BTreeSet<BrokerId> = BTreeSet::new();
+        let mut deleted: BTreeSet<TopicId> = BTreeSet::new();
+        let mut merged = 0;
+        for u in updates {
+            merged += 1;
+            if let Some(tps) = u.leader_and_isr.get(&broker) {
+                lai.extend_from_slice(tps);
+            }
+            parts.extend_from_slice(&u.changed_partitions);
+            brokers.extend(u.changed_brokers.iter().copied());
+            deleted.extend(u.deleted_topics.iter().copied());
+        }
+        if merged > 1 {
+            // Each list is sorted; their concatenation may repeat partitions.
+            lai.sort_unstable();
+            lai.dedup();
+            parts.sort_unstable();
+            parts.dedup();
+        }
+        let metadata_due = !parts.is_empty() || !brokers.is_empty() || !deleted.is_empty();
+        let (present, removed): (Vec<BrokerId>, Vec<BrokerId>) = brokers
+            .into_iter()
+            .partition(|b| image.broker(*b).is_some());
+        Self {
+            full: false,
+            leader_and_isr: lai,
+            metadata_due,
+            metadata: parts,
+            brokers: present,
+            removed_brokers: removed,
+            deleted_topics: deleted.into_iter().collect(),
+        }
+    }
+}
+
+/// Whether a `StopReplica(delete)` of `tp` on `broker` is still wanted: it
+/// is moot when the replica is assigned again in `image` (it was reassigned
+/// away and back) and the topic is not being deleted, since the
+/// `LeaderAndIsr` that re-added it must not be undone.
+pub fn stop_still_wanted(image: &MetadataImage, broker: BrokerId, tp: &TopicPartition) -> bool {
+    let reassigned_back = image
+        .partition(tp)
+        .is_some_and(|p| p.replicas.contains(&broker));
+    let deleting = image
+        .topic(tp.topic_id)
+        .is_some_and(|t| t.marked_for_deletion());
+    !reassigned_back || deleting
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,5 +360,108 @@ mod tests {
         assert_eq!(p.updates.changed_partitions, vec![tp, tp1]);
         assert_eq!(p.updates.leader_and_isr[&BrokerId(1)], vec![tp, tp1]);
         assert_eq!(p.updates.leader_and_isr[&BrokerId(2)], vec![tp, tp1]);
+    }
+
+    #[test]
+    fn a_round_merges_the_updates_for_its_broker() {
+        let mut image = MetadataImage::new();
+        replay(&mut image, &[register(1)], 1);
+        let tp = |p: u32| TopicPartition::new(TopicId(1), p);
+        let changed = |n: u32| BrokerUpdates {
+            changed_partitions: (0..n).map(tp).collect(),
+            ..Default::default()
+        };
+        let mut a = changed(2);
+        a.leader_and_isr.insert(BrokerId(1), vec![tp(0)]);
+        a.leader_and_isr.insert(BrokerId(2), vec![tp(1)]);
+        let mut b = changed(1);
+        b.leader_and_isr.insert(BrokerId(1), vec![tp(0)]);
+        b.changed_brokers = [BrokerId(1), BrokerId(9)].into();
+        b.deleted_topics = [TopicId(5)].into();
+        let r = BrokerRound::of_updates(&image, BrokerId(1), [&a, &b]);
+        assert!(!r.full && r.metadata_due);
+        assert_eq!(r.leader_and_isr, vec![tp(0)]);
+        assert_eq!(r.metadata, vec![tp(0), tp(1)]);
+        // Broker 9 is not in the image: caches drop it.
+        assert_eq!(r.brokers, vec![BrokerId(1)]);
+        assert_eq!(r.removed_brokers, vec![BrokerId(9)]);
+        assert_eq!(r.deleted_topics, vec![TopicId(5)]);
+        // Nothing for this broker's cache or leaderships: nothing due.
+        let quiet = BrokerRound::of_updates(&image, BrokerId(1), std::iter::empty());
+        assert!(!quiet.metadata_due && quiet.leader_and_isr.is_empty());
+    }
+
+    #[test]
+    fn a_full_round_lists_every_partition_and_the_hosted_ones_for_leadership() {
+        let mut image = MetadataImage::new();
+        replay(&mut image, &[register(1), register(2)], 1);
+        for b in [1, 2] {
+            let unfence = MetadataRecord::UnfenceBroker {
+                broker: BrokerId(b),
+                epoch: BrokerEpoch(1),
+            };
+            replay(&mut image, &[unfence], 2);
+        }
+        let t = TopicId(3);
+        let mut recs = vec![MetadataRecord::Topic(TopicRecord {
+            topic_id: t,
+            name: "t".into(),
+            configs: Default::default(),
+        })];
+        for (p, replicas) in [(0, vec![1, 2]), (1, vec![2])] {
+            let replicas: Vec<BrokerId> = replicas.into_iter().map(BrokerId).collect();
+            recs.push(MetadataRecord::Partition(PartitionRecord {
+                topic_id: t,
+                partition: PartitionId(p),
+                isr: replicas.clone(),
+                leader: replicas.first().copied(),
+                replicas,
+            }));
+        }
+        replay(&mut image, &recs, 2);
+        let r = BrokerRound::full(&image, BrokerId(1));
+        assert!(r.full && r.metadata_due);
+        assert_eq!(r.leader_and_isr, vec![TopicPartition::new(t, 0)]);
+        assert_eq!(r.metadata.len(), 2);
+        assert_eq!(r.brokers, vec![BrokerId(1), BrokerId(2)]);
+    }
+
+    #[test]
+    fn a_stop_is_moot_once_its_replica_is_assigned_again_unless_the_topic_goes() {
+        let mut image = MetadataImage::new();
+        let t = TopicId(3);
+        let recs = vec![
+            register(1),
+            register(2),
+            MetadataRecord::UnfenceBroker {
+                broker: BrokerId(1),
+                epoch: BrokerEpoch(1),
+            },
+            MetadataRecord::Topic(TopicRecord {
+                topic_id: t,
+                name: "t".into(),
+                configs: Default::default(),
+            }),
+            MetadataRecord::Partition(PartitionRecord {
+                topic_id: t,
+                partition: PartitionId(0),
+                replicas: vec![BrokerId(1)],
+                isr: vec![BrokerId(1)],
+                leader: Some(BrokerId(1)),
+            }),
+        ];
+        replay(&mut image, &recs, 1);
+        let tp = TopicPartition::new(t, 0);
+        // Broker 2 holds no replica: the stop stands.
+        assert!(stop_still_wanted(&image, BrokerId(2), &tp));
+        // Broker 1 was assigned (again): the stop is moot...
+        assert!(!stop_still_wanted(&image, BrokerId(1), &tp));
+        // ...unless the topic is being deleted.
+        replay(
+            &mut image,
+            &[MetadataRecord::MarkTopicForDeletion { topic_id: t }],
+            9,
+        );
+        assert!(stop_still_wanted(&image, BrokerId(1), &tp));
     }
 }

@@ -11,4 +11,5 @@ pub mod pb {
 pub mod backoff;
 pub mod client;
 pub mod convert;
+pub mod render;
 pub mod session;

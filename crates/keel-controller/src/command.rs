@@ -1,0 +1,266 @@
+//! What the active controller's event loop runs: named [`Command`]s, each
+//! carrying a pure decide step ([`Proposal`] = records to propose and how to
+//! answer once they commit). The loop is the only consumer; services, the
+//! periodic tasks and the channels' reports make commands.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use keel_metadata::{ApiError, BrokerId, ErrorCode, MetadataImage, MetadataRecord, TopicPartition};
+use rand::rngs::StdRng;
+use tokio::sync::oneshot;
+
+/// Every kind of command, for metrics, logs and batching rules.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CommandKind {
+    CreateTopics,
+    DeleteTopics,
+    CreatePartitions,
+    AlterReassignments,
+    ElectLeaders,
+    UnregisterBroker,
+    AlterConfigs,
+    RegisterBroker,
+    BrokerHeartbeat,
+    AlterPartition,
+    ControlledShutdown,
+    /// Session expiry, reconciliation, auto rebalance (the periodic tick).
+    Housekeeping,
+    /// Brokers' answers to `StopReplica(delete)`.
+    ReplicaDeletionResults,
+}
+
+impl CommandKind {
+    /// The `kind` label of the loop's metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::CreateTopics => "create_topics",
+            Self::DeleteTopics => "delete_topics",
+            Self::CreatePartitions => "create_partitions",
+            Self::AlterReassignments => "alter_reassignments",
+            Self::ElectLeaders => "elect_leaders",
+            Self::UnregisterBroker => "unregister_broker",
+            Self::AlterConfigs => "alter_configs",
+            Self::RegisterBroker => "register_broker",
+            Self::BrokerHeartbeat => "broker_heartbeat",
+            Self::AlterPartition => "alter_partition",
+            Self::ControlledShutdown => "controlled_shutdown",
+            Self::Housekeeping => "housekeeping",
+            Self::ReplicaDeletionResults => "replica_deletion_results",
+        }
+    }
+
+    /// A command whose decide step is bounded by its own request (one
+    /// partition's ISR, the configs named in a request): a batch of only
+    /// these is decided on the runtime's worker, skipping the hand-off to a
+    /// thread of its own that every other batch takes (a heartbeat may
+    /// unfence a broker and elect leaders all over the image).
+    pub fn is_light(self) -> bool {
+        matches!(self, Self::AlterConfigs | Self::AlterPartition)
+    }
+}
+
+impl std::fmt::Display for CommandKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Inputs a decide step may use besides the image: time and randomness.
+pub struct DecideEnv {
+    pub now_ms: u64,
+    pub rng: StdRng,
+    /// The controller epoch of this activation.
+    pub epoch: u64,
+}
+
+/// What to do when the proposed records commit (with their log index) or
+/// fail to.
+pub type Finish<T> = Box<dyn FnOnce(Result<u64, ApiError>) -> Result<T, ApiError> + Send>;
+
+/// A decide step's outcome: records to propose and how to answer.
+pub struct Proposal<T> {
+    pub records: Vec<MetadataRecord>,
+    pub finish: Finish<T>,
+    /// `StopReplica(delete)` to send once the records commit (deletion
+    /// manager); each broker's answer comes back as a command.
+    pub stop_replicas: Vec<(TopicPartition, BrokerId)>,
+    /// The image the decide step was given with `records` replayed onto
+    /// it, as the loop would replay them: the loop adopts it instead.
+    pub(crate) replayed: Option<MetadataImage>,
+}
+
+impl<T: Send + 'static> Proposal<T> {
+    /// Records to propose; `finish` maps the commit outcome to the reply.
+    pub fn new(
+        records: Vec<MetadataRecord>,
+        finish: impl FnOnce(Result<u64, ApiError>) -> Result<T, ApiError> + Send + 'static,
+    ) -> Self {
+        Self {
+            records,
+            finish: Box::new(finish),
+            stop_replicas: Vec::new(),
+            replayed: None,
+        }
+    }
+
+    /// Also send `StopReplica(delete)` to these replicas after commit.
+    pub fn with_stop_replicas(mut self, v: Vec<(TopicPartition, BrokerId)>) -> Self {
+        self.stop_replicas = v;
+        self
+    }
+
+    /// `image`, when given, is the image the decide step was given with
+    /// exactly `records` replayed onto it, each at that image's offset + 1
+    /// (what the loop does): the loop takes it as its working image rather
+    /// than replaying the records again. A decision's
+    /// [`replayed`](keel_metadata::decide::Decision::replayed) image
+    /// qualifies when the decision was made on the image the step was given.
+    pub(crate) fn with_replayed(mut self, image: Option<MetadataImage>) -> Self {
+        self.replayed = image;
+        self
+    }
+
+    /// The image handed over with the records, if any.
+    #[cfg(test)]
+    pub(crate) fn replayed(&self) -> Option<&MetadataImage> {
+        self.replayed.as_ref()
+    }
+
+    /// Records whose reply is fixed in advance (given once they commit).
+    pub fn with_reply(records: Vec<MetadataRecord>, reply: Result<T, ApiError>) -> Self {
+        Self::new(records, move |commit| commit.and(reply))
+    }
+}
+
+type Run = Box<dyn FnOnce(&MetadataImage, &mut DecideEnv) -> Decided + Send>;
+
+/// Answers a command once its records commit (with their index) or fail to.
+pub(crate) type Reply = Box<dyn FnOnce(Result<u64, ApiError>) + Send>;
+
+/// A command's decide step, run: its type-erased proposal.
+pub(crate) struct Decided {
+    pub(crate) records: Vec<MetadataRecord>,
+    pub(crate) stop_replicas: Vec<(TopicPartition, BrokerId)>,
+    pub(crate) replayed: Option<MetadataImage>,
+    pub(crate) on_commit: Reply,
+}
+
+/// One named event for the loop.
+pub struct Command {
+    pub(crate) kind: CommandKind,
+    pub(crate) enqueued: Instant,
+    run: Run,
+    /// Set once the command's records were handed to Raft: from then on a
+    /// dropped reply means "outcome unknown", not "not the controller".
+    proposed: Arc<AtomicBool>,
+}
+
+impl Command {
+    pub(crate) fn new<T, D>(
+        kind: CommandKind,
+        decide: D,
+        reply: oneshot::Sender<Result<T, ApiError>>,
+    ) -> Self
+    where
+        T: Send + 'static,
+        D: FnOnce(&MetadataImage, &mut DecideEnv) -> Proposal<T> + Send + 'static,
+    {
+        let run: Run = Box::new(move |image, env| {
+            let p = decide(image, env);
+            let finish = p.finish;
+            Decided {
+                records: p.records,
+                stop_replicas: p.stop_replicas,
+                replayed: p.replayed,
+                on_commit: Box::new(move |r| {
+                    let _ = reply.send(finish(r));
+                }),
+            }
+        });
+        Self {
+            kind,
+            enqueued: Instant::now(),
+            run,
+            proposed: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// An internal command nobody waits for.
+    pub(crate) fn internal<D>(kind: CommandKind, decide: D) -> Self
+    where
+        D: FnOnce(&MetadataImage, &mut DecideEnv) -> Proposal<()> + Send + 'static,
+    {
+        let (tx, _rx) = oneshot::channel();
+        Self::new(kind, decide, tx)
+    }
+
+    /// A flag that turns true when the command's records are proposed.
+    pub(crate) fn proposed_flag(&self) -> Arc<AtomicBool> {
+        self.proposed.clone()
+    }
+
+    /// Runs the decide step against `image`.
+    pub(crate) fn decide(
+        self,
+        image: &MetadataImage,
+        env: &mut DecideEnv,
+    ) -> (Decided, Arc<AtomicBool>) {
+        let proposed = self.proposed;
+        ((self.run)(image, env), proposed)
+    }
+}
+
+/// Marks a command's records as handed to Raft.
+pub(crate) fn mark_proposed(flag: &AtomicBool) {
+    flag.store(true, Ordering::Release);
+}
+
+/// Leadership was lost while the records were being committed: they may or
+/// may not have been committed by the next leader, so the caller must not
+/// blindly retry (it is not NOT_CONTROLLER, which means "never proposed").
+pub fn outcome_unknown() -> ApiError {
+    ApiError::new(
+        ErrorCode::RequestTimedOut,
+        "leadership was lost while the change was being committed; its outcome is unknown: check before retrying",
+    )
+}
+
+/// A reply channel was dropped before the command was proposed: the event
+/// loop stopped (resignation); safe to retry elsewhere.
+pub(crate) fn resigned() -> ApiError {
+    ApiError::new(
+        ErrorCode::NotController,
+        "the controller resigned before the request completed; retry",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_have_distinct_metric_labels_and_only_bounded_ones_are_light() {
+        use CommandKind::*;
+        let all = [
+            CreateTopics,
+            DeleteTopics,
+            CreatePartitions,
+            AlterReassignments,
+            ElectLeaders,
+            UnregisterBroker,
+            AlterConfigs,
+            RegisterBroker,
+            BrokerHeartbeat,
+            AlterPartition,
+            ControlledShutdown,
+            Housekeeping,
+            ReplicaDeletionResults,
+        ];
+        let labels: std::collections::BTreeSet<&str> = all.iter().map(|k| k.as_str()).collect();
+        assert_eq!(labels.len(), all.len());
+        let light: Vec<CommandKind> = all.into_iter().filter(|k| k.is_light()).collect();
+        assert_eq!(light, vec![AlterConfigs, AlterPartition]);
+    }
+}

@@ -6,6 +6,12 @@
 //! decode (with validation) times of a 1,000,000-partition snapshot; then
 //! the pure-core steps of fencing a broker in a 100,000-partition image.
 
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "a benchmark reads the clock to time the pure core"
+)]
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 

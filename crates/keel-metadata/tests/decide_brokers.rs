@@ -189,8 +189,9 @@ fn fencing_a_broker_in_100k_partitions_writes_one_change_each_and_moves_every_le
         .count();
     assert_eq!(led_by_1, 50_000);
 
-    // How long this takes is measured by `keel bench broker-failure`, not
-    // asserted here (a busy 2-core machine would make it flaky).
+    // How long this takes is measured, not asserted (a busy 2-core machine
+    // would make it flaky): `cargo bench -p keel-metadata --bench core`
+    // (`fence_100k_partitions`) and `keel bench broker-failure`.
     let d = c.image.decide_fence_broker(b(1));
     // FenceBroker + one change for every partition (leader or ISR).
     assert_eq!(d.records.len(), 100_001);

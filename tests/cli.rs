@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::keel_bin;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 /// Runs `keel <args> --output json` against the dev cluster.
 fn keel(args: &[&str]) -> (i32, Value, String) {
@@ -40,6 +40,63 @@ fn refused(args: &[&str], code_name: &str) {
         err.contains(code_name),
         "keel {args:?}: expected {code_name} in {err}"
     );
+}
+
+/// A JSON array of numbers (broker ids), as numbers.
+fn numbers(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("{v} is not an array"))
+        .iter()
+        .map(|n| {
+            n.as_u64()
+                .unwrap_or_else(|| panic!("{n} in {v} is not a number"))
+        })
+        .collect()
+}
+
+/// `numbers`, sorted.
+fn sorted(v: &Value) -> Vec<u64> {
+    let mut n = numbers(v);
+    n.sort_unstable();
+    n
+}
+
+/// The partitions of `keel topics describe --topic <name>`, checked to be
+/// the one topic asked for, with the id it was created with and in
+/// partition order.
+fn describe_partitions(name: &str, topic_id: &str) -> Vec<Value> {
+    let d = ok(&["topics", "describe", "--topic", name]);
+    let topics = d["topics"].as_array().expect("topics");
+    assert_eq!(topics.len(), 1, "{d}");
+    let t = &topics[0];
+    assert_eq!(t["name"], name, "{t}");
+    assert_eq!(t["topic_id"], topic_id, "{t}");
+    assert_eq!(t["marked_for_deletion"], false, "{t}");
+    let partitions = t["partitions"].as_array().expect("partitions").clone();
+    let indexes: Vec<u64> = partitions
+        .iter()
+        .map(|p| p["partition"].as_u64().expect("partition"))
+        .collect();
+    assert_eq!(
+        indexes,
+        (0..partitions.len() as u64).collect::<Vec<_>>(),
+        "{t}"
+    );
+    partitions
+}
+
+/// A partition every replica of which is in sync and online, with no
+/// reassignment in flight.
+fn assert_healthy(p: &Value) {
+    assert_eq!(sorted(&p["isr"]), sorted(&p["replicas"]), "{p}");
+    assert!(
+        numbers(&p["replicas"]).contains(&p["leader"].as_u64().expect("a leader")),
+        "{p}"
+    );
+    assert_eq!(p["adding"], json!([]), "{p}");
+    assert_eq!(p["removing"], json!([]), "{p}");
+    assert_eq!(p["offline"], json!([]), "{p}");
+    assert_eq!(p["state"], "online", "{p}");
 }
 
 fn processes_using(dir: &str) -> Vec<String> {
@@ -103,28 +160,64 @@ fn dev_cluster_and_every_admin_command() {
     // Quorum and cluster.
     let q = ok(&["quorum", "describe"]);
     assert_eq!(q["cluster_id"], "keel-dev");
-    assert_eq!(q["voters"].as_array().unwrap().len(), 3);
-    for v in q["voters"].as_array().unwrap() {
-        for k in [
-            "id",
-            "address",
-            "last_log_index",
-            "lag",
-            "last_contact_ms",
-            "status",
-        ] {
-            assert!(v.get(k).is_some(), "quorum describe voter lacks {k}");
+    let leader = q["leader_id"].as_u64().expect("leader_id");
+    assert!((1..=3).contains(&leader), "{q}");
+    let term = q["term"].as_u64().expect("term");
+    assert!(term >= 1, "{q}");
+    let commit = q["commit_index"].as_u64().expect("commit_index");
+    assert!(commit >= 1, "{q}");
+    let voters = q["voters"].as_array().expect("voters");
+    assert_eq!(
+        voters
+            .iter()
+            .map(|v| v["id"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![1, 2, 3],
+        "{q}"
+    );
+    for v in voters {
+        let id = v["id"].as_u64().unwrap();
+        assert_eq!(v["address"], format!("127.0.0.1{id}:9093"), "{v}");
+        assert!(v["lag"].is_u64(), "{v}");
+        if id == leader {
+            assert_eq!(v["status"], "leader", "{v}");
+            assert_eq!(v["lag"], 0, "{v}");
+            assert_eq!(v["last_contact_ms"], 0, "{v}");
+            assert!(v["last_log_index"].as_u64().unwrap() >= commit, "{v}");
+        } else {
+            assert_eq!(v["status"], "follower", "{v}");
         }
     }
-    assert!(q["term"].as_u64().unwrap() >= 1);
-    assert!(q["commit_index"].as_u64().unwrap() >= 1);
     let c = ok(&["cluster", "describe"]);
-    assert_eq!(c["brokers"].as_array().unwrap().len(), 3);
+    assert_eq!(c["cluster_id"], "keel-dev");
+    let epoch = c["controller_epoch"].as_u64().expect("controller_epoch");
+    assert!(epoch >= term, "{c}");
+    if epoch == term {
+        assert_eq!(c["controller_id"], leader, "{c}");
+    }
+    let brokers = c["brokers"].as_array().expect("brokers");
+    assert_eq!(
+        brokers
+            .iter()
+            .map(|b| b["id"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![1, 2, 3],
+        "{c}"
+    );
+    for b in brokers {
+        let id = b["id"].as_u64().unwrap();
+        assert_eq!(b["address"], format!("127.0.0.2{id}:9092"), "{b}");
+        assert_eq!(b["state"], "active", "{b}");
+        assert_eq!(b["rack"], Value::Null, "{b}");
+        assert!(b["epoch"].as_u64().unwrap() >= 1, "{b}");
+        assert!(b["last_heartbeat_ms"].is_u64(), "{b}");
+        assert!(!b["log_dirs"].as_array().unwrap().is_empty(), "{b}");
+        assert_eq!(b["offline_log_dirs"], json!([]), "{b}");
+    }
     // A snapshot on the first bootstrap node covers what it applied and
     // purges the log behind it. That node may be a follower still applying
     // the commit index seen above, so it is asked again (bounded) until its
     // snapshot reaches that index.
-    let commit = q["commit_index"].as_u64().unwrap();
     let mut s = ok(&["quorum", "snapshot", "--purge-log"]);
     for _ in 0..50 {
         if s["last_index"].as_u64().unwrap() >= commit {
@@ -140,7 +233,7 @@ fn dev_cluster_and_every_admin_command() {
     assert_eq!(s["purged_index"].as_u64().unwrap(), last, "{s}");
 
     // Topics.
-    ok(&[
+    let created = ok(&[
         "topics",
         "create",
         "clicks",
@@ -149,22 +242,63 @@ fn dev_cluster_and_every_admin_command() {
         "--replication-factor",
         "2",
     ]);
+    let topic_id = created["topic_id"].as_str().expect("topic_id").to_string();
+    assert!(!topic_id.is_empty(), "{created}");
+    assert_eq!(
+        created,
+        json!({
+            "name": "clicks",
+            "topic_id": topic_id,
+            "partitions": 3,
+            "replication_factor": 2,
+            "validate_only": false,
+        })
+    );
+    let checked = ok(&[
+        "topics",
+        "create",
+        "views",
+        "--partitions",
+        "4",
+        "--replication-factor",
+        "3",
+        "--validate-only",
+    ]);
+    assert_eq!(checked["name"], "views", "{checked}");
+    assert_eq!(checked["partitions"], 4, "{checked}");
+    assert_eq!(checked["replication_factor"], 3, "{checked}");
+    assert_eq!(checked["validate_only"], true, "{checked}");
     refused(&["topics", "create", "bad/name"], "INVALID_TOPIC_NAME");
     refused(
         &["topics", "create", "big", "--replication-factor", "9"],
         "INVALID_REPLICATION_FACTOR",
     );
+    assert_eq!(ok(&["topics", "list"]), json!({"topics": ["clicks"]}));
+    // As created: replication factor 2 on distinct brokers, the first
+    // replica leads, every replica in sync, epochs untouched.
+    let partitions = describe_partitions("clicks", &topic_id);
+    assert_eq!(partitions.len(), 3);
+    for p in &partitions {
+        let replicas = numbers(&p["replicas"]);
+        assert_eq!(replicas.len(), 2, "{p}");
+        assert_ne!(replicas[0], replicas[1], "{p}");
+        assert!(replicas.iter().all(|b| (1..=3).contains(b)), "{p}");
+        assert_eq!(p["leader"], replicas[0], "{p}");
+        assert_eq!(numbers(&p["isr"]), replicas, "{p}");
+        assert_eq!(p["leader_epoch"], 0, "{p}");
+        assert_eq!(p["partition_epoch"], 0, "{p}");
+        assert_healthy(p);
+    }
     assert_eq!(
-        ok(&["topics", "list"])["topics"],
-        serde_json::json!(["clicks"])
+        ok(&[
+            "topics",
+            "alter-config",
+            "clicks",
+            "--set",
+            "retention.ms=1000",
+        ]),
+        json!({"name": "clicks", "altered": true})
     );
-    ok(&[
-        "topics",
-        "alter-config",
-        "clicks",
-        "--set",
-        "retention.ms=1000",
-    ]);
     refused(
         &[
             "topics",
@@ -175,20 +309,53 @@ fn dev_cluster_and_every_admin_command() {
         ],
         "INVALID_CONFIG",
     );
-    ok(&["partitions", "add", "clicks", "--total", "5"]);
+    assert_eq!(
+        ok(&["partitions", "add", "clicks", "--total", "5"]),
+        json!({"name": "clicks", "partitions": 5})
+    );
     refused(
         &["partitions", "add", "clicks", "--total", "2"],
         "INVALID_PARTITIONS",
     );
     let d = ok(&["topics", "describe", "--topic", "clicks"]);
-    let t = &d["topics"][0];
-    assert_eq!(t["configs"]["retention.ms"], "1000");
-    assert_eq!(t["partitions"].as_array().unwrap().len(), 5);
+    assert_eq!(d["topics"][0]["configs"], json!({"retention.ms": "1000"}));
+    let grown = describe_partitions("clicks", &topic_id);
+    assert_eq!(grown.len(), 5);
+    // The first three are unchanged; the two new ones keep the factor.
+    assert_eq!(grown[..3], partitions[..]);
+    for p in &grown[3..] {
+        let replicas = numbers(&p["replicas"]);
+        assert_eq!(replicas.len(), 2, "{p}");
+        assert_ne!(replicas[0], replicas[1], "{p}");
+        assert_eq!(p["leader"], replicas[0], "{p}");
+        assert_eq!(numbers(&p["isr"]), replicas, "{p}");
+        assert_healthy(p);
+    }
     refused(&["topics", "describe", "--topic", "nope"], "UNKNOWN_TOPIC");
 
-    // Elections and reassignment.
-    let e = ok(&["elect-leaders", "--preferred", "--all"]);
-    assert!(e["partitions"].is_array());
+    // Elections: every leader is already the preferred one.
+    assert_eq!(
+        ok(&["elect-leaders", "--preferred", "--all"]),
+        json!({"partitions": []})
+    );
+    assert_eq!(
+        ok(&[
+            "elect-leaders",
+            "--preferred",
+            "--topic",
+            "clicks",
+            "--partition",
+            "0",
+        ]),
+        json!({"partitions": [{
+            "topic": "clicks",
+            "partition": 0,
+            "leader": null,
+            "error": "ELECTION_NOT_NEEDED",
+        }]})
+    );
+
+    // Reassignment onto brokers 1 and 2.
     let plan = ok(&[
         "reassign",
         "generate",
@@ -197,32 +364,60 @@ fn dev_cluster_and_every_admin_command() {
         "--brokers",
         "1,2",
     ]);
-    assert_eq!(plan["partitions"].as_array().unwrap().len(), 5);
+    let items = plan["partitions"].as_array().expect("plan partitions");
+    assert_eq!(items.len(), 5, "{plan}");
+    for (i, item) in items.iter().enumerate() {
+        assert_eq!(item["topic"], "clicks", "{item}");
+        assert_eq!(item["partition"], i, "{item}");
+        assert_eq!(sorted(&item["replicas"]), vec![1, 2], "{item}");
+    }
     let plan_file = dir.path().join("plan.json");
     std::fs::write(&plan_file, plan.to_string()).unwrap();
-    ok(&[
-        "reassign",
-        "start",
-        "--plan",
-        plan_file.to_str().unwrap(),
-        "--wait",
-        "--timeout-s",
-        "60",
-    ]);
     assert_eq!(
-        ok(&["reassign", "list"])["reassignments"],
-        serde_json::json!([])
+        ok(&[
+            "reassign",
+            "start",
+            "--plan",
+            plan_file.to_str().unwrap(),
+            "--wait",
+            "--timeout-s",
+            "60",
+        ]),
+        json!({"partitions": (0..5)
+            .map(|i| json!({"topic": "clicks", "partition": i, "error": null}))
+            .collect::<Vec<_>>()})
     );
+    assert_eq!(ok(&["reassign", "list"]), json!({"reassignments": []}));
     refused(
         &["reassign", "cancel", "--plan", plan_file.to_str().unwrap()],
         "NO_REASSIGNMENT_IN_PROGRESS",
     );
-    let d = ok(&["topics", "describe", "--topic", "clicks"]);
-    for p in d["topics"][0]["partitions"].as_array().unwrap() {
-        assert!(
-            !p["replicas"].as_array().unwrap().contains(&Value::from(3)),
-            "generated plan moves off broker 3"
-        );
+    let moved = describe_partitions("clicks", &topic_id);
+    for (p, item) in moved.iter().zip(items) {
+        assert_eq!(p["replicas"], item["replicas"], "the plan's replicas: {p}");
+        assert_healthy(p);
+    }
+    // A preferred election moves every leader that is not its partition's
+    // first replica back to it, and reports exactly those.
+    let expected: Vec<Value> = moved
+        .iter()
+        .filter(|p| p["leader"] != p["replicas"][0])
+        .map(|p| {
+            json!({
+                "topic": "clicks",
+                "partition": p["partition"],
+                "leader": p["replicas"][0],
+                "error": null,
+            })
+        })
+        .collect();
+    assert_eq!(
+        ok(&["elect-leaders", "--preferred", "--all"]),
+        json!({"partitions": expected})
+    );
+    for p in describe_partitions("clicks", &topic_id) {
+        assert_eq!(p["leader"], p["replicas"][0], "{p}");
+        assert_healthy(&p);
     }
 
     // Brokers: a live one cannot be unregistered.
@@ -233,8 +428,11 @@ fn dev_cluster_and_every_admin_command() {
     );
 
     // Deletion.
-    ok(&["topics", "delete", "clicks", "--wait", "--timeout-s", "60"]);
-    assert_eq!(ok(&["topics", "list"])["topics"], serde_json::json!([]));
+    assert_eq!(
+        ok(&["topics", "delete", "clicks", "--wait", "--timeout-s", "60"]),
+        json!({"name": "clicks", "deleted": true, "marked_for_deletion": true})
+    );
+    assert_eq!(ok(&["topics", "list"]), json!({"topics": []}));
 
     // Unreachable is a distinct exit code.
     let out = Command::new(keel_bin())

@@ -4,6 +4,13 @@
 //! the partition and replica state machines, leader selectors, replica
 //! placement and the decide functions of the active controller. No async,
 //! no I/O: the clock and randomness come in as arguments.
+//!
+//! Purity is a rule the compiler's linter enforces, not a review habit:
+//! `clippy.toml` next to this crate's manifest lists the clocks, OS
+//! randomness, threads and file, network, environment and process calls
+//! this crate must not use, and these lints turn any use into an error.
+
+#![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 pub mod control;
 pub mod decide;

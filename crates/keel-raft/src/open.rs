@@ -47,7 +47,10 @@ pub fn sled_config(dir: &Path) -> sled::Config {
 /// A new dir is stamped with `cluster_id` and `node_id`; an existing one
 /// must carry the same stamp and decode cleanly, or the open fails with a
 /// [`StorageOpenError`] naming the problem. Nothing is ever truncated or
-/// reformatted to get past an error.
+/// reformatted to get past an error. sled itself reads a damaged message
+/// written since the dir was last opened (each open records the log's tip
+/// in a `snap.*` file) as a write torn by a crash: it opens with the log up
+/// to that message and zeroes the rest. Damage behind that tip is refused.
 pub fn open_storage(
     data_dir: &Path,
     cluster_id: &str,

@@ -1,45 +1,191 @@
 //! A data dir is used only by the node and cluster it was created for, and
-//! a damaged one is refused with an error instead of a crash.
+//! a damaged one either opens with exactly the writes made before the
+//! damage or is refused with an error naming the problem; it never panics.
 
 use std::fs;
-use std::io::{Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
 use keel_metadata::{MetadataRecord, RecordBatch, TopicId, TopicRecord};
-use keel_raft::{open_storage, StorageOpenError};
-use openraft::storage::RaftStateMachine;
-use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftSnapshotBuilder};
+use keel_raft::{open_storage, stored_entry_bytes, StorageOpenError};
+use openraft::storage::{RaftLogStorage, RaftLogStorageExt, RaftStateMachine};
+use openraft::{
+    CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader, RaftSnapshotBuilder, Vote,
+};
+
+/// Entries [`populate`] appends to the log.
+const ENTRIES: u64 = 60;
+/// Entries [`populate`] applies before building a snapshot.
+const APPLIED: u64 = 50;
+
+fn log_id(index: u64) -> LogId<u64> {
+    LogId::new(CommittedLeaderId::new(1, 1), index)
+}
+
+fn topic_batch(index: u64) -> RecordBatch {
+    RecordBatch::new(vec![MetadataRecord::Topic(TopicRecord {
+        topic_id: TopicId(u128::from(index)),
+        name: format!("topic-{index}"),
+        configs: Default::default(),
+    })])
+}
 
 fn topic_entry(index: u64) -> Entry<keel_raft::TypeConfig> {
     Entry {
-        log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(RecordBatch::new(vec![MetadataRecord::Topic(TopicRecord {
-            topic_id: TopicId(u128::from(index)),
-            name: format!("topic-{index}"),
-            configs: Default::default(),
-        })])),
+        log_id: log_id(index),
+        payload: EntryPayload::Normal(topic_batch(index)),
     }
 }
 
-/// Opens a dir, writes a snapshot and closes it again.
+/// The vote every populated dir holds.
+fn vote() -> Vote<u64> {
+    Vote::new_committed(1, 1)
+}
+
+/// A runtime like the controller's: the log store flushes through
+/// `block_in_place`, which needs worker threads.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Fills a new dir the way a node does, in this order: the vote; entries
+/// 1..=60 appended one at a time (each flushed); the committed marker at
+/// 60; entries 1..=50 applied and a snapshot of them stored. Then closes it.
 fn populate(dir: &Path) {
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    rt.block_on(async {
-        let (_log, mut sm) = open_storage(dir, "alpha", 1).unwrap();
-        sm.apply((1..=50).map(topic_entry)).await.unwrap();
+    runtime().block_on(async {
+        let (mut log, mut sm) = open_storage(dir, "alpha", 1).unwrap();
+        log.save_vote(&vote()).await.unwrap();
+        for index in 1..=ENTRIES {
+            log.blocking_append([topic_entry(index)]).await.unwrap();
+        }
+        log.save_committed(Some(log_id(ENTRIES))).await.unwrap();
+        sm.apply((1..=APPLIED).map(topic_entry)).await.unwrap();
         let mut builder = sm.get_snapshot_builder().await;
         builder.build_snapshot().await.unwrap();
     });
 }
 
+/// What an open found: the Raft state a restarted node would start from.
+#[derive(Debug, PartialEq)]
+struct Found {
+    vote: Option<Vote<u64>>,
+    /// Every log entry, in order.
+    log: Vec<Entry<keel_raft::TypeConfig>>,
+    committed: Option<LogId<u64>>,
+    /// The state machine's last applied entry (from its stored snapshot).
+    applied: Option<LogId<u64>>,
+    /// Topics of the state machine's image.
+    topics: usize,
+}
+
+/// Opens `dir` as node 1 of "alpha" and reads back everything it holds.
+fn open_and_read(dir: &Path) -> Result<Found, StorageOpenError> {
+    let (mut log, sm) = open_storage(dir, "alpha", 1)?;
+    let state = sm.subscribe().borrow().clone();
+    state.image.validate().unwrap();
+    let found = runtime().block_on(async {
+        let found = Found {
+            vote: log.read_vote().await.unwrap(),
+            log: log.try_get_log_entries(0..).await.unwrap(),
+            committed: log.read_committed().await.unwrap(),
+            applied: state.last_applied,
+            topics: state.image.topic_count(),
+        };
+        // The log's own idea of its end agrees with the entries read.
+        let log_state = log.get_log_state().await.unwrap();
+        assert_eq!(
+            log_state.last_log_id,
+            found.log.last().map(|e| e.log_id),
+            "log state of {found:?}"
+        );
+        found
+    });
+    Ok(found)
+}
+
+/// What a populated dir holds when only entries before `index` survived:
+/// the vote (written first) and entries 1..index; the committed marker and
+/// the state machine's snapshot came after every append, so they are gone.
+fn log_before(index: u64) -> Found {
+    Found {
+        vote: Some(vote()),
+        log: (1..index).map(topic_entry).collect(),
+        committed: None,
+        applied: None,
+        topics: 0,
+    }
+}
+
+/// Where entry `index` of [`populate`] starts in the sled log file: the
+/// first copy of its stored bytes is the message that inserted it (later
+/// copies are rewrites of the tree node that holds it).
+fn entry_offset(dir: &Path, index: u64) -> u64 {
+    let stored = stored_entry_bytes(1, 1, index, topic_batch(index)).unwrap();
+    let log = fs::read(dir.join("raft").join("db")).unwrap();
+    let at = log
+        .windows(stored.len())
+        .position(|w| w == stored.as_slice())
+        .expect("the entry's bytes are in the log file");
+    (at + stored.len() / 2) as u64
+}
+
+/// Cuts the sled log file in the middle of entry `index`.
+fn cut_log_at_entry(dir: &Path, index: u64) {
+    let at = entry_offset(dir, index);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(dir.join("raft").join("db"))
+        .unwrap()
+        .set_len(at)
+        .unwrap();
+}
+
+/// Inverts 4 bytes of `file` at `at`.
+fn flip_bytes(file: &Path, at: u64) {
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(file)
+        .unwrap();
+    let mut bytes = [0u8; 4];
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.read_exact(&mut bytes).unwrap();
+    f.seek(SeekFrom::Start(at)).unwrap();
+    f.write_all(&bytes.map(|b| !b)).unwrap();
+}
+
+/// Asserts `result` is the refusal of a corrupt dir naming `dir`.
+fn assert_corrupt(result: Result<Found, StorageOpenError>, dir: &Path, what: &str) {
+    match result {
+        Err(StorageOpenError::Corrupt(msg)) => assert!(
+            msg.starts_with(&format!(
+                "data dir {} is corrupt: ",
+                dir.join("raft").display()
+            )) && msg.contains(what),
+            "{msg}"
+        ),
+        other => panic!("expected a corrupt-dir error ({what}), got {other:?}"),
+    }
+}
+
 #[test]
-fn reopening_with_the_same_identity_restores_the_snapshot() {
+fn reopening_with_the_same_identity_restores_vote_log_marker_and_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     populate(dir.path());
-    let (_log, sm) = open_storage(dir.path(), "alpha", 1).unwrap();
-    let state = sm.subscribe().borrow().clone();
-    assert_eq!(state.last_applied.map(|l| l.index), Some(50));
-    assert_eq!(state.image.topic_count(), 50);
+    let expected = Found {
+        vote: Some(vote()),
+        log: (1..=ENTRIES).map(topic_entry).collect(),
+        committed: Some(log_id(ENTRIES)),
+        applied: Some(log_id(APPLIED)),
+        topics: APPLIED as usize,
+    };
+    assert_eq!(open_and_read(dir.path()).unwrap(), expected);
+    // And again: an open changes nothing.
+    assert_eq!(open_and_read(dir.path()).unwrap(), expected);
 }
 
 /// sled's log file is zero-filled to the end of the segment being written
@@ -141,111 +287,150 @@ fn db_files(dir: &Path) -> Vec<std::path::PathBuf> {
     files
 }
 
-/// Opening must return (Ok or a typed error), never panic or hang; a
-/// damage that hides the data is reported, not papered over.
-fn open_after(damage: impl Fn(&Path)) -> Result<(), StorageOpenError> {
-    let dir = tempfile::tempdir().unwrap();
-    populate(dir.path());
-    damage(dir.path());
-    open_storage(dir.path(), "alpha", 1).map(|(_log, sm)| {
-        // If sled recovered a consistent prefix, the state must still be a
-        // valid image of some prefix of the log.
-        let state = sm.subscribe().borrow().clone();
-        state.image.validate().unwrap();
-    })
-}
-
 #[test]
 fn overwritten_db_files_fail_to_open_with_an_error() {
-    let result = open_after(|dir| {
-        for file in db_files(dir) {
-            let len = fs::metadata(&file).unwrap().len();
-            let mut f = fs::OpenOptions::new().write(true).open(&file).unwrap();
-            // Garbage over the whole file: headers, segments and all.
-            f.seek(SeekFrom::Start(0)).unwrap();
-            f.write_all(&vec![0xA5; len as usize]).unwrap();
-        }
-    });
-    let err = result.expect_err("a db full of garbage must not open");
-    println!("garbage-filled db: {err}");
-    assert!(
-        matches!(err, StorageOpenError::Corrupt(_)),
-        "unexpected error: {err}"
+    let dir = tempfile::tempdir().unwrap();
+    populate(dir.path());
+    for file in db_files(dir.path()) {
+        let len = fs::metadata(&file).unwrap().len();
+        // Garbage over the whole file: headers, segments and all.
+        fs::write(&file, vec![0xA5; len as usize]).unwrap();
+    }
+    assert_corrupt(
+        open_and_read(dir.path()),
+        dir.path(),
+        "the database does not open",
     );
 }
 
 #[test]
-fn truncated_db_files_fail_or_recover_without_panicking() {
-    // sled may legitimately recover a prefix from a torn tail; what matters
-    // is no panic, and that an error, if any, is typed.
-    let result = open_after(|dir| {
-        for file in db_files(dir) {
-            let len = fs::metadata(&file).unwrap().len();
-            let f = fs::OpenOptions::new().write(true).open(&file).unwrap();
-            f.set_len(len / 3).unwrap();
-        }
-    });
-    println!(
-        "truncated db: {:?}",
-        result.as_ref().map_err(|e| e.to_string())
+fn emptied_db_files_fail_to_open_instead_of_starting_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    populate(dir.path());
+    for file in db_files(dir.path()) {
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+    }
+    assert_corrupt(
+        open_and_read(dir.path()),
+        dir.path(),
+        "it holds database files but no identity record",
     );
-    if let Err(e) = result {
-        assert!(
-            matches!(
-                e,
-                StorageOpenError::Corrupt(_) | StorageOpenError::Io { .. }
-            ),
-            "unexpected error: {e}"
+}
+
+// sled cannot tell a log cut short by damage from one cut short by a crash
+// in the middle of a write, unless the cut lies behind the tip its last
+// recovery recorded (every open writes that tip into a `snap.*` file): a
+// tear beyond it is read as the end of the log, behind it as corruption.
+// So damage to writes made since the dir was last opened leaves exactly
+// the writes before it, and damage to older writes is refused.
+
+#[test]
+fn a_log_cut_short_since_the_last_open_keeps_exactly_the_entries_before_the_cut() {
+    for index in [1, 30, ENTRIES] {
+        let dir = tempfile::tempdir().unwrap();
+        populate(dir.path());
+        cut_log_at_entry(dir.path(), index);
+        assert_eq!(
+            open_and_read(dir.path()).unwrap(),
+            log_before(index),
+            "log cut inside entry {index}"
+        );
+        // What the open recovered is now the dir's state for good.
+        assert_eq!(open_and_read(dir.path()).unwrap(), log_before(index));
+    }
+}
+
+#[test]
+fn a_damaged_entry_written_since_the_last_open_keeps_exactly_the_entries_before_it() {
+    for index in [1, 30, ENTRIES] {
+        let dir = tempfile::tempdir().unwrap();
+        populate(dir.path());
+        flip_bytes(
+            &dir.path().join("raft").join("db"),
+            entry_offset(dir.path(), index),
+        );
+        assert_eq!(
+            open_and_read(dir.path()).unwrap(),
+            log_before(index),
+            "bytes flipped inside entry {index}"
         );
     }
 }
 
 #[test]
-fn emptied_db_files_fail_to_open_instead_of_starting_empty() {
-    let result = open_after(|dir| {
-        for file in db_files(dir) {
-            fs::OpenOptions::new()
-                .write(true)
-                .open(&file)
-                .unwrap()
-                .set_len(0)
-                .unwrap();
-        }
-    });
-    let err = result.expect_err("an emptied db must not open as a new one");
-    println!("emptied db: {err}");
-    assert!(
-        matches!(err, StorageOpenError::Corrupt(_)),
-        "unexpected error: {err}"
-    );
+fn a_log_cut_short_behind_the_last_open_is_refused_as_corrupt() {
+    for index in [1, 30, ENTRIES] {
+        let dir = tempfile::tempdir().unwrap();
+        populate(dir.path());
+        open_and_read(dir.path()).unwrap();
+        cut_log_at_entry(dir.path(), index);
+        assert_corrupt(
+            open_and_read(dir.path()),
+            dir.path(),
+            "the database does not open",
+        );
+    }
 }
 
 #[test]
-fn flipped_bytes_inside_db_files_never_panic_the_open() {
-    for fraction in [10u64, 4, 2] {
-        let result = open_after(|dir| {
-            for file in db_files(dir) {
-                let len = fs::metadata(&file).unwrap().len();
-                if len < 64 {
-                    continue;
-                }
-                let mut f = fs::OpenOptions::new().write(true).open(&file).unwrap();
-                f.seek(SeekFrom::Start(len / fraction)).unwrap();
-                f.write_all(&[0xFF; 32]).unwrap();
-            }
-        });
-        println!(
-            "32 bytes flipped at 1/{fraction} of each file: {:?}",
-            result.as_ref().map_err(|e| e.to_string())
+fn a_damaged_entry_behind_the_last_open_is_refused_as_corrupt() {
+    for index in [1, 30, ENTRIES] {
+        let dir = tempfile::tempdir().unwrap();
+        populate(dir.path());
+        open_and_read(dir.path()).unwrap();
+        flip_bytes(
+            &dir.path().join("raft").join("db"),
+            entry_offset(dir.path(), index),
         );
-        if let Err(e) = result {
-            assert!(
-                matches!(
-                    e,
-                    StorageOpenError::Corrupt(_) | StorageOpenError::Io { .. }
-                ),
-                "unexpected error: {e}"
-            );
+        assert_corrupt(
+            open_and_read(dir.path()),
+            dir.path(),
+            "the database does not open",
+        );
+    }
+}
+
+#[test]
+fn damaged_sled_config_and_snapshot_files_are_refused_as_corrupt() {
+    let dir = tempfile::tempdir().unwrap();
+    populate(dir.path());
+    open_and_read(dir.path()).unwrap();
+    let files = db_files(dir.path());
+    let named = |prefix: &str| {
+        files
+            .iter()
+            .find(|f| f.file_name().unwrap().to_string_lossy().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix}* file in {files:?}"))
+            .clone()
+    };
+    for file in [named("conf"), named("snap.")] {
+        let copy = tempfile::tempdir().unwrap();
+        copy_dir(dir.path(), copy.path());
+        let damaged = copy.path().join(file.strip_prefix(dir.path()).unwrap());
+        flip_bytes(&damaged, 8);
+        assert_corrupt(
+            open_and_read(copy.path()),
+            copy.path(),
+            "the database does not open",
+        );
+    }
+}
+
+/// Copies every file under `from` to the same place under `to`.
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let target = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            fs::create_dir_all(&target).unwrap();
+            copy_dir(&path, &target);
+        } else {
+            fs::copy(&path, &target).unwrap();
         }
     }
 }

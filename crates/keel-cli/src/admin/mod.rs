@@ -1,0 +1,101 @@
+//! Admin subcommands: thin clients of `AdminService` that follow
+//! NOT_CONTROLLER redirects and print tables or stable JSON.
+//!
+//! One module per command group; this one holds what they share: the
+//! options every command takes, the `call!` macro, and small helpers.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use keel_metadata::{ApiError, TopicId};
+use keel_proto::client::ControllerClient;
+use keel_proto::convert::error_from_pb;
+use keel_proto::pb;
+
+use crate::output::Output;
+
+/// The `keel dev` cluster's controllers, the default bootstrap.
+pub const DEFAULT_BOOTSTRAP: &str = "127.0.0.11:9093,127.0.0.12:9093,127.0.0.13:9093";
+
+/// Options every admin command takes.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// Any controller addresses, comma separated.
+    #[arg(long, env = "KEEL_BOOTSTRAP", default_value = DEFAULT_BOOTSTRAP, global = true)]
+    pub bootstrap: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Output::Table, global = true)]
+    pub output: Output,
+}
+
+impl Common {
+    pub fn client(&self) -> ControllerClient {
+        ControllerClient::new(
+            self.bootstrap
+                .split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect(),
+        )
+    }
+}
+
+/// Runs a call; on transport failure prints and returns the exit code.
+macro_rules! call {
+    ($client:expr, $svc:ident, $method:ident, $req:expr) => {
+        match $client
+            .$svc(|mut c| {
+                let req = $req.clone();
+                async move { c.$method(req).await }
+            })
+            .await
+        {
+            Ok(r) => {
+                if let Err(e) = ::keel_proto::convert::check(&r.error) {
+                    return $crate::output::refused(&e);
+                }
+                r
+            }
+            Err(e) => return $crate::output::unreachable(&e),
+        }
+    };
+}
+
+mod cluster;
+mod elect_leaders;
+mod partitions;
+mod quorum;
+mod reassign;
+mod topics;
+
+pub use cluster::{cluster, ClusterArgs};
+pub use elect_leaders::{elect, ElectArgs};
+pub use partitions::{partitions, PartitionsArgs};
+pub use quorum::{quorum, QuorumArgs};
+pub use reassign::{reassign, ReassignArgs};
+pub use topics::{topics, TopicsArgs};
+
+fn topic_id_text(b: &[u8]) -> String {
+    TopicId::from_bytes(b)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+fn item_error(e: &Option<pb::Error>) -> Option<ApiError> {
+    e.as_ref().filter(|e| e.code != 0).map(error_from_pb)
+}
+
+fn parse_kv(v: &[String]) -> Result<Vec<(String, String)>, String> {
+    v.iter()
+        .map(|s| {
+            s.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .ok_or_else(|| format!("config {s:?} is not KEY=VALUE"))
+        })
+        .collect()
+}
+
+fn usage(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(2)
+}

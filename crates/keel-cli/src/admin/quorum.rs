@@ -1,0 +1,187 @@
+//! `keel quorum`: describe, add or remove voters, snapshot.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use keel_proto::pb;
+use serde_json::json;
+
+use super::Common;
+use crate::output::{self, Output};
+
+#[derive(Args, Debug)]
+pub struct QuorumArgs {
+    #[command(subcommand)]
+    cmd: QuorumCmd,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Subcommand, Debug)]
+enum QuorumCmd {
+    /// Leader, term, commit index and every voter's replication state.
+    Describe {
+        /// Show the per-voter replication table (always included in JSON).
+        #[arg(long)]
+        replication: bool,
+    },
+    /// Add a voter (started with `keel controller --join`).
+    AddVoter {
+        #[arg(long)]
+        node_id: u64,
+        #[arg(long)]
+        address: String,
+    },
+    /// Remove a voter.
+    RemoveVoter {
+        #[arg(long)]
+        node_id: u64,
+    },
+    /// Build a snapshot of the image on the controller the first
+    /// `--bootstrap` address names (any voter, not only the active one),
+    /// optionally purging the log entries it covers.
+    Snapshot {
+        /// Then purge every log entry the snapshot covers.
+        #[arg(long)]
+        purge_log: bool,
+        /// Give up waiting for the snapshot after this long.
+        #[arg(long, default_value_t = 60_000)]
+        timeout_ms: u64,
+    },
+}
+
+pub async fn quorum(a: QuorumArgs) -> ExitCode {
+    let client = a.common.client();
+    match a.cmd {
+        QuorumCmd::Describe { replication } => {
+            let r = call!(
+                client,
+                admin,
+                describe_quorum,
+                pb::DescribeQuorumRequest::default()
+            );
+            match a.common.output {
+                Output::Json => output::json(&json!({
+                    "cluster_id": r.cluster_id,
+                    "leader_id": r.leader_id,
+                    "term": r.term,
+                    "commit_index": r.commit_index,
+                    "voters": r.voters.iter().map(|v| json!({
+                        "id": v.id,
+                        "address": v.address,
+                        "last_log_index": v.last_log_index,
+                        "lag": v.lag,
+                        "last_contact_ms": v.last_contact_ms,
+                        "status": v.status,
+                    })).collect::<Vec<_>>(),
+                })),
+                Output::Table => {
+                    println!("ClusterId:    {}", r.cluster_id);
+                    println!("LeaderId:     {}", r.leader_id);
+                    println!("Term:         {}", r.term);
+                    println!("CommitIndex:  {}", r.commit_index);
+                    println!(
+                        "Voters:       {:?}",
+                        r.voters
+                            .iter()
+                            .filter(|v| v.status != "learner")
+                            .map(|v| v.id)
+                            .collect::<Vec<_>>()
+                    );
+                    if replication {
+                        let rows: Vec<Vec<String>> = r
+                            .voters
+                            .iter()
+                            .map(|v| {
+                                vec![
+                                    v.id.to_string(),
+                                    v.address.clone(),
+                                    v.last_log_index
+                                        .map(|i| i.to_string())
+                                        .unwrap_or_else(|| "-".into()),
+                                    v.lag.to_string(),
+                                    v.last_contact_ms
+                                        .map(|m| format!("{m} ms"))
+                                        .unwrap_or_else(|| "-".into()),
+                                    v.status.clone(),
+                                ]
+                            })
+                            .collect();
+                        output::table(
+                            &[
+                                "NODE",
+                                "ADDRESS",
+                                "LOG END",
+                                "LAG",
+                                "LAST CONTACT",
+                                "STATUS",
+                            ],
+                            &rows,
+                        );
+                    }
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        QuorumCmd::AddVoter { node_id, address } => {
+            let req = pb::AddVoterRequest { node_id, address };
+            let _ = call!(client, admin_write, add_voter, req.clone());
+            match a.common.output {
+                Output::Json => output::json(&json!({"node_id": node_id, "added": true})),
+                Output::Table => println!("Node {node_id} is now a voter."),
+            }
+            ExitCode::SUCCESS
+        }
+        QuorumCmd::Snapshot {
+            purge_log,
+            timeout_ms,
+        } => {
+            let req = pb::TriggerSnapshotRequest {
+                purge_log,
+                timeout_ms,
+            };
+            // Not retried on another node after a timeout (that would build
+            // a second snapshot elsewhere); the attempt may take the whole
+            // snapshot timeout.
+            let budget = Duration::from_millis(timeout_ms.saturating_add(5_000));
+            let client = client.with_timeouts(budget, budget);
+            let r = call!(client, admin_write, trigger_snapshot, req);
+            let snap = r.snapshot.unwrap_or_default();
+            match a.common.output {
+                Output::Json => output::json(&json!({
+                    "last_index": snap.last_index,
+                    "size_bytes": snap.size_bytes,
+                    "image_bytes": snap.image_bytes,
+                    "build_ms": snap.build_ms,
+                    "purged_index": r.purged_index,
+                    "wait_ms": r.wait_ms,
+                })),
+                Output::Table => {
+                    println!("SnapshotIndex: {}", snap.last_index);
+                    println!("SizeBytes:     {}", snap.size_bytes);
+                    println!("ImageBytes:    {}", snap.image_bytes);
+                    if let Some(ms) = snap.build_ms {
+                        println!("BuildMs:       {ms:.1}");
+                    }
+                    println!("PurgedIndex:   {}", r.purged_index);
+                    println!("WaitMs:        {:.1}", r.wait_ms);
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        QuorumCmd::RemoveVoter { node_id } => {
+            let _ = call!(
+                client,
+                admin,
+                remove_voter,
+                pb::RemoveVoterRequest { node_id }
+            );
+            match a.common.output {
+                Output::Json => output::json(&json!({"node_id": node_id, "removed": true})),
+                Output::Table => println!("Node {node_id} is no longer a voter."),
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}

@@ -1,0 +1,300 @@
+//! `keel reassign`: generate, start, cancel and list partition reassignments.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use keel_metadata::ApiError;
+use keel_proto::client::ControllerClient;
+use keel_proto::pb;
+use serde_json::{json, Value};
+
+use super::{item_error, usage, Common};
+use crate::output::{self, Output};
+
+#[derive(Args, Debug)]
+pub struct ReassignArgs {
+    #[command(subcommand)]
+    cmd: ReassignCmd,
+    #[command(flatten)]
+    common: Common,
+}
+
+#[derive(Subcommand, Debug)]
+enum ReassignCmd {
+    /// Propose a balanced plan moving topics onto a set of brokers (prints
+    /// the plan JSON that `start --plan` takes).
+    Generate {
+        /// Topics to move, comma separated.
+        #[arg(long)]
+        topics: String,
+        /// Target brokers, comma separated.
+        #[arg(long)]
+        brokers: String,
+        /// Seed of the placement's randomness (same seed, same plan).
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Start the reassignments in a plan file:
+    /// {"partitions": [{"topic", "partition", "replicas": [..]}]}.
+    Start {
+        #[arg(long)]
+        plan: PathBuf,
+        /// Wait (with a progress bar) until every reassignment completed.
+        #[arg(long)]
+        wait: bool,
+        /// Give up waiting after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout_s: u64,
+    },
+    /// Cancel the reassignments of the partitions in a plan file.
+    Cancel {
+        #[arg(long)]
+        plan: PathBuf,
+    },
+    /// Reassignments in flight.
+    List,
+}
+
+#[derive(serde::Deserialize, serde::Serialize)]
+struct Plan {
+    partitions: Vec<PlanItem>,
+}
+
+#[derive(serde::Deserialize, serde::Serialize)]
+struct PlanItem {
+    topic: String,
+    partition: u32,
+    #[serde(default)]
+    replicas: Vec<u32>,
+}
+
+fn read_plan(p: &PathBuf) -> Result<Plan, String> {
+    let text =
+        std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a reassignment plan: {e}", p.display()))
+}
+
+pub async fn reassign(a: ReassignArgs) -> ExitCode {
+    let client = a.common.client();
+    let (plan, cancel) = match &a.cmd {
+        ReassignCmd::List => {
+            let r = call!(
+                client,
+                admin,
+                list_partition_reassignments,
+                pb::ListPartitionReassignmentsRequest::default()
+            );
+            match a.common.output {
+                Output::Json => output::json(&json!({
+                    "reassignments": r.reassignments.iter().map(|x| json!({
+                        "topic": x.topic, "partition": x.partition, "replicas": x.replicas,
+                        "adding": x.adding, "removing": x.removing,
+                    })).collect::<Vec<_>>()
+                })),
+                Output::Table => {
+                    let rows: Vec<Vec<String>> = r
+                        .reassignments
+                        .iter()
+                        .map(|x| {
+                            vec![
+                                x.topic.clone(),
+                                x.partition.to_string(),
+                                format!("{:?}", x.replicas),
+                                format!("{:?}", x.adding),
+                                format!("{:?}", x.removing),
+                            ]
+                        })
+                        .collect();
+                    output::table(
+                        &["TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"],
+                        &rows,
+                    );
+                }
+            }
+            return ExitCode::SUCCESS;
+        }
+        ReassignCmd::Generate {
+            topics,
+            brokers,
+            seed,
+        } => {
+            return generate(&client, topics, brokers, *seed).await;
+        }
+        ReassignCmd::Start { plan, .. } => (plan, false),
+        ReassignCmd::Cancel { plan } => (plan, true),
+    };
+    let (wait, timeout_s) = match &a.cmd {
+        ReassignCmd::Start {
+            wait, timeout_s, ..
+        } => (*wait, *timeout_s),
+        _ => (false, 0),
+    };
+    let plan = match read_plan(plan) {
+        Ok(p) => p,
+        Err(e) => return usage(e),
+    };
+    let req = pb::AlterPartitionReassignmentsRequest {
+        partitions: plan
+            .partitions
+            .iter()
+            .map(|p| pb::ReassignablePartition {
+                topic: p.topic.clone(),
+                partition: p.partition,
+                replicas: if cancel { vec![] } else { p.replicas.clone() },
+                cancel,
+            })
+            .collect(),
+    };
+    let r = call!(client, admin, alter_partition_reassignments, req.clone());
+    let mut failed = None;
+    let rows: Vec<Vec<String>> = r
+        .partitions
+        .iter()
+        .map(|p| {
+            let e = item_error(&p.error);
+            let status = match &e {
+                Some(e) => format!("{}: {}", e.code, e.message),
+                None => "ok".into(),
+            };
+            if e.is_some() {
+                failed = e;
+            }
+            vec![p.topic.clone(), p.partition.to_string(), status]
+        })
+        .collect();
+    match a.common.output {
+        Output::Json => output::json(&json!({
+            "partitions": r.partitions.iter().map(|p| json!({
+                "topic": p.topic, "partition": p.partition,
+                "error": item_error(&p.error).map(|e| e.code.name()),
+            })).collect::<Vec<_>>()
+        })),
+        Output::Table => output::table(&["TOPIC", "PARTITION", "RESULT"], &rows),
+    }
+    if let Some(e) = failed {
+        return output::refused(&e);
+    }
+    if wait {
+        let wanted: std::collections::BTreeSet<(String, u32)> = plan
+            .partitions
+            .iter()
+            .map(|p| (p.topic.clone(), p.partition))
+            .collect();
+        let bar = indicatif::ProgressBar::new(wanted.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} reassigning [{bar:40}] {pos}/{len} partitions ({elapsed})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        let deadline = Instant::now() + Duration::from_secs(timeout_s);
+        loop {
+            let r = call!(
+                client,
+                admin,
+                list_partition_reassignments,
+                pb::ListPartitionReassignmentsRequest::default()
+            );
+            let pending = r
+                .reassignments
+                .iter()
+                .filter(|x| wanted.contains(&(x.topic.clone(), x.partition)))
+                .count();
+            bar.set_position((wanted.len() - pending) as u64);
+            if pending == 0 {
+                bar.finish();
+                break;
+            }
+            if Instant::now() >= deadline {
+                bar.abandon();
+                eprintln!("error: {pending} reassignments still in flight after {timeout_s} s");
+                eprintln!("hint: new replicas must catch up and join the ISR; check `keel reassign list` and broker health");
+                return ExitCode::from(crate::EXIT_REFUSED);
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Proposes a balanced assignment of `topics` onto `brokers`, keeping each
+/// topic's replication factor; racks come from the cluster description.
+async fn generate(client: &ControllerClient, topics: &str, brokers: &str, seed: u64) -> ExitCode {
+    use rand::SeedableRng;
+    let names: Vec<String> = topics
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    let ids: Result<Vec<u32>, _> = brokers
+        .split(',')
+        .map(|s| s.trim().parse::<u32>())
+        .collect();
+    let Ok(ids) = ids else {
+        return usage(format!("--brokers {brokers:?} is not a list of broker ids"));
+    };
+    let cluster = call!(
+        client,
+        admin,
+        describe_cluster,
+        pb::DescribeClusterRequest::default()
+    );
+    let racks: BTreeMap<u32, Option<String>> = cluster
+        .brokers
+        .iter()
+        .filter_map(|b| b.broker.as_ref())
+        .map(|b| (b.broker_id, b.rack.clone()))
+        .collect();
+    if let Some(unknown) = ids.iter().find(|b| !racks.contains_key(b)) {
+        return output::refused(&ApiError::new(
+            keel_metadata::ErrorCode::UnknownBroker,
+            format!("broker {unknown} is not registered"),
+        ));
+    }
+    let placement: Vec<keel_metadata::placement::PlacementBroker> = ids
+        .iter()
+        .map(|b| keel_metadata::placement::PlacementBroker {
+            id: keel_metadata::BrokerId(*b),
+            rack: racks.get(b).cloned().flatten(),
+        })
+        .collect();
+    let req = pb::DescribeTopicsRequest {
+        names: names.clone(),
+    };
+    let r = call!(client, admin, describe_topics, req);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut items = Vec::new();
+    for t in &r.topics {
+        if let Some(e) = item_error(&t.error) {
+            return output::refused(&e);
+        }
+        let rf = t
+            .partitions
+            .first()
+            .and_then(|p| p.state.as_ref())
+            .map(|s| s.replicas.len() as u32)
+            .unwrap_or(1);
+        let assignment = match keel_metadata::placement::place_replicas(
+            &placement,
+            t.partitions.len() as u32,
+            rf,
+            &mut rng,
+        ) {
+            Ok(a) => a,
+            Err(e) => return output::refused(&e),
+        };
+        for (i, replicas) in assignment.into_iter().enumerate() {
+            items.push(PlanItem {
+                topic: t.name.clone(),
+                partition: i as u32,
+                replicas: replicas.into_iter().map(|b| b.0).collect(),
+            });
+        }
+    }
+    output::json(&serde_json::to_value(Plan { partitions: items }).unwrap_or(Value::Null));
+    ExitCode::SUCCESS
+}

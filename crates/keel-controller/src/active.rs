@@ -23,6 +23,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use keel_metadata::decide::Replayed;
+use keel_metadata::entries::lay_out;
 use keel_metadata::planner;
 use keel_metadata::{
     ApiError, BrokerId, ErrorCode, MetadataImage, MetadataRecord, RecordBatch, TopicPartition,
@@ -33,7 +35,7 @@ use rand::SeedableRng;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::channel::{ChannelManager, DeletionReport};
-use crate::command::{mark_proposed, outcome_unknown, Command, DecideEnv, Reply};
+use crate::command::{mark_proposed, outcome_unknown, Command, CommandKind, DecideEnv, Reply};
 use crate::shared::{now_ms, Shared};
 use crate::tasks;
 
@@ -57,81 +59,97 @@ pub enum ProposeError {
     Fatal(String),
 }
 
-/// Proposes records, split into entries of at most `MAX_RECORDS_PER_ENTRY`,
-/// all in flight at once; returns the index of the last entry.
-pub async fn propose(raft: &KeelRaft, records: Vec<MetadataRecord>) -> Result<u64, ProposeError> {
-    let mut pending = Vec::new();
-    for entry in into_entries(records) {
-        let rx = raft
-            .client_write_ff(RecordBatch::new(entry))
-            .await
-            .map_err(|e| ProposeError::Fatal(e.to_string()))?;
-        pending.push(rx);
+/// Proposes `entries` in order, all in flight at once. Returns the log
+/// index of each entry that committed, in order, up to the first that did
+/// not, and why that one did not (entries after it did not either: a
+/// leader's writes commit in order).
+pub async fn propose(
+    raft: &KeelRaft,
+    entries: Vec<RecordBatch>,
+) -> (Vec<u64>, Option<ProposeError>) {
+    let mut pending = Vec::with_capacity(entries.len());
+    for entry in entries {
+        match raft.client_write_ff(entry).await {
+            Ok(rx) => pending.push(rx),
+            Err(e) => {
+                // Raft stopped; whatever was handed over may still commit.
+                let (committed, _) = Box::pin(await_all(pending)).await;
+                return (committed, Some(ProposeError::Fatal(e.to_string())));
+            }
+        }
     }
-    let mut last = 0;
+    await_all(pending).await
+}
+
+type Pending = tokio::sync::oneshot::Receiver<
+    Result<
+        openraft::raft::ClientWriteResponse<keel_raft::TypeConfig>,
+        openraft::error::ClientWriteError<u64, openraft::BasicNode>,
+    >,
+>;
+
+async fn await_all(pending: Vec<Pending>) -> (Vec<u64>, Option<ProposeError>) {
+    let mut committed = Vec::with_capacity(pending.len());
     for rx in pending {
         match rx.await {
-            Ok(Ok(resp)) => last = last.max(resp.log_id.index),
-            Ok(Err(_)) => return Err(ProposeError::NotLeader),
-            Err(e) => return Err(ProposeError::Fatal(e.to_string())),
+            Ok(Ok(resp)) => committed.push(resp.log_id.index),
+            Ok(Err(_)) => return (committed, Some(ProposeError::NotLeader)),
+            Err(e) => return (committed, Some(ProposeError::Fatal(e.to_string()))),
         }
     }
-    Ok(last)
+    (committed, None)
 }
 
-/// `records` cut into entries of at most [`MAX_RECORDS_PER_ENTRY`], in
-/// order. A batch that fits is one entry as it is; a larger one is cut from
-/// the front, each record moved once (splitting the tail off instead moved
-/// the rest of a 100,000-record batch again for every entry).
-fn into_entries(records: Vec<MetadataRecord>) -> Vec<Vec<MetadataRecord>> {
-    if records.len() <= MAX_RECORDS_PER_ENTRY {
-        return if records.is_empty() {
-            Vec::new()
-        } else {
-            vec![records]
-        };
-    }
-    let mut entries = Vec::with_capacity(records.len().div_ceil(MAX_RECORDS_PER_ENTRY));
-    let mut rest = records.into_iter();
-    loop {
-        let entry: Vec<MetadataRecord> = rest.by_ref().take(MAX_RECORDS_PER_ENTRY).collect();
-        if entry.is_empty() {
-            return entries;
-        }
-        entries.push(entry);
-    }
-}
-
-/// The working image of a batch: `base` plus `records`, each replayed at
-/// the index the batch's entry will get (as in the loop).
-fn rebuild(base: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage {
-    let mut working = base.clone();
-    let offset = base.offset() + 1;
-    for r in records {
-        if let Err(e) = working.replay(r, offset) {
-            // Every record here replayed once already on this very image.
-            tracing::error!(error = %e, "accepted record no longer replays");
-        }
-    }
-    working
+/// One command of a decided batch.
+struct Part {
+    kind: CommandKind,
+    records: Vec<MetadataRecord>,
+    reply: Reply,
 }
 
 /// What one batch of commands decided.
 struct Decided {
-    records: Vec<MetadataRecord>,
-    replies: Vec<Reply>,
+    parts: Vec<Part>,
     stop_replicas: Vec<(TopicPartition, BrokerId)>,
     /// The broker requests the records call for and their summary; `None`
     /// when nothing was decided (every command answers at once).
     plan: Option<(planner::BrokerRequestPlan, tasks::ChangeSummary)>,
 }
 
+/// Takes a decide step's records into the working image: its proof's
+/// image when it handed one over that fits (checked against a fresh replay
+/// in debug builds), else the records replayed in place (no copy of the
+/// working image per command: a copy would make every replay below copy
+/// the paths it touches). On an error the working image may hold part of
+/// the records; the caller rebuilds it.
+fn take_in(
+    working: &mut MetadataImage,
+    records: &[MetadataRecord],
+    proof: Option<Replayed>,
+) -> Result<(), String> {
+    if let Some(proof) = proof {
+        if !proof.fits(working, records) {
+            return Err("its replayed image is not of these records on this image".into());
+        }
+        if cfg!(debug_assertions) {
+            proof.verify(working, records).map_err(|e| e.to_string())?;
+        }
+        *working = proof.into_image();
+        return Ok(());
+    }
+    let offset = working.offset() + 1;
+    records
+        .iter()
+        .try_for_each(|r| working.replay(r, offset))
+        .map_err(|e| e.to_string())
+}
+
 /// Decides `batch` in order against `base`, each command seeing the
-/// records of those before it.
+/// records of those before it. The working image is only ever made by
+/// replay: a decide step's proof, or the records replayed onto it.
 fn decide(base: &MetadataImage, batch: Vec<Command>, env: &mut DecideEnv) -> Decided {
     let mut working = base.clone();
-    let mut records = Vec::new();
-    let mut replies = Vec::new();
+    let mut parts: Vec<Part> = Vec::new();
     let mut stop_replicas = Vec::new();
     for cmd in batch {
         let started = Instant::now();
@@ -140,28 +158,27 @@ fn decide(base: &MetadataImage, batch: Vec<Command>, env: &mut DecideEnv) -> Dec
             .record(cmd.enqueued.elapsed().as_secs_f64());
         env.now_ms = now_ms();
         let (mut p, proposed) = cmd.decide(&working, env);
-        let speculative_offset = working.offset() + 1;
-        // Replayed in place (no copy of the working image per command:
-        // a copy would make every replay below copy the paths it
-        // touches); the rare failure rebuilds the working image from
-        // the base and the records accepted so far. A decide step that
-        // replayed its records itself hands over its image instead.
-        let failed = match p.replayed.take() {
-            Some(replayed) => {
-                working = replayed;
-                None
-            }
-            None => p
-                .records
-                .iter()
-                .find_map(|r| working.replay(r, speculative_offset).err()),
-        };
-        if let Some(e) = failed {
+        if let Err(e) = take_in(&mut working, &p.records, p.replayed.take()) {
             // A decision that does not replay is a bug in the decide step:
-            // refuse it, keep the node running, and say so loudly.
+            // refuse it, and rebuild the working image by a fresh replay of
+            // what was accepted before it.
             tracing::error!(%kind, error = %e, "decision produced an inconsistent record; refused");
-            working = rebuild(base, &records);
-            (p.on_commit)(Err(ApiError::new(ErrorCode::Internal, e.to_string())));
+            let accepted: Vec<MetadataRecord> = parts
+                .iter()
+                .flat_map(|p| p.records.iter().cloned())
+                .collect();
+            match Replayed::replay(base, &accepted) {
+                Ok(proof) => working = proof.into_image(),
+                Err(e) => {
+                    // Every one of them replayed on this very image once.
+                    tracing::error!(error = %e, "accepted records no longer replay; dropping the batch");
+                    for p in parts.drain(..) {
+                        (p.reply)(Err(ApiError::new(ErrorCode::Internal, e.to_string())));
+                    }
+                    working = base.clone();
+                }
+            }
+            (p.on_commit)(Err(ApiError::new(ErrorCode::Internal, e)));
             continue;
         }
         metrics::histogram!("keel_controller_event_process_time_seconds", "kind" => kind.as_str())
@@ -169,22 +186,57 @@ fn decide(base: &MetadataImage, batch: Vec<Command>, env: &mut DecideEnv) -> Dec
         if !p.records.is_empty() {
             mark_proposed(&proposed);
         }
-        records.extend(p.records);
         stop_replicas.extend(p.stop_replicas);
-        replies.push(p.on_commit);
+        parts.push(Part {
+            kind,
+            records: p.records,
+            reply: p.on_commit,
+        });
     }
-    let plan = (!records.is_empty()).then(|| {
+    let any = parts.iter().any(|p| !p.records.is_empty());
+    let plan = any.then(|| {
+        let records: Vec<&MetadataRecord> = parts.iter().flat_map(|p| &p.records).collect();
         (
-            planner::plan(base, &working, &records),
-            tasks::ChangeSummary::of(&records),
+            planner::plan(base, &working, records.iter().copied()),
+            tasks::ChangeSummary::of(records.iter().copied()),
         )
     });
     Decided {
-        records,
-        replies,
+        parts,
         stop_replicas,
         plan,
     }
+}
+
+/// Appends an abort for a transaction an earlier leader left open (its end
+/// marker never committed), before this activation decides anything: the
+/// held records of that decision are dropped on every node. False when
+/// the abort did not commit (leadership lost).
+async fn abort_open_transaction(shared: &Shared, epoch: u64) -> bool {
+    let Some(begun_at) = shared.image().open_transaction() else {
+        return true;
+    };
+    tracing::warn!(
+        node = shared.config.node_id,
+        term = epoch,
+        begun_at,
+        held = shared.image().held_records(),
+        "an earlier leader left a transaction open; aborting it"
+    );
+    let abort = RecordBatch::new(vec![MetadataRecord::AbortTransaction]);
+    let (committed, failed) = propose(&shared.raft, vec![abort]).await;
+    if let Some(e) = failed {
+        tracing::warn!(node = shared.config.node_id, term = epoch, error = %e, "the abort did not commit; leaving the active role");
+        return false;
+    }
+    tracing::info!(
+        node = shared.config.node_id,
+        term = epoch,
+        begun_at,
+        index = committed.last().copied().unwrap_or(0),
+        "open transaction aborted"
+    );
+    true
 }
 
 /// Runs the loop until `stop` fires, the queue closes, or leadership is lost.
@@ -212,11 +264,18 @@ pub(crate) async fn run(
         term = epoch,
         "active controller event loop started"
     );
-    loop {
+    // Housekeeping ticks of this activation.
+    let mut ticks = 0u64;
+    while abort_open_transaction(&shared, epoch).await {
+        let mut reconciled = false;
         let first = tokio::select! {
             _ = &mut stop => break,
             c = rx.recv() => match c { Some(c) => c, None => break },
-            _ = tick.tick() => tasks::housekeeping(shared.clone()),
+            _ = tick.tick() => {
+                ticks += 1;
+                reconciled = tasks::reconciles(ticks);
+                tasks::housekeeping(shared.clone(), ticks)
+            }
             Some(r) = reports.recv() => tasks::replica_deletion_results(r),
         };
         let mut batch = vec![first];
@@ -229,11 +288,18 @@ pub(crate) async fn run(
         metrics::gauge!("keel_controller_event_queue_size").set(rx.len() as f64);
 
         let base = shared.image();
+        if base.open_transaction().is_some() {
+            // Only an earlier leader's transaction can be open here (this
+            // loop waits for its own to end): abort it first, then decide.
+            if !abort_open_transaction(&shared, epoch).await {
+                break;
+            }
+        }
+        let base = shared.image();
         let decide_started = Instant::now();
         let light = batch.iter().all(|c| c.kind.is_light());
         let Decided {
-            records,
-            replies,
+            parts,
             stop_replicas,
             plan,
         } = if light {
@@ -243,17 +309,43 @@ pub(crate) async fn run(
         };
         let Some((plan, summary)) = plan else {
             let offset = base.offset();
-            for r in replies {
-                r(Ok(offset));
+            for p in parts {
+                (p.reply)(Ok(offset));
             }
             channels.stop_replicas(stop_replicas);
+            if reconciled {
+                keel_raft::off_the_workers(|| tasks::publish_image_gauges(&base));
+            }
             continue;
         };
         let started = Instant::now();
         let decided_in = started - decide_started;
-        let record_count = records.len();
-        match propose(&shared.raft, records).await {
-            Ok(index) => {
+        let record_count: usize = parts.iter().map(|p| p.records.len()).sum();
+        let mut replies = Vec::with_capacity(parts.len());
+        let mut decisions = Vec::with_capacity(parts.len());
+        for p in parts {
+            replies.push(p.reply);
+            decisions.push((p.kind.as_str().to_string(), p.records));
+        }
+        let layout = lay_out(decisions, MAX_RECORDS_PER_ENTRY);
+        let batches: Vec<RecordBatch> = layout.entries.into_iter().map(RecordBatch::new).collect();
+        let (committed, failed) = propose(&shared.raft, batches.clone()).await;
+        tasks::after_commit(&shared, batches.iter().zip(&committed));
+        // Each command is answered with the index of the entry that holds
+        // its last record, once that entry committed; a command without
+        // records, once every entry before it did (it was decided on them).
+        let mut needed: Option<usize> = None;
+        for (reply, last) in replies.into_iter().zip(layout.last_entry) {
+            needed = needed.max(last);
+            let answer = match needed {
+                None => Ok(base.offset()),
+                Some(e) => committed.get(e).copied().ok_or_else(outcome_unknown),
+            };
+            reply(answer);
+        }
+        match failed {
+            None => {
+                let index = committed.last().copied().unwrap_or(base.offset());
                 let committed_in = started.elapsed();
                 metrics::histogram!("keel_controller_commit_latency_seconds")
                     .record(committed_in.as_secs_f64());
@@ -266,25 +358,31 @@ pub(crate) async fn run(
                         term = epoch,
                         index,
                         records = record_count,
+                        entries = committed.len(),
                         decide_ms = decided_in.as_secs_f64() * 1e3,
                         commit_ms = committed_in.as_secs_f64() * 1e3,
                         "large batch committed"
                     );
-                }
-                for r in replies {
-                    r(Ok(index));
                 }
                 // The applied image now holds these entries (with their real
                 // indexes, e.g. broker epochs): plan requests from it.
                 summary.log(shared.config.node_id, epoch, index);
                 channels.apply(plan, &shared.image());
                 channels.stop_replicas(stop_replicas);
-            }
-            Err(e) => {
-                tracing::warn!(node = shared.config.node_id, term = epoch, error = %e, "proposal failed; leaving the active role");
-                for r in replies {
-                    r(Err(outcome_unknown()));
+                if reconciled {
+                    let image = shared.image();
+                    keel_raft::off_the_workers(|| tasks::publish_image_gauges(&image));
                 }
+            }
+            Some(e) => {
+                tracing::warn!(
+                    node = shared.config.node_id,
+                    term = epoch,
+                    error = %e,
+                    committed = committed.len(),
+                    entries = batches.len(),
+                    "proposal failed; leaving the active role"
+                );
                 break;
             }
         }
@@ -344,56 +442,41 @@ mod tests {
         (cmd, seen_rx)
     }
 
-    #[test]
-    fn a_batch_is_cut_into_entries_in_order_and_none_is_empty() {
-        let records = |n: usize| -> Vec<MetadataRecord> {
-            (0..n)
-                .map(|i| MetadataRecord::FenceBroker {
-                    broker: BrokerId(i as u32),
-                    epoch: keel_metadata::BrokerEpoch(0),
-                })
-                .collect()
-        };
-        assert!(into_entries(Vec::new()).is_empty());
-        assert_eq!(into_entries(records(3)), vec![records(3)]);
-        let max = MAX_RECORDS_PER_ENTRY;
-        for n in [max, max + 1, 2 * max, 20 * max + 1] {
-            let entries = into_entries(records(n));
-            assert_eq!(entries.len(), n.div_ceil(max), "{n} records");
-            assert!(entries.iter().all(|e| !e.is_empty() && e.len() <= max));
-            assert_eq!(entries.concat(), records(n), "order kept for {n}");
-        }
+    /// The records of every command of a batch, in order.
+    fn records_of(d: &Decided) -> Vec<MetadataRecord> {
+        d.parts.iter().flat_map(|p| p.records.clone()).collect()
     }
 
-    /// The loop takes a handed-over image as it is rather than replaying
-    /// the records: an image carrying one more change than its records (a
-    /// broken promise no decide step makes) shows that change to the next
-    /// command, and the same proposal without the image does not.
+    /// A handed-over image that is not what replay makes (one more change
+    /// than its records) is caught: the command is refused with INTERNAL,
+    /// and the next command sees neither that change nor the refused
+    /// command's records.
     #[test]
-    fn the_loop_takes_the_handed_over_image_instead_of_replaying() {
+    fn a_handed_over_image_that_differs_from_replay_is_caught() {
         let base = base(1);
         let (b0, b1) = (BrokerId(0), BrokerId(1));
         let shutting = MetadataRecord::BrokerShuttingDown {
             broker: b0,
             epoch: base.broker(b0).expect("registered").epoch,
         };
-        let mut marked = base.clone();
-        for r in [
-            shutting.clone(),
-            MetadataRecord::FenceBroker {
-                broker: b1,
-                epoch: base.broker(b1).expect("registered").epoch,
-            },
-        ] {
-            marked.replay(&r, base.offset() + 1).expect("replays");
-        }
-        let seen = |image: Option<MetadataImage>| {
+        let honest = Replayed::replay(&base, std::slice::from_ref(&shutting)).expect("replays");
+        let mut marked = honest.image().clone();
+        marked
+            .replay(
+                &MetadataRecord::FenceBroker {
+                    broker: b1,
+                    epoch: base.broker(b1).expect("registered").epoch,
+                },
+                base.offset() + 1,
+            )
+            .expect("replays");
+        let run = |proof: Option<Replayed>| {
             let records = vec![shutting.clone()];
-            let (tx1, _rx1) = oneshot::channel::<Result<(), ApiError>>();
+            let (tx1, rx1) = oneshot::channel::<Result<(), ApiError>>();
             let first = Command::new(
-                CommandKind::Housekeeping,
+                CommandKind::ControlledShutdown,
                 move |_: &MetadataImage, _: &mut DecideEnv| {
-                    Proposal::with_reply(records, Ok(())).with_replayed(image)
+                    Proposal::with_reply(records, Ok(())).with_replayed(proof)
                 },
                 tx1,
             );
@@ -402,19 +485,25 @@ mod tests {
                 (b(b0).shutting_down, b(b1).fenced)
             });
             let decided = decide(&base, vec![first, observer], &mut env());
-            assert_eq!(decided.records, vec![shutting.clone()]);
-            seen_rx.recv().expect("observer ran")
+            let mut rx1 = rx1;
+            let refused = matches!(rx1.try_recv(), Ok(Err(e)) if e.code == ErrorCode::Internal);
+            (
+                records_of(&decided),
+                seen_rx.recv().expect("observer ran"),
+                refused,
+            )
         };
-        assert_eq!(
-            seen(Some(marked)),
-            (true, true),
-            "the image was taken as it is"
-        );
-        assert_eq!(
-            seen(None),
-            (true, false),
-            "without one, the records are replayed"
-        );
+        let (records, seen, refused) = run(Some(honest.forged_for_tests(marked)));
+        assert!(refused, "the forged image is refused");
+        assert!(records.is_empty(), "nothing of it is proposed");
+        assert_eq!(seen, (false, false), "the next command sees none of it");
+        let (records, seen, refused) = run(Some(honest.clone()));
+        assert!(!refused);
+        assert_eq!(records, vec![shutting.clone()]);
+        assert_eq!(seen, (true, false), "an honest image is taken");
+        let (records, seen, _) = run(None);
+        assert_eq!(records, vec![shutting.clone()]);
+        assert_eq!(seen, (true, false), "without one, the records are replayed");
     }
 
     /// A command that hands over its decision's image is followed, in the
@@ -448,7 +537,7 @@ mod tests {
         assert!(shutting, "the second command saw the first one's records");
         assert_eq!(led, 0, "every leadership moved off the broker");
         let expected = base.decide_controlled_shutdown(b0, epoch).records;
-        assert_eq!(decided.records, expected);
+        assert_eq!(records_of(&decided), expected);
         let (plan, _) = decided.plan.expect("records were decided");
         assert!(!plan.updates.leader_and_isr.is_empty());
     }

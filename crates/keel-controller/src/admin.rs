@@ -11,7 +11,8 @@ use futures::stream::{BoxStream, StreamExt};
 use keel_metadata::decide::{ConfigOp, CreatePartitions, CreateTopic, ElectionKind};
 use keel_metadata::{ApiError, BrokerId, ErrorCode, MetadataImage, TopicPartition};
 use keel_proto::convert::{
-    broker_to_pb, brokers_from_pb, error_to_pb, partition_to_pb, result_error,
+    broker_to_pb, brokers_from_pb, config_op_from_pb, election_kind_from_pb, error_to_pb,
+    partition_to_pb, result_error,
 };
 use keel_proto::pb;
 use keel_proto::pb::admin_service_server::AdminService;
@@ -283,7 +284,7 @@ impl AdminService for AdminApi {
         let r = self
             .shared
             .submit(CommandKind::DeleteTopics, move |image, _| {
-                let mut chain = crate::tasks::Chain::new(image);
+                let mut chain = keel_metadata::decide::Chain::new(image);
                 let reply = chain.decide(|image| image.decide_delete_topics(&names));
                 // Start these topics' deletion right away rather than at the
                 // next tick (only these: others progress on the tick).
@@ -292,7 +293,7 @@ impl AdminService for AdminApi {
                     .filter_map(|(_, r)| r.as_ref().ok().copied())
                     .collect();
                 let stop = crate::tasks::deletion_progress_of(&mut chain, &ids);
-                chain.proposal(Ok(reply)).with_stop_replicas(stop)
+                crate::tasks::chain_proposal(chain, Ok(reply)).with_stop_replicas(stop)
             })
             .await;
         Ok(Response::new(match r {
@@ -445,10 +446,14 @@ impl AdminService for AdminApi {
         req: Request<pb::ElectLeadersRequest>,
     ) -> Result<Response<pb::ElectLeadersResponse>, Status> {
         let req = req.into_inner();
-        let kind = if req.election_type == pb::ElectionType::Unclean as i32 {
-            ElectionKind::Unclean
-        } else {
-            ElectionKind::Preferred
+        let kind: ElectionKind = match election_kind_from_pb(req.election_type) {
+            Ok(k) => k,
+            Err(e) => {
+                return Ok(Response::new(pb::ElectLeadersResponse {
+                    error: Some(error_to_pb(&e.into())),
+                    partitions: vec![],
+                }))
+            }
         };
         let wanted = req.partitions;
         let r = self
@@ -620,24 +625,27 @@ impl AdminService for AdminApi {
     ) -> Result<Response<pb::IncrementalAlterConfigsResponse>, Status> {
         let _admitted = self.admit(&req).await;
         let req = req.into_inner();
-        let items: Vec<(String, Vec<ConfigOp>)> = req
+        let items: Result<Vec<(String, Vec<ConfigOp>)>, keel_proto::convert::ConvertError> = req
             .topics
             .into_iter()
             .map(|t| {
                 let ops = t
                     .ops
                     .into_iter()
-                    .map(|o| {
-                        if o.op == pb::ConfigOp::Delete as i32 {
-                            ConfigOp::Delete(o.key)
-                        } else {
-                            ConfigOp::Set(o.key, o.value)
-                        }
-                    })
-                    .collect();
-                (t.topic, ops)
+                    .map(config_op_from_pb)
+                    .collect::<Result<_, _>>()?;
+                Ok((t.topic, ops))
             })
             .collect();
+        let items = match items {
+            Ok(items) => items,
+            Err(e) => {
+                return Ok(Response::new(pb::IncrementalAlterConfigsResponse {
+                    error: Some(error_to_pb(&ApiError::from(e))),
+                    topics: vec![],
+                }))
+            }
+        };
         let validate_only = req.validate_only;
         let r = self
             .shared

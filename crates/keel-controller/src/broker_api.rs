@@ -12,8 +12,7 @@ use keel_metadata::decide::{
     AlterPartitionItem, Heartbeat, HeartbeatReply, RegisterBroker, RegisterReply,
 };
 use keel_metadata::{
-    ApiError, BrokerEpoch, BrokerId, BrokerRegistration, ErrorCode, IncarnationId, LeaderEpoch,
-    MetadataImage, PartitionEpoch,
+    ApiError, BrokerEpoch, BrokerId, ErrorCode, IncarnationId, LeaderEpoch, PartitionEpoch,
 };
 use keel_proto::convert::{
     brokers_from_pb, error_to_pb, partition_to_pb, result_error, topic_id_from_pb,
@@ -44,27 +43,6 @@ impl BrokerApi {
             Some(error_to_pb(&e))
         }
     }
-}
-
-/// Partitions `broker` leads (counted only while it shuts down).
-fn leaderships(image: &MetadataImage, broker: BrokerId) -> u32 {
-    image
-        .partitions()
-        .filter(|(_, p)| p.leader == Some(broker))
-        .count() as u32
-}
-
-/// Whether a heartbeat needs a decision (a state change) or can be answered
-/// from the broker's registration as it stands.
-fn needs_change(b: &BrokerRegistration, hb: &Heartbeat, caught_up: bool) -> bool {
-    let new_dirs = hb
-        .offline_log_dirs
-        .iter()
-        .any(|d| !b.offline_log_dirs.contains(d));
-    (hb.want_fence && !b.fenced)
-        || hb.want_shutdown
-        || new_dirs
-        || (b.fenced && caught_up && !hb.want_fence && !b.shutting_down)
 }
 
 #[tonic::async_trait]
@@ -130,21 +108,26 @@ impl BrokerService for BrokerApi {
                     .unwrap_or(false);
                 let d = image.decide_register_broker(&reg, live);
                 Proposal::new(d.records, move |commit| {
+                    // A new registration's epoch is the index of the entry
+                    // that holds it, as replay gives it.
                     let index = commit?;
-                    let epoch = match d.reply? {
+                    Ok(match d.reply? {
                         RegisterReply::Existing(e) => e,
                         RegisterReply::New => BrokerEpoch(index),
-                    };
-                    if let Ok(mut t) = shared.heartbeats.lock() {
-                        t.touch(broker, epoch, now_ms());
-                    }
-                    Ok(epoch)
+                    })
                 })
                 .with_replayed(d.replayed)
             })
             .await;
         match r {
-            Ok(epoch) => reply(None, epoch.0),
+            Ok(epoch) => {
+                // Contact, as a heartbeat records it (a new registration's
+                // session already started when its record committed).
+                if let Ok(mut t) = self.shared.heartbeats.lock() {
+                    t.touch(broker, epoch, now_ms());
+                }
+                reply(None, epoch.0)
+            }
             Err(e) => reply(self.error(e), 0),
         }
     }
@@ -193,40 +176,19 @@ impl BrokerService for BrokerApi {
                 },
             }))
         };
-        let reg = match image.broker(hb.broker) {
-            Some(b) if b.epoch == hb.epoch => b,
-            Some(b) => {
-                return answer(Err(ApiError::new(
-                    ErrorCode::StaleBrokerEpoch,
-                    format!(
-                        "broker {} has epoch {}, not {}; re-register",
-                        hb.broker, b.epoch.0, hb.epoch.0
-                    ),
-                )))
+        let registered = image.broker(hb.broker).filter(|b| b.epoch == hb.epoch);
+        if registered.is_some() {
+            if let Ok(mut t) = self.shared.heartbeats.lock() {
+                t.touch(hb.broker, hb.epoch, now_ms());
             }
-            None => {
-                return answer(Err(ApiError::new(
-                    ErrorCode::UnknownBroker,
-                    format!("broker {} is not registered; register first", hb.broker),
-                )))
-            }
-        };
-        if let Ok(mut t) = self.shared.heartbeats.lock() {
-            t.touch(hb.broker, hb.epoch, now_ms());
         }
         // Caught up once the broker has applied its own registration.
-        let caught_up = hb.metadata_offset >= reg.epoch.0;
-        if !needs_change(reg, &hb, caught_up) {
-            return answer(Ok(HeartbeatReply {
-                is_caught_up: caught_up,
-                is_fenced: reg.fenced,
-                should_shut_down: false,
-                remaining_leaderships: if reg.shutting_down {
-                    leaderships(image, hb.broker)
-                } else {
-                    0
-                },
-            }));
+        let caught_up = registered.is_some_and(|b| hb.metadata_offset >= b.epoch.0);
+        // The pure decision answers; only a state change goes to the loop
+        // (which decides again, on its own image).
+        let d = image.decide_heartbeat(&hb, caught_up);
+        if d.records.is_empty() {
+            return answer(d.reply);
         }
         let r = self
             .shared

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+use keel_metadata::decide::Replayed;
 use keel_metadata::{ApiError, BrokerId, ErrorCode, MetadataImage, MetadataRecord, TopicPartition};
 use rand::rngs::StdRng;
 use tokio::sync::oneshot;
@@ -87,8 +88,8 @@ pub struct Proposal<T> {
     /// manager); each broker's answer comes back as a command.
     pub stop_replicas: Vec<(TopicPartition, BrokerId)>,
     /// The image the decide step was given with `records` replayed onto
-    /// it, as the loop would replay them: the loop adopts it instead.
-    pub(crate) replayed: Option<MetadataImage>,
+    /// it, with replay's proof: the loop adopts it instead of replaying.
+    pub(crate) replayed: Option<Replayed>,
 }
 
 impl<T: Send + 'static> Proposal<T> {
@@ -111,21 +112,16 @@ impl<T: Send + 'static> Proposal<T> {
         self
     }
 
-    /// `image`, when given, is the image the decide step was given with
-    /// exactly `records` replayed onto it, each at that image's offset + 1
-    /// (what the loop does): the loop takes it as its working image rather
-    /// than replaying the records again. A decision's
-    /// [`replayed`](keel_metadata::decide::Decision::replayed) image
+    /// `proof`, when given, is replay's proof of the image the decide step
+    /// was given with exactly `records` replayed onto it: the loop takes
+    /// that image as its working image rather than replaying the records
+    /// again (it checks that the proof fits, and in debug builds replays
+    /// afresh and compares). A decision's
+    /// [`replayed`](keel_metadata::decide::Decision::replayed) proof
     /// qualifies when the decision was made on the image the step was given.
-    pub(crate) fn with_replayed(mut self, image: Option<MetadataImage>) -> Self {
-        self.replayed = image;
+    pub(crate) fn with_replayed(mut self, proof: Option<Replayed>) -> Self {
+        self.replayed = proof;
         self
-    }
-
-    /// The image handed over with the records, if any.
-    #[cfg(test)]
-    pub(crate) fn replayed(&self) -> Option<&MetadataImage> {
-        self.replayed.as_ref()
     }
 
     /// Records whose reply is fixed in advance (given once they commit).
@@ -143,7 +139,7 @@ pub(crate) type Reply = Box<dyn FnOnce(Result<u64, ApiError>) + Send>;
 pub(crate) struct Decided {
     pub(crate) records: Vec<MetadataRecord>,
     pub(crate) stop_replicas: Vec<(TopicPartition, BrokerId)>,
-    pub(crate) replayed: Option<MetadataImage>,
+    pub(crate) replayed: Option<Replayed>,
     pub(crate) on_commit: Reply,
 }
 

@@ -131,7 +131,6 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
             // already here. The loop opens a channel (full state) to every
             // broker; its first reconcile tick (2 s in) elects offline
             // partitions and resumes reassignments and deletions.
-            shared.ticks.store(0, std::sync::atomic::Ordering::Relaxed);
             let (tx, rx) = mpsc::channel(EVENT_QUEUE);
             let (stop_tx, stop_rx) = oneshot::channel();
             let task = tokio::spawn(crate::active::run(shared.clone(), epoch, rx, stop_rx));

@@ -2,7 +2,6 @@
 //! (while active) its event loop.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -44,8 +43,6 @@ pub struct Shared {
     pub active: RwLock<Option<ActiveHandle>>,
     /// Broker sessions: soft state, meaningful only on the active controller.
     pub heartbeats: Mutex<HeartbeatTracker>,
-    /// Housekeeping ticks so far (paces the slower periodic work).
-    pub(crate) ticks: AtomicU64,
     /// When each Raft peer last answered this node's RPCs.
     peer_contacts: PeerContacts,
     /// Bytes of admin writes being answered at once, over all connections.
@@ -67,7 +64,6 @@ impl Shared {
             image,
             active: RwLock::new(None),
             heartbeats,
-            ticks: AtomicU64::new(0),
             peer_contacts,
             write_budget,
         }

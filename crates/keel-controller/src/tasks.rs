@@ -1,11 +1,10 @@
 //! Periodic work of the active controller, run as commands on its loop.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_metadata::decide::Decision;
-use keel_metadata::{ApiError, MetadataImage, MetadataRecord};
+use keel_metadata::decide::Chain;
+use keel_metadata::{ApiError, MetadataImage, MetadataRecord, RecordBatch};
 
 use crate::channel::DeletionReport;
 use crate::command::{Command, CommandKind, Proposal};
@@ -19,68 +18,33 @@ pub const TICK: Duration = Duration::from_millis(200);
 /// every tick, and not before a new activation served its first requests.
 const RECONCILE_EVERY_TICKS: u64 = 10;
 
-/// Decisions chained on one working image, each seeing the effects of the
-/// ones before it (housekeeping, deletion steps). The loop adopts the
-/// working image instead of replaying the records a second time: fencing a
-/// broker that leads 100,000 partitions replays them once, not twice.
-pub(crate) struct Chain {
-    work: MetadataImage,
-    records: Vec<MetadataRecord>,
-    /// A decision stopped replaying part-way: the working image holds
-    /// records that `records` does not, so the loop must not adopt it.
-    broken: bool,
+/// The proposal of every decision `chain` kept, answered with `reply`,
+/// with the chain's proof of its image. A decision the chain dropped (its
+/// records did not replay: a bug in its decide function) is logged.
+pub(crate) fn chain_proposal<T: Send + 'static>(
+    chain: Chain,
+    reply: Result<T, ApiError>,
+) -> Proposal<T> {
+    let (records, proof, dropped) = chain.finish();
+    for e in dropped {
+        tracing::error!(error = %e, "a chained decision does not replay; dropped");
+    }
+    Proposal::with_reply(records, reply).with_replayed(proof)
 }
 
-impl Chain {
-    /// A chain on (an O(1) clone of) the image the decide step was given.
-    pub(crate) fn new(image: &MetadataImage) -> Self {
-        Self {
-            work: image.clone(),
-            records: Vec::new(),
-            broken: false,
-        }
-    }
-
-    /// The image with every decision taken so far.
-    pub(crate) fn image(&self) -> &MetadataImage {
-        &self.work
-    }
-
-    /// Makes a decision on the working image, applies it there (taking the
-    /// decision's own replayed image when it kept one) and keeps its records.
-    pub(crate) fn decide<R>(&mut self, f: impl FnOnce(&MetadataImage) -> Decision<R>) -> R {
-        let d = f(&self.work);
-        if let Some(image) = d.replayed {
-            self.work = image;
-            self.records.extend(d.records);
-            return d.reply;
-        }
-        let offset = self.work.offset() + 1;
-        for r in &d.records {
-            if let Err(e) = self.work.replay(r, offset) {
-                // The loop replays the kept records again on its own image
-                // (the working image is not handed over); this only stops
-                // the bad decision.
-                tracing::error!(error = %e, "chained decision does not replay");
-                self.broken = true;
-                return d.reply;
-            }
-        }
-        self.records.extend(d.records);
-        d.reply
-    }
-
-    /// The proposal of every decision taken, answered with `reply`.
-    pub(crate) fn proposal<T: Send + 'static>(self, reply: Result<T, ApiError>) -> Proposal<T> {
-        let image = (!self.broken).then_some(self.work);
-        Proposal::with_reply(self.records, reply).with_replayed(image)
-    }
+/// Whether housekeeping tick number `tick` (1, 2, ... in an activation)
+/// also reconciles.
+pub(crate) fn reconciles(tick: u64) -> bool {
+    tick.is_multiple_of(RECONCILE_EVERY_TICKS)
 }
 
 /// Session expiry, one broker per decision (each sees the previous one's
-/// effect), and, every few ticks, reconciliation of leaderless partitions and
-/// reassignments whose new replicas caught up.
-pub(crate) fn housekeeping(shared: Arc<Shared>) -> Command {
+/// effect), and, on every few ticks (`tick` counts them), reconciliation of
+/// leaderless partitions and reassignments whose new replicas caught up.
+///
+/// It only decides: the sessions of fenced brokers are dropped once their
+/// fence commits ([`after_commit`]).
+pub(crate) fn housekeeping(shared: Arc<Shared>, tick: u64) -> Command {
     Command::internal(CommandKind::Housekeeping, move |image, env| {
         let mut chain = Chain::new(image);
         let mut stop = Vec::new();
@@ -99,16 +63,11 @@ pub(crate) fn housekeeping(shared: Arc<Shared>) -> Command {
                 metrics::counter!("keel_controller_timed_out_heartbeats_total").increment(1);
                 chain.decide(|image| image.decide_fence_broker(b));
             }
-            if let Ok(mut t) = shared.heartbeats.lock() {
-                t.remove(b);
-            }
         }
-        let tick = shared.ticks.fetch_add(1, Ordering::Relaxed) + 1;
-        if tick.is_multiple_of(RECONCILE_EVERY_TICKS) {
+        if reconciles(tick) {
             chain.decide(|image| image.decide_elect_offline());
             chain.decide(|image| image.decide_reassignment_progress());
             stop.extend(deletion_progress(&mut chain));
-            publish_image_gauges(chain.image());
         }
         let rebalance_every = shared.config.auto_rebalance_interval_ms / TICK.as_millis() as u64;
         if rebalance_every > 0 && tick > 0 && tick.is_multiple_of(rebalance_every) {
@@ -121,7 +80,7 @@ pub(crate) fn housekeeping(shared: Arc<Shared>) -> Command {
                 );
             }
         }
-        chain.proposal(Ok(())).with_stop_replicas(stop)
+        chain_proposal(chain, Ok(())).with_stop_replicas(stop)
     })
 }
 
@@ -137,8 +96,34 @@ pub(crate) fn replica_deletion_results(report: DeletionReport) -> Command {
                 tracing::info!(topic = %topic, "topic deletion complete");
             }
         }
-        chain.proposal(Ok(()))
+        chain_proposal(chain, Ok(()))
     })
+}
+
+/// What committed entries cause outside the image, on the active
+/// controller, from their records: a registration starts the broker's
+/// session (its epoch is its entry's index); a fence or unregistration
+/// ends it.
+pub(crate) fn after_commit<'a>(
+    shared: &Shared,
+    entries: impl IntoIterator<Item = (&'a RecordBatch, &'a u64)>,
+) {
+    let Ok(mut t) = shared.heartbeats.lock() else {
+        return;
+    };
+    let now = crate::shared::now_ms();
+    for (batch, index) in entries {
+        for r in batch.records.iter() {
+            match r {
+                MetadataRecord::RegisterBroker(reg) => {
+                    t.touch(reg.broker, keel_metadata::BrokerEpoch(*index), now)
+                }
+                MetadataRecord::FenceBroker { broker, .. }
+                | MetadataRecord::UnregisterBroker { broker, .. } => t.remove(*broker),
+                _ => {}
+            }
+        }
+    }
 }
 
 /// What an operator wants to hear about a committed batch: one line per
@@ -154,7 +139,7 @@ pub(crate) struct ChangeSummary {
 }
 
 impl ChangeSummary {
-    pub(crate) fn of(records: &[MetadataRecord]) -> Self {
+    pub(crate) fn of<'a>(records: impl IntoIterator<Item = &'a MetadataRecord>) -> Self {
         let mut s = Self::default();
         for r in records {
             match r {
@@ -291,82 +276,4 @@ pub(crate) fn publish_image_gauges(image: &MetadataImage) {
     );
     metrics::gauge!("keel_controller_active_brokers").set(active as f64);
     metrics::gauge!("keel_controller_fenced_brokers").set(fenced as f64);
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use keel_metadata::synthetic::SyntheticCluster;
-    use keel_metadata::BrokerId;
-
-    fn image() -> MetadataImage {
-        SyntheticCluster {
-            brokers: 3,
-            topics: 2,
-            partitions_per_topic: 3,
-        }
-        .image()
-        .expect("synthetic cluster replays")
-        .0
-    }
-
-    /// `base` with `records` replayed at its next offset.
-    fn replayed_on(base: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage {
-        let mut image = base.clone();
-        for r in records {
-            image.replay(r, base.offset() + 1).expect("replays");
-        }
-        image
-    }
-
-    #[test]
-    fn a_chain_hands_over_the_image_of_all_its_records() {
-        let base = image();
-        let mut chain = Chain::new(&base);
-        // Fencing keeps no image of its own (the chain replays it); the
-        // next decision sees it and keeps one (the chain adopts it).
-        chain.decide(|image| image.decide_fence_broker(BrokerId(0)));
-        assert!(chain.image().broker(BrokerId(0)).unwrap().fenced);
-        let epoch = chain.image().broker(BrokerId(1)).unwrap().epoch;
-        let reply = chain.decide(|image| image.decide_controlled_shutdown(BrokerId(1), epoch));
-        assert!(reply.is_ok());
-        assert!(chain.image().broker(BrokerId(1)).unwrap().shutting_down);
-        let p = chain.proposal(Ok(()));
-        assert!(!p.records.is_empty());
-        let handed = p.replayed().expect("a whole chain is handed over");
-        assert!(*handed == replayed_on(&base, &p.records));
-    }
-
-    #[test]
-    fn a_broken_chain_keeps_its_image_to_itself() {
-        let base = image();
-        let mut chain = Chain::new(&base);
-        let epoch = base.broker(BrokerId(2)).unwrap().epoch;
-        // A decision whose second record does not replay (a bug in a
-        // decide step): its first record is already in the chain's image.
-        let bad = Decision {
-            records: vec![
-                MetadataRecord::BrokerShuttingDown {
-                    broker: BrokerId(2),
-                    epoch,
-                },
-                MetadataRecord::FenceBroker {
-                    broker: BrokerId(42),
-                    epoch,
-                },
-            ],
-            reply: (),
-            replayed: None,
-        };
-        chain.decide(|_| bad);
-        let p = chain.proposal(Ok(()));
-        assert!(
-            p.records.is_empty(),
-            "the bad decision's records are dropped"
-        );
-        assert!(
-            p.replayed().is_none(),
-            "its half-replayed image is not handed over"
-        );
-    }
 }

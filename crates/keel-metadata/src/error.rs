@@ -167,6 +167,10 @@ pub struct ReplayError {
 
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ReplayErrorKind {
+    #[error("a transaction begins while the one begun at index {0} is still open")]
+    NestedTransaction(u64),
+    #[error("a transaction ends or aborts, but none is open")]
+    NoOpenTransaction,
     #[error("broker {0} is not registered")]
     UnknownBroker(BrokerId),
     #[error("broker {broker} epoch {got} does not match registered epoch {expected}")]

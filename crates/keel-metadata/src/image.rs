@@ -173,6 +173,23 @@ pub struct MetadataImage {
     /// Every topic's partitions, stored densely (see [`PartitionTable`]);
     /// encoded as the ordered map from partition to its state.
     partitions: PartitionTable,
+    /// The records of a transaction whose end marker has not been replayed
+    /// yet (KIP-868). Never part of an encoding: a snapshot is cut only
+    /// between transactions (`validate` refuses an open one), and the hash
+    /// is the same on every node at the same index anyway.
+    #[serde(skip)]
+    transaction: Option<OpenTransaction>,
+}
+
+/// A transaction whose records replay holds back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct OpenTransaction {
+    /// Log index of the entry holding the begin marker.
+    begun_at: u64,
+    /// Held records with the index of the entry each came in (a broker's
+    /// epoch is the index of its registration's own entry). Persistent, so
+    /// cloning an image mid-transaction copies no record.
+    records: imbl::Vector<(MetadataRecord, u64)>,
 }
 
 /// Reads an `OrdMap` from untrusted bytes (a snapshot).
@@ -345,6 +362,17 @@ impl MetadataImage {
 
     // ---- replay ---------------------------------------------------------
 
+    /// The index of the entry that began the open transaction, if one is
+    /// open: its records have not taken effect yet.
+    pub fn open_transaction(&self) -> Option<u64> {
+        self.transaction.as_ref().map(|t| t.begun_at)
+    }
+
+    /// Records held by the open transaction.
+    pub fn held_records(&self) -> usize {
+        self.transaction.as_ref().map_or(0, |t| t.records.len())
+    }
+
     /// Applies one committed entry. Every record in it shares `offset`.
     pub fn replay_batch(&mut self, batch: &RecordBatch, offset: u64) -> Result<(), ReplayError> {
         for record in batch.records.iter() {
@@ -362,7 +390,47 @@ impl MetadataImage {
 
     /// Applies one record. A record that contradicts the image is an error
     /// naming the log index; the caller must stop.
+    ///
+    /// Inside a transaction records are held back, and take effect (each at
+    /// the index it came with) when the end marker is replayed; an abort
+    /// drops them. A held record that does not apply fails the end marker.
     pub fn replay(&mut self, record: &MetadataRecord, offset: u64) -> Result<(), ReplayError> {
+        match (&mut self.transaction, record) {
+            (Some(t), MetadataRecord::BeginTransaction { .. }) => {
+                Err(err(offset, ReplayErrorKind::NestedTransaction(t.begun_at)))
+            }
+            (Some(_), MetadataRecord::EndTransaction) => {
+                let held = self.transaction.take().map(|t| t.records);
+                for (r, at) in held.into_iter().flatten() {
+                    self.apply(&r, at)?;
+                }
+                Ok(())
+            }
+            (Some(_), MetadataRecord::AbortTransaction) => {
+                self.transaction = None;
+                Ok(())
+            }
+            (Some(t), r) => {
+                t.records.push_back((r.clone(), offset));
+                Ok(())
+            }
+            (None, MetadataRecord::BeginTransaction { .. }) => {
+                self.transaction = Some(OpenTransaction {
+                    begun_at: offset,
+                    records: imbl::Vector::new(),
+                });
+                Ok(())
+            }
+            (None, MetadataRecord::EndTransaction | MetadataRecord::AbortTransaction) => {
+                Err(err(offset, ReplayErrorKind::NoOpenTransaction))
+            }
+            (None, r) => self.apply(r, offset),
+        }
+    }
+
+    /// Applies one record that takes effect now (no transaction is open,
+    /// or its end marker was replayed).
+    fn apply(&mut self, record: &MetadataRecord, offset: u64) -> Result<(), ReplayError> {
         match record {
             MetadataRecord::RegisterBroker(r) => self.replay_register(r, offset),
             MetadataRecord::FenceBroker { broker, epoch } => {
@@ -434,6 +502,12 @@ impl MetadataImage {
                 state,
             } => self.replay_replica_deletion_state(*topic_id, replicas, *state, offset),
             MetadataRecord::RemoveTopic { topic_id } => self.replay_remove_topic(*topic_id, offset),
+            // Markers are handled by `replay` and never held.
+            MetadataRecord::BeginTransaction { .. }
+            | MetadataRecord::EndTransaction
+            | MetadataRecord::AbortTransaction => {
+                Err(err(offset, ReplayErrorKind::NoOpenTransaction))
+            }
         }
     }
 
@@ -899,6 +973,11 @@ impl MetadataImage {
     /// Checks the invariants of DESIGN §3–4 over the whole image.
     pub fn validate(&self) -> Result<(), ValidationError> {
         let fail = |s: String| Err(ValidationError(s));
+        if let Some(at) = self.open_transaction() {
+            return fail(format!(
+                "a transaction begun at index {at} is open (a snapshot is cut only between transactions)"
+            ));
+        }
         for (name, id) in self.topic_names.iter() {
             match self.topics.get(id) {
                 Some(t) if &t.name == name => {}

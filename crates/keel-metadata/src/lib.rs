@@ -14,6 +14,7 @@
 
 pub mod control;
 pub mod decide;
+pub mod entries;
 pub mod error;
 pub mod heartbeat;
 pub mod ids;

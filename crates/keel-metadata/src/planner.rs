@@ -64,10 +64,10 @@ impl BrokerRequestPlan {
 }
 
 /// Plans the broker requests of `records`, which took `before` to `after`.
-pub fn plan(
+pub fn plan<'a>(
     before: &MetadataImage,
     after: &MetadataImage,
-    records: &[MetadataRecord],
+    records: impl IntoIterator<Item = &'a MetadataRecord>,
 ) -> BrokerRequestPlan {
     let mut p = BrokerRequestPlan::default();
     let mut touched: Vec<TopicPartition> = Vec::new();
@@ -109,7 +109,10 @@ pub fn plan(
             MetadataRecord::Topic(_)
             | MetadataRecord::TopicConfig { .. }
             | MetadataRecord::MarkTopicForDeletion { .. }
-            | MetadataRecord::ReplicaDeletionState { .. } => {}
+            | MetadataRecord::ReplicaDeletionState { .. }
+            | MetadataRecord::BeginTransaction { .. }
+            | MetadataRecord::EndTransaction
+            | MetadataRecord::AbortTransaction => {}
         }
     }
     touched.sort_unstable();

@@ -68,6 +68,32 @@ pub enum MetadataRecord {
     },
     /// Every replica reported the delete: the topic is gone.
     RemoveTopic { topic_id: TopicId },
+    /// The records that follow, up to the matching [`EndTransaction`],
+    /// are one decision too large for one entry (KIP-868's
+    /// `BeginTransactionRecord`): replay holds them back and applies them
+    /// all at the end marker, or drops them all at an abort.
+    ///
+    /// [`EndTransaction`]: MetadataRecord::EndTransaction
+    BeginTransaction {
+        /// What the decision was (for logs and `keel log dump`).
+        name: String,
+    },
+    /// The open transaction is complete: its records take effect.
+    EndTransaction,
+    /// The open transaction will never complete (its leader lost office
+    /// before the end marker): its records are dropped. Appended by the
+    /// next active controller before anything else.
+    AbortTransaction,
+}
+
+impl MetadataRecord {
+    /// One of the transaction markers (they carry no metadata change).
+    pub fn is_transaction_marker(&self) -> bool {
+        matches!(
+            self,
+            Self::BeginTransaction { .. } | Self::EndTransaction | Self::AbortTransaction
+        )
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -396,17 +396,26 @@ fn a_decision_hands_over_its_scratch_image_only_when_it_holds_every_record() {
         .replayed
         .as_ref()
         .expect("controlled shutdown keeps its image");
-    assert!(*kept == replayed_on(&c.image, &d.records));
+    assert!(*kept.image() == replayed_on(&c.image, &d.records));
+    kept.verify(&c.image, &d.records).expect("the proof holds");
     assert_eq!(
-        kept.partition(&TopicPartition::new(t, 0)).unwrap().leader,
+        kept.image()
+            .partition(&TopicPartition::new(t, 0))
+            .unwrap()
+            .leader,
         Some(b(2))
     );
-    assert_eq!(kept.offset(), c.image.offset(), "no entry is applied yet");
+    assert_eq!(
+        kept.image().offset(),
+        c.image.offset(),
+        "no entry is applied yet"
+    );
 
     let req = spread("u", 4, 3);
     let d = c.image.decide_create_topics(&[req], false, &mut c.rng);
     assert!(
-        *d.replayed.as_ref().expect("create keeps its image") == replayed_on(&c.image, &d.records)
+        *d.replayed.as_ref().expect("create keeps its image").image()
+            == replayed_on(&c.image, &d.records)
     );
 
     // Fencing skips the scratch replay of its moves (they are its last

@@ -15,11 +15,42 @@ pub enum ConvertError {
     BadIncarnationId(usize),
     #[error("missing field {0}")]
     Missing(&'static str),
+    /// An enum value this build does not know (never a silent default).
+    #[error("{field} {value} is not a known value")]
+    UnknownEnum { field: &'static str, value: i32 },
 }
 
 impl From<ConvertError> for ApiError {
     fn from(e: ConvertError) -> Self {
         ApiError::new(ErrorCode::InvalidRequest, e.to_string())
+    }
+}
+
+/// The election an ElectLeaders request asks for.
+pub fn election_kind_from_pb(v: i32) -> Result<keel_metadata::decide::ElectionKind, ConvertError> {
+    use keel_metadata::decide::ElectionKind;
+    match pb::ElectionType::try_from(v) {
+        Ok(pb::ElectionType::Preferred) => Ok(ElectionKind::Preferred),
+        Ok(pb::ElectionType::Unclean) => Ok(ElectionKind::Unclean),
+        Err(_) => Err(ConvertError::UnknownEnum {
+            field: "election_type",
+            value: v,
+        }),
+    }
+}
+
+/// One operation of an IncrementalAlterConfigs request.
+pub fn config_op_from_pb(
+    o: pb::AlterConfigOp,
+) -> Result<keel_metadata::decide::ConfigOp, ConvertError> {
+    use keel_metadata::decide::ConfigOp;
+    match pb::ConfigOp::try_from(o.op) {
+        Ok(pb::ConfigOp::Set) => Ok(ConfigOp::Set(o.key, o.value)),
+        Ok(pb::ConfigOp::Delete) => Ok(ConfigOp::Delete(o.key)),
+        Err(_) => Err(ConvertError::UnknownEnum {
+            field: "config op",
+            value: o.op,
+        }),
     }
 }
 
@@ -507,5 +538,29 @@ mod broker_side_tests {
         assert_eq!(brokers_to_pb(&ids), vec![1, u32::MAX]);
         assert_eq!(brokers_from_pb(&[1, u32::MAX]), ids);
         assert!(brokers_from_pb(&[]).is_empty());
+    }
+
+    #[test]
+    fn unknown_enum_values_are_invalid_requests_not_defaults() {
+        use keel_metadata::decide::{ConfigOp, ElectionKind};
+        assert_eq!(
+            election_kind_from_pb(pb::ElectionType::Unclean as i32),
+            Ok(ElectionKind::Unclean)
+        );
+        assert_eq!(election_kind_from_pb(0), Ok(ElectionKind::Preferred));
+        let e = election_kind_from_pb(7).expect_err("7 is no election type");
+        assert_eq!(ApiError::from(e).code, ErrorCode::InvalidRequest);
+        let op = |op: i32| pb::AlterConfigOp {
+            key: "k".into(),
+            value: "v".into(),
+            op,
+        };
+        assert_eq!(
+            config_op_from_pb(op(0)),
+            Ok(ConfigOp::Set("k".into(), "v".into()))
+        );
+        assert_eq!(config_op_from_pb(op(1)), Ok(ConfigOp::Delete("k".into())));
+        let e = config_op_from_pb(op(-3)).expect_err("-3 is no op");
+        assert_eq!(ApiError::from(e).code, ErrorCode::InvalidRequest);
     }
 }

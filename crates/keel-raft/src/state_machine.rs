@@ -250,6 +250,10 @@ pub struct StateMachineStore {
     last_applied: Option<LogId<NodeId>>,
     /// The last applied membership.
     membership: StoredMembership<NodeId, BasicNode>,
+    /// The state at the last applied entry after which no transaction was
+    /// open: where a snapshot is cut (never inside a transaction, whose
+    /// held records the image does not encode).
+    between_transactions: SnapshotPoint,
     /// Where snapshots are kept.
     snapshots: Arc<SnapshotStore>,
     /// Publishes every new applied state.
@@ -267,6 +271,7 @@ impl StateMachineStore {
         let mut image = self.image.clone();
         let mut last_applied = self.last_applied;
         let mut membership = self.membership.clone();
+        let mut between = None;
         let mut responses = Vec::new();
         for entry in entries {
             let log_id = entry.log_id;
@@ -293,8 +298,27 @@ impl StateMachineStore {
             }
             last_applied = Some(log_id);
             responses.push(ClientResponse {});
+            if image.open_transaction().is_none() {
+                between = Some(log_id);
+            }
         }
         if !responses.is_empty() {
+            if between == last_applied {
+                // O(1) copies of the persistent image.
+                self.between_transactions = SnapshotPoint {
+                    image: image.clone(),
+                    last_applied,
+                    membership: membership.clone(),
+                };
+            } else if between.is_some() {
+                // A transaction began in this chunk after a point between
+                // transactions: cut snapshots at the older point until it
+                // ends (rare enough not to track every entry's image).
+                tracing::debug!(
+                    open_since = image.open_transaction(),
+                    "a transaction is open; snapshots stay at the last point before it"
+                );
+            }
             self.image = image;
             self.last_applied = last_applied;
             self.membership = membership;
@@ -342,6 +366,11 @@ impl StateMachineStore {
         state.snapshots = stats.clone();
         let (published, _) = watch::channel(Arc::new(state.clone()));
         Ok(Self {
+            between_transactions: SnapshotPoint {
+                image: state.image.clone(),
+                last_applied: state.last_applied,
+                membership: state.membership.clone(),
+            },
             image: state.image,
             last_applied: state.last_applied,
             membership: state.membership,
@@ -371,6 +400,14 @@ impl StateMachineStore {
             snapshots: self.snapshots.stats.clone(),
         }));
     }
+}
+
+/// A state a snapshot can be cut at.
+#[derive(Clone, Default)]
+struct SnapshotPoint {
+    image: MetadataImage,
+    last_applied: Option<LogId<NodeId>>,
+    membership: StoredMembership<NodeId, BasicNode>,
 }
 
 /// Builds a snapshot from a frozen copy of the state machine, so openraft
@@ -471,10 +508,13 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        // Cut at the last applied entry after which no transaction was
+        // open: a snapshot never holds half a transaction.
+        let p = self.between_transactions.clone();
         SnapshotBuilder {
-            image: self.image.clone(),
-            last_applied: self.last_applied,
-            membership: self.membership.clone(),
+            image: p.image,
+            last_applied: p.last_applied,
+            membership: p.membership,
             snapshots: self.snapshots.clone(),
         }
     }
@@ -514,6 +554,11 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
             decode_ms,
             "installed snapshot"
         );
+        self.between_transactions = SnapshotPoint {
+            image: state.image.clone(),
+            last_applied: state.last_applied,
+            membership: state.membership.clone(),
+        };
         self.image = state.image;
         self.last_applied = state.last_applied;
         self.membership = state.membership;
@@ -601,5 +646,67 @@ mod tests {
         assert_eq!(loaded.last_index, Some(3));
         assert_eq!(loaded.size_bytes, figures.size_bytes);
         assert_eq!(loaded.image_bytes, figures.image_bytes);
+    }
+
+    fn entry(index: u64, records: Vec<MetadataRecord>) -> Entry<TypeConfig> {
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(RecordBatch::new(records)),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_is_cut_only_between_transactions() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_log, mut sm) = crate::open_storage(dir.path(), "c", 1).unwrap();
+        let topic = |i: u64| match topic_entry(i).payload {
+            EntryPayload::Normal(b) => b.records[0].clone(),
+            _ => unreachable!(),
+        };
+        sm.apply([topic_entry(1)]).await.unwrap();
+        // A transaction over entries 2 and 3: open after both.
+        sm.apply([
+            entry(
+                2,
+                vec![
+                    MetadataRecord::BeginTransaction { name: "t".into() },
+                    topic(2),
+                ],
+            ),
+            entry(3, vec![topic(3)]),
+        ])
+        .await
+        .unwrap();
+        let state = sm.subscribe().borrow().clone();
+        assert_eq!(state.image.open_transaction(), Some(2));
+        assert_eq!(state.image.topic_count(), 1, "held back");
+        let snap = sm
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        assert_eq!(
+            snap.meta.last_log_id.map(|l| l.index),
+            Some(1),
+            "cut before the transaction"
+        );
+        // The end marker: the next snapshot holds the whole transaction.
+        sm.apply([entry(4, vec![MetadataRecord::EndTransaction])])
+            .await
+            .unwrap();
+        assert_eq!(sm.subscribe().borrow().image.topic_count(), 3);
+        let snap = sm
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        assert_eq!(snap.meta.last_log_id.map(|l| l.index), Some(4));
+        drop((_log, sm));
+        let (_log, sm) = crate::open_storage(dir.path(), "c", 1).unwrap();
+        let state = sm.subscribe().borrow().clone();
+        assert_eq!(state.image.topic_count(), 3);
+        assert_eq!(state.image.open_transaction(), None);
     }
 }

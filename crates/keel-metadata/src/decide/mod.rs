@@ -11,12 +11,14 @@
 //! records, and a batch with one bad item still decides the good ones.
 
 mod brokers;
+mod chain;
 mod deletion;
 mod partitions;
 mod reassign;
 mod topics;
 
 pub use brokers::{Heartbeat, HeartbeatReply, RegisterBroker, RegisterReply};
+pub use chain::{Chain, ReplayMismatch, Replayed};
 pub use deletion::DeletionStep;
 pub use partitions::{AlterPartitionItem, ElectionKind};
 pub use topics::{ConfigOp, CreatePartitions, CreateTopic, CreatedTopic};
@@ -41,10 +43,11 @@ pub struct Decision<R> {
     pub reply: R,
     /// The image the decision was made on with exactly `records` replayed
     /// onto it, each at that image's offset + 1, when the decision built it
-    /// anyway (its scratch copy): a caller that would replay the records
-    /// itself may take this instead. `None` when some records skipped the
-    /// scratch replay, or there are none.
-    pub replayed: Option<MetadataImage>,
+    /// anyway (its scratch copy), with the proof that replay made it: a
+    /// caller that would replay the records itself may take this instead.
+    /// `None` when some records skipped the scratch replay, or there are
+    /// none.
+    pub replayed: Option<Replayed>,
 }
 
 impl<R: std::fmt::Debug> std::fmt::Debug for Decision<R> {
@@ -137,7 +140,8 @@ impl Working {
     }
 
     pub(crate) fn finish<R>(self, reply: R) -> Decision<R> {
-        let replayed = (!self.unreplayed && !self.records.is_empty()).then_some(self.image);
+        let replayed = (!self.unreplayed && !self.records.is_empty())
+            .then(|| Replayed::from_steps(self.image, self.offset - 1, self.records.len()));
         Decision {
             records: self.records,
             reply,

@@ -106,8 +106,15 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
     loop {
         let m = Seen::look(me, &server.borrow_and_update(), &data.borrow_and_update());
         if let Some(r) = running.take() {
+            let quorum_lost = shared
+                .quorum_ack_age_ms()
+                .is_none_or(|ms| ms > shared.config.election_timeout_max_ms);
             if !m.leading {
                 resign(&shared, r, "lost raft leadership");
+            } else if quorum_lost {
+                // Check-quorum: a majority has not acknowledged this leader
+                // for a whole election timeout; it may have a successor.
+                resign(&shared, r, "no quorum contact for an election timeout");
             } else if r.epoch != m.term {
                 resign(&shared, r, "term changed");
             } else if r.task.is_finished() {
@@ -119,7 +126,9 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
         // The first entry of our term (openraft's blank entry) applied means
         // the image holds everything any earlier leader committed.
         let caught_up = m.last_applied_term == Some(m.term);
-        if running.is_none() && m.leading && caught_up {
+        // A leader acts only once a quorum acknowledged it in this term (a
+        // node that restarts believes itself leader of its stored term).
+        if running.is_none() && m.leading && caught_up && shared.lease_valid() {
             let epoch = m.term;
             let image = shared.image();
             if let Ok(mut t) = shared.heartbeats.lock() {
@@ -151,10 +160,13 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
                 task,
             });
         }
-        let awaiting_first_entry = running.is_none() && m.leading;
+        let awaiting_first_entry = running.is_none() && m.leading && !caught_up;
+        // Caught up, waiting for a quorum's acknowledgement: look again soon.
+        let awaiting_quorum = running.is_none() && m.leading && caught_up;
         tokio::select! {
             r = server.changed() => if r.is_err() { break },
             r = data.changed(), if awaiting_first_entry => if r.is_err() { break },
+            _ = tokio::time::sleep(Duration::from_millis(10)), if awaiting_quorum => {}
             _ = shutdown.changed() => break,
             _ = tick.tick() => export_gauges(&shared.raft.metrics().borrow()),
         }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use keel_metadata::heartbeat::HeartbeatTracker;
 use keel_metadata::{ApiError, ErrorCode, MetadataImage};
@@ -17,12 +17,14 @@ use crate::budget::WriteBudget;
 use crate::command::{outcome_unknown, resigned, Command, CommandKind, DecideEnv, Proposal};
 use crate::config::ControllerConfig;
 
-/// Wall-clock milliseconds; only ever passed *into* pure code.
+/// Monotonic milliseconds since the first call in this process: what
+/// broker sessions and every timeout of the controller are timed with.
+/// Never the wall clock, so an NTP step (or an operator setting the date)
+/// neither fences every broker at once nor stops fencing; only ever passed
+/// *into* pure code.
 pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 /// How to reach the running event loop, while this node is active.
@@ -96,14 +98,23 @@ impl Shared {
         not_controller(self.leader_hint())
     }
 
+    /// Milliseconds since a quorum last acknowledged this node as leader;
+    /// `None` when it is not the leader or no quorum acknowledged it yet
+    /// in its term (a leader restored from its own stored vote after a
+    /// restart has not been acknowledged).
+    pub fn quorum_ack_age_ms(&self) -> Option<u64> {
+        let m = self.raft.metrics().borrow().clone();
+        if m.state != ServerState::Leader || m.current_leader != Some(self.config.node_id) {
+            return None;
+        }
+        m.millis_since_quorum_ack
+    }
+
     /// True while this node is leader and a quorum acknowledged it within
     /// the lease: only then may it act as the active controller.
     pub fn lease_valid(&self) -> bool {
-        let m = self.raft.metrics().borrow().clone();
-        m.state == ServerState::Leader
-            && m.current_leader == Some(self.config.node_id)
-            && m.millis_since_quorum_ack
-                .is_some_and(|ms| ms <= self.config.lease_ms())
+        self.quorum_ack_age_ms()
+            .is_some_and(|ms| ms <= self.config.lease_ms())
     }
 
     /// The active handle, if this node is active and holds its lease.

@@ -74,6 +74,8 @@ pub struct OpResult {
     pub message: Option<String>,
     pub seen: Option<Seen>,
     pub topic_id: Option<String>,
+    /// Partitions asked for (create) or seen (describe).
+    pub partitions: Option<u32>,
     pub node: Option<String>,
     pub attempts: u32,
 }
@@ -220,6 +222,12 @@ impl AdminClient {
     }
 
     pub async fn create(&mut self, name: &str, partitions: u32, rf: u32) -> OpResult {
+        let mut r = self.create_inner(name, partitions, rf).await;
+        r.partitions = Some(partitions);
+        r
+    }
+
+    async fn create_inner(&mut self, name: &str, partitions: u32, rf: u32) -> OpResult {
         let req = pb::CreateTopicsRequest {
             topics: vec![pb::CreatableTopic {
                 name: name.to_string(),
@@ -312,6 +320,7 @@ impl AdminClient {
                             outcome: Some(Outcome::Ok),
                             seen: Some(seen),
                             topic_id: id,
+                            partitions: (seen != Seen::Absent).then_some(t.partitions.len() as u32),
                             ..Default::default()
                         })
                     }

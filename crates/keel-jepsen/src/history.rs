@@ -66,6 +66,9 @@ pub struct OpRecord {
     /// Topic id (hex) returned by a create or seen by a describe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic_id: Option<String>,
+    /// Partitions a create asked for, or a successful describe saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partitions: Option<u32>,
     /// Controller address that gave the final answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,

@@ -23,6 +23,7 @@ pub mod linear;
 pub mod lost;
 pub mod nemesis;
 pub mod net;
+pub mod partitions;
 pub mod probes;
 pub mod report;
 
@@ -136,6 +137,7 @@ fn record(
         message: r.message,
         seen: r.seen,
         topic_id: r.topic_id,
+        partitions: r.partitions,
         node: r.node,
         attempts: r.attempts,
     }
@@ -168,6 +170,68 @@ async fn worker(id: usize, cfg: Config, ctrl: Vec<String>, shared: Arc<Shared>) 
             process = shared.next_process.fetch_add(1, Ordering::SeqCst);
         }
         tokio::time::sleep(Duration::from_millis(rng.random_range(10..60))).await;
+    }
+}
+
+/// Creates a topic of [`nemesis::BIG_PARTITIONS`] partitions whenever the
+/// nemesis asks (it kills the active controller while the create commits),
+/// reads it back until a describe answers, then deletes it. Every
+/// operation goes into the history (client -2), so the checkers see
+/// whether the topic ever showed part of its partitions.
+async fn big_creates(
+    ctrl: Vec<String>,
+    shared: Arc<Shared>,
+    mut asks: tokio::sync::mpsc::Receiver<tokio::sync::oneshot::Sender<String>>,
+) {
+    let mut admin = AdminClient::new(ctrl, CLIENT_IP.into());
+    let mut n = 0u64;
+    while let Some(started) = asks.recv().await {
+        let name = format!("jepsen-big-{n}");
+        n += 1;
+        let process = shared.next_process.fetch_add(1, Ordering::SeqCst);
+        let t0 = shared.ms();
+        let _ = started.send(name.clone());
+        let r = admin.create(&name, nemesis::BIG_PARTITIONS, 1).await;
+        shared.push(record(
+            -2,
+            process,
+            OpKind::Create,
+            &name,
+            t0,
+            shared.ms(),
+            r,
+        ));
+        // Read it back (through the fault and the failover); bounded.
+        for _ in 0..40 {
+            let t0 = shared.ms();
+            let r = admin.describe(&name).await;
+            let ok = r.outcome == Some(Outcome::Ok);
+            shared.push(record(
+                -2,
+                process,
+                OpKind::Describe,
+                &name,
+                t0,
+                shared.ms(),
+                r,
+            ));
+            if ok {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let t0 = shared.ms();
+        let r = admin.delete(&name).await;
+        let process = shared.next_process.fetch_add(1, Ordering::SeqCst);
+        shared.push(record(
+            -2,
+            process,
+            OpKind::Delete,
+            &name,
+            t0,
+            shared.ms(),
+            r,
+        ));
     }
 }
 
@@ -298,7 +362,11 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     let faults = Arc::new(Mutex::new(Vec::new()));
     let current = Arc::new(Mutex::new(String::from("none yet")));
     let probes = Arc::new(Mutex::new(Vec::new()));
+    let (big_tx, big_rx) = tokio::sync::mpsc::channel(1);
+    let big_task = tokio::spawn(big_creates(ctrl.clone(), shared.clone(), big_rx));
     let mut nemesis = Nemesis {
+        big_create: Some(big_tx),
+        killed_mid_decision: false,
         cluster: cluster.clone(),
         net,
         families: cfg.families.iter().copied().collect(),
@@ -385,6 +453,10 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
             return EXIT_LOCAL;
         }
     };
+    // The nemesis holds the only sender: the big-create worker ends once it
+    // finished what it started.
+    nemesis.big_create = None;
+    let _ = big_task.await;
     let heal_notes = nemesis.heal_all();
     let healed_ms = shared.ms();
     let healed_at = Instant::now();
@@ -488,6 +560,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     if !final_unread.is_empty() {
         lost_detail["final_read_failed_for"] = json!(final_unread);
     }
+    let (parts_valid, parts_detail) = partitions::check(&ops);
     let (brk_valid, mut brk_detail) = brokers::check(&broker_hist);
     if !unparsable.is_empty() {
         brk_detail["unparsable_lines"] = json!(unparsable);
@@ -511,6 +584,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     };
     put("linearizable", lin_json, lin_detail);
     put("no_lost_creates", b(lost_valid), lost_detail);
+    put("whole_topics", b(parts_valid), parts_detail);
     put("broker_safety", b(brk_valid), brk_detail);
     put("convergence", b(conv_ok), conv_detail);
     put("recovery", b(rec_ok), rec_detail);

@@ -74,7 +74,12 @@ impl Family {
                 "brokers-from-controllers",
                 "brokers-from-brokers",
             ],
-            Family::Kill => &["kill-active-controller", "kill-controller", "kill-broker"],
+            Family::Kill => &[
+                "kill-active-controller",
+                "kill-controller",
+                "kill-broker",
+                "kill-active-controller-mid-decision",
+            ],
             Family::Pause => &[
                 "pause-active-controller",
                 "pause-controller",
@@ -121,7 +126,17 @@ pub struct Nemesis {
     pub faults: Arc<Mutex<Vec<FaultEvent>>>,
     pub current: Arc<Mutex<String>>,
     pub probes: Arc<Mutex<Vec<ZombieProbe>>>,
+    /// Asks the big-create worker for a create too large for one Raft
+    /// entry; it answers once the request is on its way.
+    pub big_create: Option<tokio::sync::mpsc::Sender<tokio::sync::oneshot::Sender<String>>>,
+    /// Whether this run killed the active controller in the middle of a
+    /// large decision yet (the first kill of a run always does).
+    pub killed_mid_decision: bool,
 }
+
+/// Partitions of the creates the mid-decision kill aims at: several Raft
+/// entries' worth, so the decision is one transaction over many entries.
+pub const BIG_PARTITIONS: u32 = 20_000;
 
 /// What to undo at heal.
 enum Undo {
@@ -316,6 +331,42 @@ impl Nemesis {
                     Undo::Resume(i)
                 }
             }
+            "kill-active-controller-mid-decision" => {
+                self.killed_mid_decision = true;
+                let started = match self.big_create.clone() {
+                    Some(big) => {
+                        let (tx, rx) = tokio::sync::oneshot::channel();
+                        let asked = big.send(tx).await.is_ok();
+                        match tokio::time::timeout(Duration::from_secs(10), rx).await {
+                            Ok(Ok(name)) if asked => Some(name),
+                            _ => None,
+                        }
+                    }
+                    None => None,
+                };
+                match started {
+                    None => {
+                        ev.detail.push("no large create could be started".into());
+                        Undo::Nothing
+                    }
+                    Some(name) => {
+                        // Somewhere in deciding, storing or replicating its
+                        // entries, depending on the machine.
+                        let delay = self.rng.random_range(30..1_500u64);
+                        tokio::time::sleep(Duration::from_millis(delay)).await;
+                        let i = match self.active_index().await {
+                            Some(i) => i,
+                            None => self.pick(Role::Controller),
+                        };
+                        ev.targets.push(self.name(i));
+                        ev.detail.push(format!(
+                            "killed {delay} ms into the create of {name} ({BIG_PARTITIONS} partitions)"
+                        ));
+                        self.cluster.lock().unwrap().nodes[i].kill();
+                        Undo::Restart(i)
+                    }
+                }
+            }
             "stale-controller-request" => {
                 self.zombie(&mut ev).await;
                 Undo::Nothing
@@ -472,7 +523,11 @@ impl Nemesis {
             }
             let family = self.families[self.rng.random_range(0..self.families.len())];
             let kinds = family.kinds();
-            let kind = kinds[self.rng.random_range(0..kinds.len())];
+            let kind = if family == Family::Kill && !self.killed_mid_decision {
+                "kill-active-controller-mid-decision"
+            } else {
+                kinds[self.rng.random_range(0..kinds.len())]
+            };
             let (mut ev, undo) = self.inject(family, kind).await;
             *self.current.lock().unwrap() = format!("{kind} {}", ev.targets.join(" "));
             let idx = {

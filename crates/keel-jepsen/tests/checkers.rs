@@ -8,6 +8,7 @@ use keel_jepsen::brokers::{self, BrokerEvent};
 use keel_jepsen::history::{OpKind, OpRecord, Outcome, Seen};
 use keel_jepsen::linear::{self, LinOp, Step, Verdict};
 use keel_jepsen::lost;
+use keel_jepsen::partitions;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -25,6 +26,7 @@ fn op(name: &str, kind: OpKind, t0: f64, t1: f64, outcome: Outcome) -> OpRecord 
         message: None,
         seen: None,
         topic_id: None,
+        partitions: None,
         node: None,
         attempts: 1,
     }
@@ -322,4 +324,42 @@ fn leader_outside_isr_is_caught() {
     let (ok, d) = brokers::check(&h);
     assert!(!ok);
     assert_eq!(d["leader_in_isr"]["valid"], false);
+}
+
+#[test]
+fn a_topic_with_part_of_its_partitions_is_caught() {
+    let create = |name: &str, n: u32, outcome: Outcome| {
+        let mut o = op(name, OpKind::Create, 0.0, 1.0, outcome);
+        o.partitions = Some(n);
+        o
+    };
+    let seen = |name: &str, n: u32, how: Seen| {
+        let mut o = op(name, OpKind::Describe, 2.0, 3.0, Outcome::Ok);
+        o.seen = Some(how);
+        o.partitions = Some(n);
+        o
+    };
+    // Whole topics, even of a create whose outcome was unknown: valid.
+    let good = index(vec![
+        create("big", 20_000, Outcome::Info),
+        create("small", 2, Outcome::Ok),
+        create("small", 1, Outcome::Fail),
+        seen("big", 20_000, Seen::Present),
+        seen("small", 2, Seen::Deleting),
+        seen("small", 1, Seen::Present),
+    ]);
+    let (valid, detail) = partitions::check(&good);
+    assert!(valid, "{detail}");
+    assert_eq!(detail["describes_checked"], 3);
+    // 4,999 of 20,000: the half-committed decision this checker is for.
+    let bad = index(vec![
+        create("big", 20_000, Outcome::Info),
+        seen("big", 4_999, Seen::Present),
+    ]);
+    let (valid, detail) = partitions::check(&bad);
+    assert!(!valid);
+    assert_eq!(detail["violations"][0]["partitions_seen"], 4_999);
+    // A topic no create asked for at all.
+    let (valid, _) = partitions::check(&index(vec![seen("ghost", 1, Seen::Present)]));
+    assert!(!valid);
 }

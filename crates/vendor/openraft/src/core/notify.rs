@@ -1,9 +1,9 @@
 use crate::core::sm;
 use crate::raft::VoteResponse;
 use crate::replication;
+use crate::LogId;
 use crate::MessageSummary;
 use crate::RaftTypeConfig;
-use crate::LogId;
 use crate::Vote;
 
 /// A message coming from the internal components.

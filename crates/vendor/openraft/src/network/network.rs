@@ -58,9 +58,7 @@ where C: RaftTypeConfig
         crate::raft::InstallSnapshotResponse<C::NodeId>,
         RPCError<C::NodeId, C::Node, RaftError<C::NodeId, crate::error::InstallSnapshotError>>,
     > {
-        Err(RPCError::Unreachable(crate::error::Unreachable::new(&anyerror::AnyError::error(
-            "install_snapshot() is not provided by this network: use full_snapshot()",
-        ))))
+        unimplemented!()
     }
 
     /// Send an InstallSnapshot RPC to the target.

@@ -7,6 +7,11 @@ pub(crate) mod request;
 pub(crate) mod request_id;
 pub(crate) mod response;
 
+// Patched (Keel): tests of `Config::commit_linger_ms`. They implement
+// `RaftLogStorage`, which only `storage-v2` (a feature Keel enables) opens.
+#[cfg(all(test, feature = "storage-v2"))]
+mod commit_linger_test;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -146,18 +151,11 @@ where
     /// This is only used by AppendEntries RPC.
     entries_hint: ReplicationHint,
 
-    /// When a commit index the target has not been sent must go out on its
-    /// own (see [`COMMIT_LINGER`]); `None` when there is none.
+    /// Patched (Keel): when a commit index the target has not been sent
+    /// must go out on its own (see [`Config::commit_linger_ms`]); `None` when
+    /// there is none. Always `None` with a zero linger.
     commit_due: Option<InstantOf<C>>,
 }
-
-/// How long a new commit index waits for entries to ride along with before
-/// it is sent alone. Under steady writes the next AppendEntries follows
-/// within a commit's time and carries it, which saves the follower one
-/// request (a send, a receive and a response) per commit; a lone write's
-/// commit reaches the followers this much later. Clients are answered by
-/// the leader, so none of them waits for it.
-const COMMIT_LINGER: Duration = Duration::from_millis(5);
 
 impl<C, N, LS> ReplicationCore<C, N, LS>
 where
@@ -227,6 +225,8 @@ where
             let action = self.next_action.take();
 
             let Some(d) = action else {
+                // Patched (Keel): a commit index waiting for entries to
+                // carry it (`Config::commit_linger_ms`) is sent alone when due.
                 match self.commit_due.clone() {
                     Some(due) if self.backoff.is_none() => self.linger_for_entries(due).await?,
                     _ => self.drain_events_with_backoff().await?,
@@ -243,7 +243,8 @@ where
 
             let res = match d {
                 Data::Heartbeat => {
-                    // Every AppendEntries carries the current commit index.
+                    // Patched (Keel): every AppendEntries carries the
+                    // current commit index.
                     self.commit_due = None;
                     let m = &self.matching;
                     // request_id==None will be ignored by RaftCore.
@@ -253,6 +254,7 @@ where
                     self.send_log_entries(d).await
                 }
                 Data::Logs(log) => {
+                    // Patched (Keel): as for a heartbeat.
                     self.commit_due = None;
                     log_data = Some(log.clone());
                     self.send_log_entries(log).await
@@ -338,8 +340,8 @@ where
         }
     }
 
-    /// Waits for entries to send until `due`, then sends the unsent
-    /// commit index on its own (a heartbeat).
+    /// Patched (Keel): waits for entries to send until `due`, then sends
+    /// the unsent commit index on its own (a heartbeat).
     async fn linger_for_entries(&mut self, due: InstantOf<C>) -> Result<(), ReplicationClosed> {
         let now = C::now();
         if due <= now {
@@ -721,10 +723,16 @@ where
 
                 self.committed = c;
 
-                // Sent with the next request; if none comes within the
-                // linger, on its own.
-                if self.next_action.is_none() && self.commit_due.is_none() {
-                    self.commit_due = Some(C::now() + COMMIT_LINGER);
+                // If there is no action, fill in an heartbeat action to send committed index.
+                // Patched (Keel): unless `Config::commit_linger_ms` is set; then
+                // the commit index waits that long for entries to carry it.
+                if self.next_action.is_none() {
+                    let linger = self.config.commit_linger();
+                    if linger.is_zero() {
+                        self.next_action = Some(Data::new_heartbeat());
+                    } else if self.commit_due.is_none() {
+                        self.commit_due = Some(C::now() + linger);
+                    }
                 }
             }
             Replicate::Heartbeat => {

@@ -49,6 +49,16 @@ where C: RaftTypeConfig
 impl<C> SnapshotReader<C>
 where C: RaftTypeConfig
 {
+    /// Patched (Keel): a reader whose state machine worker is gone, for
+    /// tests of a replication task that sends no snapshot.
+    #[cfg(test)]
+    pub(crate) fn detached() -> Self {
+        let (cmd_tx, _cmd_rx) = mpsc::unbounded_channel();
+        Self {
+            cmd_tx: cmd_tx.downgrade(),
+        }
+    }
+
     /// Get a snapshot from the state machine.
     ///
     /// If the state machine worker has shutdown, it will return an error.

@@ -4,6 +4,7 @@ use tokio::sync::mpsc;
 
 use crate::async_runtime::AsyncOneshotSendExt;
 use crate::core::notify::Notify;
+use crate::core::raft_core::send_response;
 use crate::core::raft_msg::ResultSender;
 use crate::core::sm::handle::Handle;
 use crate::core::sm::Command;
@@ -11,7 +12,6 @@ use crate::core::sm::CommandPayload;
 use crate::core::sm::CommandResult;
 use crate::core::sm::CommandSeq;
 use crate::core::sm::Response;
-use crate::core::raft_core::send_response;
 use crate::core::ApplyResult;
 use crate::core::ApplyingEntry;
 use crate::display_ext::DisplayOptionExt;

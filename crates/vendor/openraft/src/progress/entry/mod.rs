@@ -311,3 +311,5 @@ impl<NID: NodeId> Validate for ProgressEntry<NID> {
     }
 }
 
+#[cfg(test)]
+mod tests;

@@ -301,7 +301,7 @@ pub async fn run(cfg: Config) -> u8 {
 
 async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8 {
     let net = if cfg.families.contains(&Family::Partition) {
-        match net::Net::install() {
+        match net::install() {
             Ok(n) => Some(n),
             Err(e) => {
                 eprintln!(

@@ -43,11 +43,15 @@ pub enum ErrorCode {
     BrokerNotFenced = 29,
     InvalidQuorumChange = 30,
     Internal = 31,
+    TopicAuthorizationFailed = 32,
+    ClusterAuthorizationFailed = 33,
+    PolicyViolation = 34,
+    ThrottlingQuotaExceeded = 35,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 32] = [
+    pub const ALL: [ErrorCode; 36] = [
         ErrorCode::None,
         ErrorCode::NotController,
         ErrorCode::StaleControllerEpoch,
@@ -80,6 +84,10 @@ impl ErrorCode {
         ErrorCode::BrokerNotFenced,
         ErrorCode::InvalidQuorumChange,
         ErrorCode::Internal,
+        ErrorCode::TopicAuthorizationFailed,
+        ErrorCode::ClusterAuthorizationFailed,
+        ErrorCode::PolicyViolation,
+        ErrorCode::ThrottlingQuotaExceeded,
     ];
 
     pub fn as_i32(self) -> i32 {
@@ -128,6 +136,10 @@ impl ErrorCode {
             ErrorCode::BrokerNotFenced => "BROKER_NOT_FENCED",
             ErrorCode::InvalidQuorumChange => "INVALID_QUORUM_CHANGE",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::TopicAuthorizationFailed => "TOPIC_AUTHORIZATION_FAILED",
+            ErrorCode::ClusterAuthorizationFailed => "CLUSTER_AUTHORIZATION_FAILED",
+            ErrorCode::PolicyViolation => "POLICY_VIOLATION",
+            ErrorCode::ThrottlingQuotaExceeded => "THROTTLING_QUOTA_EXCEEDED",
         }
     }
 }
@@ -171,6 +183,10 @@ pub enum ReplayErrorKind {
     NestedTransaction(u64),
     #[error("a transaction ends or aborts, but none is open")]
     NoOpenTransaction,
+    #[error("ACL binding {0} already exists")]
+    DuplicateAcl(String),
+    #[error("ACL binding {0} does not exist")]
+    UnknownAcl(String),
     #[error("broker {0} is not registered")]
     UnknownBroker(BrokerId),
     #[error("broker {broker} epoch {got} does not match registered epoch {expected}")]

@@ -15,6 +15,7 @@ use imbl::OrdMap;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::acl::AclBinding;
 use crate::error::{DecodeError, ReplayError, ReplayErrorKind};
 use crate::ids::{
     BrokerEpoch, BrokerId, IncarnationId, LeaderEpoch, PartitionEpoch, PartitionId, TopicId,
@@ -173,12 +174,29 @@ pub struct MetadataImage {
     /// Every topic's partitions, stored densely (see [`PartitionTable`]);
     /// encoded as the ordered map from partition to its state.
     partitions: PartitionTable,
+    /// Every ACL binding in force (a set: the value is empty).
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    acls: OrdMap<AclBinding, ()>,
     /// The records of a transaction whose end marker has not been replayed
     /// yet (KIP-868). Never part of an encoding: a snapshot is cut only
     /// between transactions (`validate` refuses an open one), and the hash
     /// is the same on every node at the same index anyway.
     #[serde(skip)]
     transaction: Option<OpenTransaction>,
+}
+
+/// The image as format version 1 wrote it (before ACLs), read only to
+/// decode an old snapshot.
+#[derive(Deserialize)]
+struct ImageV1 {
+    offset: u64,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    brokers: OrdMap<BrokerId, BrokerRegistration>,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    topics: OrdMap<TopicId, Arc<TopicImage>>,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    topic_names: OrdMap<String, TopicId>,
+    partitions: PartitionTable,
 }
 
 /// A transaction whose records replay holds back.
@@ -362,6 +380,19 @@ impl MetadataImage {
 
     // ---- replay ---------------------------------------------------------
 
+    /// Every ACL binding in force, in order.
+    pub fn acls(&self) -> impl Iterator<Item = &AclBinding> {
+        self.acls.keys()
+    }
+
+    pub fn acl_count(&self) -> usize {
+        self.acls.len()
+    }
+
+    pub fn has_acl(&self, b: &AclBinding) -> bool {
+        self.acls.contains_key(b)
+    }
+
     /// The index of the entry that began the open transaction, if one is
     /// open: its records have not taken effect yet.
     pub fn open_transaction(&self) -> Option<u64> {
@@ -502,6 +533,18 @@ impl MetadataImage {
                 state,
             } => self.replay_replica_deletion_state(*topic_id, replicas, *state, offset),
             MetadataRecord::RemoveTopic { topic_id } => self.replay_remove_topic(*topic_id, offset),
+            MetadataRecord::AclAdded(b) => {
+                if self.acls.insert(b.clone(), ()).is_some() {
+                    return Err(err(offset, ReplayErrorKind::DuplicateAcl(b.to_string())));
+                }
+                Ok(())
+            }
+            MetadataRecord::AclRemoved(b) => {
+                if self.acls.remove(b).is_none() {
+                    return Err(err(offset, ReplayErrorKind::UnknownAcl(b.to_string())));
+                }
+                Ok(())
+            }
             // Markers are handled by `replay` and never held.
             MetadataRecord::BeginTransaction { .. }
             | MetadataRecord::EndTransaction
@@ -1046,7 +1089,20 @@ impl MetadataImage {
 
     /// Decodes an image written by [`encode`](Self::encode) and validates it.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let image: Self = decode_versioned(bytes)?;
+        let image: Self = if bytes.starts_with(&1u16.to_le_bytes()) {
+            let v1: ImageV1 = decode_versioned(bytes)?;
+            Self {
+                offset: v1.offset,
+                brokers: v1.brokers,
+                topics: v1.topics,
+                topic_names: v1.topic_names,
+                partitions: v1.partitions,
+                acls: OrdMap::new(),
+                transaction: None,
+            }
+        } else {
+            decode_versioned(bytes)?
+        };
         image
             .validate()
             .map_err(|e| DecodeError::Corrupt(e.to_string()))?;

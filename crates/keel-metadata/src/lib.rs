@@ -12,6 +12,7 @@
 
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
+pub mod acl;
 pub mod control;
 pub mod decide;
 pub mod entries;

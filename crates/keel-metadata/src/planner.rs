@@ -112,7 +112,9 @@ pub fn plan<'a>(
             | MetadataRecord::ReplicaDeletionState { .. }
             | MetadataRecord::BeginTransaction { .. }
             | MetadataRecord::EndTransaction
-            | MetadataRecord::AbortTransaction => {}
+            | MetadataRecord::AbortTransaction
+            | MetadataRecord::AclAdded(_)
+            | MetadataRecord::AclRemoved(_) => {}
         }
     }
     touched.sort_unstable();

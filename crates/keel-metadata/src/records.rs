@@ -11,7 +11,13 @@ use crate::state::ReplicaState;
 
 /// Format version written in front of every encoded batch and snapshot.
 /// Bump it when a record changes shape, and keep decoding older versions.
-pub const RECORD_FORMAT_VERSION: u16 = 1;
+///
+/// 2: the image carries ACL bindings. Records only gained variants at the
+/// end of the enum, so version 1 batches decode unchanged; a version 1
+/// image is read through its own legacy shape.
+pub const RECORD_FORMAT_VERSION: u16 = 2;
+/// The oldest version still decoded.
+pub const OLDEST_RECORD_FORMAT_VERSION: u16 = 1;
 
 /// One metadata change.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +90,10 @@ pub enum MetadataRecord {
     /// before the end marker): its records are dropped. Appended by the
     /// next active controller before anything else.
     AbortTransaction,
+    /// An ACL binding takes effect (KRaft's `AccessControlEntryRecord`).
+    AclAdded(crate::acl::AclBinding),
+    /// An ACL binding is removed.
+    AclRemoved(crate::acl::AclBinding),
 }
 
 impl MetadataRecord {
@@ -251,7 +261,7 @@ pub fn decode_versioned<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> Result<
         return Err(DecodeError::Empty);
     }
     let version = u16::from_le_bytes([bytes[0], bytes[1]]);
-    if version != RECORD_FORMAT_VERSION {
+    if !(OLDEST_RECORD_FORMAT_VERSION..=RECORD_FORMAT_VERSION).contains(&version) {
         return Err(DecodeError::UnsupportedVersion(
             version,
             RECORD_FORMAT_VERSION,

@@ -10,6 +10,7 @@
 //! per item where the request has items; a refused item contributes no
 //! records, and a batch with one bad item still decides the good ones.
 
+mod acls;
 mod brokers;
 mod chain;
 mod deletion;
@@ -17,6 +18,7 @@ mod partitions;
 mod reassign;
 mod topics;
 
+pub use acls::{AclFilter, MAX_ACLS};
 pub use brokers::{Heartbeat, HeartbeatReply, RegisterBroker, RegisterReply};
 pub use chain::{Chain, ReplayMismatch, Replayed};
 pub use deletion::DeletionStep;

@@ -1,0 +1,193 @@
+//! A process's TLS material: its own certificate and key, the cluster CA,
+//! and the rustls configurations made from them, re-read on demand (a
+//! SIGHUP) so certificates rotate without a restart: connections opened
+//! after a reload use the new certificate, open ones keep working.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+
+use crate::identity::{Identity, IdentityError};
+
+/// The three PEM files of `--tls-cert`, `--tls-key` and `--tls-ca`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
+/// Why TLS material cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{path}: {why}")]
+    File { path: PathBuf, why: String },
+    #[error("{path} holds no certificate")]
+    NoCertificate { path: PathBuf },
+    #[error("{path}: {source}")]
+    Identity {
+        path: PathBuf,
+        source: IdentityError,
+    },
+    #[error("{path} names {found}, a member of cluster {found_cluster:?}, not of {cluster:?}")]
+    OtherCluster {
+        path: PathBuf,
+        found: Identity,
+        found_cluster: String,
+        cluster: String,
+    },
+    #[error("the TLS configuration is not usable: {0}")]
+    Config(String),
+}
+
+fn provider() -> Arc<CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let file_err = |why: String| TlsError::File {
+        path: path.to_path_buf(),
+        why,
+    };
+    let bytes = std::fs::read(path).map_err(|e| file_err(e.to_string()))?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| file_err(format!("not PEM certificates: {e}")))?;
+    if certs.is_empty() {
+        return Err(TlsError::NoCertificate {
+            path: path.to_path_buf(),
+        });
+    }
+    Ok(certs)
+}
+
+fn key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    let bytes = std::fs::read(path).map_err(|e| TlsError::File {
+        path: path.to_path_buf(),
+        why: e.to_string(),
+    })?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| TlsError::File {
+        path: path.to_path_buf(),
+        why: format!("no usable private key: {e}"),
+    })
+}
+
+/// Everything made from one reading of the files.
+struct Material {
+    identity: Identity,
+    server: Arc<ServerConfig>,
+    client: Arc<ClientConfig>,
+}
+
+fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
+    let chain = certs(&files.cert)?;
+    let identity = Identity::from_der(&chain[0]).map_err(|source| TlsError::Identity {
+        path: files.cert.clone(),
+        source,
+    })?;
+    if identity.cluster_id != cluster_id {
+        return Err(TlsError::OtherCluster {
+            path: files.cert.clone(),
+            found_cluster: identity.cluster_id.clone(),
+            found: identity,
+            cluster: cluster_id.to_string(),
+        });
+    }
+    let key = key(&files.key)?;
+    let mut roots = RootCertStore::empty();
+    for ca in certs(&files.ca)? {
+        roots
+            .add(ca)
+            .map_err(|e| TlsError::Config(format!("{}: {e}", files.ca.display())))?;
+    }
+    let roots = Arc::new(roots);
+    let config_err = |e: rustls::Error| TlsError::Config(e.to_string());
+    let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
+        .build()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let mut server = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(config_err)?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(chain.clone(), key.clone_key())
+        .map_err(config_err)?;
+    server.alpn_protocols = vec![b"h2".to_vec()];
+    let mut client = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(config_err)?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(config_err)?;
+    client.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Material {
+        identity,
+        server: Arc::new(server),
+        client: Arc::new(client),
+    })
+}
+
+/// A process's TLS configuration, reloadable.
+pub struct TlsContext {
+    files: TlsFiles,
+    cluster_id: String,
+    material: ArcSwap<Material>,
+}
+
+impl TlsContext {
+    /// Reads the files; the certificate must name an identity of
+    /// `cluster_id`.
+    pub fn load(files: TlsFiles, cluster_id: &str) -> Result<Self, TlsError> {
+        let m = read(&files, cluster_id)?;
+        Ok(Self {
+            files,
+            cluster_id: cluster_id.to_string(),
+            material: ArcSwap::from_pointee(m),
+        })
+    }
+
+    /// Reads the files again; on any error the current configuration stays.
+    pub fn reload(&self) -> Result<Identity, TlsError> {
+        let m = read(&self.files, &self.cluster_id)?;
+        let identity = m.identity.clone();
+        self.material.store(Arc::new(m));
+        Ok(identity)
+    }
+
+    /// This process's identity, as its current certificate names it.
+    pub fn identity(&self) -> Identity {
+        self.material.load().identity.clone()
+    }
+
+    pub fn cluster_id(&self) -> &str {
+        &self.cluster_id
+    }
+
+    pub fn files(&self) -> &TlsFiles {
+        &self.files
+    }
+
+    /// The server configuration for a new connection.
+    pub fn server_config(&self) -> Arc<ServerConfig> {
+        self.material.load().server.clone()
+    }
+
+    /// The client configuration for a new connection.
+    pub fn client_config(&self) -> Arc<ClientConfig> {
+        self.material.load().client.clone()
+    }
+}
+
+impl std::fmt::Debug for TlsContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsContext")
+            .field("files", &self.files)
+            .field("identity", &self.identity().uri())
+            .finish()
+    }
+}

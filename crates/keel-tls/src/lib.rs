@@ -1,0 +1,17 @@
+//! Mutual TLS for every Keel listener and client.
+//!
+//! - [`identity`]: who a certificate names (`keel://<cluster>/<role>/<name>`);
+//! - [`certs`]: a cluster CA and certificates per node and user (rcgen);
+//! - [`context`]: a process's certificate, key and CA as rustls
+//!   configurations, re-read on SIGHUP;
+//! - [`transport`]: serving and connecting over mutual TLS (or plaintext,
+//!   only when allowed), and reading a caller's identity in a handler.
+
+pub mod certs;
+pub mod context;
+pub mod identity;
+pub mod transport;
+
+pub use context::{TlsContext, TlsError, TlsFiles};
+pub use identity::{Identity, Role};
+pub use transport::{peer, Expect, PeerInfo, Transport};

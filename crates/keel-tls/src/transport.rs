@@ -1,0 +1,346 @@
+//! How a process speaks gRPC: mutual TLS, or plaintext when the operator
+//! explicitly allowed it. Servers accept through [`Transport::incoming`]
+//! (TLS handshakes run concurrently, each bounded in time, so a slow or
+//! silent client holds nothing up); clients connect through
+//! [`Transport::channel`], from a chosen local address, checking that the
+//! server's certificate names the role they expect.
+//!
+//! A handler reads the caller's identity with [`peer`]: it comes from the
+//! certificate the caller presented in the handshake, never from the
+//! request.
+
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tonic::transport::server::Connected;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::certs::SERVER_NAME;
+use crate::context::TlsContext;
+use crate::identity::{Identity, Role};
+
+/// Longest a TLS handshake may take before the connection is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes in progress at once, per listener.
+const MAX_HANDSHAKES: usize = 512;
+/// TCP keepalive on every connection: a peer that vanished is noticed.
+const KEEPALIVE: Duration = Duration::from_secs(30);
+
+/// Plaintext or mutual TLS.
+#[derive(Clone, Debug)]
+pub enum Transport {
+    /// No encryption, no identities (only with `--allow-plaintext`).
+    Plaintext,
+    Tls(Arc<TlsContext>),
+}
+
+/// What the server knows of a TLS caller (a request extension).
+#[derive(Clone, Debug)]
+pub struct PeerInfo {
+    pub remote: Option<SocketAddr>,
+    /// The identity its certificate names (`None`: it names none we
+    /// accept; handlers refuse such callers).
+    pub identity: Option<Identity>,
+}
+
+/// The identity of the caller of `req`: `None` on a plaintext listener, or
+/// when its certificate names no identity.
+pub fn peer<T>(req: &tonic::Request<T>) -> Option<&Identity> {
+    req.extensions()
+        .get::<PeerInfo>()
+        .and_then(|p| p.identity.as_ref())
+}
+
+/// Whether `req` came over TLS at all.
+pub fn is_tls<T>(req: &tonic::Request<T>) -> bool {
+    req.extensions().get::<PeerInfo>().is_some()
+}
+
+/// Which servers a client accepts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// Any controller of the cluster.
+    Controller,
+    /// This controller.
+    ControllerId(u64),
+    /// This broker.
+    Broker(u32),
+    /// Any member of the cluster (controller or broker).
+    Member,
+}
+
+impl Expect {
+    fn accepts(self, id: &Identity) -> bool {
+        match (self, &id.role) {
+            (Expect::Controller, Role::Controller(_)) => true,
+            (Expect::ControllerId(want), Role::Controller(got)) => want == *got,
+            (Expect::Broker(want), Role::Broker(got)) => want == *got,
+            (Expect::Member, Role::Controller(_) | Role::Broker(_)) => true,
+            _ => false,
+        }
+    }
+}
+
+/// A server-side TLS connection.
+pub struct TlsConn {
+    inner: tokio_rustls::server::TlsStream<TcpStream>,
+    info: PeerInfo,
+}
+
+impl Connected for TlsConn {
+    type ConnectInfo = PeerInfo;
+
+    fn connect_info(&self) -> PeerInfo {
+        self.info.clone()
+    }
+}
+
+impl AsyncRead for TlsConn {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsConn {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+fn tune(tcp: &TcpStream) {
+    let _ = tcp.set_nodelay(true);
+    let sock = socket2::SockRef::from(tcp);
+    let _ = sock.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(KEEPALIVE));
+}
+
+/// Accepted TLS connections of `listener`. Failed handshakes are logged and
+/// dropped; the stream ends when the listener fails.
+pub fn tls_incoming(
+    listener: TcpListener,
+    ctx: Arc<TlsContext>,
+) -> impl futures::Stream<Item = Result<TlsConn, std::io::Error>> {
+    let (tx, rx) = mpsc::channel::<Result<TlsConn, std::io::Error>>(64);
+    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    tokio::spawn(async move {
+        loop {
+            let (tcp, remote) = match listener.accept().await {
+                Ok(x) => x,
+                Err(e) => {
+                    // Out of file descriptors and the like: pause, go on.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            if tx.is_closed() {
+                return;
+            }
+            let Ok(permit) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            tune(&tcp);
+            let acceptor = tokio_rustls::TlsAcceptor::from(ctx.server_config());
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let _permit = permit;
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => {
+                        let identity = stream
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .and_then(|c| Identity::from_der(c).ok());
+                        let info = PeerInfo {
+                            remote: Some(remote),
+                            identity,
+                        };
+                        let _ = tx
+                            .send(Ok(TlsConn {
+                                inner: stream,
+                                info,
+                            }))
+                            .await;
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(%remote, error = %e, "TLS handshake refused");
+                        metrics::counter!("keel_tls_handshake_failures_total").increment(1);
+                    }
+                    Err(_) => {
+                        tracing::debug!(%remote, "TLS handshake timed out");
+                        metrics::counter!("keel_tls_handshake_failures_total").increment(1);
+                    }
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// An endpoint for `addr` (`host:port`).
+pub fn endpoint(addr: &str) -> Result<Endpoint, tonic::transport::Error> {
+    let uri = if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    };
+    Endpoint::from_shared(uri)
+}
+
+async fn tcp_connect(uri: &Uri, local: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let host = uri.host().unwrap_or("127.0.0.1");
+    let port = uri.port_u16().unwrap_or(80);
+    let addrs = tokio::net::lookup_host((host, port)).await?;
+    let mut last = None;
+    for addr in addrs {
+        let sock = if addr.is_ipv4() {
+            TcpSocket::new_v4()?
+        } else {
+            TcpSocket::new_v6()?
+        };
+        if let Some(ip) = local.filter(|ip| ip.is_ipv4() == addr.is_ipv4()) {
+            sock.bind(SocketAddr::new(ip, 0))?;
+        }
+        match sock.connect(addr).await {
+            Ok(tcp) => {
+                tune(&tcp);
+                return Ok(tcp);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other(format!("{host} resolves to nothing"))))
+}
+
+impl Transport {
+    /// This process's own identity, when it speaks TLS.
+    pub fn identity(&self) -> Option<Identity> {
+        match self {
+            Transport::Plaintext => None,
+            Transport::Tls(ctx) => Some(ctx.identity()),
+        }
+    }
+
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Transport::Tls(_))
+    }
+
+    /// A channel over `ep` (connected lazily), leaving from `local` when
+    /// given, to a server whose certificate `expect` accepts.
+    pub fn channel(&self, ep: Endpoint, local: Option<IpAddr>, expect: Expect) -> Channel {
+        match self {
+            Transport::Plaintext => {
+                let ep = ep
+                    .tcp_nodelay(true)
+                    .tcp_keepalive(Some(KEEPALIVE))
+                    .local_address(local);
+                ep.connect_lazy()
+            }
+            Transport::Tls(ctx) => {
+                let ctx = ctx.clone();
+                let connector = tower::service_fn(move |uri: Uri| {
+                    let ctx = ctx.clone();
+                    async move {
+                        let tcp = tcp_connect(&uri, local).await?;
+                        let name = ServerName::try_from(SERVER_NAME)
+                            .map_err(|e| std::io::Error::other(e.to_string()))?;
+                        let tls = tokio_rustls::TlsConnector::from(ctx.client_config())
+                            .connect(name, tcp)
+                            .await?;
+                        let server = tls
+                            .get_ref()
+                            .1
+                            .peer_certificates()
+                            .and_then(|c| c.first())
+                            .and_then(|c| Identity::from_der(c).ok());
+                        match server {
+                            Some(id) if id.cluster_id == ctx.cluster_id() && expect.accepts(&id) => {
+                                Ok::<_, std::io::Error>(TokioIo::new(tls))
+                            }
+                            Some(id) => Err(std::io::Error::other(format!(
+                                "the server at {uri} is {id}, not the {expect:?} of cluster {} this client expects",
+                                ctx.cluster_id()
+                            ))),
+                            None => Err(std::io::Error::other(format!(
+                                "the server at {uri} presented a certificate naming no keel:// identity"
+                            ))),
+                        }
+                    }
+                });
+                ep.connect_with_connector_lazy(connector)
+            }
+        }
+    }
+
+    /// Serves `router` on `listener` until `shutdown` completes.
+    pub async fn serve<F>(
+        &self,
+        router: tonic::transport::server::Router,
+        listener: TcpListener,
+        shutdown: F,
+    ) -> Result<(), tonic::transport::Error>
+    where
+        F: std::future::Future<Output = ()>,
+    {
+        match self {
+            Transport::Plaintext => {
+                let incoming = tonic::transport::server::TcpIncoming::from(listener)
+                    .with_nodelay(Some(true))
+                    .with_keepalive(Some(KEEPALIVE));
+                router
+                    .serve_with_incoming_shutdown(incoming, shutdown)
+                    .await
+            }
+            Transport::Tls(ctx) => {
+                router
+                    .serve_with_incoming_shutdown(tls_incoming(listener, ctx.clone()), shutdown)
+                    .await
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Transport::Plaintext => f.write_str("plaintext"),
+            Transport::Tls(ctx) => write!(f, "mutual TLS as {}", ctx.identity()),
+        }
+    }
+}

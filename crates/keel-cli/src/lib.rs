@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod admin;
 mod bench;
 mod broker;
+mod certs;
 mod controller;
 mod dev;
 mod jepsen;
@@ -62,6 +63,8 @@ enum Command {
     ElectLeaders(admin::ElectArgs),
     /// Decode a controller's Raft log and snapshot offline.
     Log(log::LogArgs),
+    /// Certificates: a cluster CA and one certificate per node and user.
+    Certs(certs::CertsArgs),
     /// The gRPC echo server `keel bench compare` measures as its transport
     /// ceiling (started by the bench, not by hand).
     #[command(name = "bench-echo-server", hide = true)]
@@ -102,6 +105,7 @@ pub fn main() -> ExitCode {
             Command::Reassign(a) => admin::reassign(a).await,
             Command::ElectLeaders(a) => admin::elect(a).await,
             Command::Log(a) => log::run(a),
+            Command::Certs(a) => certs::run(a),
             Command::BenchEchoServer(a) => bench::echo_server(a).await,
         }
     })

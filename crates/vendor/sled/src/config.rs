@@ -834,8 +834,12 @@ impl RunningConfig {
                 let path_buf = de.path();
                 let path = path_buf.as_path();
                 let path_str = &*path.to_string_lossy();
+                // A `.generating` file is a snapshot whose writing did not
+                // finish (or whose rename was not made durable): never a
+                // snapshot to read, nor one to keep.
                 if path_str.starts_with(&*absolute_path.to_string_lossy())
                     && !path_str.ends_with(".in___motion")
+                    && !path_str.ends_with(".generating")
                 {
                     Some(path.to_path_buf())
                 } else {

@@ -542,8 +542,13 @@ fn write_snapshot(config: &RunningConfig, snapshot: &Snapshot) -> Result<()> {
 
     let parent = path_1.parent().unwrap();
     std::fs::create_dir_all(parent)?;
-    let mut f =
-        std::fs::OpenOptions::new().write(true).create(true).open(&path_1)?;
+    // Truncate: a longer leftover of an earlier attempt with the same name
+    // (a crash mid-write) must not trail the new bytes.
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path_1)?;
 
     // write the snapshot bytes, followed by a crc64 checksum at the end
     io_fail!(config, "snap write");
@@ -559,6 +564,10 @@ fn write_snapshot(config: &RunningConfig, snapshot: &Snapshot) -> Result<()> {
 
     io_fail!(config, "snap write mv");
     std::fs::rename(&path_1, &path_2)?;
+    // The rename is durable only once the directory is synced; until then
+    // a crash may bring back the `.generating` name (which readers skip)
+    // and the old snapshot (not removed before this point).
+    std::fs::File::open(parent)?.sync_all()?;
     io_fail!(config, "snap write mv post");
 
     trace!("renamed snapshot to {}", path_2.to_string_lossy());
@@ -578,6 +587,18 @@ fn write_snapshot(config: &RunningConfig, snapshot: &Snapshot) -> Result<()> {
                     "failed to remove old snapshot file, maybe snapshot race? {}",
                     e
                 );
+            }
+        }
+    }
+    // Leftovers of attempts that did not finish (`get_snapshot_files`
+    // skips them, so the loop above does not see them).
+    if let Ok(entries) = std::fs::read_dir(parent) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("snap.") && name.ends_with(".generating") {
+                debug!("removing unfinished snapshot file {:?}", entry.path());
+                let _ = std::fs::remove_file(entry.path());
             }
         }
     }

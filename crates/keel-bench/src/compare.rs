@@ -32,14 +32,16 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use crate::cluster::{self, set_config, value, Cluster};
+use keel_testkit::admin::{self, set_config};
+use keel_testkit::{probe, Cluster};
+
+use crate::cluster::{self, value};
 use crate::commit::{run_level, KeelApi};
 use crate::echo::{EchoServer, EchoWriter};
 use crate::etcd::{self, EtcdError};
 use crate::load::{run_writers, run_writers_on, Connections, Level, Writer};
 use crate::stats::{
-    cell, cpu_ticks, disk_probe, disk_probe_line, machine, median, own_cpu_ticks, percentile, r1,
-    r3, unix_now, CLOCK_TICKS_PER_S,
+    cell, disk_probe, disk_probe_line, machine, median, percentile, r1, r3, unix_now,
 };
 use crate::zk::{self, ZkError, ZkSession, ERR_NODE_EXISTS};
 use crate::{progress, Env, Report};
@@ -176,106 +178,16 @@ pub fn ratio(keel_ops_s: Option<f64>, peer_ops_s: Option<f64>) -> Option<f64> {
     }
 }
 
-/// `write_bytes` less `cancelled_write_bytes` from the text of
-/// /proc/<pid>/io: bytes the process caused to be written to storage
-/// (counted per page as it is dirtied, so small writes round up to 4 KiB).
-pub fn parse_io_write_bytes(io: &str) -> Option<u64> {
-    let field = |name: &str| -> Option<u64> {
-        io.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse().ok())
-    };
-    let cancelled = field("cancelled_write_bytes:").unwrap_or(0);
-    Some(field("write_bytes:")?.saturating_sub(cancelled))
-}
-
-/// Busy clock ticks of the whole machine (all CPUs) from the text of
-/// /proc/stat: everything in the `cpu` line but idle and iowait.
-pub fn parse_machine_busy_ticks(stat: &str) -> Option<u64> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .skip(1)
-        .map(|x| x.parse().ok())
-        .collect::<Option<_>>()?;
-    // user nice system idle iowait irq softirq steal [guest guest_nice]:
-    // guest time is already inside user and nice.
-    let total: u64 = v.iter().take(8).sum();
-    Some(total - v.get(3)? - v.get(4)?)
-}
-
-/// Busy clock ticks of the whole machine so far.
-fn machine_busy_ticks() -> Option<u64> {
-    parse_machine_busy_ticks(&std::fs::read_to_string("/proc/stat").ok()?)
-}
-
-/// The 1-minute load average.
-fn load_avg_1m() -> Option<f64> {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()
-}
-
-/// The `/proc/net/tcp{,6}` spellings of a listening IPv4 `ip:port`: plain,
-/// IPv4-mapped IPv6 (a Java server's dual-stack socket), and the wildcards.
-fn proc_net_addrs(ip: std::net::Ipv4Addr, port: u16) -> [String; 4] {
-    let v4 = format!("{:08X}", u32::from_le_bytes(ip.octets()));
-    [
-        format!("{v4}:{port:04X}"),
-        format!("0000000000000000FFFF0000{v4}:{port:04X}"),
-        format!("00000000:{port:04X}"),
-        format!("00000000000000000000000000000000:{port:04X}"),
-    ]
-}
-
-/// Socket inode of the listener on `ip:port` in a /proc/net/tcp{,6} table.
-pub fn listen_inode(table: &str, ip: std::net::Ipv4Addr, port: u16) -> Option<u64> {
-    let want = proc_net_addrs(ip, port);
-    table.lines().skip(1).find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        // local_address is field 1, st field 3 (0A = LISTEN), inode field 9.
-        let (local, state, inode) = (f.get(1)?, f.get(3)?, f.get(9)?);
-        if *state == "0A" && want.iter().any(|w| w.eq_ignore_ascii_case(local)) {
-            inode.parse().ok()
-        } else {
-            None
-        }
-    })
-}
-
-/// Pid of the process listening on `addr` (`host:port` or `http://host:port`),
-/// found through /proc; `None` if it cannot be seen (other user, not IPv4).
-fn listener_pid(addr: &str) -> Option<u32> {
-    let hp = addr.trim_start_matches("http://").trim_end_matches('/');
-    let (host, port) = hp.rsplit_once(':')?;
-    let ip: std::net::Ipv4Addr = host.parse().ok()?;
-    let port: u16 = port.parse().ok()?;
-    let inode = ["/proc/net/tcp", "/proc/net/tcp6"]
+/// Pids of the processes listening on `addrs` (`host:port` or
+/// `http://host:port`), as far as /proc shows them.
+fn listener_pids(addrs: &[String]) -> Vec<u32> {
+    addrs
         .iter()
-        .find_map(|t| listen_inode(&std::fs::read_to_string(t).ok()?, ip, port))?;
-    let target = format!("socket:[{inode}]");
-    let procs = std::fs::read_dir("/proc").ok()?;
-    // Bounded by the number of processes and their descriptors.
-    for p in procs.flatten() {
-        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(fds) = std::fs::read_dir(p.path().join("fd")) else {
-            continue;
-        };
-        for fd in fds.flatten() {
-            if std::fs::read_link(fd.path())
-                .map(|l| l.to_string_lossy() == target)
-                .unwrap_or(false)
-            {
-                return Some(pid);
-            }
-        }
-    }
-    None
+        .filter_map(|a| {
+            let hp = a.trim_start_matches("http://").trim_end_matches('/');
+            probe::listener_pid(hp.parse().ok()?)
+        })
+        .collect()
 }
 
 /// How a ZooKeeper writer reaches the leader.
@@ -527,7 +439,7 @@ async fn setup_zookeeper(p: &CompareParams) -> Result<Peer, CompareError> {
         endpoints: p.zookeeper.clone(),
         version: info.version.unwrap_or_else(|| "unknown".into()),
         leader,
-        pids: p.zookeeper.iter().filter_map(|a| listener_pid(a)).collect(),
+        pids: listener_pids(&p.zookeeper),
     })
 }
 
@@ -537,7 +449,7 @@ async fn setup_etcd(p: &CompareParams) -> Result<Peer, CompareError> {
         endpoints: p.etcd.clone(),
         version: m.version,
         leader: m.endpoint,
-        pids: p.etcd.iter().filter_map(|a| listener_pid(a)).collect(),
+        pids: listener_pids(&p.etcd),
     })
 }
 
@@ -575,7 +487,7 @@ impl Sample {
 
 /// Seconds between two tick counts.
 fn ticks_secs(before: Option<u64>, after: Option<u64>) -> Option<f64> {
-    Some(after?.saturating_sub(before?) as f64 / CLOCK_TICKS_PER_S)
+    Some(after?.saturating_sub(before?) as f64 / probe::ticks_per_second())
 }
 
 /// What runs one level of one system.
@@ -621,16 +533,14 @@ impl Systems {
 
     /// CPU seconds of system `s`'s servers so far (`None` if any is unknown).
     fn server_cpu(&self, s: System) -> Option<f64> {
-        self.sum_pids(s, cpu_ticks)
-            .map(|ticks| ticks as f64 / CLOCK_TICKS_PER_S)
+        self.sum_pids(s, probe::cpu_ticks)
+            .map(|ticks| ticks as f64 / probe::ticks_per_second())
     }
 
     /// Bytes system `s`'s servers wrote to storage so far, net of writes
     /// cancelled before they reached it (`None` if any is unknown).
     fn server_write_bytes(&self, s: System) -> Option<u64> {
-        self.sum_pids(s, |pid| {
-            parse_io_write_bytes(&std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?)
-        })
+        self.sum_pids(s, probe::write_bytes)
     }
 
     /// Every counter a trial reports, read at one instant.
@@ -638,8 +548,8 @@ impl Systems {
         Sample {
             server_cpu_secs: System::ALL.map(|s| self.server_cpu(s)),
             server_write_bytes: System::ALL.map(|s| self.server_write_bytes(s)),
-            client_ticks: own_cpu_ticks(),
-            machine_ticks: machine_busy_ticks(),
+            client_ticks: probe::own_cpu_ticks(),
+            machine_ticks: probe::machine_busy_ticks(),
         }
     }
 
@@ -659,7 +569,7 @@ impl Systems {
             }
             System::Keel => {
                 let i = self.keel.wait_active(Duration::from_secs(30)).await?;
-                self.keel.addrs[i].clone()
+                self.keel.controller(i).address()
             }
             System::Echo => self
                 .echo
@@ -774,7 +684,7 @@ impl Systems {
         p: &CompareParams,
     ) -> anyhow::Result<Trial> {
         let leader = self.leader(s, p).await?;
-        let load_avg_1m = load_avg_1m();
+        let load_avg_1m = probe::load_avg_1m();
         let before = self.sample();
         let t0 = Instant::now();
         let result = self
@@ -862,7 +772,7 @@ fn setup_json(p: &CompareParams, sys: &Systems) -> Value {
         "etcd": et,
         "keel": {
             "skipped": false,
-            "addresses": sys.keel.addrs,
+            "addresses": sys.keel.controller_addrs(),
             "version": env!("CARGO_PKG_VERSION"),
             "flags": KEEL_FLAGS,
             "op": format!("IncrementalAlterConfigs SET of bench.k<writer> on topic {TOPIC} with a {}-byte value (one TopicConfig record), the `commit` workload", p.value_bytes),
@@ -932,13 +842,13 @@ pub async fn run(env: &Env, p: &CompareParams) -> anyhow::Result<Report> {
     };
 
     progress!("compare: starting a 3-controller Keel quorum on 127.0.{KEEL_SUBNET}.11-13");
-    let mut c = Cluster::start(&env.exe, KEEL_SUBNET, &KEEL_FLAGS)?;
+    let mut c = cluster::start(cluster::spec(env, KEEL_SUBNET, &KEEL_FLAGS))?;
     c.wait_active(Duration::from_secs(60)).await?;
     let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
     cluster::register_stand_in(&client, 1).await?;
-    cluster::create_topic(&client, TOPIC, 1, 1).await?;
-    c.wait_converged(Duration::from_secs(30)).await?;
-    let keel_pids: Vec<u32> = (0..3).filter_map(|i| c.pid(i)).collect();
+    admin::create_topic(&client, TOPIC, 1, 1).await?;
+    c.wait_converged(0, Duration::from_secs(30)).await?;
+    let keel_pids: Vec<u32> = c.controllers().filter_map(|n| n.pid()).collect();
     let echo = if p.echo {
         let e = EchoServer::start(&env.exe, ECHO_IP)?;
         progress!(
@@ -1337,17 +1247,6 @@ mod tests {
     }
 
     #[test]
-    fn machine_busy_time_leaves_out_idle_and_iowait() {
-        let stat = "cpu  100 5 50 1000 40 3 2 1 0 0\ncpu0 50 2 25 500 20 1 1 0 0 0\n";
-        assert_eq!(
-            parse_machine_busy_ticks(stat),
-            Some(100 + 5 + 50 + 3 + 2 + 1)
-        );
-        assert_eq!(parse_machine_busy_ticks("cpu  1 2\n"), None);
-        assert_eq!(parse_machine_busy_ticks("intr 1 2 3\n"), None);
-    }
-
-    #[test]
     fn other_cpu_is_what_the_machine_used_beyond_server_and_client() {
         let mut t = ok_trial(0, 100, 1.0, vec![1.0], 0.6);
         t.client_cpu_secs = Some(0.2);
@@ -1364,30 +1263,6 @@ mod tests {
         t.machine_cpu_secs = Some(0.5);
         assert_eq!(t.other_cpu_secs(), Some(0.0));
         assert_eq!(t.outside_cpu_secs(), Some(0.0));
-    }
-
-    #[test]
-    fn write_bytes_come_from_proc_pid_io() {
-        let io = "rchar: 10\nwchar: 20\nsyscr: 1\nsyscw: 2\nread_bytes: 0\nwrite_bytes: 4096\ncancelled_write_bytes: 0\n";
-        assert_eq!(parse_io_write_bytes(io), Some(4096));
-        assert_eq!(parse_io_write_bytes("rchar: 1\n"), None);
-        // Pages dirtied and then truncated away never reach storage.
-        let io = "write_bytes: 12288\ncancelled_write_bytes: 4096\n";
-        assert_eq!(parse_io_write_bytes(io), Some(8192));
-    }
-
-    #[test]
-    fn listeners_are_found_in_proc_net_tables() {
-        let ip: std::net::Ipv4Addr = "127.0.21.1".parse().expect("ip");
-        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
-   0: 0115007F:0885 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 777 1 0 100 0 0 10 0\n\
-   1: 0115007F:0885 0115007F:D000 01 00000000:00000000 00:00000000 00000000     0        0 778 1 0 100 0 0 10 0\n";
-        assert_eq!(listen_inode(tcp, ip, 2181), Some(777));
-        assert_eq!(listen_inode(tcp, ip, 2182), None);
-        let tcp6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
-   0: 0000000000000000FFFF00000115007F:0885 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 999 1 0 100 0 0 10 0\n";
-        assert_eq!(listen_inode(tcp6, ip, 2181), Some(999));
-        assert_eq!(listen_inode("header\nshort line\n", ip, 2181), None);
     }
 
     #[test]

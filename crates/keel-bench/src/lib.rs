@@ -17,10 +17,12 @@ pub mod echo;
 pub mod etcd;
 pub mod failover;
 pub mod heartbeats;
+mod history;
 mod load;
 pub use load::Connections;
 pub mod scale;
 pub mod stats;
+mod tail;
 pub mod zk;
 
 use std::path::{Path, PathBuf};

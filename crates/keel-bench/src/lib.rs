@@ -14,7 +14,6 @@ pub mod commit;
 pub mod compare;
 pub mod create_topics;
 pub mod echo;
-pub mod etcd;
 pub mod failover;
 pub mod heartbeats;
 mod history;
@@ -23,7 +22,6 @@ pub use load::Connections;
 pub mod scale;
 pub mod stats;
 mod tail;
-pub mod zk;
 
 use std::path::{Path, PathBuf};
 

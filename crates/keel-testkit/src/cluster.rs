@@ -14,8 +14,8 @@ use keel_proto::pb;
 use keel_proto::pb::admin_service_client::AdminServiceClient;
 use tonic::transport::Endpoint;
 
-use crate::{admin, probe};
 use crate::process::{Launch, Process};
+use crate::{admin, probe};
 
 /// What a node is.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

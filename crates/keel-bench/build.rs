@@ -1,12 +1,16 @@
-//! Compiles `proto/echo.proto` (the gRPC transport ceiling of the
-//! `compare` scenario) with protox: pure Rust, no system protoc.
+//! Compiles `proto/etcd.proto` (the etcd v3 messages the `compare`
+//! scenario sends) and `proto/echo.proto` (its gRPC transport ceiling)
+//! with protox: pure Rust, no system protoc.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
-    println!(
-        "cargo:rerun-if-changed={}",
-        root.join("echo.proto").display()
-    );
+    for f in ["etcd.proto", "echo.proto"] {
+        println!("cargo:rerun-if-changed={}", root.join(f).display());
+    }
+    tonic_prost_build::configure()
+        .build_server(false)
+        .build_client(true)
+        .compile_fds(protox::compile(["etcd.proto"], [&root])?)?;
     tonic_prost_build::configure()
         .build_server(true)
         .build_client(true)

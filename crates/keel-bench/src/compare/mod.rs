@@ -17,8 +17,9 @@
 //! Systems are interleaved inside a trial (trial t: for each writer level:
 //! zookeeper, etcd, keel, grpc-echo) so machine noise hits all alike.
 //! ZooKeeper and etcd are started and stopped by `scripts/bench-compare.sh`
-//! and reached through the `zookeeper-client` and `etcd-client` crates;
-//! Keel is started here on 127.0.20.11-13.
+//! (ZooKeeper reached through the `zookeeper-client` crate, etcd through
+//! tonic: see `etcd.rs` for why not `etcd-client`); Keel is started here on
+//! 127.0.20.11-13.
 //!
 //! The fourth row, `grpc-echo`, is the transport ceiling: a gRPC server
 //! (a process of this binary on 127.0.23.1) that sends every message of a

@@ -31,6 +31,9 @@ pub fn setup_json(p: &CompareParams, systems: &[Box<dyn System>]) -> Value {
             None => json!({ "skipped": true, "reason": k.skipped_reason() }),
         };
     }
+    j["servers_started_by"] = json!(std::env::var("KEEL_BENCH_COMPARE_SETUP")
+        .ok()
+        .map(|s| s.lines().map(str::to_string).collect::<Vec<_>>()));
     j
 }
 
@@ -273,6 +276,26 @@ fn summary_line(j: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_setup_names_every_system_and_who_started_the_servers() {
+        let j = setup_json(&CompareParams::default(), &[]);
+        for k in Kind::ALL {
+            assert_eq!(j[k.name()]["skipped"], true, "{k:?}");
+            assert!(j[k.name()]["reason"].is_string(), "{k:?}");
+        }
+        for key in [
+            "order",
+            "warmup",
+            "connections",
+            "load_generator",
+            "latency",
+            "cpu",
+        ] {
+            assert!(j[key].is_string(), "{key}");
+        }
+        assert!(j.get("servers_started_by").is_some());
+    }
 
     #[test]
     fn every_system_but_keel_gets_a_ratio_and_the_ceiling_shows_in_the_summary() {

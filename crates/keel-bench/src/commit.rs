@@ -20,11 +20,13 @@ use serde_json::{json, Value};
 use tonic::transport::Channel;
 
 use crate::ceiling::{ceiling_line, storage_ceiling, CeilingParams};
-use crate::cluster::{self, alter_ok, connect, set_config, value, Cluster};
+use keel_testkit::admin::{self, alter_ok, set_config};
+use keel_testkit::{probe, Cluster};
+
+use crate::cluster::{self, connect, value};
 use crate::load::{run_writers, Connections, Level, Writer};
 use crate::stats::{
-    cell, cpu_ticks, disk_probe, disk_probe_line, latency_json, machine, own_cpu_ticks, percentile,
-    r1, r3, unix_now, CLOCK_TICKS_PER_S,
+    cell, disk_probe, disk_probe_line, latency_json, machine, percentile, r1, r3, unix_now,
 };
 use crate::{progress, Env, Report};
 
@@ -217,10 +219,8 @@ struct CpuTicks {
 impl CpuTicks {
     fn now(c: &Cluster) -> Self {
         Self {
-            servers: (0..c.addrs.len())
-                .map(|i| c.pid(i).and_then(cpu_ticks))
-                .sum(),
-            client: own_cpu_ticks(),
+            servers: c.controllers_cpu_ticks(),
+            client: probe::own_cpu_ticks(),
         }
     }
 
@@ -229,7 +229,8 @@ impl CpuTicks {
     fn per_record(self, after: CpuTicks, records: u64) -> (Option<f64>, Option<f64>) {
         let us = |b: Option<u64>, a: Option<u64>| {
             let ticks = a?.checked_sub(b?)?;
-            (records > 0).then(|| r1(ticks as f64 / CLOCK_TICKS_PER_S * 1e6 / records as f64))
+            (records > 0)
+                .then(|| r1(ticks as f64 / probe::ticks_per_second() * 1e6 / records as f64))
         };
         (
             us(self.servers, after.servers),
@@ -288,19 +289,19 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     progress!("commit: probing the disk");
     let disk = disk_probe(&std::env::temp_dir());
     progress!("commit: starting a 3-controller quorum on 127.0.1.11-13");
-    let mut c = Cluster::start(&env.exe, 1, &["--session-timeout-ms", "600000"])?;
+    let mut c = cluster::start(cluster::spec(env, 1, &["--session-timeout-ms", "600000"]))?;
     let active = c.wait_active(Duration::from_secs(60)).await?;
     let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
     cluster::register_stand_in(&client, 1).await?;
-    cluster::create_topic(&client, TOPIC, 1, 1).await?;
-    cluster::create_topic(&client, BULK_TOPIC, 1, 1).await?;
-    let leader = c.addrs[active].clone();
+    admin::create_topic(&client, TOPIC, 1, 1).await?;
+    admin::create_topic(&client, BULK_TOPIC, 1, 1).await?;
+    let leader = c.controller(active).address();
     progress!(
         "commit: active controller is node {} at {leader}",
         active + 1
     );
-    c.wait_converged(Duration::from_secs(30)).await?;
-    let disk_before = c.disk_bytes();
+    c.wait_converged(0, Duration::from_secs(30)).await?;
+    let disk_before = c.controllers_disk_bytes();
 
     let vb = p.value_bytes;
     let mut levels = Vec::new();
@@ -348,9 +349,9 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     records += bulk.ops * keys as u64;
 
     // Let the followers apply the tail, then measure the disk.
-    c.wait_converged(Duration::from_secs(60)).await?;
+    c.wait_converged(0, Duration::from_secs(60)).await?;
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let disk_after = c.disk_bytes();
+    let disk_after = c.controllers_disk_bytes();
     let disk_delta = disk_after.saturating_sub(disk_before);
     let per_record = disk_delta as f64 / records.max(1) as f64;
 

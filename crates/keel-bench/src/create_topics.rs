@@ -20,7 +20,9 @@ use keel_proto::client::ControllerClient;
 use keel_proto::pb;
 use serde_json::{json, Value};
 
-use crate::cluster::{self, Cluster, ImageSpec};
+use keel_testkit::Cluster;
+
+use crate::cluster::{self, ImageSpec};
 use crate::stats::{cell, machine, median, percentile, r1, r3, unix_now};
 use crate::{progress, Env, Report};
 
@@ -67,6 +69,7 @@ fn spec(p: &CreateTopicsParams) -> ImageSpec {
         partitions: p.partitions,
         partitions_per_topic: p.partitions_per_topic,
         replication_factor: 3,
+        replicas: None,
         topics_per_request: p.topics_per_request,
         concurrency: p.concurrency,
         budget: Duration::from_secs_f64(p.create_budget_secs),
@@ -158,27 +161,23 @@ async fn trial(env: &Env, p: &CreateTopicsParams, n: usize) -> anyhow::Result<Va
         "create-topics: trial {}: starting 3 controllers on 127.0.{SUBNET}.11-13 and 3 brokers on .21-23",
         n + 1
     );
-    let mut c = Cluster::start(
-        &env.exe,
-        SUBNET,
-        &["--session-timeout-ms", SESSION_TIMEOUT_MS],
-    )?;
-    c.wait_active(Duration::from_secs(60)).await?;
-    c.start_brokers(
-        3,
-        &[
+    let layout = cluster::spec(env, SUBNET, &["--session-timeout-ms", SESSION_TIMEOUT_MS])
+        .brokers(3)
+        .broker_flags(&[
             "--heartbeat-interval-ms",
             HEARTBEAT_INTERVAL_MS,
             "--session-timeout-ms",
             SESSION_TIMEOUT_MS,
-        ],
-    )?;
+        ]);
+    let mut c = cluster::start(layout)?;
+    c.wait_active(Duration::from_secs(60)).await?;
+    c.start_brokers()?;
     c.wait_brokers_unfenced(3, Duration::from_secs(60)).await?;
     let spec = spec(p);
     let client = c.client(Duration::from_secs(60), Duration::from_secs(120));
 
     let made = cluster::create_image(&c, &spec, "create-topics").await?;
-    let expected = spec.topics() * u64::from(spec.partitions_per_topic);
+    let expected = spec.partitions;
     if made.partitions < expected {
         bail!(
             "only {} of {expected} partitions created within {} s",
@@ -187,7 +186,6 @@ async fn trial(env: &Env, p: &CreateTopicsParams, n: usize) -> anyhow::Result<Va
         );
     }
     c.check_alive()?;
-    c.check_brokers_alive()?;
     let (topics_seen, partitions_seen) = count_topics(&client, &spec.prefix).await?;
     if topics_seen as u64 != spec.topics() || partitions_seen as u64 != expected {
         bail!(
@@ -196,7 +194,7 @@ async fn trial(env: &Env, p: &CreateTopicsParams, n: usize) -> anyhow::Result<Va
         );
     }
     let active = c.wait_active(Duration::from_secs(10)).await?;
-    let rss_active = c.rss_bytes(active);
+    let rss_active = c.controller(active).rss_bytes();
     let create_rate = made.partitions as f64 / made.secs.max(1e-9);
     progress!(
         "create-topics: trial {}: created {} partitions in {:.2} s ({create_rate:.0}/s); deleting",
@@ -222,7 +220,6 @@ async fn trial(env: &Env, p: &CreateTopicsParams, n: usize) -> anyhow::Result<Va
             );
         }
         c.check_alive()?;
-        c.check_brokers_alive()?;
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     progress!(

@@ -10,7 +10,10 @@ use anyhow::bail;
 use keel_proto::client::ControllerClient;
 use serde_json::{json, Value};
 
-use crate::cluster::{self, alter_ok, set_config, value, Cluster, ImageSpec};
+use keel_testkit::admin::{self, alter_ok, set_config};
+use keel_testkit::Cluster;
+
+use crate::cluster::{self, value, ImageSpec};
 use crate::stats::{cell, machine, median, percentile, r1, r3, unix_now};
 use crate::{progress, Env, Report};
 
@@ -60,6 +63,7 @@ async fn create_image(c: &Cluster, p: &FailoverParams, target: u64) -> anyhow::R
         partitions: target,
         partitions_per_topic: p.partitions_per_topic,
         replication_factor: 3,
+        replicas: None,
         topics_per_request: p.topics_per_request,
         concurrency: p.create_concurrency,
         budget: Duration::from_secs_f64(p.create_budget_secs),
@@ -84,7 +88,7 @@ async fn trial(c: &mut Cluster, p: &FailoverParams, n: usize) -> anyhow::Result<
     }
     let survivors: Vec<String> = (0..3)
         .filter(|&i| i != active)
-        .map(|i| c.addrs[i].clone())
+        .map(|i| c.controller(i).address())
         .collect();
     let attempt = Duration::from_millis(p.attempt_timeout_ms);
     // Retries every 10 ms at most, so the retry schedule does not round the
@@ -93,7 +97,7 @@ async fn trial(c: &mut Cluster, p: &FailoverParams, n: usize) -> anyhow::Result<
         .with_timeouts(attempt, attempt)
         .with_max_backoff(Duration::from_millis(10));
     let t0 = Instant::now();
-    c.kill(active);
+    c.controller_mut(active).kill();
     let mut attempts = 0u64;
     loop {
         attempts += 1;
@@ -116,9 +120,9 @@ async fn trial(c: &mut Cluster, p: &FailoverParams, n: usize) -> anyhow::Result<
     }
     let ms = t0.elapsed().as_secs_f64() * 1000.0;
     progress!("failover: write acknowledged {ms:.1} ms after the kill ({attempts} attempts); restarting node {}", active + 1);
-    c.restart(active)?;
+    c.controller_mut(active).start()?;
     if let Err(e) = c
-        .wait_converged(Duration::from_secs_f64(p.converge_timeout_secs))
+        .wait_converged(0, Duration::from_secs_f64(p.converge_timeout_secs))
         .await
     {
         bail!("failover took {ms:.1} ms, but then {e:#}");
@@ -126,16 +130,21 @@ async fn trial(c: &mut Cluster, p: &FailoverParams, n: usize) -> anyhow::Result<
     Ok((ms, attempts))
 }
 
+/// The largest resident memory of the controllers.
+fn max_rss(c: &Cluster) -> u64 {
+    c.controllers().map(|n| n.rss_bytes()).max().unwrap_or(0)
+}
+
 /// Runs all trials on one image size.
 async fn run_size(env: &Env, p: &FailoverParams, target: u64) -> anyhow::Result<Value> {
     progress!("failover: starting a 3-controller quorum on 127.0.2.11-13 (image target: {target} partitions)");
-    let mut c = Cluster::start(&env.exe, 2, &["--session-timeout-ms", "600000"])?;
+    let mut c = cluster::start(cluster::spec(env, 2, &["--session-timeout-ms", "600000"]))?;
     c.wait_active(Duration::from_secs(60)).await?;
     let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
     for id in 1..=3 {
         cluster::register_stand_in(&client, id).await?;
     }
-    cluster::create_topic(&client, TOPIC, 1, 3).await?;
+    admin::create_topic(&client, TOPIC, 1, 3).await?;
     let mut size = json!({ "target_partitions": target });
     let mut created = 0;
     if target > 0 {
@@ -157,14 +166,14 @@ async fn run_size(env: &Env, p: &FailoverParams, target: u64) -> anyhow::Result<
     size["partitions"] = json!(created);
     let t = Instant::now();
     let (index, _) = c
-        .wait_converged(Duration::from_secs_f64(p.converge_timeout_secs))
+        .wait_converged(0, Duration::from_secs_f64(p.converge_timeout_secs))
         .await?;
     progress!(
         "failover: converged at index {index} ({:.1} s); controller RSS {} MB",
         t.elapsed().as_secs_f64(),
-        (0..3).map(|i| c.rss_bytes(i)).max().unwrap_or(0) >> 20
+        max_rss(&c) >> 20
     );
-    size["rss_mb_max"] = json!((0..3).map(|i| c.rss_bytes(i)).max().unwrap_or(0) >> 20);
+    size["rss_mb_max"] = json!(max_rss(&c) >> 20);
     let mut trials = Vec::new();
     let mut attempts = Vec::new();
     let mut failures = Vec::new();
@@ -184,7 +193,7 @@ async fn run_size(env: &Env, p: &FailoverParams, target: u64) -> anyhow::Result<
                     progress!(
                         "failover: controller {} log tail:\n{}",
                         i + 1,
-                        c.log_tail(i, 8)
+                        c.controller(i).process.log_tail(8)
                     );
                 }
                 failures.push(format!("{e:#}"));

@@ -18,8 +18,10 @@ use serde_json::{json, Value};
 use tokio::sync::Semaphore;
 use tonic::transport::Channel;
 
-use crate::cluster::{connect, Cluster, CLUSTER_ID, STAND_IN_BROKER_ADDRESS};
-use crate::stats::{cell, machine, mem_available_bytes, percentile_sorted, r1, r3, unix_now};
+use keel_testkit::{probe, Cluster};
+
+use crate::cluster::{self, connect, CLUSTER_ID, STAND_IN_BROKER_ADDRESS};
+use crate::stats::{cell, machine, percentile_sorted, r1, r3, unix_now};
 use crate::{progress, Env, Report};
 
 /// Parameters of the `heartbeats` scenario.
@@ -227,10 +229,10 @@ async fn simulated_broker(
 /// Runs one level on a fresh cluster.
 async fn run_level(env: &Env, p: &HeartbeatParams, n: usize) -> anyhow::Result<Value> {
     progress!("heartbeats: {n} brokers: starting a 3-controller quorum on 127.0.3.11-13");
-    let mut c = Cluster::start(&env.exe, 3, &[])?;
+    let mut c = cluster::start(cluster::spec(env, 3, &[]))?;
     let active = c.wait_active(Duration::from_secs(60)).await?;
-    c.wait_converged(Duration::from_secs(30)).await?;
-    let leader = c.addrs[active].clone();
+    c.wait_converged(0, Duration::from_secs(30)).await?;
+    let leader = c.controller(active).address();
     let mut pool = Vec::new();
     for _ in 0..p.pool {
         pool.push(connect(&leader, Duration::from_secs(5)).await?);
@@ -255,7 +257,7 @@ async fn run_level(env: &Env, p: &HeartbeatParams, n: usize) -> anyhow::Result<V
         if let Err(e) = c.check_alive() {
             return Some(format!("{e:#}"));
         }
-        let rss = (0..3).map(|i| c.rss_bytes(i)).max().unwrap_or(0);
+        let rss = c.controllers().map(|n| n.rss_bytes()).max().unwrap_or(0);
         *rss_max = (*rss_max).max(rss);
         if rss > p.rss_limit_bytes {
             return Some(format!(
@@ -264,7 +266,7 @@ async fn run_level(env: &Env, p: &HeartbeatParams, n: usize) -> anyhow::Result<V
                 p.rss_limit_bytes >> 20
             ));
         }
-        let avail = mem_available_bytes();
+        let avail = probe::mem_available_bytes();
         if avail < p.min_available_bytes {
             return Some(format!("machine has only {} MB available", avail >> 20));
         }
@@ -342,7 +344,7 @@ async fn run_level(env: &Env, p: &HeartbeatParams, n: usize) -> anyhow::Result<V
         }
     }
     let log_tail = if abort.is_some() {
-        c.log_tail(active, 5)
+        c.controller(active).process.log_tail(5)
     } else {
         String::new()
     };

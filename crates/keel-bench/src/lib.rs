@@ -1,8 +1,9 @@
 //! `keel bench`: benchmark scenarios against real local clusters.
 //!
-//! Every scenario starts real `keel controller` processes (children of the
-//! running binary) on their own 127.0.x.y addresses with data in a temp dir,
-//! drives them from a load generator in this process, and returns a
+//! Every scenario starts real `keel controller` (and `keel broker`)
+//! processes with the cluster kit (`keel_testkit`, see [`cluster`]) on their
+//! own 127.0.x.y addresses with data in a temp dir, drives them from a load
+//! generator in this process, and returns a
 //! [`Report`]: a JSON document (the key names are a contract), a compact
 //! human table and a one-line summary. Every loop is bounded in count and
 //! time; the clusters are killed on drop, also on error.
@@ -14,14 +15,14 @@ pub mod commit;
 pub mod compare;
 pub mod create_topics;
 pub mod echo;
-pub mod etcd;
 pub mod failover;
 pub mod heartbeats;
+mod history;
 mod load;
 pub use load::Connections;
 pub mod scale;
 pub mod stats;
-pub mod zk;
+mod tail;
 
 use std::path::{Path, PathBuf};
 

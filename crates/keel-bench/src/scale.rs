@@ -19,9 +19,13 @@ use keel_metadata::records::RecordBatch;
 use keel_metadata::synthetic::SyntheticCluster;
 use keel_metadata::{MetadataImage, TopicPartition};
 use keel_proto::pb;
+use keel_proto::pb::admin_service_client::AdminServiceClient;
 use serde_json::{json, Value};
 
-use crate::cluster::{self, Cluster, ImageSpec};
+use keel_testkit::probe::{self, Memory};
+use keel_testkit::Cluster;
+
+use crate::cluster::{self, connect, ImageSpec};
 use crate::stats::{cell, machine, median, r1, r3, unix_now};
 use crate::{progress, Env, Report};
 
@@ -74,7 +78,8 @@ const TARGET_SNAPSHOT_LOAD_MS: f64 = 2_000.0;
 
 /// Resident-memory figures of one controller.
 fn memory(c: &Cluster, i: usize, partitions: u64, baseline: u64) -> Value {
-    let rss = c.rss_bytes(i);
+    let node = c.controller(i);
+    let rss = node.rss_bytes();
     let per = |b: u64| {
         if partitions == 0 {
             Value::Null
@@ -85,8 +90,8 @@ fn memory(c: &Cluster, i: usize, partitions: u64, baseline: u64) -> Value {
     json!({
         "node": i + 1,
         "rss_bytes": rss,
-        "rss_anon_bytes": c.status_bytes(i, "RssAnon:"),
-        "peak_rss_bytes": c.status_bytes(i, "VmHWM:"),
+        "rss_anon_bytes": node.memory_bytes(Memory::RssAnon),
+        "peak_rss_bytes": node.memory_bytes(Memory::PeakRss),
         "rss_bytes_per_partition": per(rss),
         "rss_over_empty_bytes_per_partition": per(rss.saturating_sub(baseline)),
     })
@@ -94,6 +99,36 @@ fn memory(c: &Cluster, i: usize, partitions: u64, baseline: u64) -> Value {
 
 fn mb(b: u64) -> f64 {
     r1(b as f64 / (1u64 << 20) as f64)
+}
+
+/// Resident memory of each controller, in MB.
+fn rss_mb(c: &Cluster) -> Vec<f64> {
+    c.controllers().map(|n| mb(n.rss_bytes())).collect()
+}
+
+/// TriggerSnapshot (with a purge of the log it covers) on controller `i`,
+/// no redirect.
+async fn trigger_snapshot(
+    c: &Cluster,
+    i: usize,
+    timeout: Duration,
+) -> anyhow::Result<pb::TriggerSnapshotResponse> {
+    let ch = connect(&c.controller(i).address(), timeout + Duration::from_secs(5)).await?;
+    let r = AdminServiceClient::new(ch)
+        .trigger_snapshot(pb::TriggerSnapshotRequest {
+            purge_log: true,
+            timeout_ms: timeout.as_millis() as u64,
+        })
+        .await?
+        .into_inner();
+    if let Some(e) = &r.error {
+        bail!(
+            "TriggerSnapshot on controller {} refused: {}",
+            i + 1,
+            e.message
+        );
+    }
+    Ok(r)
 }
 
 /// Figures of one TriggerSnapshot answer.
@@ -122,7 +157,7 @@ async fn wait_loaded(
 ) -> anyhow::Result<(f64, pb::DescribeNodeResponse)> {
     loop {
         c.check_alive()?;
-        if let Some(d) = c.describe_node_within(i, Duration::from_secs(5)).await {
+        if let Some(d) = c.describe_node(i, Duration::from_secs(5)).await {
             if d.last_applied_index >= index {
                 return Ok((spawned.elapsed().as_secs_f64() * 1000.0, d));
             }
@@ -131,7 +166,7 @@ async fn wait_loaded(
             bail!(
                 "controller {} did not serve index {index} within {timeout:?}; log tail:\n{}",
                 i + 1,
-                c.log_tail(i, 10)
+                c.controller(i).process.log_tail(10)
             );
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -141,14 +176,18 @@ async fn wait_loaded(
 /// The cluster part; returns its JSON section.
 async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
     progress!("scale: starting a 3-controller quorum on 127.0.{SUBNET}.11-13");
-    let mut c = Cluster::start(&env.exe, SUBNET, &["--session-timeout-ms", "600000"])?;
+    let mut c = cluster::start(cluster::spec(
+        env,
+        SUBNET,
+        &["--session-timeout-ms", "600000"],
+    ))?;
     c.wait_active(Duration::from_secs(60)).await?;
     let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
     for id in 1..=3 {
         cluster::register_stand_in(&client, id).await?;
     }
-    c.wait_converged(Duration::from_secs(60)).await?;
-    let empty_rss: Vec<u64> = (0..3).map(|i| c.rss_bytes(i)).collect();
+    c.wait_converged(0, Duration::from_secs(60)).await?;
+    let empty_rss: Vec<u64> = c.controllers().map(|n| n.rss_bytes()).collect();
     progress!(
         "scale: empty cluster RSS {:?} MB; creating {} partitions",
         empty_rss.iter().map(|b| mb(*b)).collect::<Vec<_>>(),
@@ -159,6 +198,7 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
         partitions: p.partitions,
         partitions_per_topic: p.partitions_per_topic,
         replication_factor: 3,
+        replicas: None,
         topics_per_request: p.topics_per_request,
         concurrency: p.create_concurrency,
         budget: Duration::from_secs_f64(p.create_budget_secs),
@@ -180,7 +220,7 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
     }
     let t = Instant::now();
     let (index, hash) = c
-        .wait_converged(Duration::from_secs_f64(p.snapshot_timeout_secs))
+        .wait_converged(0, Duration::from_secs_f64(p.snapshot_timeout_secs))
         .await?;
     let converge_secs = t.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs_f64(p.settle_secs)).await;
@@ -189,7 +229,7 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
     let after_create: Vec<Value> = (0..3).map(|i| memory(&c, i, n, empty_rss[i])).collect();
     progress!(
         "scale: converged at index {index} in {converge_secs:.1} s; RSS {:?} MB (node {} active)",
-        (0..3).map(|i| mb(c.rss_bytes(i))).collect::<Vec<_>>(),
+        rss_mb(&c),
         active + 1
     );
 
@@ -198,7 +238,7 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
     let mut snapshots = Vec::new();
     let mut snapshot_index = 0;
     for &i in standbys.iter().chain([active].iter()) {
-        let r = c.trigger_snapshot(i, true, timeout).await?;
+        let r = trigger_snapshot(&c, i, timeout).await?;
         let j = snapshot_json(i, &r);
         progress!("scale: snapshot on node {}: {j}", i + 1);
         snapshot_index = snapshot_index.max(r.snapshot.as_ref().map_or(0, |s| s.last_index));
@@ -206,18 +246,18 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
     }
     tokio::time::sleep(Duration::from_secs_f64(p.settle_secs)).await;
     let after_snapshot: Vec<Value> = (0..3).map(|i| memory(&c, i, n, empty_rss[i])).collect();
-    let disk: Vec<u64> = (0..3).map(|i| c.disk_bytes_of(i)).collect();
+    let disk: Vec<u64> = c.controllers().map(|n| n.disk_bytes()).collect();
     progress!(
         "scale: after snapshot and purge: RSS {:?} MB, disk {:?} MB",
-        (0..3).map(|i| mb(c.rss_bytes(i))).collect::<Vec<_>>(),
+        rss_mb(&c),
         disk.iter().map(|b| mb(*b)).collect::<Vec<_>>()
     );
 
     // A standby restarted on its compacted data dir loads the snapshot.
     let restarted = standbys[0];
-    c.kill(restarted);
+    c.controller_mut(restarted).kill();
     let spawned = Instant::now();
-    c.restart(restarted)?;
+    c.controller_mut(restarted).start()?;
     let (serve_ms, d) = wait_loaded(&mut c, restarted, snapshot_index, spawned, timeout).await?;
     let s = d.snapshot.clone().unwrap_or_default();
     progress!(
@@ -228,13 +268,13 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
         s.decode_ms,
         s.load_source
     );
-    let (index2, hash2) = c.wait_converged(timeout).await?;
+    let (index2, hash2) = c.wait_converged(0, timeout).await?;
     tokio::time::sleep(Duration::from_secs_f64(p.settle_secs)).await;
     let restarted_memory = memory(&c, restarted, n, 0);
     progress!(
         "scale: restarted node {} converged (index {index2}); RSS {} MB",
         restarted + 1,
-        mb(c.rss_bytes(restarted))
+        mb(c.controller(restarted).rss_bytes())
     );
     let load = json!({
         "node": restarted + 1,
@@ -249,8 +289,12 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
         "hash_unchanged_by_restart": hash == hash2,
     });
 
-    let rss_active = c.rss_bytes(active);
-    let rss_standby = standbys.iter().map(|i| c.rss_bytes(*i)).max().unwrap_or(0);
+    let rss_active = c.controller(active).rss_bytes();
+    let rss_standby = standbys
+        .iter()
+        .map(|i| c.controller(*i).rss_bytes())
+        .max()
+        .unwrap_or(0);
     let create_rate = n as f64 / made.secs.max(1e-9);
     Ok(json!({
         "partitions": n,
@@ -274,22 +318,11 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
     }))
 }
 
-/// Resident memory of this process.
-fn own_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|kb| kb.parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// The in-process part: the pure core on an equivalent image.
 fn run_core(p: &ScaleParams) -> anyhow::Result<Value> {
     let per_topic = p.partitions_per_topic.max(1);
     let topics = u32::try_from(p.partitions.div_ceil(u64::from(per_topic)))?;
-    let rss_before = own_rss();
+    let rss_before = probe::own_rss_bytes();
     let shape = SyntheticCluster {
         brokers: 3,
         topics,
@@ -299,7 +332,7 @@ fn run_core(p: &ScaleParams) -> anyhow::Result<Value> {
     let (image, first) = shape.image()?;
     let create_rate = shape.partitions() as f64 / start.elapsed().as_secs_f64();
     let partitions = image.partition_count() as u64;
-    let image_rss = own_rss().saturating_sub(rss_before);
+    let image_rss = probe::own_rss_bytes().saturating_sub(rss_before);
     progress!(
         "scale: in-process image of {partitions} partitions: {} MB resident ({:.0} bytes/partition)",
         mb(image_rss),

@@ -1,5 +1,6 @@
 //! Percentiles, medians and machine facts.
 
+use keel_testkit::probe;
 use serde_json::{json, Value};
 
 /// Nearest-rank percentile (`p` in 0..=100) of unsorted samples; 0 if empty.
@@ -67,27 +68,15 @@ pub fn latency_json(ms: &[f64]) -> Value {
     })
 }
 
-fn first_field(text: &str, key: &str) -> Option<String> {
-    text.lines()
-        .find(|l| l.starts_with(key))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, v)| v.trim().to_string())
-}
-
 /// nproc, CPU model, total memory, kernel, build profile.
 pub fn machine() -> Value {
-    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let mem_kb: u64 = first_field(&meminfo, "MemTotal")
-        .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
-        .unwrap_or(0);
     let nproc = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(0);
     json!({
         "nproc": nproc,
-        "cpu_model": first_field(&cpuinfo, "model name").unwrap_or_else(|| "unknown".into()),
-        "mem_total_bytes": mem_kb * 1024,
+        "cpu_model": probe::cpu_model().unwrap_or_else(|| "unknown".into()),
+        "mem_total_bytes": probe::mem_total_bytes(),
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").map(|s| s.trim().to_string()).unwrap_or_default(),
         "build": if cfg!(debug_assertions) { "debug" } else { "release" },
         "keel_version": env!("CARGO_PKG_VERSION"),
@@ -171,50 +160,12 @@ fn probe(dir: &std::path::Path) -> std::io::Result<Value> {
     }))
 }
 
-/// Bytes of memory the kernel says are available (MemAvailable).
-pub fn mem_available_bytes() -> u64 {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    first_field(&meminfo, "MemAvailable")
-        .and_then(|v| {
-            v.split_whitespace()
-                .next()
-                .and_then(|n| n.parse::<u64>().ok())
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(u64::MAX)
-}
-
 /// Seconds since the Unix epoch (for the `started_at` stamp).
 pub fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
-}
-
-/// Ticks per second of /proc/<pid>/stat times (USER_HZ, 100 on Linux).
-pub const CLOCK_TICKS_PER_S: f64 = 100.0;
-
-/// utime + stime (clock ticks) from the text of /proc/<pid>/stat.
-pub fn parse_stat_cpu_ticks(stat: &str) -> Option<u64> {
-    // The command name may hold spaces and parentheses: fields start after
-    // the last ')'. There, index 0 is field 3 (state); utime and stime are
-    // fields 14 and 15.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let utime: u64 = f.get(11)?.parse().ok()?;
-    let stime: u64 = f.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-/// CPU ticks used so far by process `pid` (all its threads).
-pub fn cpu_ticks(pid: u32) -> Option<u64> {
-    parse_stat_cpu_ticks(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
-/// CPU ticks used so far by this process (the load generator).
-pub fn own_cpu_ticks() -> Option<u64> {
-    parse_stat_cpu_ticks(&std::fs::read_to_string("/proc/self/stat").ok()?)
 }
 
 #[cfg(test)]
@@ -239,15 +190,6 @@ mod tests {
         for k in ["nproc", "cpu_model", "mem_total_bytes"] {
             assert!(m.get(k).is_some(), "{k}");
         }
-    }
-
-    #[test]
-    fn cpu_ticks_come_from_fields_14_and_15_even_with_odd_names() {
-        let stat =
-            "4242 (java (zk) x) S 1 4242 4242 0 -1 4194560 100 0 0 0 1234 567 0 0 20 0 50 0 99 0 0";
-        assert_eq!(parse_stat_cpu_ticks(stat), Some(1234 + 567));
-        assert_eq!(parse_stat_cpu_ticks("garbage"), None);
-        assert_eq!(parse_stat_cpu_ticks("1 (x) S 1 2"), None);
     }
 
     #[test]

@@ -14,8 +14,8 @@ use keel_proto::pb;
 use keel_proto::pb::admin_service_client::AdminServiceClient;
 use tonic::transport::Endpoint;
 
-use crate::admin;
 use crate::process::{Launch, Process};
+use crate::{admin, probe};
 
 /// What a node is.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -235,6 +235,31 @@ impl Node {
     /// The `history.jsonl` a broker writes (one JSON object per line).
     pub fn history_path(&self) -> PathBuf {
         self.data_dir.join("history.jsonl")
+    }
+
+    /// Process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.pid()
+    }
+
+    /// A memory figure of the running process, in bytes (0 if unknown).
+    pub fn memory_bytes(&self, what: probe::Memory) -> u64 {
+        self.pid().map_or(0, |pid| probe::memory_bytes(pid, what))
+    }
+
+    /// Resident memory of the running process, in bytes (0 if unknown).
+    pub fn rss_bytes(&self) -> u64 {
+        self.memory_bytes(probe::Memory::Rss)
+    }
+
+    /// CPU time (clock ticks) the running process used so far.
+    pub fn cpu_ticks(&self) -> Option<u64> {
+        probe::cpu_ticks(self.pid()?)
+    }
+
+    /// Allocated bytes of the data dir (as `du` counts them).
+    pub fn disk_bytes(&self) -> u64 {
+        probe::disk_bytes(&self.data_dir)
     }
 }
 
@@ -603,6 +628,17 @@ impl Cluster {
         voters_of(&v)
     }
 
+    /// CPU time (clock ticks) the controllers used so far, all together
+    /// (`None` if one is not running or cannot be read).
+    pub fn controllers_cpu_ticks(&self) -> Option<u64> {
+        self.controllers().map(Node::cpu_ticks).sum()
+    }
+
+    /// Allocated bytes of every controller's data dir together.
+    pub fn controllers_disk_bytes(&self) -> u64 {
+        self.controllers().map(Node::disk_bytes).sum()
+    }
+
     /// A client that follows NOT_CONTROLLER redirects over every
     /// controller.
     pub fn client(&self, request: Duration, deadline: Duration) -> ControllerClient {
@@ -958,6 +994,37 @@ mod tests {
         all.sort();
         all.dedup();
         assert_eq!(all.len(), n);
+    }
+
+    #[test]
+    fn a_node_reports_its_process_memory_cpu_and_data_dir_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let launch = Launch {
+            exe: "/bin/sh".into(),
+            args: vec!["-c".into(), "exec sleep 30".into()],
+            rust_log: None,
+            env: Vec::new(),
+            own_process_group: false,
+        };
+        let mut n = Node {
+            role: Role::Broker,
+            id: 1,
+            addr: "127.0.0.1:9".parse().unwrap(),
+            metrics_addr: None,
+            data_dir: dir.path().join("b1"),
+            process: Process::new("b1", launch, dir.path().join("b1.log")),
+        };
+        assert_eq!((n.pid(), n.rss_bytes(), n.cpu_ticks()), (None, 0, None));
+        n.start().unwrap();
+        assert!(n.pid().is_some());
+        assert!(n.rss_bytes() > 0);
+        assert!(n.memory_bytes(probe::Memory::PeakRss) >= n.rss_bytes());
+        assert!(n.cpu_ticks().is_some());
+        std::fs::create_dir_all(&n.data_dir).unwrap();
+        std::fs::write(n.data_dir.join("f"), vec![0u8; 8192]).unwrap();
+        assert!(n.disk_bytes() >= 8192);
+        n.kill();
+        assert_eq!(n.rss_bytes(), 0);
     }
 
     #[test]

@@ -22,6 +22,7 @@
 pub mod admin;
 pub mod cluster;
 pub mod netfilter;
+pub mod probe;
 pub mod process;
 
 pub use cluster::{

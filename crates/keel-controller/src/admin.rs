@@ -728,12 +728,16 @@ impl AdminService for AdminApi {
             role: role.to_string(),
             term: m.current_term,
             leader_id: m.current_leader,
+            // Active only while the lease holds, checked now: a leader cut
+            // off from its majority says so within the lease, before the
+            // leadership watch has resigned the role.
             active_controller: self
                 .shared
                 .active
                 .read()
                 .map(|g| g.is_some())
-                .unwrap_or(false),
+                .unwrap_or(false)
+                && self.shared.lease_valid(),
             snapshot: Some(snapshot_to_pb(&applied.snapshots.get())),
         }))
     }

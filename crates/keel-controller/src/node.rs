@@ -84,9 +84,20 @@ impl ControllerNode {
         let network = Network::new(config.cluster_id.clone(), config.node_id)
             .with_bind_ip(config.listen.ip());
         let peer_contacts = network.contacts();
+        // The election watchdog asks for pre-votes through the same
+        // connections.
+        let watchdog_network = network.clone();
         let raft: KeelRaft = openraft::Raft::new(config.node_id, rc, network, log, sm)
             .await
             .context("raft failed to start")?;
+        // A data dir that holds a vote or a log may have promised a leader a
+        // lease before this process started: no vote until it has run out.
+        let restarted = raft.is_initialized().await.context("raft stopped")?;
+        let mut raft_service = RaftGrpcService::new(raft.clone(), config.cluster_id.clone());
+        if restarted {
+            raft_service = raft_service
+                .refusing_votes_for(Duration::from_millis(config.election_timeout_max_ms));
+        }
 
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -101,9 +112,7 @@ impl ControllerNode {
         let mut server_stop = shutdown_rx.clone();
         let server = tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(
-                    RaftGrpcService::new(raft.clone(), config.cluster_id.clone()).into_server(),
-                )
+                .add_service(raft_service.into_server())
                 .add_service(AdminServiceServer::new(AdminApi::new(shared.clone())))
                 .add_service(BrokerServiceServer::new(BrokerApi::new(shared.clone())))
                 .serve_with_incoming_shutdown(
@@ -115,7 +124,7 @@ impl ControllerNode {
                 ),
         );
 
-        let fresh = !config.join && !raft.is_initialized().await.context("raft stopped")?;
+        let fresh = !config.join && !restarted;
         let formed = if fresh {
             formed_quorum_peer(&config).await
         } else {
@@ -149,8 +158,8 @@ impl ControllerNode {
 
         tokio::spawn(keel_raft::election_watchdog(
             raft.clone(),
+            watchdog_network,
             config.node_id,
-            Duration::from_millis(config.election_timeout_max_ms),
             shutdown_rx.clone(),
         ));
         let leadership = tokio::spawn(crate::leadership::watch_leadership(

@@ -14,6 +14,7 @@ mod error;
 mod log_store;
 mod network;
 mod open;
+pub mod prevote;
 mod service;
 mod state_machine;
 mod watchdog;

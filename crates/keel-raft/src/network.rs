@@ -25,6 +25,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::Streaming;
 
 use crate::codec;
+use crate::prevote::{PreVoteRequest, PreVoteResponse};
 use crate::{NodeId, TypeConfig};
 
 /// How long to wait for a TCP connection to a peer before calling it
@@ -146,6 +147,44 @@ impl Network {
         let channel = endpoint.connect_lazy();
         channels.insert(target, (addr.to_string(), channel.clone()));
         Ok(channel)
+    }
+}
+
+impl Network {
+    /// Asks `target` at `addr` for a pre-vote, giving up after `timeout`.
+    /// `Err` says why no answer came (unreachable, refused envelope, a
+    /// peer without `PreVote`): the caller counts it as not granted.
+    pub async fn pre_vote(
+        &self,
+        target: NodeId,
+        addr: &str,
+        req: &PreVoteRequest,
+        timeout: Duration,
+    ) -> Result<PreVoteResponse, String> {
+        let channel = self.channel(target, addr)?;
+        let request = RaftRequest {
+            cluster_id: self.cluster_id.to_string(),
+            from_node: self.node_id,
+            payload: codec::encode(req).map_err(|e| e.to_string())?,
+            seq: 0,
+            to_node: target,
+        };
+        let mut client = raft_client(channel);
+        let response = match tokio::time::timeout(timeout, client.pre_vote(request)).await {
+            Err(_) => return Err(format!("node {target} did not answer within {timeout:?}")),
+            Ok(Err(status)) => return Err(format!("node {target} at {addr}: {status}")),
+            Ok(Ok(r)) => r.into_inner(),
+        };
+        if !response.error.is_empty() {
+            return Err(format!(
+                "node {target} refused the request: {}",
+                response.error
+            ));
+        }
+        let result: Result<PreVoteResponse, RaftError<NodeId>> =
+            codec::decode(&response.payload).map_err(|e| e.to_string())?;
+        self.contacts.record(target);
+        result.map_err(|e| format!("node {target}: {e}"))
     }
 }
 

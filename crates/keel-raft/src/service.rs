@@ -1,5 +1,16 @@
 //! The server side of the Raft transport: decodes openraft's RPCs from the
-//! gRPC envelope and hands them to the local Raft node.
+//! gRPC envelope and hands them to the local Raft node, and answers
+//! pre-votes ([`crate::prevote`]) itself.
+//!
+//! A node that restarts on a data dir that was in use grants no vote and no
+//! pre-vote for `election_timeout_max` after it starts: before it went down
+//! it may have accepted an AppendEntries from a leader, which promised that
+//! leader a lease (no other leader until `election_timeout_max` after it),
+//! and openraft keeps the time of that promise only in memory. The refusal
+//! is an ordinary Raft answer (`vote_granted: false` with this node's vote
+//! and last log id), which the candidate takes as any other.
+
+use std::time::{Duration, Instant};
 
 use futures::stream::{BoxStream, StreamExt};
 use keel_proto::pb::raft_service_server::{RaftService, RaftServiceServer};
@@ -10,8 +21,11 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::codec;
 use crate::network::MAX_MESSAGE_BYTES;
-use crate::KeelRaft;
+use crate::prevote::{decide_pre_vote, PreVoteRequest, PreVoteResponse, VoterView};
+use crate::{KeelRaft, NodeId};
 use openraft::error::RaftError;
+use openraft::raft::{VoteRequest, VoteResponse};
+use openraft::ServerState;
 
 /// Serves `RaftService` for one node: the peers' way into its Raft.
 #[derive(Clone)]
@@ -23,6 +37,9 @@ pub struct RaftGrpcService {
     /// This node's id (the Raft's own): requests meant for another node are
     /// refused.
     node_id: u64,
+    /// Until when this node refuses every vote and pre-vote (it restarted
+    /// on a data dir that may have promised a leader a lease).
+    no_vote_until: Option<Instant>,
 }
 
 impl RaftGrpcService {
@@ -33,7 +50,108 @@ impl RaftGrpcService {
             raft,
             cluster_id,
             node_id,
+            no_vote_until: None,
         }
+    }
+
+    /// Refuses votes and pre-votes for `window` from now: for a node that
+    /// restarted on a data dir that was in use (its log or vote not empty),
+    /// with `window` = `election_timeout_max`. A brand-new data dir has
+    /// promised nothing; a wiped one is refused by its directory id.
+    pub fn refusing_votes_for(mut self, window: Duration) -> Self {
+        self.no_vote_until = Some(Instant::now() + window);
+        self
+    }
+
+    /// Time left of the no-vote window.
+    fn restart_window_left(&self) -> Option<Duration> {
+        let left = self.no_vote_until?.checked_duration_since(Instant::now())?;
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// This node's state as a pre-vote is decided on, read now.
+    async fn voter_view(&self) -> Result<(VoterView, u64), RaftError<NodeId>> {
+        let lease = Duration::from_millis(self.raft.config().election_timeout_max);
+        let quorum_acked = self.raft.metrics().borrow().last_quorum_acked;
+        let me = self.node_id;
+        let (vote, changed, state) = self
+            .raft
+            .with_raft_state(|s| (*s.vote_ref(), s.vote_last_modified(), s.server_state))
+            .await?;
+        // openraft keeps its log state reader private; its metrics trail the
+        // core by at most one loop of it.
+        let last_log_id = self.raft.data_metrics().borrow().last_log;
+        let since_change = changed.map(|t| t.elapsed());
+        let leader = vote.leader_id().voted_for();
+        let follows = match (vote.is_committed(), leader, since_change) {
+            (true, Some(l), Some(heard)) if l != me && state != ServerState::Leader => {
+                Some((l, heard))
+            }
+            _ => None,
+        };
+        // A leader counts from the newer of its last quorum acknowledgement
+        // and its becoming leader, as check-quorum does.
+        let leading_for = (state == ServerState::Leader).then(|| {
+            let acked = quorum_acked.map(|t| t.elapsed());
+            match (acked, since_change) {
+                (Some(a), Some(c)) => a.min(c),
+                (a, c) => a.or(c).unwrap_or(Duration::ZERO),
+            }
+        });
+        let view = VoterView {
+            last_log_id,
+            follows,
+            leading_for,
+            restart_window_left: self.restart_window_left(),
+            lease,
+        };
+        Ok((view, vote.leader_id().get_term()))
+    }
+
+    /// Answers a pre-vote from the node's state at this moment.
+    async fn answer_pre_vote(
+        &self,
+        req: PreVoteRequest,
+    ) -> Result<PreVoteResponse, RaftError<NodeId>> {
+        let (view, term) = self.voter_view().await?;
+        let refusal = decide_pre_vote(&req, &view).err();
+        match &refusal {
+            None => tracing::info!(
+                node = self.node_id,
+                candidate = req.candidate,
+                term = req.term,
+                "pre-vote granted"
+            ),
+            Some(why) => tracing::info!(
+                node = self.node_id,
+                candidate = req.candidate,
+                term = req.term,
+                %why,
+                "pre-vote refused"
+            ),
+        }
+        Ok(PreVoteResponse { term, refusal })
+    }
+
+    /// A vote, unless this node is inside its no-vote window after a
+    /// restart: then a refusal carrying its vote and last log id.
+    async fn answer_vote(
+        &self,
+        req: VoteRequest<NodeId>,
+    ) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
+        let Some(left) = self.restart_window_left() else {
+            return self.raft.vote(req).await;
+        };
+        tracing::info!(
+            node = self.node_id,
+            candidate = ?req.vote.leader_id().voted_for(),
+            term = req.vote.leader_id().get_term(),
+            left_ms = left.as_millis() as u64,
+            "vote refused: this node restarted less than election_timeout_max ago and may have promised a leader a lease before"
+        );
+        let vote = self.raft.with_raft_state(|s| *s.vote_ref()).await?;
+        let last_log_id = self.raft.data_metrics().borrow().last_log;
+        Ok(VoteResponse::new(vote, last_log_id, false))
     }
 
     /// The tonic service, with message limits large enough for snapshot
@@ -163,7 +281,18 @@ impl RaftService for RaftGrpcService {
             Ok(req) => req,
             Err(e) => return Ok(Response::new(refusal(e))),
         };
-        answer(&self.raft.vote(req).await).map(Response::new)
+        answer(&self.answer_vote(req).await).map(Response::new)
+    }
+
+    async fn pre_vote(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftResponse>, Status> {
+        let req = match self.open_envelope(request.get_ref()) {
+            Ok(req) => req,
+            Err(e) => return Ok(Response::new(refusal(e))),
+        };
+        answer(&self.answer_pre_vote(req).await).map(Response::new)
     }
 
     async fn install_snapshot(

@@ -180,6 +180,13 @@ impl keel_proto::pb::raft_service_server::RaftService for TestPeer {
     ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
         self.inner.install_snapshot(r).await
     }
+
+    async fn pre_vote(
+        &self,
+        r: tonic::Request<keel_proto::pb::RaftRequest>,
+    ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
+        self.inner.pre_vote(r).await
+    }
 }
 
 /// Serves `node`'s Raft again behind a [`TestPeer`] on a fresh loopback

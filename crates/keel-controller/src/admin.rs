@@ -739,6 +739,7 @@ impl AdminService for AdminApi {
                 .unwrap_or(false)
                 && self.shared.lease_valid(),
             snapshot: Some(snapshot_to_pb(&applied.snapshots.get())),
+            last_log_index: m.last_log_index,
         }))
     }
 

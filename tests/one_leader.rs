@@ -183,9 +183,10 @@ async fn a_healed_partition_never_deposes_the_leader_the_majority_elected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_follower_refuses_to_vote_inside_the_lease_window() {
     use keel_raft::prevote::{PreVoteRefusal, PreVoteRequest};
+    use keel_raft::KeelNode;
     use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
     use openraft::raft::VoteRequest;
-    use openraft::{BasicNode, Vote};
+    use openraft::Vote;
 
     let flags = [
         FLAGS,
@@ -226,7 +227,7 @@ async fn a_restarted_follower_refuses_to_vote_inside_the_lease_window() {
     let r = network
         .pre_vote(
             id,
-            &addr,
+            &KeelNode::new(addr.as_str()),
             &PreVoteRequest {
                 candidate: 9,
                 term: term + 11,
@@ -241,7 +242,7 @@ async fn a_restarted_follower_refuses_to_vote_inside_the_lease_window() {
         "{r:?}"
     );
     let mut network = network;
-    let mut peer = network.new_client(id, &BasicNode::new(&addr)).await;
+    let mut peer = network.new_client(id, &KeelNode::new(&addr)).await;
     let resp = peer
         .vote(
             VoteRequest::new(Vote::new(term + 10, 9), ahead),
@@ -265,4 +266,202 @@ async fn a_restarted_follower_refuses_to_vote_inside_the_lease_window() {
     assert!(after < term + 10);
     assert!(view(&q, leader).await.unwrap().0, "the leader was deposed");
     create_topic(&client, "after-the-restart", 1, 1).await;
+}
+
+/// `keel quorum describe --output json` against every controller.
+fn quorum_json(q: &Cluster) -> Option<serde_json::Value> {
+    let out = std::process::Command::new(keel_bin())
+        .args([
+            "quorum",
+            "describe",
+            "--output",
+            "json",
+            "--bootstrap",
+            &q.controller_addrs().join(","),
+        ])
+        .output()
+        .expect("run keel");
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).expect("quorum describe prints JSON"))
+}
+
+/// Each voter's directory id as `keel quorum describe` shows it, once
+/// `pred` holds for that map.
+async fn wait_directories(
+    q: &Cluster,
+    what: &str,
+    pred: impl Fn(&std::collections::BTreeMap<u64, Option<String>>) -> bool,
+) -> std::collections::BTreeMap<u64, Option<String>> {
+    let deadline = Instant::now() + LONG;
+    loop {
+        if let Some(v) = quorum_json(q) {
+            let dirs: std::collections::BTreeMap<u64, Option<String>> = v["voters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|x| x["status"] != "learner")
+                .map(|x| {
+                    (
+                        x["id"].as_u64().unwrap(),
+                        x["directory_id"].as_str().map(str::to_string),
+                    )
+                })
+                .collect();
+            if pred(&dirs) {
+                return dirs;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for: {what}\n{}",
+            q.log_tails(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A follower's data dir wiped under it: the quorum had bound its
+/// directory id, so the empty dir that restarts in its place is refused as
+/// a voter by every peer and refuses their requests, saying why. With the
+/// other follower lagging behind entries that only the leader and the
+/// wiped follower held, and the leader killed, no leader is elected (the
+/// lagging one would need the wiped one's vote, and would lose the
+/// entries); once the old leader is back, every acknowledged write is
+/// there. `keel quorum add-voter --directory-id` re-admits the new dir, as
+/// a learner first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_follower_neither_votes_nor_loses_a_committed_entry_and_rejoins_after_add_voter() {
+    let mut q = subnet_quorum(73, FLAGS);
+    let client = client(&q);
+    let a = q.wait_active(LONG).await.unwrap();
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    // The active controller binds every voter's directory id; each is the
+    // one the node says is its own.
+    let bound = wait_directories(&q, "every voter's directory id bound", |d| {
+        d.len() == 3 && d.values().all(Option::is_some)
+    })
+    .await;
+    for i in 0..3 {
+        let own = q
+            .describe_node(i, Duration::from_secs(2))
+            .await
+            .unwrap()
+            .directory_id;
+        assert_eq!(Some(own), bound[&(i as u64 + 1)].clone());
+    }
+    let (b, c) = {
+        let f: Vec<usize> = (0..3).filter(|i| *i != a).collect();
+        (f[0], f[1])
+    };
+
+    // Follower b lags: these writes commit on a and c only.
+    let mut acked = Vec::new();
+    q.controller_mut(b).process.pause();
+    for i in 0..5 {
+        let name = format!("held-by-a-and-c-{i}");
+        create_topic(&client, &name, 1, 1).await;
+        acked.push(name);
+    }
+
+    // c's dir is wiped and c restarts on the empty dir (it finds the formed
+    // quorum and waits to be replicated to); then a dies and b resumes.
+    q.controller_mut(c).kill();
+    std::fs::remove_dir_all(&q.controller(c).data_dir).unwrap();
+    q.controller_mut(c).start().unwrap();
+    let deadline = Instant::now() + LONG;
+    while !q
+        .controller(c)
+        .process
+        .log_text()
+        .contains("waiting for its leader instead of initializing")
+    {
+        assert!(Instant::now() < deadline, "{}", q.log_tails(30));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let new_dir = q
+        .describe_node(c, Duration::from_secs(2))
+        .await
+        .unwrap()
+        .directory_id;
+    let old_dir = bound[&(c as u64 + 1)].clone().unwrap();
+    assert_ne!(new_dir, old_dir);
+    q.controller_mut(a).kill();
+    q.controller_mut(b).process.resume();
+
+    // Nobody leads: b cannot get c's vote.
+    let quiet = Instant::now();
+    while quiet.elapsed() < Duration::from_secs(4) {
+        for i in [b, c] {
+            if let Some(d) = q.describe_node(i, Duration::from_millis(500)).await {
+                assert!(
+                    !d.active_controller,
+                    "node {} became active without the lost entries\n{}",
+                    i + 1,
+                    q.log_tails(30)
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = q.controller(c).process.log_text();
+    let remedy = format!(
+        "keel quorum add-voter --node-id {} --address {} --directory-id {new_dir}",
+        c + 1,
+        q.controller(c).address()
+    );
+    assert!(
+        log.contains("refusing a Raft request")
+            && log.contains(&old_dir)
+            && log.contains(&new_dir)
+            && log.contains(&remedy),
+        "the wiped node's log does not say why it refuses, with both ids and the remedy:\n{log}"
+    );
+
+    // The old leader returns: every acknowledged write is there.
+    q.controller_mut(a).start().unwrap();
+    q.wait_active(LONG).await.unwrap();
+    let names = topic_names(&client).await;
+    for n in &acked {
+        assert!(names.contains(n), "acknowledged topic {n} lost");
+    }
+
+    // Re-admitted with its new dir, c catches up and votes again.
+    let out = std::process::Command::new(keel_bin())
+        .args([
+            "quorum",
+            "add-voter",
+            "--node-id",
+            &(c + 1).to_string(),
+            "--address",
+            &q.controller(c).address(),
+            "--directory-id",
+            &new_dir,
+            "--bootstrap",
+            &q.controller_addrs().join(","),
+            "--output",
+            "json",
+        ])
+        .output()
+        .expect("run keel");
+    assert!(
+        out.status.success(),
+        "add-voter: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        q.log_tails(30)
+    );
+    let dirs = wait_directories(&q, "c re-admitted with its new dir", |d| {
+        d.get(&(c as u64 + 1)) == Some(&Some(new_dir.clone())) && d.len() == 3
+    })
+    .await;
+    assert_eq!(dirs[&(a as u64 + 1)], bound[&(a as u64 + 1)]);
+    q.wait_converged(1, LONG).await.unwrap();
+    create_topic(&client, "after-the-rejoin", 1, 1).await;
+    let names = topic_names(&client).await;
+    for n in acked
+        .iter()
+        .chain(std::iter::once(&"after-the-rejoin".to_string()))
+    {
+        assert!(names.contains(n), "topic {n} missing");
+    }
 }

@@ -680,10 +680,11 @@ impl AdminService for AdminApi {
         if let Err(e) = self.shared.active_handle() {
             return Ok(Response::new(pb::AddVoterResponse { error: Some(e) }));
         }
-        let error = crate::quorum::add_voter(&self.shared, req.node_id, req.address)
-            .await
-            .err()
-            .map(|e| error_to_pb(&e));
+        let error =
+            crate::quorum::add_voter(&self.shared, req.node_id, req.address, &req.directory_id)
+                .await
+                .err()
+                .map(|e| error_to_pb(&e));
         Ok(Response::new(pb::AddVoterResponse { error }))
     }
 
@@ -740,6 +741,7 @@ impl AdminService for AdminApi {
                 && self.shared.lease_valid(),
             snapshot: Some(snapshot_to_pb(&applied.snapshots.get())),
             last_log_index: m.last_log_index,
+            directory_id: self.shared.directory_id.to_string(),
         }))
     }
 

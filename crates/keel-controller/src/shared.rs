@@ -9,7 +9,7 @@ use keel_metadata::heartbeat::HeartbeatTracker;
 use keel_metadata::{ApiError, ErrorCode, MetadataImage};
 use keel_proto::convert::not_controller;
 use keel_proto::pb;
-use keel_raft::{AppliedState, KeelRaft, PeerContacts};
+use keel_raft::{AppliedState, DirectoryId, KeelRaft, PeerContacts};
 use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -49,6 +49,8 @@ pub struct Shared {
     peer_contacts: PeerContacts,
     /// Bytes of admin writes being answered at once, over all connections.
     pub write_budget: WriteBudget,
+    /// This node's data dir's directory id.
+    pub directory_id: DirectoryId,
 }
 
 impl Shared {
@@ -57,6 +59,7 @@ impl Shared {
         raft: KeelRaft,
         image: watch::Receiver<Arc<AppliedState>>,
         peer_contacts: PeerContacts,
+        directory_id: DirectoryId,
     ) -> Self {
         let heartbeats = Mutex::new(HeartbeatTracker::new(config.session_timeout_ms));
         let write_budget = WriteBudget::new(config.write_budget_bytes);
@@ -68,6 +71,7 @@ impl Shared {
             heartbeats,
             peer_contacts,
             write_budget,
+            directory_id,
         }
     }
 
@@ -84,6 +88,11 @@ impl Shared {
     /// Milliseconds since each peer last answered a Raft RPC of ours.
     pub fn peer_contacts(&self) -> BTreeMap<u64, u64> {
         self.peer_contacts.millis_since()
+    }
+
+    /// The directory id each peer's last Raft answer carried.
+    pub fn peer_directories(&self) -> BTreeMap<u64, DirectoryId> {
+        self.peer_contacts.directories()
     }
 
     /// The active controller's id and address, as far as this node can

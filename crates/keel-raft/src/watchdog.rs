@@ -43,7 +43,7 @@ use tokio::time::Instant;
 
 use crate::network::Network;
 use crate::prevote::{pre_vote_won, PreVoteRefusal, PreVoteRequest};
-use crate::{KeelRaft, NodeId};
+use crate::{KeelNode, KeelRaft, NodeId};
 
 /// How often the watchdog looks at the Raft state.
 const POLL: Duration = Duration::from_millis(10);
@@ -99,8 +99,8 @@ struct Seen {
     last_log_id: Option<LogId<NodeId>>,
     /// Voters of each configuration of the membership.
     joint: Vec<BTreeSet<NodeId>>,
-    /// Every member's address.
-    addrs: BTreeMap<NodeId, String>,
+    /// Every member, as the membership records it.
+    members: BTreeMap<NodeId, KeelNode>,
 }
 
 impl Seen {
@@ -129,10 +129,7 @@ async fn observe(raft: &KeelRaft) -> Option<Seen> {
             last_change: s.vote_last_modified(),
             last_log_id,
             joint: membership.get_joint_config().clone(),
-            addrs: membership
-                .nodes()
-                .map(|(id, n)| (*id, n.addr.clone()))
-                .collect(),
+            members: membership.nodes().map(|(id, n)| (*id, n.clone())).collect(),
         }
     })
     .await
@@ -170,9 +167,9 @@ async fn pre_vote_round(network: &Network, me: NodeId, seen: &Seen, timeout: Dur
         .into_iter()
         .filter(|v| *v != me)
         .map(|v| {
-            let addr = seen.addrs.get(&v).cloned().unwrap_or_default();
+            let node = seen.members.get(&v).cloned().unwrap_or_default();
             let req = &req;
-            async move { (v, network.pre_vote(v, &addr, req, timeout).await) }
+            async move { (v, network.pre_vote(v, &node, req, timeout).await) }
         })
         .collect();
     round.won = pre_vote_won(&seen.joint, &round.granted);

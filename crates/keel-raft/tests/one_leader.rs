@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use keel_raft::prevote::{PreVoteRefusal, PreVoteRequest};
-use keel_raft::{default_config, Network};
+use keel_raft::{default_config, KeelNode, Network};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::VoteRequest;
-use openraft::{BasicNode, ServerState, Vote};
+use openraft::{ServerState, Vote};
 
 /// A node id no test node has: requests "from a stranger".
 const STRANGER: u64 = 9;
@@ -31,7 +31,7 @@ fn pre_vote_req(term: u64, last: Option<openraft::LogId<u64>>) -> PreVoteRequest
 async fn wait_for(
     n: &TestNode,
     what: &str,
-    pred: impl Fn(&openraft::RaftMetrics<u64, BasicNode>) -> bool,
+    pred: impl Fn(&openraft::RaftMetrics<u64, KeelNode>) -> bool,
 ) {
     let deadline = Instant::now() + PATIENCE;
     loop {
@@ -66,7 +66,7 @@ async fn a_voter_refuses_pre_votes_while_it_follows_a_live_leader_and_a_leader_w
     let r = network
         .pre_vote(
             follower.id,
-            &follower.addr,
+            &KeelNode::new(follower.addr.as_str()),
             &pre_vote_req(term + 1, better),
             ask,
         )
@@ -80,7 +80,7 @@ async fn a_voter_refuses_pre_votes_while_it_follows_a_live_leader_and_a_leader_w
     let r = network
         .pre_vote(
             leader.id,
-            &leader.addr,
+            &KeelNode::new(leader.addr.as_str()),
             &pre_vote_req(term + 1, better),
             ask,
         )
@@ -221,7 +221,7 @@ async fn a_restarted_node_refuses_votes_and_pre_votes_inside_its_window() {
     // A vote for a candidate well ahead (higher term, longer log) is
     // refused with the node's own vote and log, as any refusal.
     let mut network = Network::new(CLUSTER.into(), STRANGER);
-    let mut client = network.new_client(id, &BasicNode::new(&addr)).await;
+    let mut client = network.new_client(id, &KeelNode::new(&addr)).await;
     let ahead = Some(openraft::LogId::new(
         openraft::CommittedLeaderId::new(term + 10, 0),
         index + 100,
@@ -242,7 +242,7 @@ async fn a_restarted_node_refuses_votes_and_pre_votes_inside_its_window() {
     let r = network
         .pre_vote(
             id,
-            &addr,
+            &KeelNode::new(addr.as_str()),
             &pre_vote_req(term + 11, ahead),
             Duration::from_secs(2),
         )
@@ -262,7 +262,7 @@ async fn a_restarted_node_refuses_votes_and_pre_votes_inside_its_window() {
     let r = network
         .pre_vote(
             id,
-            &addr,
+            &KeelNode::new(addr.as_str()),
             &pre_vote_req(term + 11, ahead),
             Duration::from_secs(2),
         )
@@ -307,6 +307,112 @@ async fn the_moment_of_the_last_quorum_ack_ages_between_metrics_reports() {
     for n in nodes.iter().filter(|n| n.id != leader_id) {
         assert!(n.raft.metrics().borrow().last_quorum_acked.is_none());
     }
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_bound_membership_refuses_envelopes_naming_another_data_dir() {
+    use keel_proto::pb::raft_service_client::RaftServiceClient;
+    use keel_proto::pb::{RaftRequest, Refusal};
+    use keel_raft::DirectoryId;
+
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let nodes = start_cluster(root.path(), Arc::new(default_config(CLUSTER))).await;
+    let leader_id = wait_leader(&nodes).await;
+    let leader = &nodes[leader_id as usize - 1];
+    // Bind every voter's data dir, as the active controller does.
+    let bound: std::collections::BTreeMap<u64, KeelNode> = nodes
+        .iter()
+        .map(|n| {
+            (
+                n.id,
+                KeelNode::with_directory(&n.addr, n.log.directory_id()),
+            )
+        })
+        .collect();
+    leader
+        .raft
+        .change_membership(openraft::ChangeMembers::SetNodes(bound), false)
+        .await
+        .unwrap();
+    // The quorum still commits: every envelope names the right dirs.
+    let index = write_batches(&leader.raft, 0..3, 1).await;
+    assert_converged(&nodes, index).await;
+
+    let follower = nodes.iter().find(|n| n.id != leader_id).unwrap();
+    let other = nodes
+        .iter()
+        .find(|n| n.id != leader_id && n.id != follower.id)
+        .unwrap();
+    let mut client = RaftServiceClient::connect(format!("http://{}", follower.addr))
+        .await
+        .unwrap();
+    let stranger_dir = DirectoryId::random();
+    let request = |from_directory: String, to_directory: String| RaftRequest {
+        cluster_id: CLUSTER.into(),
+        from_node: other.id,
+        payload: vec![0x42; 4],
+        to_node: follower.id,
+        from_directory,
+        to_directory,
+        ..Default::default()
+    };
+
+    // The sender expects another dir at the follower (its own was wiped).
+    let r = client
+        .append(request(
+            other.log.directory_id().to_string(),
+            stranger_dir.to_string(),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.refusal, Refusal::DirectoryMismatch as i32, "{}", r.error);
+    let mine = follower.log.directory_id().to_string();
+    assert_eq!(r.directory, mine, "answers carry the node's own id");
+    for part in [
+        mine.as_str(),
+        &stranger_dir.to_string(),
+        &format!(
+            "keel quorum add-voter --node-id {} --address {} --directory-id {mine}",
+            follower.id, follower.addr
+        ),
+    ] {
+        assert!(r.error.contains(part), "{part:?} not in: {}", r.error);
+    }
+
+    // The sender's dir is not the one the membership records for it.
+    let r = client
+        .vote(request(stranger_dir.to_string(), mine.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.refusal, Refusal::DirectoryMismatch as i32, "{}", r.error);
+    assert!(
+        r.error.contains(&other.log.directory_id().to_string())
+            && r.error.contains(&stranger_dir.to_string()),
+        "{}",
+        r.error
+    );
+    // Sending no id at all is no way around it.
+    let r = client
+        .pre_vote(request(String::new(), String::new()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.refusal, Refusal::DirectoryMismatch as i32, "{}", r.error);
+
+    // The right ids pass the envelope (the payload is then refused).
+    let r = client
+        .append(request(other.log.directory_id().to_string(), mine))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.refusal, Refusal::Undecodable as i32, "{}", r.error);
+
     for n in nodes {
         n.stop().await;
     }

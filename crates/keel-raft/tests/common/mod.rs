@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use keel_metadata::{MetadataRecord, RecordBatch, TopicId, TopicRecord};
 use keel_raft::{
-    open_storage, AppliedState, KeelRaft, Network, PeerContacts, RaftGrpcService, StorageOpenError,
+    open_storage, AppliedState, KeelNode, KeelRaft, Network, PeerContacts, RaftGrpcService,
+    StorageOpenError,
 };
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, Config, ServerState};
+use openraft::{Config, ServerState};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -126,8 +127,9 @@ impl TestNode {
         let addr = listener.local_addr().unwrap().to_string();
         let (log, sm) = open_when_free(dir, id).await;
         let state = sm.subscribe();
-        let network =
-            Network::new(CLUSTER.into(), id).with_bind_ip(listener.local_addr().unwrap().ip());
+        let network = Network::new(CLUSTER.into(), id)
+            .with_bind_ip(listener.local_addr().unwrap().ip())
+            .with_directory(log.directory_id());
         let contacts = network.contacts();
         let watchdog_network = network.clone();
         let raft = KeelRaft::new(id, config, network, log.clone(), sm)
@@ -143,7 +145,8 @@ impl TestNode {
             id,
             watchdog_stop,
         ));
-        let mut service = RaftGrpcService::new(raft.clone(), CLUSTER.into());
+        let mut service =
+            RaftGrpcService::new(raft.clone(), CLUSTER.into()).with_directory(log.directory_id());
         if let Some(window) = no_vote_for {
             service = service.refusing_votes_for(window);
         }
@@ -234,13 +237,13 @@ pub async fn start_cluster(root: &Path, config: Arc<Config>) -> Vec<TestNode> {
     for _ in 0..3 {
         listeners.push(listener().await);
     }
-    let members: BTreeMap<u64, BasicNode> = listeners
+    let members: BTreeMap<u64, KeelNode> = listeners
         .iter()
         .enumerate()
         .map(|(i, l)| {
             (
                 i as u64 + 1,
-                BasicNode::new(l.local_addr().unwrap().to_string()),
+                KeelNode::new(l.local_addr().unwrap().to_string()),
             )
         })
         .collect();
@@ -296,7 +299,7 @@ pub async fn write_batches(
         .map(|n| {
             let raft = leader.clone();
             async move {
-                let res: Result<_, RaftError<u64, ClientWriteError<u64, BasicNode>>> =
+                let res: Result<_, RaftError<u64, ClientWriteError<u64, KeelNode>>> =
                     raft.client_write(topic_batch(n)).await;
                 res.map(|r| r.log_id.index)
             }

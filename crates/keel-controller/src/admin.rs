@@ -728,7 +728,12 @@ impl AdminService for AdminApi {
             },
             role: role.to_string(),
             term: m.current_term,
-            leader_id: m.current_leader,
+            // A leader that stepped down for want of a quorum keeps its own
+            // committed vote, which openraft reports as the leader: not a
+            // leader to name.
+            leader_id: m.current_leader.filter(|l| {
+                *l != self.shared.config.node_id || m.state == openraft::ServerState::Leader
+            }),
             // Active only while the lease holds, checked now: a leader cut
             // off from its majority says so within the lease, before the
             // leadership watch has resigned the role.

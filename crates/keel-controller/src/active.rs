@@ -84,7 +84,7 @@ pub async fn propose(
 type Pending = tokio::sync::oneshot::Receiver<
     Result<
         openraft::raft::ClientWriteResponse<keel_raft::TypeConfig>,
-        openraft::error::ClientWriteError<u64, openraft::BasicNode>,
+        openraft::error::ClientWriteError<u64, keel_raft::KeelNode>,
     >,
 >;
 

@@ -680,10 +680,11 @@ impl AdminService for AdminApi {
         if let Err(e) = self.shared.active_handle() {
             return Ok(Response::new(pb::AddVoterResponse { error: Some(e) }));
         }
-        let error = crate::quorum::add_voter(&self.shared, req.node_id, req.address)
-            .await
-            .err()
-            .map(|e| error_to_pb(&e));
+        let error =
+            crate::quorum::add_voter(&self.shared, req.node_id, req.address, &req.directory_id)
+                .await
+                .err()
+                .map(|e| error_to_pb(&e));
         Ok(Response::new(pb::AddVoterResponse { error }))
     }
 
@@ -727,14 +728,25 @@ impl AdminService for AdminApi {
             },
             role: role.to_string(),
             term: m.current_term,
-            leader_id: m.current_leader,
+            // A leader that stepped down for want of a quorum keeps its own
+            // committed vote, which openraft reports as the leader: not a
+            // leader to name.
+            leader_id: m.current_leader.filter(|l| {
+                *l != self.shared.config.node_id || m.state == openraft::ServerState::Leader
+            }),
+            // Active only while the lease holds, checked now: a leader cut
+            // off from its majority says so within the lease, before the
+            // leadership watch has resigned the role.
             active_controller: self
                 .shared
                 .active
                 .read()
                 .map(|g| g.is_some())
-                .unwrap_or(false),
+                .unwrap_or(false)
+                && self.shared.lease_valid(),
             snapshot: Some(snapshot_to_pb(&applied.snapshots.get())),
+            last_log_index: m.last_log_index,
+            directory_id: self.shared.directory_id.to_string(),
         }))
     }
 

@@ -56,11 +56,12 @@ impl ControllerConfig {
             join: false,
             session_timeout_ms: 9_000,
             raft_heartbeat_ms: 150,
-            // openraft followers honour the old leader for
-            // `election_timeout_max` (its lease); the election watchdog
-            // (`keel_raft::election_watchdog`) calls an election 20-70 ms
-            // after that, so a dead leader is replaced ~0.5 s after it goes
-            // silent (openraft's own timers, the fallback, take 0.75-1.1 s).
+            // Followers honour the old leader for `election_timeout_max`
+            // (its lease); the election watchdog
+            // (`keel_raft::election_watchdog`, the only thing that starts
+            // elections) runs a pre-vote 20-70 ms after that, so a dead
+            // leader is replaced ~0.5 s after it goes silent. With no
+            // leader at all it waits a random timeout in this range.
             election_timeout_min_ms: 300,
             election_timeout_max_ms: 450,
             snapshot_interval_entries: 10_000,

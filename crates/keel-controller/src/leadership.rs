@@ -53,7 +53,7 @@ struct Seen {
 impl Seen {
     fn look(
         me: u64,
-        server: &openraft::metrics::RaftServerMetrics<u64, openraft::BasicNode>,
+        server: &openraft::metrics::RaftServerMetrics<u64, keel_raft::KeelNode>,
         data: &openraft::metrics::RaftDataMetrics<u64>,
     ) -> Self {
         let vote = &server.vote;
@@ -68,8 +68,19 @@ impl Seen {
     }
 }
 
+/// Whether some member of the membership is unbound and could be bound
+/// now (it, or this node, has a known directory id).
+fn needs_binding(shared: &Shared) -> bool {
+    let answered = shared.peer_directories();
+    let membership = shared.raft.metrics().borrow().membership_config.clone();
+    let any = membership.membership().nodes().any(|(id, n)| {
+        n.directory_id.is_none() && (*id == shared.config.node_id || answered.contains_key(id))
+    });
+    any
+}
+
 /// Term, log and per-peer lag gauges from one look at the Raft metrics.
-fn export_gauges(m: &openraft::RaftMetrics<u64, openraft::BasicNode>) {
+fn export_gauges(m: &openraft::RaftMetrics<u64, keel_raft::KeelNode>) {
     metrics::gauge!("keel_controller_current_term").set(m.current_term as f64);
     if let Some(l) = m.last_applied {
         metrics::gauge!("keel_controller_last_applied_index").set(l.index as f64);
@@ -99,6 +110,8 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
     let mut data = shared.raft.data_metrics();
     let me = shared.config.node_id;
     let mut running: Option<Running> = None;
+    // A membership change binding voters' directory ids, while one runs.
+    let mut binding: Option<JoinHandle<()>> = None;
     // Also the period of the gauges, and of the re-check of a loop that may
     // have stopped on its own.
     let mut tick = tokio::time::interval(GAUGE_PERIOD);
@@ -159,6 +172,19 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
                 stop: stop_tx,
                 task,
             });
+        }
+        // The active controller binds the directory id of each voter that
+        // is not bound yet and has answered it (keel_raft::KeelNode).
+        if binding.as_ref().is_none_or(|b| b.is_finished()) {
+            binding = None;
+            if running.is_some() && shared.lease_valid() && needs_binding(&shared) {
+                let s = shared.clone();
+                binding = Some(tokio::spawn(async move {
+                    if let Err(e) = crate::quorum::bind_directories(&s).await {
+                        tracing::info!(node = s.config.node_id, error = %e.message, "directory ids not bound yet");
+                    }
+                }));
+            }
         }
         let awaiting_first_entry = running.is_none() && m.leading && !caught_up;
         // Caught up, waiting for a quorum's acknowledgement: look again soon.

@@ -8,8 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use keel_proto::pb::admin_service_server::AdminServiceServer;
 use keel_proto::pb::broker_service_server::BrokerServiceServer;
+use keel_raft::KeelNode;
 use keel_raft::{KeelRaft, Network, RaftGrpcService};
-use openraft::BasicNode;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -74,6 +74,8 @@ impl ControllerNode {
         let (log, sm) =
             keel_raft::open_storage(&config.data_dir, &config.cluster_id, config.node_id)?;
         let image = sm.subscribe();
+        let directory_id = log.directory_id();
+        tracing::info!(node = config.node_id, %directory_id, "data dir opened");
         let mut rc = keel_raft::default_config(&config.cluster_id);
         rc.heartbeat_interval = config.raft_heartbeat_ms;
         rc.election_timeout_min = config.election_timeout_min_ms;
@@ -82,11 +84,30 @@ impl ControllerNode {
             openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_interval_entries);
         let rc = Arc::new(rc.validate().context("invalid raft settings")?);
         let network = Network::new(config.cluster_id.clone(), config.node_id)
-            .with_bind_ip(config.listen.ip());
+            .with_bind_ip(config.listen.ip())
+            .with_directory(directory_id);
         let peer_contacts = network.contacts();
+        // The election watchdog asks for pre-votes through the same
+        // connections.
+        let watchdog_network = network.clone();
         let raft: KeelRaft = openraft::Raft::new(config.node_id, rc, network, log, sm)
             .await
             .context("raft failed to start")?;
+        // A data dir that holds a vote or a log may have promised a leader a
+        // lease before this process started: no vote until it has run out.
+        let restarted = raft.is_initialized().await.context("raft stopped")?;
+        let advertised = config
+            .voters
+            .iter()
+            .find(|(id, _)| *id == config.node_id)
+            .map_or_else(|| config.listen.to_string(), |(_, addr)| addr.clone());
+        let mut raft_service = RaftGrpcService::new(raft.clone(), config.cluster_id.clone())
+            .with_directory(directory_id)
+            .with_address(advertised);
+        if restarted {
+            raft_service = raft_service
+                .refusing_votes_for(Duration::from_millis(config.election_timeout_max_ms));
+        }
 
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -96,14 +117,13 @@ impl ControllerNode {
             raft.clone(),
             image,
             peer_contacts,
+            directory_id,
         ));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut server_stop = shutdown_rx.clone();
         let server = tokio::spawn(
             tonic::transport::Server::builder()
-                .add_service(
-                    RaftGrpcService::new(raft.clone(), config.cluster_id.clone()).into_server(),
-                )
+                .add_service(raft_service.into_server())
                 .add_service(AdminServiceServer::new(AdminApi::new(shared.clone())))
                 .add_service(BrokerServiceServer::new(BrokerApi::new(shared.clone())))
                 .serve_with_incoming_shutdown(
@@ -115,7 +135,7 @@ impl ControllerNode {
                 ),
         );
 
-        let fresh = !config.join && !raft.is_initialized().await.context("raft stopped")?;
+        let fresh = !config.join && !restarted;
         let formed = if fresh {
             formed_quorum_peer(&config).await
         } else {
@@ -131,14 +151,16 @@ impl ControllerNode {
                 "a peer already belongs to a formed quorum; waiting for its leader instead of initializing"
             );
         } else if fresh {
-            let members: BTreeMap<u64, BasicNode> = config
+            let members: BTreeMap<u64, KeelNode> = config
                 .voters
                 .iter()
-                .map(|(id, addr)| (*id, BasicNode::new(addr.clone())))
+                .map(|(id, addr)| (*id, KeelNode::new(addr.clone())))
                 .collect();
             // Every voter does this on its first start with the same set:
             // the identical initial membership makes it safe, and the quorum
-            // forms as soon as a majority is up.
+            // forms as soon as a majority is up. No directory id is known
+            // yet (each voter knows only its own): the active controller
+            // binds them once the voters answer it (keel_raft::KeelNode).
             match raft.initialize(members).await {
                 Ok(()) => tracing::info!(node = config.node_id, "initialized quorum membership"),
                 Err(e) => {
@@ -149,8 +171,8 @@ impl ControllerNode {
 
         tokio::spawn(keel_raft::election_watchdog(
             raft.clone(),
+            watchdog_network,
             config.node_id,
-            Duration::from_millis(config.election_timeout_max_ms),
             shutdown_rx.clone(),
         ));
         let leadership = tokio::spawn(crate::leadership::watch_leadership(

@@ -1,8 +1,12 @@
-//! Quorum description and membership changes (one at a time).
+//! Quorum description and membership changes (one at a time), and the
+//! binding of voters' directory ids (see `keel_raft::KeelNode`).
+
+use std::collections::BTreeMap;
 
 use keel_metadata::{ApiError, ErrorCode};
 use keel_proto::pb;
-use openraft::{BasicNode, ChangeMembers};
+use keel_raft::{DirectoryId, KeelNode};
+use openraft::ChangeMembers;
 
 use crate::shared::Shared;
 
@@ -67,6 +71,7 @@ pub(crate) fn describe(shared: &Shared) -> pb::DescribeQuorumResponse {
                 contacts.get(id).copied()
             },
             status: status.to_string(),
+            directory_id: node.directory_id.map(|d| d.to_string()).unwrap_or_default(),
         });
     }
     pb::DescribeQuorumResponse {
@@ -82,7 +87,20 @@ pub(crate) fn describe(shared: &Shared) -> pb::DescribeQuorumResponse {
 }
 
 /// Adds `id` as a learner, waits for it to catch up, then promotes it.
-pub(crate) async fn add_voter(shared: &Shared, id: u64, address: String) -> Result<(), ApiError> {
+///
+/// With `directory` (32 hex digits), the membership records that data dir
+/// for it from the start. Naming a voter that is already in the
+/// membership with another directory id (its dir was wiped, restored or
+/// copied, and it is refused as a voter) re-admits it: it is removed,
+/// then added back as a learner at `address` with the new dir, which must
+/// catch up before it is promoted. Never a voter with an empty log in one
+/// step.
+pub(crate) async fn add_voter(
+    shared: &Shared,
+    id: u64,
+    address: String,
+    directory: &str,
+) -> Result<(), ApiError> {
     ensure_settled(shared)?;
     if address.parse::<std::net::SocketAddr>().is_err() {
         return Err(ApiError::new(
@@ -90,17 +108,50 @@ pub(crate) async fn add_voter(shared: &Shared, id: u64, address: String) -> Resu
             format!("{address:?} is not HOST:PORT"),
         ));
     }
+    let directory: Option<DirectoryId> = if directory.is_empty() {
+        None
+    } else {
+        Some(directory.parse().map_err(|e: keel_raft::BadDirectoryId| {
+            ApiError::new(ErrorCode::InvalidRequest, e.to_string())
+        })?)
+    };
     let m = shared.raft.metrics().borrow().clone();
-    if m.membership_config
-        .membership()
-        .voter_ids()
-        .any(|v| v == id)
-    {
-        return Err(refused(format!("node {id} is already a voter")));
+    let membership = m.membership_config.membership();
+    if membership.voter_ids().any(|v| v == id) {
+        let recorded = membership.get_node(&id).and_then(|n| n.directory_id);
+        match directory {
+            Some(d) if recorded != Some(d) => {
+                if id == shared.config.node_id {
+                    return Err(refused(format!(
+                        "node {id} is the active controller; its data dir is in use"
+                    )));
+                }
+                tracing::warn!(
+                    node = shared.config.node_id,
+                    voter = id,
+                    recorded = %recorded.map(|r| r.to_string()).unwrap_or_else(|| "unbound".into()),
+                    new_directory = %d,
+                    "re-admitting a voter with a new data dir: removing it, then adding it back as a learner"
+                );
+                shared
+                    .raft
+                    .change_membership(
+                        ChangeMembers::RemoveVoters([id].into_iter().collect()),
+                        false,
+                    )
+                    .await
+                    .map_err(raft_error)?;
+            }
+            _ => return Err(refused(format!("node {id} is already a voter"))),
+        }
     }
+    let node = match directory {
+        Some(d) => KeelNode::with_directory(address, d),
+        None => KeelNode::new(address),
+    };
     shared
         .raft
-        .add_learner(id, BasicNode::new(address), true)
+        .add_learner(id, node, true)
         .await
         .map_err(raft_error)?;
     shared
@@ -111,8 +162,77 @@ pub(crate) async fn add_voter(shared: &Shared, id: u64, address: String) -> Resu
         )
         .await
         .map_err(raft_error)?;
-    tracing::info!(node = shared.config.node_id, voter = id, "voter added");
+    tracing::info!(
+        node = shared.config.node_id,
+        voter = id,
+        directory = %directory.map(|d| d.to_string()).unwrap_or_else(|| "bound later".into()),
+        "voter added"
+    );
     Ok(())
+}
+
+/// The directory ids to bind now: for each member the membership has not
+/// bound yet, the id its data dir answered with (this node's own for
+/// itself). Members that never answered stay unbound.
+pub(crate) fn directories_to_bind(
+    members: &BTreeMap<u64, KeelNode>,
+    me: u64,
+    my_directory: DirectoryId,
+    answered: &BTreeMap<u64, DirectoryId>,
+) -> BTreeMap<u64, KeelNode> {
+    members
+        .iter()
+        .filter(|(_, n)| n.directory_id.is_none())
+        .filter_map(|(id, n)| {
+            let d = if *id == me {
+                Some(my_directory)
+            } else {
+                answered.get(id).copied()
+            }?;
+            Some((*id, KeelNode::with_directory(n.addr.clone(), d)))
+        })
+        .collect()
+}
+
+/// Binds the directory id of every member not bound yet that has answered
+/// this (active) node, in one membership change (`SetNodes`: the voters do
+/// not change). Returns how many were bound.
+pub(crate) async fn bind_directories(shared: &Shared) -> Result<usize, ApiError> {
+    ensure_settled(shared)?;
+    let members: BTreeMap<u64, KeelNode> = {
+        let m = shared.raft.metrics();
+        let m = m.borrow();
+        m.membership_config
+            .membership()
+            .nodes()
+            .map(|(id, n)| (*id, n.clone()))
+            .collect()
+    };
+    let bind = directories_to_bind(
+        &members,
+        shared.config.node_id,
+        shared.directory_id,
+        &shared.peer_directories(),
+    );
+    if bind.is_empty() {
+        return Ok(0);
+    }
+    let n = bind.len();
+    let which: Vec<String> = bind
+        .iter()
+        .map(|(id, node)| format!("{id}={}", node.directory_id.unwrap_or_default()))
+        .collect();
+    shared
+        .raft
+        .change_membership(ChangeMembers::SetNodes(bind), false)
+        .await
+        .map_err(raft_error)?;
+    tracing::info!(
+        node = shared.config.node_id,
+        bound = %which.join(", "),
+        "bound voters' directory ids in the membership"
+    );
+    Ok(n)
 }
 
 /// Removes voter `id` (the last voters can't be removed below one).
@@ -136,4 +256,37 @@ pub(crate) async fn remove_voter(shared: &Shared, id: u64) -> Result<(), ApiErro
         .map_err(raft_error)?;
     tracing::info!(node = shared.config.node_id, voter = id, "voter removed");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_unbound_members_that_answered_are_bound_and_a_bound_id_never_changes() {
+        let d = |n: u128| DirectoryId(n);
+        let members: BTreeMap<u64, KeelNode> = [
+            (1, KeelNode::new("a:1")),
+            (2, KeelNode::new("b:1")),
+            (3, KeelNode::with_directory("c:1", d(30))),
+            (4, KeelNode::new("d:1")),
+        ]
+        .into_iter()
+        .collect();
+        // Node 3 answered with another id (its dir was replaced): not
+        // rebound. Node 4 never answered: stays unbound.
+        let answered: BTreeMap<u64, DirectoryId> = [(2, d(20)), (3, d(31))].into_iter().collect();
+        let bind = directories_to_bind(&members, 1, d(10), &answered);
+        assert_eq!(
+            bind,
+            [
+                (1, KeelNode::with_directory("a:1", d(10))),
+                (2, KeelNode::with_directory("b:1", d(20))),
+            ]
+            .into_iter()
+            .collect()
+        );
+        let all_bound: BTreeMap<u64, KeelNode> = bind.into_iter().collect();
+        assert!(directories_to_bind(&all_bound, 1, d(99), &answered).is_empty());
+    }
 }

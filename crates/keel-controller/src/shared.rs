@@ -9,7 +9,7 @@ use keel_metadata::heartbeat::HeartbeatTracker;
 use keel_metadata::{ApiError, ErrorCode, MetadataImage};
 use keel_proto::convert::not_controller;
 use keel_proto::pb;
-use keel_raft::{AppliedState, KeelRaft, PeerContacts};
+use keel_raft::{AppliedState, DirectoryId, KeelRaft, PeerContacts};
 use openraft::ServerState;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -49,6 +49,8 @@ pub struct Shared {
     peer_contacts: PeerContacts,
     /// Bytes of admin writes being answered at once, over all connections.
     pub write_budget: WriteBudget,
+    /// This node's data dir's directory id.
+    pub directory_id: DirectoryId,
 }
 
 impl Shared {
@@ -57,6 +59,7 @@ impl Shared {
         raft: KeelRaft,
         image: watch::Receiver<Arc<AppliedState>>,
         peer_contacts: PeerContacts,
+        directory_id: DirectoryId,
     ) -> Self {
         let heartbeats = Mutex::new(HeartbeatTracker::new(config.session_timeout_ms));
         let write_budget = WriteBudget::new(config.write_budget_bytes);
@@ -68,6 +71,7 @@ impl Shared {
             heartbeats,
             peer_contacts,
             write_budget,
+            directory_id,
         }
     }
 
@@ -86,10 +90,34 @@ impl Shared {
         self.peer_contacts.millis_since()
     }
 
-    /// The leader's id and address as this node knows them.
+    /// The directory id each peer's last Raft answer carried.
+    pub fn peer_directories(&self) -> BTreeMap<u64, DirectoryId> {
+        self.peer_contacts.directories()
+    }
+
+    /// The active controller's id and address, as far as this node can
+    /// tell, for a NOT_CONTROLLER answer; `None` rather than a node that is
+    /// not it.
+    ///
+    /// This node itself only while it runs the active role with a valid
+    /// lease: a leader cut off from its majority, or one that stepped down
+    /// for want of a quorum (openraft keeps its own committed vote, so it
+    /// still names itself as leader), must not send clients back to itself.
+    /// Another node only while this node follows it as committed leader,
+    /// and that leader is this node's current Raft leader.
     pub fn leader_hint(&self) -> Option<(u64, String)> {
         let m = self.raft.metrics().borrow().clone();
         let leader = m.current_leader?;
+        if leader == self.config.node_id {
+            let active = self.active.read().map(|g| g.is_some()).unwrap_or(false);
+            if !active || !self.lease_valid() {
+                return None;
+            }
+        } else if m.state != ServerState::Follower && m.state != ServerState::Learner {
+            // A candidate (or a leader that does not name itself) knows no
+            // live leader.
+            return None;
+        }
         let node = m.membership_config.membership().get_node(&leader)?;
         Some((leader, node.addr.clone()))
     }
@@ -98,16 +126,27 @@ impl Shared {
         not_controller(self.leader_hint())
     }
 
-    /// Milliseconds since a quorum last acknowledged this node as leader;
-    /// `None` when it is not the leader or no quorum acknowledged it yet
-    /// in its term (a leader restored from its own stored vote after a
-    /// restart has not been acknowledged).
+    /// Milliseconds since a quorum last acknowledged this node as leader,
+    /// measured now; `None` when it is not the leader or no quorum
+    /// acknowledged it yet in its term (a leader restored from its own
+    /// stored vote after a restart has not been acknowledged).
+    ///
+    /// Computed from the moment of the acknowledgement that openraft
+    /// reports (`last_quorum_acked`, a field of Keel's patched openraft),
+    /// not from `millis_since_quorum_ack`: that one is computed when the
+    /// Raft core last ran, and after a pause (SIGSTOP/SIGCONT) or a stalled
+    /// core it is as old as the pause, and a deposed leader would pass the
+    /// lease with it.
     pub fn quorum_ack_age_ms(&self) -> Option<u64> {
-        let m = self.raft.metrics().borrow().clone();
-        if m.state != ServerState::Leader || m.current_leader != Some(self.config.node_id) {
+        let (state, leader, acked) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            (m.state, m.current_leader, m.last_quorum_acked)
+        };
+        if state != ServerState::Leader || leader != Some(self.config.node_id) {
             return None;
         }
-        m.millis_since_quorum_ack
+        acked.map(|t| u64::try_from(t.elapsed().as_millis()).unwrap_or(u64::MAX))
     }
 
     /// True while this node is leader and a quorum acknowledged it within

@@ -48,6 +48,13 @@ pub(crate) fn housekeeping(shared: Arc<Shared>, tick: u64) -> Command {
     Command::internal(CommandKind::Housekeeping, move |image, env| {
         let mut chain = Chain::new(image);
         let mut stop = Vec::new();
+        // A leader whose lease ran out (cut off from its majority, or just
+        // resumed from a pause) decides nothing: its broker sessions may
+        // have moved to another controller, and the leadership watch is
+        // about to resign the role.
+        if !shared.lease_valid() {
+            return chain_proposal(chain, Ok(())).with_stop_replicas(stop);
+        }
         let expired = match shared.heartbeats.lock() {
             Ok(t) => t.expired(env.now_ms),
             Err(_) => Vec::new(),

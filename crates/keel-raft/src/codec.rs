@@ -6,8 +6,14 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 /// Version of the storage and transport encoding. Bump it when a stored or
-/// transported type changes shape, and keep reading the older versions.
-pub const STORAGE_FORMAT_VERSION: u16 = 1;
+/// transported type changes shape.
+///
+/// 2: a member carries the directory id of its data dir (`KeelNode`, in
+/// every stored membership, log entry and snapshot), and a data dir's
+/// identity record its own directory id. A version-1 data dir is refused
+/// as `UnsupportedFormat` when opened, never misread: its membership has no
+/// directory ids to check, and reading it as version 2 would be guessing.
+pub const STORAGE_FORMAT_VERSION: u16 = 2;
 
 /// Upper bound on a decoded value, so a corrupt length prefix cannot make
 /// the decoder reserve gigabytes.

@@ -5,11 +5,13 @@ use openraft::{Config, SnapshotPolicy};
 /// Config for a controller quorum named `cluster_name`.
 ///
 /// Heartbeats every 150 ms (also openraft's AppendEntries timeout) and an
-/// election timeout of 300–450 ms: followers honour the old leader's lease
-/// (`election_timeout_max`) and then wait a random election timeout (drawn
-/// once per process) and the next tick (every 225 ms): 750–1,100 ms after
-/// the leader goes silent. [`crate::election_watchdog`] starts the election
-/// right after the lease instead (~0.5 s). A snapshot every
+/// election timeout of 300–450 ms. openraft's own election timer is off
+/// (`enable_elect: false`): [`crate::election_watchdog`] is the only thing
+/// that starts elections, each after a pre-vote round a majority granted
+/// (openraft 0.9 has none), about 0.5 s after a leader goes silent.
+/// Check-quorum is on (`enable_check_quorum`, a setting of Keel's patched
+/// openraft, off upstream): a leader that no quorum acknowledged for
+/// `election_timeout_max` steps down to follower. A snapshot every
 /// 10,000 entries bounds log growth and replay time; 1,000 entries are kept
 /// behind it so a briefly lagging follower catches up from the log instead
 /// of needing a snapshot. A new commit index with no entries to carry it
@@ -37,6 +39,10 @@ pub fn default_config(cluster_name: &str) -> Config {
         // only a follower's view of a lone write waits (see
         // crates/vendor/openraft/PATCHES.md §3).
         commit_linger_ms: 5,
+        // Elections come from the watchdog, after a pre-vote.
+        enable_elect: false,
+        // A leader cut off from its majority steps down (PATCHES.md §5).
+        enable_check_quorum: true,
         ..Config::default()
     };
     // These constants satisfy every rule `validate` checks (pinned by a test).
@@ -55,6 +61,17 @@ mod tests {
         assert_eq!(c.cluster_name, "keel");
         assert!(c.election_timeout_max < 1_000);
         assert!(c.heartbeat_interval < c.election_timeout_min);
+    }
+
+    #[test]
+    fn only_the_watchdog_elects_and_a_leader_without_a_quorum_steps_down() {
+        let c = default_config("keel");
+        assert!(
+            !c.enable_elect,
+            "openraft's timer would elect without a pre-vote"
+        );
+        assert!(c.enable_check_quorum);
+        assert!(!Config::default().enable_check_quorum, "openraft's default");
     }
 
     #[test]

@@ -10,8 +10,9 @@ use std::collections::BTreeSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
+use crate::KeelNode;
 use keel_metadata::{MetadataRecord, RecordBatch};
-use openraft::{BasicNode, EntryPayload, LogId, Membership, StoredMembership, Vote};
+use openraft::{EntryPayload, LogId, Membership, StoredMembership, Vote};
 
 use crate::codec;
 use crate::log_store::{decode_entry, key_index, read_value};
@@ -174,7 +175,7 @@ fn log_id(id: &LogId<NodeId>) -> String {
 }
 
 /// Voters (every config of a joint membership), learners and addresses.
-fn membership(m: &Membership<NodeId, BasicNode>) -> String {
+fn membership(m: &Membership<NodeId, KeelNode>) -> String {
     let configs: Vec<String> = m
         .get_joint_config()
         .iter()
@@ -196,7 +197,7 @@ fn membership(m: &Membership<NodeId, BasicNode>) -> String {
 }
 
 /// A stored membership: where it was decided and what it is.
-fn stored_membership(m: &StoredMembership<NodeId, BasicNode>) -> String {
+fn stored_membership(m: &StoredMembership<NodeId, KeelNode>) -> String {
     let at = m
         .log_id()
         .as_ref()

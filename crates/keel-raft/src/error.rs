@@ -55,3 +55,72 @@ pub enum StorageOpenError {
         source: std::io::Error,
     },
 }
+
+/// Why a node refused a Raft message before decoding it. Sent back as the
+/// envelope's `error` (this text) and `refusal` (the code).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeRefusal {
+    /// The sender belongs to another cluster.
+    #[error("this node belongs to cluster '{ours}', not '{theirs}'")]
+    WrongCluster {
+        /// This node's cluster id.
+        ours: String,
+        /// The sender's.
+        theirs: String,
+    },
+    /// The request was meant for another node, or came from this one.
+    #[error("this is node {me}; the request from node {from} was meant for node {to}")]
+    WrongNode {
+        /// This node.
+        me: u64,
+        /// The sender.
+        from: u64,
+        /// The node the sender meant.
+        to: u64,
+    },
+    /// The payload does not decode.
+    #[error("undecodable request from node {from}: {reason}")]
+    Undecodable {
+        /// The sender.
+        from: u64,
+        /// What the decoder said.
+        reason: String,
+    },
+    /// Node `node`'s data dir is not the one the membership records for it
+    /// (wiped, restored from an old backup, or copied from another node):
+    /// it neither votes nor counts toward a quorum until re-admitted.
+    #[error(
+        "node {node}'s data dir has directory id {shown}, but node {by}'s membership records \
+         {recorded} for it: the dir was wiped, restored from a backup or copied from another \
+         node, and its votes and acknowledgements are not the ones the quorum counted. Node \
+         {node} does not vote or count toward a quorum until an operator re-admits its new dir: \
+         keel quorum add-voter --node-id {node} --address {address} --directory-id {shown}",
+        shown = if actual.is_empty() { "(none sent)" } else { actual.as_str() }
+    )]
+    DirectoryMismatch {
+        /// The node whose dir does not match.
+        node: u64,
+        /// Its address, for the remedy.
+        address: String,
+        /// The directory id its dir has ("" when it sent none).
+        actual: String,
+        /// The directory id the membership records for it.
+        recorded: String,
+        /// The node whose membership records it: the sender of a request
+        /// that expects it, or the receiver that checked the sender.
+        by: u64,
+    },
+}
+
+impl EnvelopeRefusal {
+    /// The wire code of this refusal.
+    pub fn code(&self) -> keel_proto::pb::Refusal {
+        use keel_proto::pb::Refusal;
+        match self {
+            EnvelopeRefusal::WrongCluster { .. } => Refusal::WrongCluster,
+            EnvelopeRefusal::WrongNode { .. } => Refusal::WrongNode,
+            EnvelopeRefusal::Undecodable { .. } => Refusal::Undecodable,
+            EnvelopeRefusal::DirectoryMismatch { .. } => Refusal::DirectoryMismatch,
+        }
+    }
+}

@@ -12,8 +12,10 @@ mod config;
 pub mod dump;
 mod error;
 mod log_store;
+mod member;
 mod network;
 mod open;
+pub mod prevote;
 mod service;
 mod state_machine;
 mod watchdog;
@@ -21,8 +23,9 @@ mod watchdog;
 pub use codec::{CodecError, STORAGE_FORMAT_VERSION};
 pub use config::default_config;
 pub use dump::{dump, DumpError};
-pub use error::StorageOpenError;
+pub use error::{EnvelopeRefusal, StorageOpenError};
 pub use log_store::{index_key, stored_entry_bytes, HeldWrites, LogStore};
+pub use member::{BadDirectoryId, DirectoryId, KeelNode};
 pub use network::{Network, PeerClient, PeerContacts};
 pub use open::{open_storage, sled_config};
 pub use service::RaftGrpcService;
@@ -53,12 +56,13 @@ use serde::{Deserialize, Serialize};
 
 openraft::declare_raft_types!(
     /// openraft type config for Keel: entries carry metadata record batches,
-    /// nodes are addressed by `host:port`, snapshots travel as in-memory bytes.
+    /// members are addressed by `host:port` and known by their data dir's
+    /// directory id ([`KeelNode`]), snapshots travel as in-memory bytes.
     pub TypeConfig:
         D = keel_metadata::RecordBatch,
         R = ClientResponse,
         NodeId = u64,
-        Node = openraft::BasicNode,
+        Node = KeelNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = std::io::Cursor<Vec<u8>>,
         Responder = openraft::impls::OneshotResponder<TypeConfig>,

@@ -20,6 +20,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::codec::{self, CodecError};
+use crate::member::DirectoryId;
 use crate::{NodeId, TypeConfig};
 
 /// Key of the single record in the one-key trees.
@@ -56,6 +57,8 @@ pub struct LogStore {
     /// The thread storing and flushing the leader's own appends, shared by
     /// every clone.
     writer: Arc<Writer>,
+    /// The data dir's directory id, from its identity record.
+    pub(crate) directory_id: DirectoryId,
 }
 
 /// A background thread and its queue, shared by every `LogStore` clone.
@@ -472,6 +475,7 @@ impl LogStore {
             first_index: Arc::new(AtomicU64::new(first_index)),
             purger,
             writer,
+            directory_id: DirectoryId::default(),
         })
     }
 
@@ -507,6 +511,12 @@ impl LogStore {
 
     /// Checks that every stored record of the log decodes; run at open so
     /// a corrupt dir is refused before the node joins the quorum.
+    /// The directory id of the data dir this store lives in, drawn when
+    /// the dir was formatted (see `KeelNode`).
+    pub fn directory_id(&self) -> DirectoryId {
+        self.directory_id
+    }
+
     pub(crate) fn verify(&self) -> Result<(), String> {
         read_value::<Vote<NodeId>>(&self.vote).map_err(|e| format!("vote record: {e}"))?;
         read_value::<LogId<NodeId>>(&self.purged).map_err(|e| format!("purge marker: {e}"))?;

@@ -16,7 +16,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, RPCTypes};
+use openraft::RPCTypes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::mpsc;
@@ -25,7 +25,9 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::Streaming;
 
 use crate::codec;
-use crate::{NodeId, TypeConfig};
+use crate::member::DirectoryId;
+use crate::prevote::{PreVoteRequest, PreVoteResponse};
+use crate::{KeelNode, NodeId, TypeConfig};
 
 /// How long to wait for a TCP connection to a peer before calling it
 /// unreachable (openraft then backs off).
@@ -42,6 +44,8 @@ pub(crate) const MAX_MESSAGE_BYTES: usize = 64 << 20;
 pub struct PeerContacts {
     /// Peer id to the moment its last response arrived.
     last: Arc<Mutex<HashMap<NodeId, Instant>>>,
+    /// Peer id to the directory id its last answer carried.
+    directories: Arc<Mutex<HashMap<NodeId, DirectoryId>>>,
 }
 
 impl PeerContacts {
@@ -62,6 +66,28 @@ impl PeerContacts {
     /// Notes that `target` just answered.
     fn record(&self, target: NodeId) {
         self.lock().insert(target, Instant::now());
+    }
+
+    /// The directory id each peer's last answer carried (peers whose
+    /// answers carried none are absent): what the active controller binds
+    /// in the membership for a voter that is not bound yet.
+    pub fn directories(&self) -> BTreeMap<NodeId, DirectoryId> {
+        self.directories
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .map(|(id, d)| (*id, *d))
+            .collect()
+    }
+
+    /// Notes the directory id in `target`'s answer, if it carried one.
+    fn record_directory(&self, target: NodeId, directory: &str) {
+        if let Ok(d) = directory.parse::<DirectoryId>() {
+            self.directories
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .insert(target, d);
+        }
     }
 
     /// The map, even if a panicking holder poisoned the lock.
@@ -92,6 +118,9 @@ pub struct Network {
     /// client to them, including openraft's one-off leader checks, sends
     /// appends as unary calls.
     unary_only: Arc<Mutex<HashSet<NodeId>>>,
+    /// This node's data dir's directory id, sent with every request ("":
+    /// not said).
+    directory: Arc<str>,
 }
 
 impl Network {
@@ -104,7 +133,14 @@ impl Network {
             channels: Arc::new(Mutex::new(HashMap::new())),
             contacts: PeerContacts::default(),
             unary_only: Arc::new(Mutex::new(HashSet::new())),
+            directory: "".into(),
         }
+    }
+
+    /// Sends `dir` as this node's directory id with every request.
+    pub fn with_directory(mut self, dir: DirectoryId) -> Self {
+        self.directory = dir.to_string().into();
+        self
     }
 
     /// Makes every outgoing Raft connection use `ip` as its source address
@@ -149,13 +185,57 @@ impl Network {
     }
 }
 
+impl Network {
+    /// Asks `target` at `addr` for a pre-vote, giving up after `timeout`.
+    /// `Err` says why no answer came (unreachable, refused envelope, a
+    /// peer without `PreVote`): the caller counts it as not granted.
+    pub async fn pre_vote(
+        &self,
+        target: NodeId,
+        node: &KeelNode,
+        req: &PreVoteRequest,
+        timeout: Duration,
+    ) -> Result<PreVoteResponse, String> {
+        let addr = node.addr.as_str();
+        let channel = self.channel(target, addr)?;
+        let request = RaftRequest {
+            cluster_id: self.cluster_id.to_string(),
+            from_node: self.node_id,
+            payload: codec::encode(req).map_err(|e| e.to_string())?,
+            seq: 0,
+            to_node: target,
+            from_directory: self.directory.to_string(),
+            to_directory: node.directory_id.map(|d| d.to_string()).unwrap_or_default(),
+        };
+        let mut client = raft_client(channel);
+        let response = match tokio::time::timeout(timeout, client.pre_vote(request)).await {
+            Err(_) => return Err(format!("node {target} did not answer within {timeout:?}")),
+            Ok(Err(status)) => return Err(format!("node {target} at {addr}: {status}")),
+            Ok(Ok(r)) => r.into_inner(),
+        };
+        if !response.error.is_empty() {
+            return Err(format!(
+                "node {target} refused the request: {}",
+                response.error
+            ));
+        }
+        let result: Result<PreVoteResponse, RaftError<NodeId>> =
+            codec::decode(&response.payload).map_err(|e| e.to_string())?;
+        self.contacts.record(target);
+        self.contacts.record_directory(target, &response.directory);
+        result.map_err(|e| format!("node {target}: {e}"))
+    }
+}
+
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
-    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+    async fn new_client(&mut self, target: NodeId, node: &KeelNode) -> PeerClient {
         PeerClient {
             cluster_id: self.cluster_id.clone(),
             from_node: self.node_id,
+            from_directory: self.directory.clone(),
+            to_directory: node.directory_id.map(|d| d.to_string()).unwrap_or_default(),
             target,
             node: node.clone(),
             channel: self.channel(target, &node.addr),
@@ -277,10 +357,14 @@ pub struct PeerClient {
     cluster_id: Arc<str>,
     /// This node.
     from_node: NodeId,
+    /// This node's directory id ("": not said).
+    from_directory: Arc<str>,
+    /// The directory id the membership records for the peer ("": unbound).
+    to_directory: String,
     /// The peer.
     target: NodeId,
     /// The peer's address, for error reports.
-    node: BasicNode,
+    node: KeelNode,
     /// The channel, or why the peer's address cannot be dialed.
     channel: Result<Channel, String>,
     /// Where answers from `target` are noted.
@@ -333,11 +417,14 @@ enum TransportError {
         /// What tonic reported.
         status: tonic::Status,
     },
-    /// The peer refused the envelope (e.g. another cluster).
-    #[error("node {target} refused the request: {reason}")]
+    /// The peer refused the envelope (another cluster, a data dir that
+    /// does not match the membership, ...).
+    #[error("node {target} refused the request ({kind:?}): {reason}")]
     Refused {
         /// The peer.
         target: NodeId,
+        /// Which refusal.
+        kind: keel_proto::pb::Refusal,
         /// The peer's explanation.
         reason: String,
     },
@@ -353,7 +440,7 @@ impl PeerClient {
         rpc: Rpc,
         req: &Req,
         option: &RPCOption,
-    ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
+    ) -> Result<Resp, RPCError<NodeId, KeelNode, RaftError<NodeId, E>>>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
@@ -377,6 +464,8 @@ impl PeerClient {
             payload,
             seq: 0,
             to_node: self.target,
+            from_directory: self.from_directory.to_string(),
+            to_directory: self.to_directory.clone(),
         };
         // openraft drops the call at the same moment (hard_ttl); either way
         // a timed-out append's answer is skipped by the next call.
@@ -432,11 +521,16 @@ impl PeerClient {
             Ok(Err(status)) => return Err(self.status_error(rpc, status, ttl)),
             Ok(Ok(response)) => response,
         };
+        self.contacts
+            .record_directory(self.target, &response.directory);
         if !response.error.is_empty() {
             // A refused envelope will be refused again: back off.
+            let kind = keel_proto::pb::Refusal::try_from(response.refusal)
+                .unwrap_or(keel_proto::pb::Refusal::Unspecified);
             return Err(RPCError::Unreachable(Unreachable::new(
                 &TransportError::Refused {
                     target: self.target,
+                    kind,
                     reason: response.error,
                 },
             )));
@@ -525,7 +619,7 @@ impl PeerClient {
         rpc: Rpc,
         status: tonic::Status,
         ttl: Duration,
-    ) -> RPCError<NodeId, BasicNode, RaftError<NodeId, E>> {
+    ) -> RPCError<NodeId, KeelNode, RaftError<NodeId, E>> {
         match status.code() {
             tonic::Code::DeadlineExceeded => RPCError::Timeout(Timeout {
                 action: rpc.rpc_type(),
@@ -554,7 +648,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, KeelNode, RaftError<NodeId>>> {
         self.call(Rpc::Append, &rpc, &option).await
     }
 
@@ -564,7 +658,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<
         InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+        RPCError<NodeId, KeelNode, RaftError<NodeId, InstallSnapshotError>>,
     > {
         self.call(Rpc::InstallSnapshot, &rpc, &option).await
     }
@@ -573,7 +667,7 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         &mut self,
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
-    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, KeelNode, RaftError<NodeId>>> {
         self.call(Rpc::Vote, &rpc, &option).await
     }
 }

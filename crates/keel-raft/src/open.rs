@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::codec::{self, CodecError};
 use crate::error::StorageOpenError;
 use crate::log_store::LogStore;
+use crate::member::DirectoryId;
 use crate::state_machine::StateMachineStore;
 
 /// sled's page cache. sled reads back only the log tail (for followers and
@@ -31,6 +32,9 @@ pub(crate) struct StorageMeta {
     pub(crate) cluster_id: String,
     /// The node whose vote and log this is.
     pub(crate) node_id: u64,
+    /// Drawn at random when the dir was formatted: what the quorum's
+    /// membership knows this dir by (see `member.rs`).
+    pub(crate) directory_id: DirectoryId,
 }
 
 /// The sled settings of every controller's storage, rooted at `dir`. Also
@@ -44,7 +48,8 @@ pub fn sled_config(dir: &Path) -> sled::Config {
 
 /// Opens (or creates) the Raft storage under `data_dir/raft`.
 ///
-/// A new dir is stamped with `cluster_id` and `node_id`; an existing one
+/// A new dir is stamped with `cluster_id`, `node_id` and a random
+/// directory id ([`LogStore::directory_id`]); an existing one
 /// must carry the same stamp and decode cleanly, or the open fails with a
 /// [`StorageOpenError`] naming the problem. Nothing is ever truncated or
 /// reformatted to get past an error. sled itself reads a damaged message
@@ -85,8 +90,9 @@ pub fn open_storage(
     };
     // Every further read of the freshly opened files gets the same guard.
     let checked = catch_unwind(AssertUnwindSafe(|| {
-        check_identity(&db, &dir, existed, cluster_id, node_id, &corrupt)?;
-        let log = LogStore::open(&db).map_err(|e| corrupt(format!("log trees: {e}")))?;
+        let directory_id = check_identity(&db, &dir, existed, cluster_id, node_id, &corrupt)?;
+        let mut log = LogStore::open(&db).map_err(|e| corrupt(format!("log trees: {e}")))?;
+        log.directory_id = directory_id;
         log.verify().map_err(&corrupt)?;
         let sm = StateMachineStore::open(&db, seq_seed()).map_err(&corrupt)?;
         Ok((log, sm))
@@ -97,7 +103,8 @@ pub fn open_storage(
     }
 }
 
-/// Checks the dir's stamp, or writes it into a brand-new dir.
+/// Checks the dir's stamp, or writes it into a brand-new dir; returns the
+/// dir's directory id.
 fn check_identity(
     db: &sled::Db,
     dir: &Path,
@@ -105,7 +112,7 @@ fn check_identity(
     cluster_id: &str,
     node_id: u64,
     corrupt: &dyn Fn(String) -> StorageOpenError,
-) -> Result<(), StorageOpenError> {
+) -> Result<DirectoryId, StorageOpenError> {
     let meta_tree = db
         .open_tree("meta")
         .map_err(|e| corrupt(format!("meta tree: {e}")))?;
@@ -140,6 +147,7 @@ fn check_identity(
         let meta = StorageMeta {
             cluster_id: cluster_id.to_string(),
             node_id,
+            directory_id: DirectoryId::random(),
         };
         let bytes = codec::encode(&meta).map_err(|e| corrupt(e.to_string()))?;
         meta_tree
@@ -152,8 +160,14 @@ fn check_identity(
             },
             other => corrupt(format!("flushing the meta record: {other}")),
         })?;
-        tracing::info!(dir = %dir.display(), cluster_id, node_id, "created Raft storage");
-        return Ok(());
+        tracing::info!(
+            dir = %dir.display(),
+            cluster_id,
+            node_id,
+            directory_id = %meta.directory_id,
+            "created Raft storage"
+        );
+        return Ok(meta.directory_id);
     };
     let meta: StorageMeta = match codec::decode(&bytes) {
         Ok(meta) => meta,
@@ -180,7 +194,7 @@ fn check_identity(
             expected: node_id,
         });
     }
-    Ok(())
+    Ok(meta.directory_id)
 }
 
 /// Seed for snapshot ids: distinct across restarts without being stored.

@@ -1,5 +1,16 @@
 //! The server side of the Raft transport: decodes openraft's RPCs from the
-//! gRPC envelope and hands them to the local Raft node.
+//! gRPC envelope and hands them to the local Raft node, and answers
+//! pre-votes ([`crate::prevote`]) itself.
+//!
+//! A node that restarts on a data dir that was in use grants no vote and no
+//! pre-vote for `election_timeout_max` after it starts: before it went down
+//! it may have accepted an AppendEntries from a leader, which promised that
+//! leader a lease (no other leader until `election_timeout_max` after it),
+//! and openraft keeps the time of that promise only in memory. The refusal
+//! is an ordinary Raft answer (`vote_granted: false` with this node's vote
+//! and last log id), which the candidate takes as any other.
+
+use std::time::{Duration, Instant};
 
 use futures::stream::{BoxStream, StreamExt};
 use keel_proto::pb::raft_service_server::{RaftService, RaftServiceServer};
@@ -9,9 +20,14 @@ use serde::Serialize;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::codec;
+use crate::error::EnvelopeRefusal;
+use crate::member::DirectoryId;
 use crate::network::MAX_MESSAGE_BYTES;
-use crate::KeelRaft;
+use crate::prevote::{decide_pre_vote, PreVoteRequest, PreVoteResponse, VoterView};
+use crate::{KeelRaft, NodeId};
 use openraft::error::RaftError;
+use openraft::raft::{VoteRequest, VoteResponse};
+use openraft::ServerState;
 
 /// Serves `RaftService` for one node: the peers' way into its Raft.
 #[derive(Clone)]
@@ -23,6 +39,17 @@ pub struct RaftGrpcService {
     /// This node's id (the Raft's own): requests meant for another node are
     /// refused.
     node_id: u64,
+    /// Until when this node refuses every vote and pre-vote (it restarted
+    /// on a data dir that may have promised a leader a lease).
+    no_vote_until: Option<Instant>,
+    /// This node's data dir's directory id (`None` in tests that do not
+    /// say): requests expecting another are refused.
+    directory: Option<DirectoryId>,
+    /// The same, as sent in every answer ("" when `None`).
+    directory_text: String,
+    /// This node's address as its peers know it, for the remedy in a
+    /// refusal when the membership (a wiped node has none) does not say.
+    address: Option<String>,
 }
 
 impl RaftGrpcService {
@@ -33,7 +60,126 @@ impl RaftGrpcService {
             raft,
             cluster_id,
             node_id,
+            no_vote_until: None,
+            directory: None,
+            directory_text: String::new(),
+            address: None,
         }
+    }
+
+    /// Names `addr` as this node's address in refusals, when the
+    /// membership does not know it.
+    pub fn with_address(mut self, addr: impl Into<String>) -> Self {
+        self.address = Some(addr.into());
+        self
+    }
+
+    /// Serves for the data dir with directory id `dir`: answers carry it,
+    /// and requests that expect another dir are refused.
+    pub fn with_directory(mut self, dir: DirectoryId) -> Self {
+        self.directory = Some(dir);
+        self.directory_text = dir.to_string();
+        self
+    }
+
+    /// Refuses votes and pre-votes for `window` from now: for a node that
+    /// restarted on a data dir that was in use (its log or vote not empty),
+    /// with `window` = `election_timeout_max`. A brand-new data dir has
+    /// promised nothing; a wiped one is refused by its directory id.
+    pub fn refusing_votes_for(mut self, window: Duration) -> Self {
+        self.no_vote_until = Some(Instant::now() + window);
+        self
+    }
+
+    /// Time left of the no-vote window.
+    fn restart_window_left(&self) -> Option<Duration> {
+        let left = self.no_vote_until?.checked_duration_since(Instant::now())?;
+        (!left.is_zero()).then_some(left)
+    }
+
+    /// This node's state as a pre-vote is decided on, read now.
+    async fn voter_view(&self) -> Result<(VoterView, u64), RaftError<NodeId>> {
+        let lease = Duration::from_millis(self.raft.config().election_timeout_max);
+        let quorum_acked = self.raft.metrics().borrow().last_quorum_acked;
+        let me = self.node_id;
+        let (vote, changed, state) = self
+            .raft
+            .with_raft_state(|s| (*s.vote_ref(), s.vote_last_modified(), s.server_state))
+            .await?;
+        // openraft keeps its log state reader private; its metrics trail the
+        // core by at most one loop of it.
+        let last_log_id = self.raft.data_metrics().borrow().last_log;
+        let since_change = changed.map(|t| t.elapsed());
+        let leader = vote.leader_id().voted_for();
+        let follows = match (vote.is_committed(), leader, since_change) {
+            (true, Some(l), Some(heard)) if l != me && state != ServerState::Leader => {
+                Some((l, heard))
+            }
+            _ => None,
+        };
+        // A leader counts from the newer of its last quorum acknowledgement
+        // and its becoming leader, as check-quorum does.
+        let leading_for = (state == ServerState::Leader).then(|| {
+            let acked = quorum_acked.map(|t| t.elapsed());
+            match (acked, since_change) {
+                (Some(a), Some(c)) => a.min(c),
+                (a, c) => a.or(c).unwrap_or(Duration::ZERO),
+            }
+        });
+        let view = VoterView {
+            last_log_id,
+            follows,
+            leading_for,
+            restart_window_left: self.restart_window_left(),
+            lease,
+        };
+        Ok((view, vote.leader_id().get_term()))
+    }
+
+    /// Answers a pre-vote from the node's state at this moment.
+    async fn answer_pre_vote(
+        &self,
+        req: PreVoteRequest,
+    ) -> Result<PreVoteResponse, RaftError<NodeId>> {
+        let (view, term) = self.voter_view().await?;
+        let refusal = decide_pre_vote(&req, &view).err();
+        match &refusal {
+            None => tracing::info!(
+                node = self.node_id,
+                candidate = req.candidate,
+                term = req.term,
+                "pre-vote granted"
+            ),
+            Some(why) => tracing::info!(
+                node = self.node_id,
+                candidate = req.candidate,
+                term = req.term,
+                %why,
+                "pre-vote refused"
+            ),
+        }
+        Ok(PreVoteResponse { term, refusal })
+    }
+
+    /// A vote, unless this node is inside its no-vote window after a
+    /// restart: then a refusal carrying its vote and last log id.
+    async fn answer_vote(
+        &self,
+        req: VoteRequest<NodeId>,
+    ) -> Result<VoteResponse<NodeId>, RaftError<NodeId>> {
+        let Some(left) = self.restart_window_left() else {
+            return self.raft.vote(req).await;
+        };
+        tracing::info!(
+            node = self.node_id,
+            candidate = ?req.vote.leader_id().voted_for(),
+            term = req.vote.leader_id().get_term(),
+            left_ms = left.as_millis() as u64,
+            "vote refused: this node restarted less than election_timeout_max ago and may have promised a leader a lease before"
+        );
+        let vote = self.raft.with_raft_state(|s| *s.vote_ref()).await?;
+        let last_log_id = self.raft.data_metrics().borrow().last_log;
+        Ok(VoteResponse::new(vote, last_log_id, false))
     }
 
     /// The tonic service, with message limits large enough for snapshot
@@ -45,17 +191,17 @@ impl RaftGrpcService {
     }
 
     /// Checks the envelope and decodes the payload, or explains the refusal.
-    fn open_envelope<T: DeserializeOwned>(&self, req: &RaftRequest) -> Result<T, String> {
+    fn open_envelope<T: DeserializeOwned>(&self, req: &RaftRequest) -> Result<T, EnvelopeRefusal> {
         if req.cluster_id != self.cluster_id {
             tracing::warn!(
                 from_node = req.from_node,
                 their_cluster = %req.cluster_id,
                 "refusing a Raft request from another cluster"
             );
-            return Err(format!(
-                "this node belongs to cluster '{}', not '{}'",
-                self.cluster_id, req.cluster_id
-            ));
+            return Err(EnvelopeRefusal::WrongCluster {
+                ours: self.cluster_id.clone(),
+                theirs: req.cluster_id.clone(),
+            });
         }
         // Two voters configured with one address: this node would be handed
         // Raft messages meant for the other, its own among them, which
@@ -66,34 +212,98 @@ impl RaftGrpcService {
                 to_node = req.to_node,
                 "refusing a Raft request meant for another node; is a voter address wrong?"
             );
-            return Err(format!(
-                "this is node {}; the request from node {} was meant for node {}",
-                self.node_id, req.from_node, req.to_node
-            ));
+            return Err(EnvelopeRefusal::WrongNode {
+                me: self.node_id,
+                from: req.from_node,
+                to: req.to_node,
+            });
         }
+        self.check_directories(req)?;
         codec::decode(&req.payload).map_err(|e| {
             tracing::warn!(from_node = req.from_node, error = %e, "undecodable Raft request");
-            format!("undecodable request from node {}: {e}", req.from_node)
+            EnvelopeRefusal::Undecodable {
+                from: req.from_node,
+                reason: e.to_string(),
+            }
         })
+    }
+
+    /// Refuses a request whose directory ids contradict a bound
+    /// membership: the sender expects another data dir here, or this
+    /// node's membership records another data dir for the sender.
+    fn check_directories(&self, req: &RaftRequest) -> Result<(), EnvelopeRefusal> {
+        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let addr_of = |id: NodeId| {
+            let own = (id == self.node_id).then(|| self.address.clone()).flatten();
+            membership
+                .membership()
+                .get_node(&id)
+                .map(|n| n.addr.clone())
+                .or(own)
+                .unwrap_or_else(|| "HOST:PORT".into())
+        };
+        if !req.to_directory.is_empty() && req.to_directory != self.directory_text {
+            let refusal = EnvelopeRefusal::DirectoryMismatch {
+                node: self.node_id,
+                address: addr_of(self.node_id),
+                actual: self.directory_text.clone(),
+                recorded: req.to_directory.clone(),
+                by: req.from_node,
+            };
+            tracing::warn!(
+                from_node = req.from_node,
+                this_directory = %self.directory_text,
+                recorded_directory = %req.to_directory,
+                "refusing a Raft request: {refusal}"
+            );
+            return Err(refusal);
+        }
+        let recorded = membership
+            .membership()
+            .get_node(&req.from_node)
+            .and_then(|n| n.directory_id);
+        if let Some(recorded) = recorded {
+            if req.from_directory != recorded.to_string() {
+                let refusal = EnvelopeRefusal::DirectoryMismatch {
+                    node: req.from_node,
+                    address: addr_of(req.from_node),
+                    actual: req.from_directory.clone(),
+                    recorded: recorded.to_string(),
+                    by: self.node_id,
+                };
+                tracing::warn!(
+                    from_node = req.from_node,
+                    sender_directory = %req.from_directory,
+                    recorded_directory = %recorded,
+                    "refusing a Raft request: {refusal}"
+                );
+                return Err(refusal);
+            }
+        }
+        Ok(())
     }
 }
 
 /// The refusal sent back for an envelope that was not accepted.
-fn refusal(error: String) -> RaftResponse {
+fn refusal(why: EnvelopeRefusal, directory: &str) -> RaftResponse {
     RaftResponse {
         payload: Vec::new(),
-        error,
+        error: why.to_string(),
         seq: 0,
+        directory: directory.to_string(),
+        refusal: why.code() as i32,
     }
 }
 
 /// Encodes the node's answer (success or Raft error) for the caller.
-fn answer<T: Serialize>(result: &T) -> Result<RaftResponse, Status> {
+fn answer<T: Serialize>(result: &T, directory: &str) -> Result<RaftResponse, Status> {
     let payload = codec::encode(result).map_err(|e| Status::internal(e.to_string()))?;
     Ok(RaftResponse {
         payload,
         error: String::new(),
         seq: 0,
+        directory: directory.to_string(),
+        refusal: 0,
     })
 }
 
@@ -105,9 +315,9 @@ impl RaftGrpcService {
             Ok(r) => {
                 let result = self.raft.append_entries(r).await;
                 let stopped = matches!(result, Err(RaftError::Fatal(_)));
-                Ok((answer(&result)?, stopped))
+                Ok((answer(&result, &self.directory_text)?, stopped))
             }
-            Err(e) => Ok((refusal(e), false)),
+            Err(e) => Ok((refusal(e, &self.directory_text), false)),
         }
     }
 }
@@ -161,9 +371,20 @@ impl RaftService for RaftGrpcService {
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftResponse>, Status> {
         let req = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
-            Err(e) => return Ok(Response::new(refusal(e))),
+            Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
         };
-        answer(&self.raft.vote(req).await).map(Response::new)
+        answer(&self.answer_vote(req).await, &self.directory_text).map(Response::new)
+    }
+
+    async fn pre_vote(
+        &self,
+        request: Request<RaftRequest>,
+    ) -> Result<Response<RaftResponse>, Status> {
+        let req = match self.open_envelope(request.get_ref()) {
+            Ok(req) => req,
+            Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
+        };
+        answer(&self.answer_pre_vote(req).await, &self.directory_text).map(Response::new)
     }
 
     async fn install_snapshot(
@@ -172,8 +393,8 @@ impl RaftService for RaftGrpcService {
     ) -> Result<Response<RaftResponse>, Status> {
         let req = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
-            Err(e) => return Ok(Response::new(refusal(e))),
+            Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
         };
-        answer(&self.raft.install_snapshot(req).await).map(Response::new)
+        answer(&self.raft.install_snapshot(req).await, &self.directory_text).map(Response::new)
     }
 }

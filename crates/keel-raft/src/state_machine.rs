@@ -12,14 +12,14 @@ use std::time::Instant;
 use keel_metadata::MetadataImage;
 use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{
-    AnyError, BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder,
-    StorageError, StorageIOError, StoredMembership,
+    AnyError, Entry, EntryPayload, LogId, OptionalSend, RaftSnapshotBuilder, StorageError,
+    StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::codec;
-use crate::{ClientResponse, NodeId, TypeConfig};
+use crate::{ClientResponse, KeelNode, NodeId, TypeConfig};
 
 /// Key of the current snapshot in the `snapshot` tree.
 pub(crate) const SNAPSHOT_KEY: &[u8] = b"current";
@@ -36,7 +36,7 @@ pub struct AppliedState {
     /// The last applied entry; `None` before anything was applied.
     pub last_applied: Option<LogId<NodeId>>,
     /// The last membership config applied (or installed with a snapshot).
-    pub membership: StoredMembership<NodeId, BasicNode>,
+    pub membership: StoredMembership<NodeId, KeelNode>,
     /// Figures of this node's snapshots (one handle, shared by every
     /// published state).
     pub snapshots: Arc<SnapshotStats>,
@@ -130,14 +130,14 @@ struct SnapshotPayload {
     /// The last entry the image includes.
     last_applied: Option<LogId<NodeId>>,
     /// The membership in effect at `last_applied`.
-    membership: StoredMembership<NodeId, BasicNode>,
+    membership: StoredMembership<NodeId, KeelNode>,
 }
 
 /// A snapshot as stored in sled: openraft's metadata plus the payload bytes.
 #[derive(Clone, Serialize, Deserialize)]
 pub(crate) struct StoredSnapshot {
     /// openraft's description of the snapshot.
-    pub(crate) meta: SnapshotMeta<NodeId, BasicNode>,
+    pub(crate) meta: SnapshotMeta<NodeId, KeelNode>,
     /// Encoded [`SnapshotPayload`], exactly as sent to peers.
     data: Vec<u8>,
 }
@@ -200,7 +200,7 @@ struct SnapshotStore {
     /// (the data is read back from the tree when a peer needs it); the lock
     /// also orders a concurrent build and install so an older one never
     /// replaces a newer.
-    current: tokio::sync::Mutex<Option<SnapshotMeta<NodeId, BasicNode>>>,
+    current: tokio::sync::Mutex<Option<SnapshotMeta<NodeId, KeelNode>>>,
     /// Makes snapshot ids unique across builds of the same index.
     next_seq: AtomicU64,
     /// Figures of the stored snapshot and of the last build and load.
@@ -249,7 +249,7 @@ pub struct StateMachineStore {
     /// The last applied entry.
     last_applied: Option<LogId<NodeId>>,
     /// The last applied membership.
-    membership: StoredMembership<NodeId, BasicNode>,
+    membership: StoredMembership<NodeId, KeelNode>,
     /// The state at the last applied entry after which no transaction was
     /// open: where a snapshot is cut (never inside a transaction, whose
     /// held records the image does not encode).
@@ -407,7 +407,7 @@ impl StateMachineStore {
 struct SnapshotPoint {
     image: MetadataImage,
     last_applied: Option<LogId<NodeId>>,
-    membership: StoredMembership<NodeId, BasicNode>,
+    membership: StoredMembership<NodeId, KeelNode>,
 }
 
 /// Builds a snapshot from a frozen copy of the state machine, so openraft
@@ -418,7 +418,7 @@ pub struct SnapshotBuilder {
     /// The last entry the snapshot includes.
     last_applied: Option<LogId<NodeId>>,
     /// The membership at `last_applied`.
-    membership: StoredMembership<NodeId, BasicNode>,
+    membership: StoredMembership<NodeId, KeelNode>,
     /// Where the snapshot is saved.
     snapshots: Arc<SnapshotStore>,
 }
@@ -482,7 +482,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
     async fn applied_state(
         &mut self,
-    ) -> StorageResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, BasicNode>)> {
+    ) -> StorageResult<(Option<LogId<NodeId>>, StoredMembership<NodeId, KeelNode>)> {
         Ok((self.last_applied, self.membership.clone()))
     }
 
@@ -525,7 +525,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
 
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<NodeId, BasicNode>,
+        meta: &SnapshotMeta<NodeId, KeelNode>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> StorageResult<()> {
         let started = Instant::now();

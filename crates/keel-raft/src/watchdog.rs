@@ -1,39 +1,60 @@
-//! Prompt elections after the leader's lease runs out.
+//! The election watchdog: the only thing that starts elections in Keel.
 //!
-//! openraft 0.9 lets a follower elect only on its tick (every 1.5 heartbeat
-//! intervals) once the old leader's lease (`election_timeout_max` since the
-//! last accepted AppendEntries) *and* a random election timeout drawn once
-//! per process have both passed: 450 + 300..450 + 0..225 ms with the
-//! defaults, about 0.9 s from a leader's death to a new leader. The lease
-//! is what keeps a deposed leader's reads safe; the extra timeout is not.
+//! openraft's own election timer is off (`Config::enable_elect = false`, in
+//! [`crate::default_config`]): openraft 0.9 has no pre-vote, and its timer
+//! would stand a node for election, bumping its term, the moment its own
+//! timeout ran out, deposing a leader that a majority still follows (a node
+//! back from a partition or a pause did exactly that). The watchdog stands
+//! only after a pre-vote round ([`crate::prevote`]) that a majority of the
+//! voters granted, then asks openraft for the election
+//! (`raft.trigger().elect()`).
 //!
-//! The watchdog asks openraft for an election as soon as this follower's
-//! own lease for the current leader has expired, plus a stagger that grows
-//! with the node's rank among the voters so two followers do not split the
-//! vote. The lease check is the same one the voters apply to the request,
-//! so no election starts earlier than openraft itself would allow, and the
-//! built-in timers stay as the fallback: when the first-ranked follower
-//! cannot win (its log is shorter than the other's), the next one's
-//! watchdog election lands in the same term and fails too, and openraft's
-//! timers elect the right node about a second after the leader went silent.
+//! When it asks:
+//!
+//! - a follower of a committed leader: once its own lease for that leader
+//!   (`election_timeout_max` since it last accepted an AppendEntries) has
+//!   run out, plus a margin and a stagger that grows with the node's rank
+//!   among the voters, so that two followers of a dead leader do not split
+//!   the vote: about half a second after the leader went silent;
+//! - any other voter (a candidate whose election split the vote or went
+//!   unanswered, a node that restarted without a leader, a leader that
+//!   stepped down for want of a quorum, the voters of a fresh quorum whose
+//!   first election failed): a random timeout in
+//!   `[election_timeout_min, election_timeout_max]` after its vote last
+//!   changed;
+//! - after a lost pre-vote round: again after a new random timeout, or
+//!   right after the lease a refusing voter still holds for its leader ends
+//!   if that comes first.
+//!
+//! The first election of a fresh quorum needs no watchdog: openraft's
+//! `initialize` makes the initializing node a candidate of term 1 at once
+//! (there is no leader yet to depose, and `formed_quorum_peer` in the
+//! controller keeps a late voter from initializing into a formed quorum).
+//! Leaders and non-voters never stand.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use openraft::ServerState;
+use futures::stream::{FuturesUnordered, StreamExt};
+use openraft::{LogId, ServerState, Vote};
+use rand::Rng;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
-use crate::{KeelRaft, NodeId};
+use crate::network::Network;
+use crate::prevote::{pre_vote_won, PreVoteRefusal, PreVoteRequest};
+use crate::{KeelNode, KeelRaft, NodeId};
 
 /// How often the watchdog looks at the Raft state.
 const POLL: Duration = Duration::from_millis(10);
-/// Margin after the lease before the first-ranked follower elects.
+/// Margin after the lease before the first-ranked follower asks.
 const MARGIN: Duration = Duration::from_millis(20);
-/// Extra wait per rank, so followers do not start elections together.
+/// Extra wait per rank, so followers do not stand together.
 const STAGGER: Duration = Duration::from_millis(50);
 
-/// The wait after the last contact before node `me` elects: the lease,
-/// the margin and its rank's stagger (rank among the voters other than
-/// the silent leader).
+/// The wait after the last contact before node `me` asks: the lease, the
+/// margin and its rank's stagger (rank among the voters other than the
+/// silent leader).
 fn election_delay(
     me: NodeId,
     leader: Option<NodeId>,
@@ -48,89 +69,248 @@ fn election_delay(
     lease + MARGIN + STAGGER * u32::try_from(rank).unwrap_or(u32::MAX)
 }
 
+/// When to ask again after a lost pre-vote round: after `random`, or just
+/// after the earliest lease that a voter refusing for a live leader still
+/// holds, if that ends first (the leader may simply be dead).
+fn retry_after(refusals: &[PreVoteRefusal], random: Duration) -> Duration {
+    refusals
+        .iter()
+        .filter_map(|r| match r {
+            PreVoteRefusal::LiveLeader { left_ms, .. } => {
+                Some(Duration::from_millis(*left_ms) + MARGIN)
+            }
+            _ => None,
+        })
+        .min()
+        .map_or(random, |lease_end| lease_end.min(random))
+}
+
 /// What the watchdog reads of the Raft state.
+#[derive(Clone, Debug, PartialEq, Eq)]
 struct Seen {
-    /// This node follows a committed leader other than itself.
-    follows_other: bool,
-    /// That leader.
-    leader: Option<NodeId>,
-    /// When this node last accepted an AppendEntries from it.
-    last_contact: Option<tokio::time::Instant>,
-    /// The voters, sorted.
-    voters: Vec<NodeId>,
+    /// openraft's server state.
+    state: ServerState,
+    /// The stored vote.
+    vote: Vote<NodeId>,
+    /// When the vote last changed, or this node last accepted an
+    /// AppendEntries from its leader.
+    last_change: Option<Instant>,
+    /// The last entry of the log.
+    last_log_id: Option<LogId<NodeId>>,
+    /// Voters of each configuration of the membership.
+    joint: Vec<BTreeSet<NodeId>>,
+    /// Every member, as the membership records it.
+    members: BTreeMap<NodeId, KeelNode>,
+}
+
+impl Seen {
+    /// The committed leader other than `me` that this node follows.
+    fn follows_other(&self, me: NodeId) -> Option<NodeId> {
+        let leader = self.vote.leader_id().voted_for()?;
+        (self.state == ServerState::Follower && self.vote.is_committed() && leader != me)
+            .then_some(leader)
+    }
+
+    fn voters(&self) -> BTreeSet<NodeId> {
+        self.joint.iter().flatten().copied().collect()
+    }
 }
 
 /// Reads [`Seen`] through the Raft core (`None`: Raft stopped).
-async fn observe(raft: &KeelRaft, me: NodeId) -> Option<Seen> {
+async fn observe(raft: &KeelRaft) -> Option<Seen> {
+    // openraft keeps its log state reader private; the metrics trail the
+    // core by at most one loop of it.
+    let last_log_id = raft.data_metrics().borrow().last_log;
     raft.with_raft_state(move |s| {
-        let vote = s.vote_ref();
-        let leader = vote.leader_id().voted_for();
-        let mut voters: Vec<NodeId> = s.membership_state.effective().voter_ids().collect();
-        voters.sort_unstable();
+        let membership = s.membership_state.effective().membership();
         Seen {
-            follows_other: s.server_state == ServerState::Follower
-                && vote.is_committed()
-                && leader.is_some_and(|l| l != me),
-            leader,
-            last_contact: s.vote_last_modified(),
-            voters,
+            state: s.server_state,
+            vote: *s.vote_ref(),
+            last_change: s.vote_last_modified(),
+            last_log_id,
+            joint: membership.get_joint_config().clone(),
+            members: membership.nodes().map(|(id, n)| (*id, n.clone())).collect(),
         }
     })
     .await
     .ok()
 }
 
-/// Runs until `stop` turns true or Raft stops: calls for an election once
-/// per leader whose lease has expired on this follower.
+/// What one pre-vote round came to.
+struct Round {
+    /// A majority of every configuration granted (this node included).
+    won: bool,
+    /// The voters that granted, this node included.
+    granted: BTreeSet<NodeId>,
+    /// The refusals, with who gave them.
+    refusals: Vec<(NodeId, PreVoteRefusal)>,
+    /// Voters that gave no answer, and why.
+    silent: Vec<(NodeId, String)>,
+}
+
+/// Asks every other voter for a pre-vote, each within `timeout`; ends as
+/// soon as the round is won or every voter has answered.
+async fn pre_vote_round(network: &Network, me: NodeId, seen: &Seen, timeout: Duration) -> Round {
+    let req = PreVoteRequest {
+        candidate: me,
+        term: seen.vote.leader_id().get_term() + 1,
+        last_log_id: seen.last_log_id,
+    };
+    let mut round = Round {
+        won: false,
+        granted: BTreeSet::from([me]),
+        refusals: Vec::new(),
+        silent: Vec::new(),
+    };
+    let mut asks: FuturesUnordered<_> = seen
+        .voters()
+        .into_iter()
+        .filter(|v| *v != me)
+        .map(|v| {
+            let node = seen.members.get(&v).cloned().unwrap_or_default();
+            let req = &req;
+            async move { (v, network.pre_vote(v, &node, req, timeout).await) }
+        })
+        .collect();
+    round.won = pre_vote_won(&seen.joint, &round.granted);
+    while !round.won {
+        let Some((voter, answer)) = asks.next().await else {
+            break;
+        };
+        match answer {
+            Ok(r) => match r.refusal {
+                None => {
+                    round.granted.insert(voter);
+                }
+                Some(why) => round.refusals.push((voter, why)),
+            },
+            Err(e) => round.silent.push((voter, e)),
+        }
+        round.won = pre_vote_won(&seen.joint, &round.granted);
+    }
+    round
+}
+
+/// A random election timeout in `[min, max]`.
+fn random_timeout(min: Duration, max: Duration) -> Duration {
+    if max <= min {
+        return min;
+    }
+    rand::rng().random_range(min..=max)
+}
+
+/// Runs until `stop` turns true or Raft stops: stands this node for
+/// election when the rules of the module doc say so, after a won pre-vote.
+/// `network` is a clone of the one Raft sends through (it shares its
+/// connections).
 pub async fn election_watchdog(
     raft: KeelRaft,
+    network: Network,
     me: NodeId,
-    lease: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut fired_for: Option<tokio::time::Instant> = None;
+    let config = raft.config().clone();
+    let lease = Duration::from_millis(config.election_timeout_max);
+    let min = Duration::from_millis(config.election_timeout_min);
+    let max = Duration::from_millis(config.election_timeout_max);
+    // An answer later than this counts as no answer.
+    let ask_timeout = min / 2;
+    // The random timeout drawn for the vote change it was drawn for.
+    let mut drawn: Option<(Option<Instant>, Duration)> = None;
+    // Not before this: set after a lost round.
+    let mut next_try: Option<Instant> = None;
+    // The last vote change a lost round was logged for (one line per episode).
+    let mut logged_loss_for: Option<Option<Instant>> = None;
     loop {
         tokio::select! {
             _ = stop.wait_for(|v| *v) => return,
             _ = tokio::time::sleep(POLL) => {}
         }
-        // Only followers watch; the metrics are read without asking the core.
-        if raft.metrics().borrow().state != ServerState::Follower {
+        // Leaders and learners never stand; read without asking the core.
+        let state = raft.metrics().borrow().state;
+        if matches!(
+            state,
+            ServerState::Leader | ServerState::Learner | ServerState::Shutdown
+        ) {
+            next_try = None;
             continue;
         }
-        let Some(seen) = observe(&raft, me).await else {
+        let Some(seen) = observe(&raft).await else {
             return;
         };
-        let Some(last_contact) = seen.last_contact else {
-            continue;
-        };
-        if !seen.follows_other || fired_for == Some(last_contact) || !seen.voters.contains(&me) {
+        if !seen.voters().contains(&me) {
             continue;
         }
-        let delay = election_delay(me, seen.leader, &seen.voters, lease);
-        if last_contact.elapsed() <= delay {
+        let Some(last_change) = seen.last_change else {
+            continue;
+        };
+        let leader = seen.follows_other(me);
+        let wait = match leader {
+            Some(l) => {
+                let voters: Vec<NodeId> = seen.voters().into_iter().collect();
+                election_delay(me, Some(l), &voters, lease)
+            }
+            None => match drawn {
+                Some((at, d)) if at == seen.last_change => d,
+                _ => {
+                    let d = random_timeout(min, max);
+                    drawn = Some((seen.last_change, d));
+                    d
+                }
+            },
+        };
+        let now = Instant::now();
+        let due = (last_change + wait).max(next_try.unwrap_or(now));
+        if now < due {
             continue;
         }
         // Confirm with a second read that the core answers promptly: a core
         // that was busy (a long flush) may have AppendEntries from a live
         // leader queued, and the first read showed a contact time from
-        // before them. The election command queues right behind this read.
-        let asked = tokio::time::Instant::now();
-        let Some(again) = observe(&raft, me).await else {
+        // before them.
+        let asked = Instant::now();
+        let Some(again) = observe(&raft).await else {
             return;
         };
-        if asked.elapsed() > POLL
-            || !again.follows_other
-            || again.last_contact != Some(last_contact)
-        {
+        if asked.elapsed() > POLL || again != seen {
             continue;
         }
-        fired_for = Some(last_contact);
+
+        let round = pre_vote_round(&network, me, &seen, ask_timeout).await;
+        let retry = random_timeout(min, max);
+        if !round.won {
+            let refusals: Vec<PreVoteRefusal> =
+                round.refusals.iter().map(|(_, r)| r.clone()).collect();
+            next_try = Some(Instant::now() + retry_after(&refusals, retry));
+            if logged_loss_for != Some(seen.last_change) {
+                logged_loss_for = Some(seen.last_change);
+                tracing::info!(
+                    node = me,
+                    term = seen.vote.leader_id().get_term() + 1,
+                    granted = ?round.granted,
+                    refused = ?round.refusals,
+                    silent = ?round.silent,
+                    "pre-vote lost; not standing for election"
+                );
+            }
+            continue;
+        }
+        // Nothing changed while the round ran (a leader's AppendEntries
+        // would have moved the contact time).
+        let Some(after) = observe(&raft).await else {
+            return;
+        };
+        if after != seen {
+            continue;
+        }
+        next_try = Some(Instant::now() + retry);
         tracing::info!(
             node = me,
-            silent_leader = seen.leader,
-            silent_ms = last_contact.elapsed().as_millis() as u64,
-            "leader's lease expired; starting an election"
+            term = seen.vote.leader_id().get_term() + 1,
+            silent_leader = ?leader.or(seen.vote.leader_id().voted_for()),
+            quiet_ms = last_change.elapsed().as_millis() as u64,
+            granted = ?round.granted,
+            "pre-vote won; standing for election"
         );
         if raft.trigger().elect().await.is_err() {
             return;
@@ -143,7 +323,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn followers_elect_one_after_another_and_never_inside_the_lease() {
+    fn followers_stand_one_after_another_and_never_inside_the_lease() {
         let lease = Duration::from_millis(450);
         let voters = [1, 2, 3];
         let d2 = election_delay(2, Some(1), &voters, lease);
@@ -161,5 +341,35 @@ mod tests {
                 assert!(election_delay(me, Some(leader), &voters, lease) > lease);
             }
         }
+    }
+
+    #[test]
+    fn a_lost_round_is_retried_after_the_earliest_refusing_lease_or_the_random_timeout() {
+        let random = Duration::from_millis(400);
+        assert_eq!(retry_after(&[], random), random);
+        let live = |left_ms| PreVoteRefusal::LiveLeader {
+            leader: 1,
+            heard_ms: 450 - left_ms,
+            left_ms,
+        };
+        assert_eq!(
+            retry_after(&[live(100), live(30)], random),
+            Duration::from_millis(30) + MARGIN
+        );
+        assert_eq!(retry_after(&[live(440)], random), random);
+        assert_eq!(
+            retry_after(&[PreVoteRefusal::Leading { acked_ms: 5 }], random),
+            random
+        );
+    }
+
+    #[test]
+    fn random_timeouts_stay_inside_the_range() {
+        let (min, max) = (Duration::from_millis(300), Duration::from_millis(450));
+        for _ in 0..1_000 {
+            let d = random_timeout(min, max);
+            assert!(d >= min && d <= max);
+        }
+        assert_eq!(random_timeout(max, max), max);
     }
 }

@@ -8,15 +8,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use keel_raft::{default_config, Network};
+use keel_raft::{default_config, KeelNode, Network};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::VoteRequest;
-use openraft::{BasicNode, Vote};
+use openraft::Vote;
 
 /// Sends one vote request from `network` (as its node) to node `target`
 /// at `addr`; the answer, if any, is not looked at.
 async fn send_vote(network: &mut Network, target: u64, addr: &str) {
-    let mut client = network.new_client(target, &BasicNode::new(addr)).await;
+    let mut client = network.new_client(target, &KeelNode::new(addr)).await;
     let option = RPCOption::new(Duration::from_secs(2));
     let _ = client
         .vote(
@@ -180,6 +180,13 @@ impl keel_proto::pb::raft_service_server::RaftService for TestPeer {
     ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
         self.inner.install_snapshot(r).await
     }
+
+    async fn pre_vote(
+        &self,
+        r: tonic::Request<keel_proto::pb::RaftRequest>,
+    ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
+        self.inner.pre_vote(r).await
+    }
 }
 
 /// Serves `node`'s Raft again behind a [`TestPeer`] on a fresh loopback
@@ -234,7 +241,7 @@ async fn appends_stream_to_current_peers_and_fall_back_to_unary_calls_for_older_
     let option = || RPCOption::new(Duration::from_secs(5));
     let mut network = Network::new(CLUSTER.into(), 9);
     // Current peer: several appends over one client's stream.
-    let mut current = network.new_client(1, &BasicNode::new(&node.addr)).await;
+    let mut current = network.new_client(1, &KeelNode::new(&node.addr)).await;
     for round in 0..3 {
         let r = current.append_entries(heartbeat(), option()).await;
         assert!(r.is_ok(), "current peer, round {round}: {r:?}");
@@ -245,7 +252,7 @@ async fn appends_stream_to_current_peers_and_fall_back_to_unary_calls_for_older_
     // unary-only.
     let mut legacy = Network::new(CLUSTER.into(), 9);
     for round in 0..3 {
-        let mut client = legacy.new_client(1, &BasicNode::new(&legacy_addr)).await;
+        let mut client = legacy.new_client(1, &KeelNode::new(&legacy_addr)).await;
         let r = client.append_entries(heartbeat(), option()).await;
         assert!(r.is_ok(), "older peer, round {round}: {r:?}");
         let r = client.append_entries(heartbeat(), option()).await;
@@ -269,7 +276,7 @@ async fn a_stream_that_carried_a_catch_up_is_replaced_by_a_fresh_one() {
     let option = || RPCOption::new(Duration::from_secs(10));
     let count = || opened.load(std::sync::atomic::Ordering::SeqCst);
     let mut network = Network::new(CLUSTER.into(), 9);
-    let mut client = network.new_client(1, &BasicNode::new(&addr)).await;
+    let mut client = network.new_client(1, &KeelNode::new(&addr)).await;
 
     // Small appends share one stream.
     for _ in 0..3 {

@@ -434,3 +434,58 @@ fn copy_dir(from: &Path, to: &Path) {
         }
     }
 }
+
+#[test]
+fn each_data_dir_gets_a_directory_id_when_formatted_and_keeps_it() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let first = {
+        let (log, _sm) = open_storage(a.path(), "alpha", 1).unwrap();
+        log.directory_id()
+    };
+    let other = {
+        let (log, _sm) = open_storage(b.path(), "alpha", 1).unwrap();
+        log.directory_id()
+    };
+    assert_ne!(first, other, "two formats, two ids");
+    populate(a.path());
+    let (log, _sm) = open_storage(a.path(), "alpha", 1).unwrap();
+    assert_eq!(log.directory_id(), first, "a reopen keeps the id");
+}
+
+#[test]
+fn a_data_dir_of_the_previous_storage_format_is_refused_never_misread() {
+    // A version-1 identity record (cluster, node; no directory id), as the
+    // build before directory ids wrote it.
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = keel_raft::sled_config(&dir.path().join("raft"))
+            .open()
+            .unwrap();
+        let mut v1 = 1u16.to_le_bytes().to_vec();
+        v1.extend(
+            bincode::serde::encode_to_vec(("alpha".to_string(), 1u64), bincode::config::standard())
+                .unwrap(),
+        );
+        db.open_tree("meta").unwrap().insert(b"meta", v1).unwrap();
+        db.flush().unwrap();
+    }
+    let err = open_storage(dir.path(), "alpha", 1)
+        .err()
+        .expect("must refuse");
+    assert!(
+        matches!(
+            err,
+            StorageOpenError::UnsupportedFormat {
+                found: 1,
+                supported: keel_raft::STORAGE_FORMAT_VERSION,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("storage format version 1"),
+        "{err}"
+    );
+}

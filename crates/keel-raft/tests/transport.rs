@@ -22,6 +22,7 @@ async fn requests_from_another_cluster_or_with_garbage_are_refused() {
             payload: vec![1, 2, 3],
             seq: 0,
             to_node: 0,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -42,6 +43,7 @@ async fn requests_from_another_cluster_or_with_garbage_are_refused() {
                 payload,
                 seq: 0,
                 to_node: 0,
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -68,6 +70,7 @@ async fn the_append_stream_refuses_the_same_requests_and_answers_each_by_seq() {
             payload: vec![1, 2, 3],
             seq: 40,
             to_node: 0,
+            ..Default::default()
         },
         RaftRequest {
             cluster_id: CLUSTER.into(),
@@ -75,6 +78,7 @@ async fn the_append_stream_refuses_the_same_requests_and_answers_each_by_seq() {
             payload: vec![0x42; 100],
             seq: 41,
             to_node: 0,
+            ..Default::default()
         },
         RaftRequest {
             cluster_id: CLUSTER.into(),
@@ -82,6 +86,7 @@ async fn the_append_stream_refuses_the_same_requests_and_answers_each_by_seq() {
             payload: vec![],
             seq: 42,
             to_node: 0,
+            ..Default::default()
         },
     ];
     let mut answers = client
@@ -116,7 +121,7 @@ async fn requests_meant_for_another_node_or_from_itself_are_refused() {
 
     let root = tempfile::tempdir().unwrap();
     let node = start_single(root.path()).await;
-    let addr = openraft::BasicNode::new(&node.addr);
+    let addr = keel_raft::KeelNode::new(&node.addr);
     let vote = |from: u64| openraft::raft::VoteRequest {
         vote: openraft::Vote::new(7, from),
         last_log_id: None,

@@ -26,12 +26,20 @@ enum QuorumCmd {
         #[arg(long)]
         replication: bool,
     },
-    /// Add a voter (started with `keel controller --join`).
+    /// Add a voter (started with `keel controller --join`), or re-admit a
+    /// voter whose data dir changed (wiped, restored, copied) by naming its
+    /// new directory id: it is removed and added back as a learner that
+    /// catches up before it is promoted.
     AddVoter {
         #[arg(long)]
         node_id: u64,
         #[arg(long)]
         address: String,
+        /// The directory id of the node's data dir (32 hex digits; the
+        /// node's log names it at start and in every refusal); omitted: the
+        /// active controller binds it once the node answers.
+        #[arg(long)]
+        directory_id: Option<String>,
     },
     /// Remove a voter.
     RemoveVoter {
@@ -74,6 +82,7 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                         "lag": v.lag,
                         "last_contact_ms": v.last_contact_ms,
                         "status": v.status,
+                        "directory_id": (!v.directory_id.is_empty()).then_some(&v.directory_id),
                     })).collect::<Vec<_>>(),
                 })),
                 Output::Table => {
@@ -88,6 +97,22 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                             .filter(|v| v.status != "learner")
                             .map(|v| v.id)
                             .collect::<Vec<_>>()
+                    );
+                    println!(
+                        "DirectoryIds: {}",
+                        r.voters
+                            .iter()
+                            .map(|v| format!(
+                                "{}={}",
+                                v.id,
+                                if v.directory_id.is_empty() {
+                                    "unbound"
+                                } else {
+                                    v.directory_id.as_str()
+                                }
+                            ))
+                            .collect::<Vec<_>>()
+                            .join(" ")
                     );
                     if replication {
                         let rows: Vec<Vec<String>> = r
@@ -105,6 +130,11 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                                         .map(|m| format!("{m} ms"))
                                         .unwrap_or_else(|| "-".into()),
                                     v.status.clone(),
+                                    if v.directory_id.is_empty() {
+                                        "unbound".into()
+                                    } else {
+                                        v.directory_id.clone()
+                                    },
                                 ]
                             })
                             .collect();
@@ -116,6 +146,7 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                                 "LAG",
                                 "LAST CONTACT",
                                 "STATUS",
+                                "DIRECTORY",
                             ],
                             &rows,
                         );
@@ -124,11 +155,23 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        QuorumCmd::AddVoter { node_id, address } => {
-            let req = pb::AddVoterRequest { node_id, address };
+        QuorumCmd::AddVoter {
+            node_id,
+            address,
+            directory_id,
+        } => {
+            let req = pb::AddVoterRequest {
+                node_id,
+                address,
+                directory_id: directory_id.clone().unwrap_or_default(),
+            };
             let _ = call!(client, admin_write, add_voter, req.clone());
             match a.common.output {
-                Output::Json => output::json(&json!({"node_id": node_id, "added": true})),
+                Output::Json => output::json(&json!({
+                    "node_id": node_id,
+                    "added": true,
+                    "directory_id": directory_id,
+                })),
                 Output::Table => println!("Node {node_id} is now a voter."),
             }
             ExitCode::SUCCESS

@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use keel_metadata::{MetadataRecord, RecordBatch, TopicId, TopicRecord};
 use keel_raft::{
-    open_storage, AppliedState, KeelRaft, Network, PeerContacts, RaftGrpcService, StorageOpenError,
+    open_storage, AppliedState, KeelNode, KeelRaft, Network, PeerContacts, RaftGrpcService,
+    StorageOpenError,
 };
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::{BasicNode, Config};
+use openraft::{Config, ServerState};
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -48,6 +49,8 @@ pub struct TestNode {
     server: JoinHandle<()>,
     /// Triggers the server's graceful shutdown.
     stop_server: Option<oneshot::Sender<()>>,
+    /// Stops the election watchdog.
+    stop_watchdog: watch::Sender<bool>,
 }
 
 /// Test logs at `RUST_LOG` (default: warnings).
@@ -74,7 +77,7 @@ pub async fn listener() -> TcpListener {
 }
 
 /// Binds `addr` again after a restart (the old socket may linger briefly).
-async fn rebind(addr: &str) -> TcpListener {
+pub async fn rebind(addr: &str) -> TcpListener {
     let deadline = Instant::now() + PATIENCE;
     loop {
         match TcpListener::bind(addr).await {
@@ -109,18 +112,45 @@ async fn open_when_free(
 impl TestNode {
     /// Starts node `id` on `listener` with its data in `dir`.
     pub async fn start(id: u64, dir: &Path, listener: TcpListener, config: Arc<Config>) -> Self {
+        Self::start_with(id, dir, listener, config, None).await
+    }
+
+    /// As [`TestNode::start`]; with `no_vote_for`, the node refuses votes
+    /// for that long (as a controller restarted on a used data dir does).
+    pub async fn start_with(
+        id: u64,
+        dir: &Path,
+        listener: TcpListener,
+        config: Arc<Config>,
+        no_vote_for: Option<Duration>,
+    ) -> Self {
         let addr = listener.local_addr().unwrap().to_string();
         let (log, sm) = open_when_free(dir, id).await;
         let state = sm.subscribe();
-        let network =
-            Network::new(CLUSTER.into(), id).with_bind_ip(listener.local_addr().unwrap().ip());
+        let network = Network::new(CLUSTER.into(), id)
+            .with_bind_ip(listener.local_addr().unwrap().ip())
+            .with_directory(log.directory_id());
         let contacts = network.contacts();
+        let watchdog_network = network.clone();
         let raft = KeelRaft::new(id, config, network, log.clone(), sm)
             .await
             .unwrap();
         let recovered = state.borrow().clone();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
-        let service = RaftGrpcService::new(raft.clone(), CLUSTER.into()).into_server();
+        // Elections come only from the watchdog, as in a controller.
+        let (stop_watchdog, watchdog_stop) = watch::channel(false);
+        tokio::spawn(keel_raft::election_watchdog(
+            raft.clone(),
+            watchdog_network,
+            id,
+            watchdog_stop,
+        ));
+        let mut service =
+            RaftGrpcService::new(raft.clone(), CLUSTER.into()).with_directory(log.directory_id());
+        if let Some(window) = no_vote_for {
+            service = service.refusing_votes_for(window);
+        }
+        let service = service.into_server();
         let server = tokio::spawn(async move {
             let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
             if let Err(e) = tonic::transport::Server::builder()
@@ -144,6 +174,21 @@ impl TestNode {
             contacts,
             server,
             stop_server: Some(stop_tx),
+            stop_watchdog,
+        }
+    }
+
+    /// Stops the server only (Raft and the watchdog keep running): to its
+    /// peers the node is unreachable, as behind a partition.
+    pub async fn cut_off(&mut self) {
+        if let Some(tx) = self.stop_server.take() {
+            let _ = tx.send(());
+        }
+        if tokio::time::timeout(Duration::from_secs(5), &mut self.server)
+            .await
+            .is_err()
+        {
+            self.server.abort();
         }
     }
 
@@ -155,6 +200,7 @@ impl TestNode {
 
     /// Stops Raft and the server and waits until the data dir is released.
     pub async fn stop(mut self) -> (u64, PathBuf, String) {
+        let _ = self.stop_watchdog.send(true);
         self.raft.shutdown().await.unwrap();
         if let Some(tx) = self.stop_server.take() {
             let _ = tx.send(());
@@ -191,13 +237,13 @@ pub async fn start_cluster(root: &Path, config: Arc<Config>) -> Vec<TestNode> {
     for _ in 0..3 {
         listeners.push(listener().await);
     }
-    let members: BTreeMap<u64, BasicNode> = listeners
+    let members: BTreeMap<u64, KeelNode> = listeners
         .iter()
         .enumerate()
         .map(|(i, l)| {
             (
                 i as u64 + 1,
-                BasicNode::new(l.local_addr().unwrap().to_string()),
+                KeelNode::new(l.local_addr().unwrap().to_string()),
             )
         })
         .collect();
@@ -219,7 +265,12 @@ pub async fn wait_leader(nodes: &[TestNode]) -> u64 {
             .map(|n| n.raft.metrics().borrow().current_leader)
             .collect();
         if let Some(Some(l)) = leaders.first() {
-            if leaders.iter().all(|x| *x == Some(*l)) && nodes.iter().any(|n| n.id == *l) {
+            // The leader itself must lead: one that stepped down for want
+            // of a quorum still names itself (its committed vote).
+            let leads = nodes
+                .iter()
+                .any(|n| n.id == *l && n.raft.metrics().borrow().state == ServerState::Leader);
+            if leaders.iter().all(|x| *x == Some(*l)) && leads {
                 return *l;
             }
         }
@@ -248,7 +299,7 @@ pub async fn write_batches(
         .map(|n| {
             let raft = leader.clone();
             async move {
-                let res: Result<_, RaftError<u64, ClientWriteError<u64, BasicNode>>> =
+                let res: Result<_, RaftError<u64, ClientWriteError<u64, KeelNode>>> =
                     raft.client_write(topic_batch(n)).await;
                 res.map(|r| r.log_id.index)
             }

@@ -47,6 +47,21 @@ pub trait Instant:
             Duration::from_secs(0)
         }
     }
+
+    /// Patched (Keel): the same moment as a [`std::time::Instant`], for values handed to the
+    /// application (`RaftMetrics::last_quorum_acked`).
+    ///
+    /// The default maps it through the current time of both clocks; a runtime whose instants
+    /// are `std`'s (tokio's are) overrides it with the exact value.
+    fn to_std(&self) -> std::time::Instant {
+        let std_now = std::time::Instant::now();
+        let now = Self::now();
+        if now >= *self {
+            std_now.checked_sub(now - *self).unwrap_or(std_now)
+        } else {
+            std_now + (*self - now)
+        }
+    }
 }
 
 pub type TokioInstant = tokio::time::Instant;
@@ -55,5 +70,10 @@ impl Instant for tokio::time::Instant {
     #[inline]
     fn now() -> Self {
         tokio::time::Instant::now()
+    }
+
+    #[inline]
+    fn to_std(&self) -> std::time::Instant {
+        self.into_std()
     }
 }

@@ -242,6 +242,29 @@ pub struct Config {
     #[clap(long, default_value = "0")]
     #[cfg_attr(feature = "serde", serde(default))]
     pub commit_linger_ms: u64,
+
+    /// Patched (Keel): check-quorum. Whether a leader that no quorum has acknowledged for
+    /// `election_timeout_max` steps down.
+    ///
+    /// On each tick a leader compares the newer of its last quorum acknowledgement and the
+    /// moment its vote last changed (it became leader, or restarted as one) with
+    /// `election_timeout_max`; when that is older, it steps down to follower in its term: it
+    /// keeps its vote, stops replicating, and refuses client requests and linearizable reads
+    /// as any follower does. Its vote moves on when it hears of a higher one.
+    ///
+    /// A cut-off leader otherwise keeps reporting itself leader for as long as the cut lasts,
+    /// while the majority may have elected another (Raft dissertation §6.2; etcd's
+    /// `CheckQuorum`).
+    ///
+    /// `false`, the default, is upstream's behaviour: a leader never steps down on its own.
+    #[clap(long,
+           default_value_t = false,
+           action = clap::ArgAction::Set,
+           num_args = 0..=1,
+           default_missing_value = "true"
+    )]
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub enable_check_quorum: bool,
 }
 
 /// Updatable config for a raft runtime.

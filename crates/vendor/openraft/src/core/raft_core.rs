@@ -550,6 +550,8 @@ where
     pub(crate) fn report_metrics(&mut self, replication: Option<ReplicationMetrics<C::NodeId>>) {
         let last_quorum_acked = self.last_quorum_acked_time();
         let millis_since_quorum_ack = last_quorum_acked.map(|t| t.elapsed().as_millis() as u64);
+        // Patched (Keel): the moment itself, for a check made later than this report.
+        let last_quorum_acked_std = last_quorum_acked.map(|t| t.to_std());
 
         let st = &self.engine.state;
 
@@ -572,6 +574,7 @@ where
             state: st.server_state,
             current_leader: current_leader.clone(),
             millis_since_quorum_ack,
+            last_quorum_acked: last_quorum_acked_std,
             membership_config: membership_config.clone(),
 
             // --- replication ---
@@ -1263,6 +1266,12 @@ where
 
                 let now = C::now();
                 tracing::debug!("received tick: {}, now: {:?}", i, now);
+
+                // Patched (Keel): check-quorum, before anything else the tick does.
+                if self.config.enable_check_quorum {
+                    let timeout = Duration::from_millis(self.config.election_timeout_max);
+                    self.engine.check_quorum(now, timeout);
+                }
 
                 self.handle_tick_election();
 

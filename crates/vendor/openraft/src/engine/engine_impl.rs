@@ -43,6 +43,7 @@ use crate::raft_state::LogStateReader;
 use crate::raft_state::RaftState;
 use crate::summary::MessageSummary;
 use crate::type_config::alias::ResponderOf;
+use crate::type_config::alias::InstantOf;
 use crate::type_config::alias::SnapshotDataOf;
 use crate::type_config::TypeConfigExt;
 use crate::AsyncRuntime;
@@ -526,6 +527,15 @@ where C: RaftTypeConfig
     pub(crate) fn leader_step_down(&mut self) {
         tracing::debug!("leader_step_down: node_id:{}", self.config.id);
 
+        // Patched (Keel): `RaftCore` calls this on every tick, leader or not, and it rebuilds the
+        // server state from the vote. A leader that stepped down for want of a quorum
+        // (`check_quorum`) keeps its own committed vote, and would be made leader again from it.
+        // Upstream a node never holds its own committed vote without leading, so this changes
+        // nothing else.
+        if self.leader.is_none() && self.state.is_leader(&self.config.id) {
+            return;
+        }
+
         // Step down:
         // Keep acting as leader until a membership without this node is committed.
         let em = &self.state.membership_state.effective();
@@ -541,6 +551,52 @@ where C: RaftTypeConfig
         if em.log_id().as_ref() <= self.state.committed() {
             self.vote_handler().update_internal_server_state();
         }
+    }
+
+    /// Patched (Keel): check-quorum (`Config::enable_check_quorum`).
+    ///
+    /// A leader that no quorum has acknowledged within `timeout` (counted from the newer of its
+    /// last quorum acknowledgement and the moment its vote last changed) steps down to follower
+    /// in its term and returns `true`.
+    ///
+    /// The vote stays: it is the node's own committed vote, and a vote never goes back. Only the
+    /// leading state goes (its replication streams with it), so the node no longer replicates,
+    /// counts acknowledgements or accepts writes; `forward_to_leader` still names the vote's
+    /// leader, i.e. this node, which the application must not take for a live leader. Nothing
+    /// recomputes the server state from this vote until a higher vote replaces it: only a
+    /// message carrying a vote greater than or equal to it would, and none carries this node's
+    /// own leader vote but this node. A restart makes the node leader again from its stored
+    /// vote (as upstream), and the check applies to it again.
+    pub(crate) fn check_quorum(&mut self, now: InstantOf<C>, timeout: Duration) -> bool {
+        let vote_changed = self.state.vote_last_modified();
+        let Some(leader) = self.leader.as_mut() else {
+            return false;
+        };
+        let acked = leader.last_quorum_acked_time();
+        let Some(since) = std::cmp::max(acked, vote_changed) else {
+            return false;
+        };
+        if now <= since + timeout {
+            return false;
+        }
+
+        tracing::warn!(
+            vote = display(self.state.vote_ref()),
+            quorum_acked_before = debug(acked.map(|t| now - t)),
+            timeout = debug(timeout),
+            "check-quorum: no quorum acknowledged this leader within the election timeout; stepping down"
+        );
+
+        self.leader = None;
+        self.candidate = None;
+        self.state.server_state = if self.state.membership_state.effective().is_voter(&self.config.id) {
+            ServerState::Follower
+        } else {
+            ServerState::Learner
+        };
+        self.output.push_command(Command::QuitLeader);
+        self.output.push_command(Command::RebuildReplicationStreams { targets: vec![] });
+        true
     }
 
     /// Update Engine state when a new snapshot is built.

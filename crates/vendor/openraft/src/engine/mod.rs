@@ -40,6 +40,7 @@ pub(crate) mod time_state;
 #[cfg(test)]
 mod tests {
     mod append_entries_test;
+    mod check_quorum_test;
     mod elect_test;
     mod handle_vote_req_test;
     mod handle_vote_resp_test;

@@ -75,6 +75,19 @@ where
     /// being partitioned from the cluster.
     pub millis_since_quorum_ack: Option<u64>,
 
+    /// Patched (Keel): for a leader, the moment a quorum last acknowledged it (the moment
+    /// `millis_since_quorum_ack` counts from), on the process's monotonic clock.
+    ///
+    /// `millis_since_quorum_ack` is computed when the metrics are reported, which happens only
+    /// when `RaftCore` runs: after the process was paused (`SIGSTOP`) or while the core is
+    /// stalled it is stale, and a deposed leader would read a young age. An application that
+    /// checks a lease computes the age from this at the moment it checks.
+    ///
+    /// `None` whenever `millis_since_quorum_ack` is `None`. Not serialized: an `Instant` means
+    /// nothing in another process.
+    #[cfg_attr(feature = "serde", serde(skip))]
+    pub last_quorum_acked: Option<std::time::Instant>,
+
     /// The current membership config of the cluster.
     pub membership_config: Arc<StoredMembership<NID, N>>,
 
@@ -153,6 +166,7 @@ where
             state: ServerState::Follower,
             current_leader: None,
             millis_since_quorum_ack: None,
+            last_quorum_acked: None,
             membership_config: Arc::new(StoredMembership::default()),
             replication: None,
         }

@@ -267,6 +267,7 @@ where
 
         current_leader: None,
         millis_since_quorum_ack: None,
+        last_quorum_acked: None,
         membership_config: Arc::new(StoredMembership::new(None, Membership::new(vec![btreeset! {}], None))),
 
         snapshot: None,

@@ -1,0 +1,467 @@
+//! One leader at a time, on real `keel controller` processes: a healed
+//! partition costs the cluster nothing (pre-vote), an isolated leader
+//! knows it is deposed (lease, check-quorum), and a restarted voter keeps
+//! the lease it may have promised.
+//!
+//! The partition tests cut links between the controllers' own loopback
+//! addresses with iptables (root; CI installs it). Where iptables cannot
+//! work they fail, saying why: they never pass without having cut.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use common::*;
+use keel_testkit::netfilter::{self, Net};
+use keel_testkit::Addressing;
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// Long broker sessions (stand-in brokers heartbeat once) and quiet logs.
+const FLAGS: &[&str] = &["--session-timeout-ms", "600000"];
+
+/// The default `election_timeout_max_ms`: the lease a follower grants.
+const ELECTION_TIMEOUT_MAX: Duration = Duration::from_millis(450);
+
+/// The kernel's packet filter, or a failure naming why it cannot work here.
+fn net() -> Net {
+    if let Some(why) = netfilter::unavailable_reason() {
+        panic!("this test cuts links with iptables and cannot run here: {why}");
+    }
+    Net::for_this_process().expect("install this process's iptables chain")
+}
+
+fn v4(ip: IpAddr) -> Ipv4Addr {
+    match ip {
+        IpAddr::V4(v4) => v4,
+        IpAddr::V6(_) => panic!("subnet layouts are IPv4"),
+    }
+}
+
+/// Three controllers on `127.0.<net>.11-13`, started.
+fn subnet_quorum(net: u8, flags: &[&str]) -> Cluster {
+    Cluster::start(
+        Spec::new(keel_bin(), CLUSTER_ID)
+            .addressing(Addressing::Subnet {
+                net,
+                ports: keel_testkit::Ports::Free,
+            })
+            .controller_flags(flags),
+    )
+    .expect("start three controllers")
+}
+
+/// (active, term, last log index) as controller `i` describes itself.
+async fn view(q: &Cluster, i: usize) -> Option<(bool, u64, Option<u64>)> {
+    q.describe_node(i, Duration::from_millis(500))
+        .await
+        .map(|d| (d.active_controller, d.term, d.last_log_index))
+}
+
+/// Isolates the active controller from both peers for 5 s and heals,
+/// again and again (8 rounds, each isolating whoever is active then; 10
+/// would take the test past a minute). The majority elects a leader once
+/// per round, during the cut; after each heal that leader stays leader in
+/// the same term on every node (no extra election: the returning node's
+/// pre-votes are refused). The isolated one says it is inactive within
+/// `election_timeout_max` of the cut and appends nothing to its log while
+/// cut off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healed_partition_never_deposes_the_leader_the_majority_elected() {
+    const ROUNDS: usize = 8;
+    let mut filter = net();
+    let mut q = subnet_quorum(71, FLAGS);
+    let client = client(&q);
+    q.wait_active(LONG).await.unwrap();
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    let ips: Vec<Ipv4Addr> = q.controllers().map(|n| v4(n.ip())).collect();
+    let mut failovers = Vec::new();
+    let mut inactive_after = Vec::new();
+    for round in 0..ROUNDS {
+        let old = q.wait_active(LONG).await.unwrap();
+        let (_, old_term, _) = view(&q, old).await.expect("the active controller answers");
+        let peers: Vec<usize> = (0..3).filter(|i| *i != old).collect();
+        let cut = Instant::now();
+        filter
+            .cut(
+                &peers
+                    .iter()
+                    .map(|p| (ips[old], ips[*p]))
+                    .collect::<Vec<_>>(),
+            )
+            .unwrap();
+
+        // The isolated leader says it is inactive within the lease and
+        // appends nothing from then on.
+        let mut quiet_log = None;
+        while quiet_log.is_none() {
+            if let Some((false, _, last)) = view(&q, old).await {
+                inactive_after.push(cut.elapsed());
+                quiet_log = Some(last);
+            }
+            assert!(
+                cut.elapsed() < Duration::from_secs(5),
+                "round {round}: the isolated leader still says it is active\n{}",
+                q.log_tails(30)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // The majority elects one of its own.
+        let new = loop {
+            let mut found = None;
+            for p in &peers {
+                if let Some((true, term, _)) = view(&q, *p).await {
+                    found = Some((*p, term));
+                }
+            }
+            if let Some(f) = found {
+                break f;
+            }
+            assert!(
+                cut.elapsed() < Duration::from_secs(5),
+                "round {round}: the majority elected no active controller within 5 s\n{}",
+                q.log_tails(30)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        failovers.push(cut.elapsed());
+        let (new, new_term) = new;
+        assert!(new_term > old_term);
+        tokio::time::sleep(Duration::from_secs(5).saturating_sub(cut.elapsed())).await;
+        let (active, _, last) = view(&q, old).await.expect("the isolated node answers");
+        assert!(
+            !active,
+            "round {round}: the isolated node says it is active"
+        );
+        assert_eq!(
+            last,
+            quiet_log.unwrap(),
+            "round {round}: the isolated leader appended to its log while cut off"
+        );
+
+        filter.heal().unwrap();
+        // Long enough for the returning node to time out several times.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        for i in 0..3 {
+            let (active, term, _) = view(&q, i)
+                .await
+                .unwrap_or_else(|| panic!("round {round}: node {} does not answer", i + 1));
+            assert_eq!(
+                term,
+                new_term,
+                "round {round}: node {} is in term {term}, not the majority's {new_term}: an election after the heal\n{}",
+                i + 1,
+                q.log_tails(30)
+            );
+            assert_eq!(
+                active,
+                i == new,
+                "round {round}: node {} active: {active}",
+                i + 1
+            );
+        }
+    }
+    eprintln!(
+        "isolated leader inactive after {:?}; majority's new active controller after {:?}",
+        inactive_after, failovers
+    );
+    for d in &inactive_after {
+        // Within the lease, give or take one poll and a loaded machine.
+        assert!(
+            *d < ELECTION_TIMEOUT_MAX + Duration::from_millis(150),
+            "the isolated leader said it was inactive only after {d:?}"
+        );
+    }
+    create_topic(&client, "after-the-partitions", 1, 1).await;
+}
+
+/// A follower restarted on its data dir answers no vote and no pre-vote
+/// for `election_timeout_max` after it starts (here 3 s, so the test has
+/// time to ask): it may have promised the leader a lease before it went
+/// down. The refusal is a Raft answer naming its own vote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_follower_refuses_to_vote_inside_the_lease_window() {
+    use keel_raft::prevote::{PreVoteRefusal, PreVoteRequest};
+    use keel_raft::KeelNode;
+    use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+    use openraft::raft::VoteRequest;
+    use openraft::Vote;
+
+    let flags = [
+        FLAGS,
+        &[
+            "--election-timeout-min-ms",
+            "1500",
+            "--election-timeout-max-ms",
+            "3000",
+        ],
+    ]
+    .concat();
+    let mut q = subnet_quorum(72, &flags);
+    let client = client(&q);
+    let leader = q.wait_active(LONG).await.unwrap();
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    let f = (0..3).find(|i| *i != leader).unwrap();
+    let (_, term, _) = view(&q, leader).await.unwrap();
+
+    q.controller_mut(f).kill();
+    q.controller_mut(f).start().unwrap();
+    let addr = q.controller(f).address();
+    let id = f as u64 + 1;
+    // Its window starts when it serves; ask as soon as it does.
+    let deadline = Instant::now() + LONG;
+    while view(&q, f).await.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted node never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let asked = Instant::now();
+    let ahead = Some(openraft::LogId::new(
+        openraft::CommittedLeaderId::new(term + 10, 0),
+        1_000_000,
+    ));
+    let network = keel_raft::Network::new(q.cluster_id.clone(), 9);
+    let r = network
+        .pre_vote(
+            id,
+            &KeelNode::new(addr.as_str()),
+            &PreVoteRequest {
+                candidate: 9,
+                term: term + 11,
+                last_log_id: ahead,
+            },
+            Duration::from_secs(2),
+        )
+        .await
+        .expect("the restarted node answers a pre-vote");
+    assert!(
+        matches!(r.refusal, Some(PreVoteRefusal::JustRestarted { .. })),
+        "{r:?}"
+    );
+    let mut network = network;
+    let mut peer = network.new_client(id, &KeelNode::new(&addr)).await;
+    let resp = peer
+        .vote(
+            VoteRequest::new(Vote::new(term + 10, 9), ahead),
+            RPCOption::new(Duration::from_secs(2)),
+        )
+        .await
+        .expect("the restarted node answers a vote");
+    assert!(
+        asked.elapsed() < Duration::from_millis(2500),
+        "too slow to be inside the 3 s window"
+    );
+    assert!(!resp.vote_granted, "{resp:?}");
+    assert!(resp.vote.leader_id().get_term() < term + 10, "{resp:?}");
+    let log = q.controller(f).process.log_text();
+    assert!(
+        log.contains("vote refused: this node restarted less than election_timeout_max ago"),
+        "{log}"
+    );
+    // Its term did not move, and the quorum kept its leader.
+    let (_, after, _) = view(&q, f).await.unwrap();
+    assert!(after < term + 10);
+    assert!(view(&q, leader).await.unwrap().0, "the leader was deposed");
+    create_topic(&client, "after-the-restart", 1, 1).await;
+}
+
+/// `keel quorum describe --output json` against every controller.
+fn quorum_json(q: &Cluster) -> Option<serde_json::Value> {
+    let out = std::process::Command::new(keel_bin())
+        .args([
+            "quorum",
+            "describe",
+            "--output",
+            "json",
+            "--bootstrap",
+            &q.controller_addrs().join(","),
+        ])
+        .output()
+        .expect("run keel");
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).expect("quorum describe prints JSON"))
+}
+
+/// Each voter's directory id as `keel quorum describe` shows it, once
+/// `pred` holds for that map.
+async fn wait_directories(
+    q: &Cluster,
+    what: &str,
+    pred: impl Fn(&std::collections::BTreeMap<u64, Option<String>>) -> bool,
+) -> std::collections::BTreeMap<u64, Option<String>> {
+    let deadline = Instant::now() + LONG;
+    loop {
+        if let Some(v) = quorum_json(q) {
+            let dirs: std::collections::BTreeMap<u64, Option<String>> = v["voters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|x| x["status"] != "learner")
+                .map(|x| {
+                    (
+                        x["id"].as_u64().unwrap(),
+                        x["directory_id"].as_str().map(str::to_string),
+                    )
+                })
+                .collect();
+            if pred(&dirs) {
+                return dirs;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for: {what}\n{}",
+            q.log_tails(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A follower's data dir wiped under it: the quorum had bound its
+/// directory id, so the empty dir that restarts in its place is refused as
+/// a voter by every peer and refuses their requests, saying why. With the
+/// other follower lagging behind entries that only the leader and the
+/// wiped follower held, and the leader killed, no leader is elected (the
+/// lagging one would need the wiped one's vote, and would lose the
+/// entries); once the old leader is back, every acknowledged write is
+/// there. `keel quorum add-voter --directory-id` re-admits the new dir, as
+/// a learner first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_follower_neither_votes_nor_loses_a_committed_entry_and_rejoins_after_add_voter() {
+    let mut q = subnet_quorum(73, FLAGS);
+    let client = client(&q);
+    let a = q.wait_active(LONG).await.unwrap();
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    // The active controller binds every voter's directory id; each is the
+    // one the node says is its own.
+    let bound = wait_directories(&q, "every voter's directory id bound", |d| {
+        d.len() == 3 && d.values().all(Option::is_some)
+    })
+    .await;
+    for i in 0..3 {
+        let own = q
+            .describe_node(i, Duration::from_secs(2))
+            .await
+            .unwrap()
+            .directory_id;
+        assert_eq!(Some(own), bound[&(i as u64 + 1)].clone());
+    }
+    let (b, c) = {
+        let f: Vec<usize> = (0..3).filter(|i| *i != a).collect();
+        (f[0], f[1])
+    };
+
+    // Follower b lags: these writes commit on a and c only.
+    let mut acked = Vec::new();
+    q.controller_mut(b).process.pause();
+    for i in 0..5 {
+        let name = format!("held-by-a-and-c-{i}");
+        create_topic(&client, &name, 1, 1).await;
+        acked.push(name);
+    }
+
+    // c's dir is wiped and c restarts on the empty dir (it finds the formed
+    // quorum and waits to be replicated to); then a dies and b resumes.
+    q.controller_mut(c).kill();
+    std::fs::remove_dir_all(&q.controller(c).data_dir).unwrap();
+    q.controller_mut(c).start().unwrap();
+    let deadline = Instant::now() + LONG;
+    while !q
+        .controller(c)
+        .process
+        .log_text()
+        .contains("waiting for its leader instead of initializing")
+    {
+        assert!(Instant::now() < deadline, "{}", q.log_tails(30));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let new_dir = q
+        .describe_node(c, Duration::from_secs(2))
+        .await
+        .unwrap()
+        .directory_id;
+    let old_dir = bound[&(c as u64 + 1)].clone().unwrap();
+    assert_ne!(new_dir, old_dir);
+    q.controller_mut(a).kill();
+    q.controller_mut(b).process.resume();
+
+    // Nobody leads: b cannot get c's vote.
+    let quiet = Instant::now();
+    while quiet.elapsed() < Duration::from_secs(4) {
+        for i in [b, c] {
+            if let Some(d) = q.describe_node(i, Duration::from_millis(500)).await {
+                assert!(
+                    !d.active_controller,
+                    "node {} became active without the lost entries\n{}",
+                    i + 1,
+                    q.log_tails(30)
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let log = q.controller(c).process.log_text();
+    let remedy = format!(
+        "keel quorum add-voter --node-id {} --address {} --directory-id {new_dir}",
+        c + 1,
+        q.controller(c).address()
+    );
+    assert!(
+        log.contains("refusing a Raft request")
+            && log.contains(&old_dir)
+            && log.contains(&new_dir)
+            && log.contains(&remedy),
+        "the wiped node's log does not say why it refuses, with both ids and the remedy:\n{log}"
+    );
+
+    // The old leader returns: every acknowledged write is there.
+    q.controller_mut(a).start().unwrap();
+    q.wait_active(LONG).await.unwrap();
+    let names = topic_names(&client).await;
+    for n in &acked {
+        assert!(names.contains(n), "acknowledged topic {n} lost");
+    }
+
+    // Re-admitted with its new dir, c catches up and votes again.
+    let out = std::process::Command::new(keel_bin())
+        .args([
+            "quorum",
+            "add-voter",
+            "--node-id",
+            &(c + 1).to_string(),
+            "--address",
+            &q.controller(c).address(),
+            "--directory-id",
+            &new_dir,
+            "--bootstrap",
+            &q.controller_addrs().join(","),
+            "--output",
+            "json",
+        ])
+        .output()
+        .expect("run keel");
+    assert!(
+        out.status.success(),
+        "add-voter: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        q.log_tails(30)
+    );
+    let dirs = wait_directories(&q, "c re-admitted with its new dir", |d| {
+        d.get(&(c as u64 + 1)) == Some(&Some(new_dir.clone())) && d.len() == 3
+    })
+    .await;
+    assert_eq!(dirs[&(a as u64 + 1)], bound[&(a as u64 + 1)]);
+    q.wait_converged(1, LONG).await.unwrap();
+    create_topic(&client, "after-the-rejoin", 1, 1).await;
+    let names = topic_names(&client).await;
+    for n in acked
+        .iter()
+        .chain(std::iter::once(&"after-the-rejoin".to_string()))
+    {
+        assert!(names.contains(n), "topic {n} missing");
+    }
+}

@@ -2,20 +2,18 @@
 //! addresses only: iptables DROP rules in a chain of our own, jumped to
 //! from INPUT and OUTPUT, one rule per direction of each cut pair of node
 //! addresses. A [`Net`] removes exactly the rules it added on heal and on
-//! drop; the chain goes with the last `Net` of the process, on panic (a
-//! hook) and on [`teardown`]. A chain left by a crashed process is removed
+//! drop (also while a panicking test unwinds); the chain goes with the
+//! last `Net` of the process and on [`teardown`]. A chain left by a crashed process is removed
 //! when the next one with its name is installed ([`stale_chains`] finds
 //! per-process chains whose process is gone).
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, Once};
+use std::sync::Mutex;
 
-/// Chains this process installed (read by the panic hook), with how many
-/// live [`Net`]s use each.
+/// Chains this process installed, with how many live [`Net`]s use each.
 static INSTALLED: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
-static HOOK: Once = Once::new();
 
 fn ipt(args: &[&str]) -> Result<(), String> {
     let out = Command::new("iptables")
@@ -104,7 +102,11 @@ pub fn stale_chains() -> Vec<String> {
     stale.into_iter().collect()
 }
 
-/// A set of cut links; dropping it removes its rules.
+/// A set of cut links; dropping it removes its rules (also while a
+/// panicking test unwinds). There is deliberately no panic hook that tears
+/// chains down: tests of one process share its chain, and one test's
+/// failure must not heal another test's partition. A process that dies
+/// without unwinding leaves its chain to [`stale_chains`].
 pub struct Net {
     chain: String,
     /// (source, destination) pairs whose packets are dropped.
@@ -124,19 +126,6 @@ impl Net {
     /// Cuts in `chain`; `fresh` removes whatever a crashed run left in it
     /// first (for a chain one run owns, like `KEEL-JEPSEN`).
     pub fn install(chain: &str, fresh: bool) -> Result<Self, String> {
-        HOOK.call_once(|| {
-            let prev = std::panic::take_hook();
-            std::panic::set_hook(Box::new(move |info| {
-                let chains: Vec<String> = INSTALLED
-                    .lock()
-                    .map(|v| v.iter().map(|(c, _)| c.clone()).collect())
-                    .unwrap_or_default();
-                for c in chains {
-                    teardown(&c);
-                }
-                prev(info);
-            }));
-        });
         let mut installed = INSTALLED.lock().unwrap_or_else(|e| e.into_inner());
         match installed.iter_mut().find(|(c, _)| c == chain) {
             Some((_, users)) => *users += 1,

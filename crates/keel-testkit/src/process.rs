@@ -116,11 +116,16 @@ impl Process {
     }
 
     /// SIGKILL, and reap (a stopped process is continued first so it dies
-    /// at once).
+    /// at once). A process in a group of its own dies with its whole group
+    /// (e.g. a node run under a wrapper such as `strace`).
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
+            let pid = Pid::from_raw(c.id() as i32);
             if self.paused {
-                let _ = signal::kill(Pid::from_raw(c.id() as i32), Signal::SIGCONT);
+                let _ = signal::kill(pid, Signal::SIGCONT);
+            }
+            if self.launch.own_process_group {
+                let _ = signal::killpg(pid, Signal::SIGKILL);
             }
             let _ = c.kill();
             let _ = c.wait();

@@ -87,6 +87,7 @@ impl ControllerNode {
             .with_bind_ip(config.listen.ip())
             .with_directory(directory_id);
         let peer_contacts = network.contacts();
+        let lease_clock = network.lease_clock();
         // The election watchdog asks for pre-votes through the same
         // connections.
         let watchdog_network = network.clone();
@@ -103,7 +104,8 @@ impl ControllerNode {
             .map_or_else(|| config.listen.to_string(), |(_, addr)| addr.clone());
         let mut raft_service = RaftGrpcService::new(raft.clone(), config.cluster_id.clone())
             .with_directory(directory_id)
-            .with_address(advertised);
+            .with_address(advertised)
+            .with_lease_clock(lease_clock);
         if restarted {
             raft_service = raft_service
                 .refusing_votes_for(Duration::from_millis(config.election_timeout_max_ms));

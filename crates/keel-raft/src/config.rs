@@ -4,8 +4,10 @@ use openraft::{Config, SnapshotPolicy};
 
 /// Config for a controller quorum named `cluster_name`.
 ///
-/// Heartbeats every 150 ms (also openraft's AppendEntries timeout) and an
-/// election timeout of 300–450 ms. openraft's own election timer is off
+/// Heartbeats every 150 ms (also openraft's timeout for an AppendEntries
+/// without entries; one with entries has 2 s) and an election timeout of
+/// 300–450 ms; lease heartbeats ([`crate::lease`]) go beside replication
+/// at the same interval. openraft's own election timer is off
 /// (`enable_elect: false`): [`crate::election_watchdog`] is the only thing
 /// that starts elections, each after a pre-vote round a majority granted
 /// (openraft 0.9 has none), about 0.5 s after a leader goes silent.
@@ -29,10 +31,15 @@ pub fn default_config(cluster_name: &str) -> Config {
         max_in_snapshot_log_to_keep: 1_000,
         // Purge in batches so compaction is not one flush per entry.
         purge_batch_size: 256,
-        // openraft times AppendEntries out after one heartbeat interval; an
-        // entry carries up to 5,000 records, so a few entries per RPC keep
-        // each one small enough to send, store and flush in that time.
+        // An entry carries up to 5,000 records; a few entries per RPC keep
+        // each append small enough to send, store and flush quickly.
         max_payload_entries: 2,
+        // An append that carries entries may take longer than a heartbeat
+        // interval on a busy follower; it is given 2 s (Kafka's default
+        // fetch timeout) before it is sent again (PATCHES.md §8). The
+        // leader's quorum clock and the followers' leases do not wait for
+        // it: lease heartbeats go beside replication (crate::lease).
+        append_entries_timeout_ms: 2_000,
         // Under steady writes the next entries carry a new commit index
         // within a commit's time, which saves each follower one request per
         // commit; clients are answered by the leader's state machine, so

@@ -59,6 +59,9 @@ pub struct LogStore {
     writer: Arc<Writer>,
     /// The data dir's directory id, from its identity record.
     pub(crate) directory_id: DirectoryId,
+    /// Held: a follower's append waits before it flushes, as on a stalled
+    /// disk (tests only: [`LogStore::stall_follower_appends`]).
+    follower_hold: Arc<WriteHold>,
 }
 
 /// A background thread and its queue, shared by every `LogStore` clone.
@@ -476,6 +479,7 @@ impl LogStore {
             purger,
             writer,
             directory_id: DirectoryId::default(),
+            follower_hold: Arc::new(WriteHold::default()),
         })
     }
 
@@ -488,6 +492,16 @@ impl LogStore {
     pub fn hold_background_writes(&self) -> HeldWrites {
         self.writer.hold.set(true);
         HeldWrites(self.writer.hold.clone())
+    }
+
+    /// Makes this node's appends of a leader's entries (and a new
+    /// leader's first) wait before they flush, holding the Raft core as a
+    /// stalled disk would, until the returned guard is dropped. For tests
+    /// of what keeps flowing meanwhile; nothing else calls it.
+    #[doc(hidden)]
+    pub fn stall_follower_appends(&self) -> HeldWrites {
+        self.follower_hold.set(true);
+        HeldWrites(self.follower_hold.clone())
     }
 
     fn recent(&self) -> MutexGuard<'_, Recent> {
@@ -769,6 +783,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 recent.push(entry, Some(len));
             }
         }
+        let hold = self.follower_hold.clone();
+        crate::off_the_workers(|| hold.wait_released());
         // Durable before acknowledged: one flush covers the whole batch.
         match self.flush_here() {
             Ok(()) => {

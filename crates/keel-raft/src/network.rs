@@ -25,6 +25,7 @@ use tonic::transport::{Channel, Endpoint};
 use tonic::Streaming;
 
 use crate::codec;
+use crate::lease::{LeaseClock, LeaseRequest, LeaseResponse};
 use crate::member::DirectoryId;
 use crate::prevote::{PreVoteRequest, PreVoteResponse};
 use crate::{KeelNode, NodeId, TypeConfig};
@@ -112,8 +113,15 @@ pub struct Network {
     bind_ip: Option<IpAddr>,
     /// Lazily connecting channel per peer, with the address it dials.
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+    /// A second connection per peer for lease heartbeats
+    /// ([`crate::lease`]), so they never wait behind a large append on the
+    /// replication connection.
+    lease_channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
     /// When each peer last answered.
     contacts: PeerContacts,
+    /// When this node last acknowledged its leader's lease request (the
+    /// service records, the election watchdog reads).
+    lease_clock: LeaseClock,
     /// Peers that do not serve `AppendStream` (an older version): every
     /// client to them, including openraft's one-off leader checks, sends
     /// appends as unary calls.
@@ -131,7 +139,9 @@ impl Network {
             node_id,
             bind_ip: None,
             channels: Arc::new(Mutex::new(HashMap::new())),
+            lease_channels: Arc::new(Mutex::new(HashMap::new())),
             contacts: PeerContacts::default(),
+            lease_clock: LeaseClock::default(),
             unary_only: Arc::new(Mutex::new(HashSet::new())),
             directory: "".into(),
         }
@@ -152,7 +162,15 @@ impl Network {
         self.bind_ip = (!ip.is_unspecified()).then_some(ip);
         // Channels made so far dialed from another address.
         self.channels = Arc::new(Mutex::new(HashMap::new()));
+        self.lease_channels = Arc::new(Mutex::new(HashMap::new()));
         self
+    }
+
+    /// The node's lease clock: give it to the node's
+    /// [`crate::RaftGrpcService`] (`with_lease_clock`) so the election
+    /// watchdog sees the lease requests it acknowledges.
+    pub fn lease_clock(&self) -> LeaseClock {
+        self.lease_clock.clone()
     }
 
     /// A handle on when each peer last answered; keeps updating after the
@@ -164,8 +182,17 @@ impl Network {
     /// The channel to `target` at `addr`, created (unconnected) on first use
     /// and replaced when the peer's address changes.
     fn channel(&self, target: NodeId, addr: &str) -> Result<Channel, String> {
-        let mut channels = self
-            .channels
+        self.channel_in(&self.channels, target, addr)
+    }
+
+    /// As [`Network::channel`], from the map `channels`.
+    fn channel_in(
+        &self,
+        channels: &Mutex<HashMap<NodeId, (String, Channel)>>,
+        target: NodeId,
+        addr: &str,
+    ) -> Result<Channel, String> {
+        let mut channels = channels
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some((cached_addr, channel)) = channels.get(&target) {
@@ -223,6 +250,46 @@ impl Network {
             codec::decode(&response.payload).map_err(|e| e.to_string())?;
         self.contacts.record(target);
         self.contacts.record_directory(target, &response.directory);
+        result.map_err(|e| format!("node {target}: {e}"))
+    }
+}
+
+impl Network {
+    /// Sends a lease heartbeat to `target` at `addr` on its own connection,
+    /// giving up after `timeout`. `Err` says why no answer came.
+    pub async fn lease(
+        &self,
+        target: NodeId,
+        node: &KeelNode,
+        req: &LeaseRequest,
+        timeout: Duration,
+    ) -> Result<LeaseResponse, String> {
+        let addr = node.addr.as_str();
+        let channel = self.channel_in(&self.lease_channels, target, addr)?;
+        let request = RaftRequest {
+            cluster_id: self.cluster_id.to_string(),
+            from_node: self.node_id,
+            payload: codec::encode(req).map_err(|e| e.to_string())?,
+            seq: 0,
+            to_node: target,
+            from_directory: self.directory.to_string(),
+            to_directory: node.directory_id.map(|d| d.to_string()).unwrap_or_default(),
+        };
+        let mut client = raft_client(channel);
+        let response = match tokio::time::timeout(timeout, client.lease(request)).await {
+            Err(_) => return Err(format!("node {target} did not answer within {timeout:?}")),
+            Ok(Err(status)) => return Err(format!("node {target} at {addr}: {status}")),
+            Ok(Ok(r)) => r.into_inner(),
+        };
+        if !response.error.is_empty() {
+            return Err(format!(
+                "node {target} refused the request: {}",
+                response.error
+            ));
+        }
+        let result: Result<LeaseResponse, RaftError<NodeId>> =
+            codec::decode(&response.payload).map_err(|e| e.to_string())?;
+        self.contacts.record(target);
         result.map_err(|e| format!("node {target}: {e}"))
     }
 }

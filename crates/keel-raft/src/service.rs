@@ -21,6 +21,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::codec;
 use crate::error::EnvelopeRefusal;
+use crate::lease::{decide_lease, LeaseClock, LeaseRequest, LeaseResponse};
 use crate::member::DirectoryId;
 use crate::network::MAX_MESSAGE_BYTES;
 use crate::prevote::{decide_pre_vote, PreVoteRequest, PreVoteResponse, VoterView};
@@ -50,6 +51,8 @@ pub struct RaftGrpcService {
     /// This node's address as its peers know it, for the remedy in a
     /// refusal when the membership (a wiped node has none) does not say.
     address: Option<String>,
+    /// When this node last acknowledged its leader's lease request.
+    lease_clock: LeaseClock,
 }
 
 impl RaftGrpcService {
@@ -64,7 +67,31 @@ impl RaftGrpcService {
             directory: None,
             directory_text: String::new(),
             address: None,
+            lease_clock: LeaseClock::default(),
         }
+    }
+
+    /// Records the lease requests this node acknowledges on `clock`: the
+    /// node's network's ([`crate::Network::lease_clock`]), which its
+    /// election watchdog reads.
+    pub fn with_lease_clock(mut self, clock: LeaseClock) -> Self {
+        self.lease_clock = clock;
+        self
+    }
+
+    /// Answers a lease request from the node's published state, without
+    /// waiting for its Raft core ([`crate::lease`]).
+    fn answer_lease(&self, req: &LeaseRequest) -> LeaseResponse {
+        let (state, vote) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            (m.state, m.vote)
+        };
+        let acked = decide_lease(self.node_id, state, &vote, &req.vote);
+        if acked {
+            self.lease_clock.record(vote, tokio::time::Instant::now());
+        }
+        LeaseResponse { acked, vote }
     }
 
     /// Names `addr` as this node's address in refusals, when the
@@ -109,7 +136,12 @@ impl RaftGrpcService {
         // openraft keeps its log state reader private; its metrics trail the
         // core by at most one loop of it.
         let last_log_id = self.raft.data_metrics().borrow().last_log;
-        let since_change = changed.map(|t| t.elapsed());
+        // A lease request this node acknowledged is contact with its leader
+        // too (crate::lease).
+        let since_change = self
+            .lease_clock
+            .last_contact(&vote, changed)
+            .map(|t| t.elapsed());
         let leader = vote.leader_id().voted_for();
         let follows = match (vote.is_committed(), leader, since_change) {
             (true, Some(l), Some(heard)) if l != me && state != ServerState::Leader => {
@@ -385,6 +417,15 @@ impl RaftService for RaftGrpcService {
             Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
         };
         answer(&self.answer_pre_vote(req).await, &self.directory_text).map(Response::new)
+    }
+
+    async fn lease(&self, request: Request<RaftRequest>) -> Result<Response<RaftResponse>, Status> {
+        let req: LeaseRequest = match self.open_envelope(request.get_ref()) {
+            Ok(req) => req,
+            Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
+        };
+        let result: Result<LeaseResponse, RaftError<NodeId>> = Ok(self.answer_lease(&req));
+        answer(&result, &self.directory_text).map(Response::new)
     }
 
     async fn install_snapshot(

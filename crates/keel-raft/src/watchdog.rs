@@ -12,7 +12,8 @@
 //! When it asks:
 //!
 //! - a follower of a committed leader: once its own lease for that leader
-//!   (`election_timeout_max` since it last accepted an AppendEntries) has
+//!   (`election_timeout_max` since it last accepted an AppendEntries or
+//!   acknowledged a lease request of that leader, [`crate::lease`]) has
 //!   run out, plus a margin and a stagger that grows with the node's rank
 //!   among the voters, so that two followers of a dead leader do not split
 //!   the vote: about half a second after the leader went silent;
@@ -41,6 +42,7 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use crate::lease::LeaseClock;
 use crate::network::Network;
 use crate::prevote::{pre_vote_won, PreVoteRefusal, PreVoteRequest};
 use crate::{KeelNode, KeelRaft, NodeId};
@@ -116,17 +118,20 @@ impl Seen {
     }
 }
 
-/// Reads [`Seen`] through the Raft core (`None`: Raft stopped).
-async fn observe(raft: &KeelRaft) -> Option<Seen> {
+/// Reads [`Seen`] through the Raft core (`None`: Raft stopped). The last
+/// contact is the later of openraft's and the last lease request this node
+/// acknowledged for the same leadership (`clock`, [`crate::lease`]).
+async fn observe(raft: &KeelRaft, clock: &LeaseClock) -> Option<Seen> {
     // openraft keeps its log state reader private; the metrics trail the
     // core by at most one loop of it.
     let last_log_id = raft.data_metrics().borrow().last_log;
+    let clock = clock.clone();
     raft.with_raft_state(move |s| {
         let membership = s.membership_state.effective().membership();
         Seen {
             state: s.server_state,
             vote: *s.vote_ref(),
-            last_change: s.vote_last_modified(),
+            last_change: clock.last_contact(s.vote_ref(), s.vote_last_modified()),
             last_log_id,
             joint: membership.get_joint_config().clone(),
             members: membership.nodes().map(|(id, n)| (*id, n.clone())).collect(),
@@ -209,6 +214,10 @@ pub async fn election_watchdog(
     me: NodeId,
     mut stop: watch::Receiver<bool>,
 ) {
+    let clock = network.lease_clock();
+    // While this node leads, it sends the lease requests, from a thread of
+    // its own (crate::lease::spawn_lease_heartbeats).
+    crate::lease::spawn_lease_heartbeats(raft.clone(), network.clone(), me, stop.clone());
     let config = raft.config().clone();
     let lease = Duration::from_millis(config.election_timeout_max);
     let min = Duration::from_millis(config.election_timeout_min);
@@ -235,7 +244,7 @@ pub async fn election_watchdog(
             next_try = None;
             continue;
         }
-        let Some(seen) = observe(&raft).await else {
+        let Some(seen) = observe(&raft, &clock).await else {
             return;
         };
         if !seen.voters().contains(&me) {
@@ -269,7 +278,7 @@ pub async fn election_watchdog(
         // leader queued, and the first read showed a contact time from
         // before them.
         let asked = Instant::now();
-        let Some(again) = observe(&raft).await else {
+        let Some(again) = observe(&raft, &clock).await else {
             return;
         };
         if asked.elapsed() > POLL || again != seen {
@@ -297,7 +306,7 @@ pub async fn election_watchdog(
         }
         // Nothing changed while the round ran (a leader's AppendEntries
         // would have moved the contact time).
-        let Some(after) = observe(&raft).await else {
+        let Some(after) = observe(&raft, &clock).await else {
             return;
         };
         if after != seen {

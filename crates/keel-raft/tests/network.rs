@@ -187,6 +187,13 @@ impl keel_proto::pb::raft_service_server::RaftService for TestPeer {
     ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
         self.inner.pre_vote(r).await
     }
+
+    async fn lease(
+        &self,
+        r: tonic::Request<keel_proto::pb::RaftRequest>,
+    ) -> Result<tonic::Response<keel_proto::pb::RaftResponse>, tonic::Status> {
+        self.inner.lease(r).await
+    }
 }
 
 /// Serves `node`'s Raft again behind a [`TestPeer`] on a fresh loopback

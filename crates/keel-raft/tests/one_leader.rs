@@ -323,6 +323,9 @@ async fn a_bound_membership_refuses_envelopes_naming_another_data_dir() {
     let nodes = start_cluster(root.path(), Arc::new(default_config(CLUSTER))).await;
     let leader_id = wait_leader(&nodes).await;
     let leader = &nodes[leader_id as usize - 1];
+    // The initial membership commits first (a change is refused while one
+    // is uncommitted).
+    write_batches(&leader.raft, 0..1, 1).await;
     // Bind every voter's data dir, as the active controller does.
     let bound: std::collections::BTreeMap<u64, KeelNode> = nodes
         .iter()
@@ -339,7 +342,7 @@ async fn a_bound_membership_refuses_envelopes_naming_another_data_dir() {
         .await
         .unwrap();
     // The quorum still commits: every envelope names the right dirs.
-    let index = write_batches(&leader.raft, 0..3, 1).await;
+    let index = write_batches(&leader.raft, 1..4, 1).await;
     assert_converged(&nodes, index).await;
 
     let follower = nodes.iter().find(|n| n.id != leader_id).unwrap();
@@ -413,6 +416,72 @@ async fn a_bound_membership_refuses_envelopes_naming_another_data_dir() {
         .into_inner();
     assert_eq!(r.refusal, Refusal::Undecodable as i32, "{}", r.error);
 
+    for n in nodes {
+        n.stop().await;
+    }
+}
+
+/// Both followers' disks stall (every append of the leader's entries waits
+/// before its flush, holding each follower's Raft core) for four election
+/// timeouts while a write is pending: the leader's replication stalls, but
+/// the lease heartbeats it sends beside replication are answered, so it
+/// stays leader (check-quorum is satisfied), no follower stands, and the
+/// term does not move. Once the disks are back the write commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_whose_followers_stall_on_their_disks_keeps_its_quorum_through_lease_heartbeats() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let config = Arc::new(default_config(CLUSTER));
+    let nodes = start_cluster(root.path(), config.clone()).await;
+    let leader_id = wait_leader(&nodes).await;
+    let leader = &nodes[leader_id as usize - 1];
+    let index = write_batches(&leader.raft, 0..3, 1).await;
+    assert_converged(&nodes, index).await;
+    let term = leader.raft.metrics().borrow().current_term;
+
+    let holds: Vec<_> = nodes
+        .iter()
+        .filter(|n| n.id != leader_id)
+        .map(|n| n.log.stall_follower_appends())
+        .collect();
+    let raft = leader.raft.clone();
+    let pending = tokio::spawn(async move { raft.client_write(topic_batch(100)).await });
+    let stall = Duration::from_millis(config.election_timeout_max * 4);
+    let until = Instant::now() + stall;
+    let mut oldest_ack = Duration::ZERO;
+    while Instant::now() < until {
+        let m = leader.raft.metrics().borrow().clone();
+        assert_eq!(m.state, ServerState::Leader, "the leader stepped down");
+        assert_eq!(m.current_term, term, "the term moved");
+        if let Some(ms) = m.millis_since_quorum_ack {
+            oldest_ack = oldest_ack.max(Duration::from_millis(ms));
+        }
+        for n in nodes.iter().filter(|n| n.id != leader_id) {
+            assert_eq!(
+                n.raft.metrics().borrow().current_term,
+                term,
+                "node {} raised its term",
+                n.id
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !pending.is_finished(),
+        "the write committed though no follower could flush"
+    );
+    assert!(
+        oldest_ack <= Duration::from_millis(config.election_timeout_max),
+        "the quorum acknowledgement aged {oldest_ack:?}"
+    );
+    drop(holds);
+    let written = tokio::time::timeout(PATIENCE, pending)
+        .await
+        .expect("the write commits once the disks are back")
+        .unwrap()
+        .expect("the write succeeds");
+    assert_converged(&nodes, written.log_id.index).await;
+    assert_eq!(leader.raft.metrics().borrow().current_term, term);
     for n in nodes {
         n.stop().await;
     }

@@ -131,6 +131,7 @@ impl TestNode {
             .with_bind_ip(listener.local_addr().unwrap().ip())
             .with_directory(log.directory_id());
         let contacts = network.contacts();
+        let lease_clock = network.lease_clock();
         let watchdog_network = network.clone();
         let raft = KeelRaft::new(id, config, network, log.clone(), sm)
             .await
@@ -145,8 +146,9 @@ impl TestNode {
             id,
             watchdog_stop,
         ));
-        let mut service =
-            RaftGrpcService::new(raft.clone(), CLUSTER.into()).with_directory(log.directory_id());
+        let mut service = RaftGrpcService::new(raft.clone(), CLUSTER.into())
+            .with_directory(log.directory_id())
+            .with_lease_clock(lease_clock);
         if let Some(window) = no_vote_for {
             service = service.refusing_votes_for(window);
         }

@@ -265,6 +265,19 @@ pub struct Config {
     )]
     #[cfg_attr(feature = "serde", serde(default))]
     pub enable_check_quorum: bool,
+
+    /// Patched (Keel): how long, in milliseconds, the leader waits for the answer to an
+    /// AppendEntries that carries entries before it counts the request as failed.
+    ///
+    /// Upstream times every AppendEntries out after `heartbeat_interval`. An append of large
+    /// entries to a busy follower (decode, store, flush) can take longer than that, and then it
+    /// failed and was sent again, again and again, and the follower fell behind for as long as
+    /// the load lasted. Heartbeats (AppendEntries without entries) keep `heartbeat_interval`.
+    ///
+    /// `0`, the default, is upstream's behaviour: `heartbeat_interval` for every append.
+    #[clap(long, default_value = "0")]
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub append_entries_timeout_ms: u64,
 }
 
 /// Updatable config for a raft runtime.
@@ -303,6 +316,16 @@ impl Config {
     /// [`Config::commit_linger_ms`](`Self::commit_linger_ms`).
     pub fn commit_linger(&self) -> Duration {
         Duration::from_millis(self.commit_linger_ms)
+    }
+
+    /// Patched (Keel): how long the leader waits for the answer to an AppendEntries that
+    /// carries entries; see [`Config::append_entries_timeout_ms`](`Self::append_entries_timeout_ms`).
+    pub fn append_entries_timeout(&self) -> Duration {
+        if self.append_entries_timeout_ms == 0 {
+            Duration::from_millis(self.heartbeat_interval)
+        } else {
+            Duration::from_millis(self.append_entries_timeout_ms)
+        }
     }
 
     /// Get the timeout for sending a non-last snapshot segment.

@@ -1,6 +1,7 @@
 use crate::core::sm;
 use crate::raft::VoteResponse;
 use crate::replication;
+use crate::type_config::alias::InstantOf;
 use crate::LogId;
 use crate::MessageSummary;
 use crate::RaftTypeConfig;
@@ -57,6 +58,17 @@ where C: RaftTypeConfig
         result: Result<(), std::io::Error>,
     },
 
+    /// Patched (Keel): `target` acknowledged, by a message the application sent outside
+    /// replication, that it follows the leader of `vote`; the message left the leader at
+    /// `sending_time`. See [`Raft::lease_acknowledged`](`crate::Raft::lease_acknowledged`).
+    /// A notification, not an API message, so that it is handled in order with the ticks
+    /// that run check-quorum.
+    LeaseAcked {
+        target: C::NodeId,
+        vote: Vote<C::NodeId>,
+        sending_time: InstantOf<C>,
+    },
+
     /// A tick event to wake up RaftCore to check timeout etc.
     Tick {
         /// ith tick
@@ -111,6 +123,9 @@ where C: RaftTypeConfig
                     last_log_id,
                     result.is_ok()
                 )
+            }
+            Self::LeaseAcked { target, vote, .. } => {
+                format!("LeaseAcked: target: {}, vote: {}", target, vote)
             }
             Self::Tick { i } => {
                 format!("Tick {}", i)

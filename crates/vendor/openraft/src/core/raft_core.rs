@@ -1261,6 +1261,18 @@ where
                 }
             }
 
+            Notify::LeaseAcked {
+                target,
+                vote,
+                sending_time,
+            } => {
+                // Patched (Keel): an acknowledgement from outside replication counts only for
+                // the leadership it was sent for, and only from a member.
+                if self.engine.leader.as_ref().is_some_and(|l| l.vote == vote) {
+                    self.engine.replication_handler().lease_acked(target, sending_time);
+                }
+            }
+
             Notify::Tick { i } => {
                 // check every timer
 

@@ -46,6 +46,7 @@ mod tests {
     mod handle_vote_resp_test;
     mod initialize_test;
     mod install_full_snapshot_test;
+    mod lease_ack_test;
     mod log_id_list_test;
     mod startup_test;
     mod trigger_purge_log_test;

@@ -79,6 +79,8 @@ pub use crate::raft::runtime_config_handle::RuntimeConfigHandle;
 use crate::raft::trigger::Trigger;
 use crate::storage::RaftLogStorage;
 use crate::storage::RaftStateMachine;
+use crate::core::notify::Notify;
+use crate::type_config::alias::InstantOf;
 use crate::type_config::alias::ResponderOf;
 use crate::type_config::alias::ResponderReceiverOf;
 use crate::type_config::alias::SnapshotDataOf;
@@ -272,6 +274,7 @@ where C: RaftTypeConfig
         let engine = Engine::new(state, eng_config);
 
         let sm_handle = worker::Worker::spawn(state_machine, tx_notify.clone());
+        let tx_notify_for_api = tx_notify.clone();
 
         let core: RaftCore<C, N, LS, SM> = RaftCore {
             id: id.clone(),
@@ -312,6 +315,7 @@ where C: RaftTypeConfig
             runtime_config,
             tick_handle,
             tx_api,
+            tx_notify: tx_notify_for_api,
             rx_metrics,
             rx_data_metrics,
             rx_server_metrics,
@@ -838,6 +842,35 @@ where C: RaftTypeConfig
     {
         let req: BoxCoreFn<C> = Box::new(req);
         let _ignore_error = self.inner.tx_api.send(RaftMsg::ExternalCoreRequest { req });
+    }
+
+    /// Patched (Keel): tells the leader that `target` acknowledged, by a message the
+    /// application sent outside replication (a lease heartbeat), that it follows the leader of
+    /// `vote`, in answer to a message that left this node at `sending_time`.
+    ///
+    /// The acknowledgement counts toward the leader's quorum clock (check-quorum, the leader
+    /// lease, `RaftMetrics::last_quorum_acked`) exactly as an answered heartbeat sent at
+    /// `sending_time` would. It is ignored unless this node is still the leader of `vote` and
+    /// `target` is a member. It returns at once; an error only when the core has stopped.
+    ///
+    /// Replication sends heartbeats on the same stream as entries, one request at a time: while a
+    /// large append is in flight no heartbeat goes to that follower. An application that sends
+    /// its own small heartbeats beside replication keeps the leader's quorum clock moving then.
+    pub async fn lease_acknowledged(
+        &self,
+        target: C::NodeId,
+        vote: Vote<C::NodeId>,
+        sending_time: InstantOf<C>,
+    ) -> Result<(), Fatal<C::NodeId>> {
+        let sent = self.inner.tx_notify.send(Notify::LeaseAcked {
+            target,
+            vote,
+            sending_time,
+        });
+        if sent.is_err() {
+            return Err(self.inner.get_core_stopped_error("sending LeaseAcked to RaftCore", None::<u64>).await);
+        }
+        Ok(())
     }
 
     /// Get a handle to the metrics channel.

@@ -496,7 +496,13 @@ where
             self.config.heartbeat_interval
         );
 
-        let the_timeout = Duration::from_millis(self.config.heartbeat_interval);
+        // Patched (Keel): an append that carries entries has its own timeout
+        // (`Config::append_entries_timeout_ms`); a heartbeat keeps `heartbeat_interval`.
+        let the_timeout = if payload.entries.is_empty() {
+            Duration::from_millis(self.config.heartbeat_interval)
+        } else {
+            self.config.append_entries_timeout()
+        };
         let option = RPCOption::new(the_timeout);
         let res = C::timeout(the_timeout, self.network.append_entries(payload, option)).await;
 

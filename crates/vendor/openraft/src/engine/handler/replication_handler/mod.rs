@@ -149,6 +149,15 @@ where C: RaftTypeConfig
         }
     }
 
+    /// Patched (Keel): `node_id` acknowledged this leader in answer to a message sent at `t`
+    /// outside replication ([`crate::Raft::lease_acknowledged`]); counted like an answered
+    /// heartbeat. Ignored when `node_id` is not a member.
+    pub(crate) fn lease_acked(&mut self, node_id: C::NodeId, t: InstantOf<C>) {
+        if self.leader.clock_progress.index(&node_id).is_some() {
+            self.update_leader_clock(node_id, t);
+        }
+    }
+
     /// Update progress when replicated data(logs or snapshot) matches on follower/learner and is
     /// accepted.
     #[tracing::instrument(level = "debug", skip_all)]

@@ -729,6 +729,20 @@ impl Cluster {
         describe_node_at(&node.address(), timeout).await
     }
 
+    /// The highest Raft term any running controller reports (each asked
+    /// within `timeout`); `None` when none answers. Every election raises
+    /// it, so its growth over a run bounds the leadership changes from
+    /// above.
+    pub async fn raft_term(&self, timeout: Duration) -> Option<u64> {
+        let mut term = None;
+        for i in 0..self.controller_count() {
+            if let Some(d) = self.describe_node(i, timeout).await {
+                term = Some(term.map_or(d.term, |t: u64| t.max(d.term)));
+            }
+        }
+        term
+    }
+
     /// Waits until a running controller says it is the active one; returns
     /// its index.
     pub async fn wait_active(&mut self, timeout: Duration) -> anyhow::Result<usize> {

@@ -87,6 +87,32 @@ pub fn start(spec: Spec) -> anyhow::Result<Cluster> {
     Ok(c)
 }
 
+/// Counts leadership changes over part of a scenario: the growth of the
+/// highest Raft term the controllers report between [`Leadership::start`]
+/// and [`Leadership::changes`]. Every election (won or not) raises the
+/// term, so the count is never below the real number of changes.
+pub struct Leadership {
+    start: Option<u64>,
+}
+
+impl Leadership {
+    /// Reads the term now (after the cluster has an active controller).
+    pub async fn start(c: &Cluster) -> Self {
+        Self {
+            start: c.raft_term(Duration::from_secs(5)).await,
+        }
+    }
+
+    /// Terms gone by since [`Leadership::start`], as JSON (`null` when a
+    /// term could not be read at either end).
+    pub async fn changes(&self, c: &Cluster) -> serde_json::Value {
+        match (self.start, c.raft_term(Duration::from_secs(5)).await) {
+            (Some(a), Some(b)) => serde_json::json!(b.saturating_sub(a)),
+            _ => serde_json::Value::Null,
+        }
+    }
+}
+
 /// Registers stand-in broker `id` (unfenced, nothing listening).
 pub async fn register_stand_in(client: &ControllerClient, id: u32) -> anyhow::Result<u64> {
     admin::register_stand_in(client, CLUSTER_ID, id, STAND_IN_BROKER_ADDRESS).await

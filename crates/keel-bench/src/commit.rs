@@ -291,6 +291,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     progress!("commit: starting a 3-controller quorum on 127.0.1.11-13");
     let mut c = cluster::start(cluster::spec(env, 1, &["--session-timeout-ms", "600000"]))?;
     let active = c.wait_active(Duration::from_secs(60)).await?;
+    let leadership = cluster::Leadership::start(&c).await;
     let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
     cluster::register_stand_in(&client, 1).await?;
     admin::create_topic(&client, TOPIC, 1, 1).await?;
@@ -382,6 +383,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     } else {
         None
     };
+    let leadership_changes = leadership.changes(&c).await;
     drop(c);
     // After the cluster, so its writes do not disturb Keel's figures.
     let ceiling = if p.storage_ceiling_secs > 0.0 {
@@ -459,6 +461,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         },
         "levels": level_json,
         "bulk": bulk_json,
+        "leadership_changes": leadership_changes,
         "records_written": records,
         "disk_bytes_written": disk_delta,
         "disk_bytes_per_record": r1(per_record),

@@ -171,6 +171,7 @@ async fn trial(env: &Env, p: &CreateTopicsParams, n: usize) -> anyhow::Result<Va
         ]);
     let mut c = cluster::start(layout)?;
     c.wait_active(Duration::from_secs(60)).await?;
+    let leadership = cluster::Leadership::start(&c).await;
     c.start_brokers()?;
     c.wait_brokers_unfenced(3, Duration::from_secs(60)).await?;
     let spec = spec(p);
@@ -226,8 +227,10 @@ async fn trial(env: &Env, p: &CreateTopicsParams, n: usize) -> anyhow::Result<Va
         "create-topics: trial {}: DeleteTopics calls returned after {calls_secs:.2} s; all gone after {gone_secs:.2} s",
         n + 1
     );
+    let leadership_changes = leadership.changes(&c).await;
     Ok(json!({
         "partitions": made.partitions,
+        "leadership_changes": leadership_changes,
         "topics": spec.topics(),
         "create_secs": r3(made.secs),
         "create_partitions_per_s": r1(create_rate),
@@ -297,6 +300,10 @@ pub async fn run(env: &Env, p: &CreateTopicsParams) -> anyhow::Result<Report> {
             "broker_heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
             "measured": "create: first CreateTopics call -> last answer; delete: first DeleteTopics call -> last answer, and -> first DescribeTopics (all topics) showing none of them",
         },
+        "leadership_changes": trials
+            .iter()
+            .filter_map(|t| t["leadership_changes"].as_u64())
+            .sum::<u64>(),
         "trials": trials,
         "failures": failures,
         "median": {

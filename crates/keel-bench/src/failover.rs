@@ -140,6 +140,7 @@ async fn run_size(env: &Env, p: &FailoverParams, target: u64) -> anyhow::Result<
     progress!("failover: starting a 3-controller quorum on 127.0.2.11-13 (image target: {target} partitions)");
     let mut c = cluster::start(cluster::spec(env, 2, &["--session-timeout-ms", "600000"]))?;
     c.wait_active(Duration::from_secs(60)).await?;
+    let leadership = cluster::Leadership::start(&c).await;
     let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
     for id in 1..=3 {
         cluster::register_stand_in(&client, id).await?;
@@ -212,6 +213,10 @@ async fn run_size(env: &Env, p: &FailoverParams, target: u64) -> anyhow::Result<
         size["min_ms"] = json!(0.0);
     }
     size["failures"] = json!(failures);
+    // Each trial kills the leader once: one change per trial is the
+    // scenario itself; more means extra elections.
+    size["leadership_changes"] = leadership.changes(&c).await;
+    size["kills"] = json!(trials.len() + failures.len());
     Ok(size)
 }
 
@@ -242,6 +247,10 @@ pub async fn run(env: &Env, p: &FailoverParams) -> anyhow::Result<Report> {
             "session_timeout_ms": 600000,
             "measured": "SIGKILL of the active controller -> first acknowledged IncrementalAlterConfigs through a client bootstrapped with the two survivors",
         },
+        "leadership_changes": sizes
+            .iter()
+            .filter_map(|s| s["leadership_changes"].as_u64())
+            .sum::<u64>(),
         "sizes": sizes,
         "machine": machine(),
     });

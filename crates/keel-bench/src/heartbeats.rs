@@ -232,6 +232,7 @@ async fn run_level(env: &Env, p: &HeartbeatParams, n: usize) -> anyhow::Result<V
     let mut c = cluster::start(cluster::spec(env, 3, &[]))?;
     let active = c.wait_active(Duration::from_secs(60)).await?;
     c.wait_converged(0, Duration::from_secs(30)).await?;
+    let leadership = cluster::Leadership::start(&c).await;
     let leader = c.controller(active).address();
     let mut pool = Vec::new();
     for _ in 0..p.pool {
@@ -348,6 +349,7 @@ async fn run_level(env: &Env, p: &HeartbeatParams, n: usize) -> anyhow::Result<V
     } else {
         String::new()
     };
+    let leadership_changes = leadership.changes(&c).await;
     drop(c);
     lat.sort_by(|a, b| a.total_cmp(b));
     lag.sort_by(|a, b| a.total_cmp(b));
@@ -368,6 +370,7 @@ async fn run_level(env: &Env, p: &HeartbeatParams, n: usize) -> anyhow::Result<V
         "errors": k.errors.load(Ordering::Relaxed),
         "generator_lag_p99_ms": r3(percentile_sorted(&lag, 99.0)),
         "controller_rss_mb_max": rss_max >> 20,
+        "leadership_changes": leadership_changes,
         "ok": ok,
     });
     if let Some(why) = &abort {
@@ -433,6 +436,10 @@ pub async fn run(env: &Env, p: &HeartbeatParams) -> anyhow::Result<Report> {
             "stand_in_broker_address": STAND_IN_BROKER_ADDRESS,
             "note": "latency is measured from send to answer; generator_lag is how late the load generator sent vs. schedule",
         },
+        "leadership_changes": levels
+            .iter()
+            .filter_map(|l| l["leadership_changes"].as_u64())
+            .sum::<u64>(),
         "levels": levels,
         "max_brokers_ok": max_ok,
         "machine": machine(),

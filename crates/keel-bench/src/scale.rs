@@ -182,6 +182,7 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
         &["--session-timeout-ms", "600000"],
     ))?;
     c.wait_active(Duration::from_secs(60)).await?;
+    let leadership = cluster::Leadership::start(&c).await;
     let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
     for id in 1..=3 {
         cluster::register_stand_in(&client, id).await?;
@@ -296,8 +297,10 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
         .max()
         .unwrap_or(0);
     let create_rate = n as f64 / made.secs.max(1e-9);
+    let leadership_changes = leadership.changes(&c).await;
     Ok(json!({
         "partitions": n,
+        "leadership_changes": leadership_changes,
         "topics": n.div_ceil(u64::from(p.partitions_per_topic)),
         "create_secs": r3(made.secs),
         "create_partitions_per_s": r1(create_rate),

@@ -165,6 +165,7 @@ pub async fn run(env: &Env, p: &BrokerFailureParams) -> anyhow::Result<Report> {
     }
     let started_at = unix_now();
     let mut c = set_up(env).await?;
+    let leadership = cluster::Leadership::start(&c).await;
     let mut w = Watch {
         logs: ControllerLogs::new(&c),
         followers: Followers::new(&c),
@@ -221,6 +222,7 @@ pub async fn run(env: &Env, p: &BrokerFailureParams) -> anyhow::Result<Report> {
         }
         trials::restore(&mut c, &mut w, p).await?;
     }
+    let leadership_changes = leadership.changes(&c).await;
     drop(c);
     report::report(
         p,
@@ -232,6 +234,7 @@ pub async fn run(env: &Env, p: &BrokerFailureParams) -> anyhow::Result<Report> {
             failure_errors,
             shutdown,
             shutdown_errors,
+            leadership_changes,
         },
     )
 }

@@ -17,6 +17,8 @@ pub struct Outcome {
     pub failure_errors: Vec<String>,
     pub shutdown: Vec<ShutdownTrial>,
     pub shutdown_errors: Vec<String>,
+    /// Raft terms gone by over the whole scenario (JSON number or null).
+    pub leadership_changes: Value,
 }
 
 fn summary_json(trials: &[f64]) -> Value {
@@ -43,6 +45,7 @@ pub fn report(p: &BrokerFailureParams, o: Outcome) -> anyhow::Result<Report> {
         failure_errors,
         shutdown,
         shutdown_errors,
+        leadership_changes,
     } = o;
     let fail_ms: Vec<f64> = failure.iter().map(|t| t.ms).collect();
     let mut fj = summary_json(&fail_ms);
@@ -117,6 +120,7 @@ pub fn report(p: &BrokerFailureParams, o: Outcome) -> anyhow::Result<Report> {
         "scenario": "broker-failure",
         "started_at_unix": started_at,
         "partitions": p.partitions,
+        "leadership_changes": leadership_changes,
         "parameters": {
             "controllers": 3,
             "brokers": 3,

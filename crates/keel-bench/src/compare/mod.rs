@@ -284,7 +284,13 @@ pub async fn run(env: &Env, p: &CompareParams) -> anyhow::Result<Report> {
     }
 
     // Report.
-    let setup = report::setup_json(p, &systems);
+    let mut setup = report::setup_json(p, &systems);
+    for s in systems.iter_mut() {
+        let name = s.kind().name();
+        if setup[name].is_object() {
+            setup[name]["leadership_changes"] = s.leadership_changes().await;
+        }
+    }
     drop(systems);
     Ok(report::report(p, started_at, setup, &results, disk))
 }

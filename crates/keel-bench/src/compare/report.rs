@@ -94,6 +94,7 @@ pub fn report(
             "etcd": p.etcd,
             "echo": p.echo,
         },
+        "leadership_changes": setup["keel"]["leadership_changes"].clone(),
         "setup": setup,
         "levels": levels_json,
         "ratios": ratios,

@@ -34,6 +34,11 @@ pub trait System: Send {
     }
     /// Its part of the `setup` JSON field.
     fn setup(&self) -> Value;
+    /// Leadership changes since it was set up, where the system tells
+    /// (`null` otherwise).
+    async fn leadership_changes(&mut self) -> Value {
+        Value::Null
+    }
 }
 
 /// What every adapter takes from the parameters.
@@ -84,6 +89,7 @@ const ECHO_IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 23, 1);
 /// A 3-controller Keel quorum started here; the `commit` op.
 pub struct Keel {
     cluster: Cluster,
+    leadership: cluster::Leadership,
     pids: Vec<u32>,
     api: KeelApi,
     load: Load,
@@ -99,6 +105,7 @@ impl Keel {
         admin::create_topic(&client, TOPIC, 1, 1).await?;
         c.wait_converged(0, Duration::from_secs(30)).await?;
         Ok(Self {
+            leadership: cluster::Leadership::start(&c).await,
             pids: c.controllers().filter_map(|n| n.pid()).collect(),
             cluster: c,
             api: p.api,
@@ -140,6 +147,10 @@ impl System for Keel {
 
     fn check(&mut self) -> anyhow::Result<()> {
         self.cluster.check_alive()
+    }
+
+    async fn leadership_changes(&mut self) -> Value {
+        self.leadership.changes(&self.cluster).await
     }
 
     fn setup(&self) -> Value {

@@ -74,7 +74,7 @@ pub(crate) async fn run_fetcher(shared: Arc<Shared>, mut stop: watch::Receiver<b
                 debug!(leader = leader.0, "no address known for leader; not fetching");
                 return None;
             };
-            let mut client = shared.replica_client(&addr)?;
+            let mut client = shared.replica_client(leader, &addr)?;
             let req = pb::FetchRequest {
                 follower_id: shared.id.0,
                 follower_epoch: epoch,

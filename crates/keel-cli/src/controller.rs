@@ -10,6 +10,7 @@ use keel_controller::{parse_voters, ControllerConfig, ControllerNode};
 use serde::Deserialize;
 
 use crate::logging::{self, LogFormat};
+use crate::tls::{TlsArgs, TlsKeys};
 use crate::EXIT_LOCAL;
 
 /// Largest `--write-budget-mb`: the budget counts bytes in a `u32`
@@ -77,6 +78,8 @@ pub struct ControllerArgs {
     /// Async runtime worker threads [default: one per core].
     #[arg(long, env = "KEEL_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     worker_threads: Option<u16>,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 /// The TOML file's shape: the same options, all optional.
@@ -100,6 +103,10 @@ struct ControllerFile {
     log_format: Option<LogFormat>,
     write_budget_mb: Option<u64>,
     worker_threads: Option<u16>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    allow_plaintext: Option<bool>,
 }
 
 /// Worker threads for the controller's runtime, which is built before the
@@ -151,7 +158,19 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
     if cluster_id.is_empty() {
         return Err("--cluster-id must not be empty".into());
     }
+    let tls_keys = TlsKeys {
+        tls_cert: file.tls_cert.clone(),
+        tls_key: file.tls_key.clone(),
+        tls_ca: file.tls_ca.clone(),
+        allow_plaintext: file.allow_plaintext,
+    };
+    let transport = a.tls.transport(
+        &tls_keys,
+        Some(&cluster_id),
+        Some(&keel_tls::Identity::controller(&cluster_id, node_id)),
+    )?;
     let mut c = ControllerConfig::new(node_id, listen, voters, data_dir, cluster_id);
+    c.transport = transport;
     c.join = a.join || file.join.unwrap_or(false);
     if let Some(v) = a.session_timeout_ms.or(file.session_timeout_ms) {
         c.session_timeout_ms = v;

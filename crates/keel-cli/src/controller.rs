@@ -12,6 +12,7 @@ use serde::Deserialize;
 use crate::logging::{self, LogFormat};
 use crate::tls::{TlsArgs, TlsKeys};
 use crate::EXIT_LOCAL;
+use keel_tls::Role;
 
 /// Largest `--write-budget-mb`: the budget counts bytes in a `u32`
 /// (`keel_controller::budget::MAX_WRITE_BUDGET_BYTES`).
@@ -249,6 +250,7 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     if let Err(code) = logging::setup(format, metrics) {
         return code;
     }
+    crate::tls::reload_on_sighup(&config.transport, Role::Controller(config.node_id));
     let node = match ControllerNode::start(config).await {
         Ok(n) => n,
         Err(e) => {

@@ -1,12 +1,12 @@
 //! The TLS options every process takes (`--tls-cert`, `--tls-key`,
 //! `--tls-ca`, `--allow-plaintext`, or `KEEL_TLS_*`), turned into a
-//! [`Transport`].
+//! [`Transport`]; and the SIGHUP handler that re-reads the files.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use clap::Args;
-use keel_tls::{Identity, TlsContext, TlsFiles, Transport};
+use keel_tls::{Identity, Role, TlsContext, TlsFiles, Transport};
 
 /// Mutual TLS options. The three files go together; without them the
 /// process speaks plaintext.
@@ -87,4 +87,57 @@ impl TlsArgs {
         }
         Ok(Transport::Tls(Arc::new(ctx)))
     }
+}
+
+/// Re-reads the TLS files on every SIGHUP for as long as the process runs:
+/// new connections use the new certificate, open ones keep theirs. A file
+/// that does not load leaves the current certificate in place. The
+/// identity must stay the same (`expected`).
+pub fn reload_on_sighup(transport: &Transport, expected: Role) {
+    let Transport::Tls(ctx) = transport else {
+        return;
+    };
+    let ctx = ctx.clone();
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGHUP; certificates will not be reloaded");
+            return;
+        }
+    };
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            let before = ctx.identity();
+            match ctx.files().identity() {
+                Ok(next) if next.role != expected => {
+                    tracing::error!(
+                        current = %before,
+                        found = %next,
+                        "SIGHUP: the new certificate names another identity; keeping the current one"
+                    );
+                    continue;
+                }
+                _ => {}
+            }
+            match ctx.reload() {
+                Ok(identity) => {
+                    let serial = keel_tls::context::leaf_certificate(&ctx.files().cert)
+                        .ok()
+                        .and_then(|der| keel_tls::context::serial_hex(&der));
+                    tracing::info!(
+                        %identity,
+                        serial = serial.as_deref().unwrap_or("?"),
+                        cert = %ctx.files().cert.display(),
+                        "SIGHUP: TLS certificate reloaded; new connections use it"
+                    );
+                }
+                Err(e) => tracing::error!(
+                    error = %e,
+                    current = %before,
+                    "SIGHUP: cannot reload the TLS files; keeping the current certificate"
+                ),
+            }
+        }
+    });
 }

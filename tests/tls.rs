@@ -1,0 +1,296 @@
+//! Mutual TLS on real processes: every node presents its own certificate,
+//! the kit's clients the `admin` user's. Who may connect, who may speak as
+//! whom, and a certificate rotated under load.
+
+mod common;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use keel_proto::client::ControllerClient;
+use keel_proto::pb;
+use keel_proto::pb::raft_service_client::RaftServiceClient;
+use keel_tls::{Expect, Identity, TlsContext, TlsFiles, Transport};
+use tonic::transport::Channel;
+
+const LONG: Duration = Duration::from_secs(90);
+
+/// Three controllers and `brokers` brokers over mutual TLS, fast timings.
+fn tls_cluster(brokers: usize) -> Cluster {
+    Cluster::start(
+        Spec::new(keel_bin(), CLUSTER_ID)
+            .brokers(brokers)
+            .tls(true)
+            .controller_flags(&["--session-timeout-ms", "3000"])
+            .broker_flags(&[
+                "--heartbeat-interval-ms",
+                "300",
+                "--session-timeout-ms",
+                "3000",
+            ]),
+    )
+    .expect("start a TLS cluster")
+}
+
+/// A client of `c`'s controllers speaking over `transport`, giving up fast.
+fn client_over(c: &Cluster, transport: Transport) -> ControllerClient {
+    ControllerClient::new(c.controller_addrs())
+        .with_timeouts(Duration::from_secs(2), Duration::from_secs(4))
+        .with_transport(transport)
+}
+
+/// A TLS transport presenting the certificate and key written in `dir`
+/// for `identity`, trusting `dir/ca.pem`.
+fn transport_from(dir: &Path, identity: &Identity) -> Transport {
+    let (cert, key) = keel_tls::certs::paths(dir, identity);
+    let files = TlsFiles {
+        cert,
+        key,
+        ca: dir.join("ca.pem"),
+    };
+    Transport::Tls(Arc::new(
+        TlsContext::load(files, &identity.cluster_id).expect("load the TLS files"),
+    ))
+}
+
+/// Writes `issued` for `identity` into `dir`, over whatever is there.
+fn write_issued(dir: &Path, identity: &Identity, issued: &keel_tls::certs::Issued) {
+    let (cert, key) = keel_tls::certs::paths(dir, identity);
+    std::fs::write(&key, &issued.key_pem).unwrap();
+    std::fs::write(&cert, &issued.cert_pem).unwrap();
+}
+
+/// A channel over `transport` to the server at `addr` that `expect` accepts.
+async fn channel(transport: &Transport, addr: &str, expect: Expect) -> Channel {
+    let ep = keel_tls::transport::endpoint(addr)
+        .unwrap()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5));
+    transport
+        .connect(ep, None, expect)
+        .await
+        .expect("the TLS connection opens")
+}
+
+async fn describe_topics(client: &ControllerClient) -> Result<pb::DescribeTopicsResponse, String> {
+    client
+        .admin(|mut c| async move {
+            c.describe_topics(pb::DescribeTopicsRequest::default())
+                .await
+        })
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_clients_with_a_certificate_of_this_cluster_and_ca_are_served() {
+    let mut c = tls_cluster(1);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let admin_client = client(&c);
+    create_topic(&admin_client, "orders", 3, 1).await;
+    let t = c
+        .wait_topic("orders", "orders described with 3 partitions", LONG, |t| {
+            t.partitions.len() == 3
+        })
+        .await
+        .unwrap();
+    assert_eq!(t.name, "orders");
+
+    // No certificate at all: the handshake fails, nothing is served.
+    let e = describe_topics(&client_over(&c, Transport::Plaintext))
+        .await
+        .expect_err("a plaintext client is refused");
+    assert!(e.contains("no active controller reachable"), "{e}");
+
+    // A certificate of another CA, even naming this cluster's admin.
+    let stranger = tempfile::tempdir().unwrap();
+    let other_ca = keel_tls::certs::Ca::new(CLUSTER_ID).unwrap();
+    let admin = Identity::user(CLUSTER_ID, "admin");
+    std::fs::write(stranger.path().join("ca.pem"), &other_ca.cert_pem).unwrap();
+    write_issued(
+        stranger.path(),
+        &admin,
+        &other_ca.issue(&admin, &[], &[]).unwrap(),
+    );
+    let e = describe_topics(&client_over(&c, transport_from(stranger.path(), &admin)))
+        .await
+        .expect_err("a certificate of another CA is refused");
+    assert!(e.contains("no active controller reachable"), "{e}");
+
+    // Signed by this cluster's CA, but naming another cluster.
+    let certs = c.certs_dir().unwrap().to_path_buf();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::copy(certs.join("ca.pem"), elsewhere.path().join("ca.pem")).unwrap();
+    let foreign = Identity::user("another-cluster", "admin");
+    let issued = keel_testkit::cluster::load_ca(&certs)
+        .unwrap()
+        .issue(&foreign, &[], &[])
+        .unwrap();
+    write_issued(elsewhere.path(), &foreign, &issued);
+    let e = describe_topics(&client_over(&c, transport_from(elsewhere.path(), &foreign)))
+        .await
+        .expect_err("a certificate of another cluster id is refused");
+    assert!(e.contains("no active controller reachable"), "{e}");
+
+    // The admin user still gets through.
+    let topics = describe_topics(&admin_client).await.unwrap();
+    assert!(topics.topics.iter().any(|t| t.name == "orders"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_controller_may_speak_raft_as_itself() {
+    let mut c = tls_cluster(0);
+    let active = c.wait_active(LONG).await.unwrap();
+    let follower = (active + 1) % 3;
+    let addr = c.controller(follower).address();
+    let to_node = follower as u64 + 1;
+    let request = |from_node: u64| pb::RaftRequest {
+        cluster_id: CLUSTER_ID.into(),
+        from_node,
+        payload: Vec::new(),
+        seq: 0,
+        to_node,
+        from_directory: String::new(),
+        to_directory: String::new(),
+    };
+    let other = (follower + 1) % 3;
+    let other_id = other as u64 + 1;
+
+    // The admin user's certificate, calling as a controller.
+    let user = channel(c.transport(), &addr, Expect::ControllerId(to_node)).await;
+    let mut raft = RaftServiceClient::new(user);
+    let s = raft
+        .vote(request(other_id))
+        .await
+        .expect_err("a user cannot vote");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    assert!(s.message().contains("keel://keel-test/user/admin"), "{s:?}");
+    let s = raft
+        .append(request(other_id))
+        .await
+        .expect_err("a user cannot append");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+
+    // A controller's certificate, calling as another controller.
+    let third = (0..3).find(|i| *i != follower && *i != other).unwrap() as u64 + 1;
+    let impostor = c
+        .transport_as(&Identity::controller(CLUSTER_ID, other_id))
+        .unwrap();
+    let ch = channel(&impostor, &addr, Expect::ControllerId(to_node)).await;
+    let s = RaftServiceClient::new(ch)
+        .vote(request(third))
+        .await
+        .expect_err("controller {other_id} cannot vote as {third}");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+
+    // The quorum itself is unaffected.
+    c.wait_converged(1, LONG).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_controller_certificate_serves_new_connections_and_no_request_fails() {
+    let mut c = tls_cluster(1);
+    let active = c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let id = active as u64 + 1;
+    let me = Identity::controller(CLUSTER_ID, id);
+    let addr = c.controller(active).address();
+    let certs = c.certs_dir().unwrap().to_path_buf();
+    let (cert_path, _) = keel_tls::certs::paths(&certs, &me);
+    let old = keel_tls::context::leaf_certificate(&cert_path).unwrap();
+    let seen = c
+        .transport()
+        .server_certificate(&addr, Expect::ControllerId(id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        seen, old,
+        "the controller presents the certificate it started with"
+    );
+
+    // Topics are created in a loop through the rotation.
+    let client = Arc::new(client(&c));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let load = {
+        let (client, stop, ok, failed) = (client.clone(), stop.clone(), ok.clone(), failed.clone());
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            let mut errors = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                let r = admin::create_topic(&client, &format!("rotate-{n}"), 1, 1).await;
+                match r {
+                    Ok(_) => ok.fetch_add(1, Ordering::SeqCst),
+                    Err(e) => {
+                        errors.push(format!("{e:#}"));
+                        failed.fetch_add(1, Ordering::SeqCst)
+                    }
+                };
+            }
+            errors
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // A new certificate from the same CA over the files, then SIGHUP.
+    let issued = keel_testkit::cluster::load_ca(&certs)
+        .unwrap()
+        .issue(&me, &[], &[])
+        .unwrap();
+    write_issued(&certs, &me, &issued);
+    let new = keel_tls::context::leaf_certificate(&cert_path).unwrap();
+    assert_ne!(new, old);
+    let pid = c.controller(active).pid().expect("the controller runs");
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !c
+        .controller(active)
+        .process
+        .log_text()
+        .contains("TLS certificate reloaded")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reload logged:\n{}",
+            c.controller(active).process.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seen = c
+        .transport()
+        .server_certificate(&addr, Expect::ControllerId(id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen, new, "a new connection sees the new certificate");
+    let serial = keel_tls::context::serial_hex(&new).unwrap();
+    assert!(
+        c.controller(active).process.log_text().contains(&serial),
+        "the reload names the new serial {serial}"
+    );
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A fresh client (new connections) works too.
+    let fresh = c.client(Duration::from_secs(5), Duration::from_secs(30));
+    describe_topics(&fresh).await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    let errors = load.await.unwrap();
+    assert!(ok.load(Ordering::SeqCst) > 0, "no create went through");
+    assert_eq!(
+        failed.load(Ordering::SeqCst),
+        0,
+        "failed creates: {errors:?}"
+    );
+    c.check_alive().unwrap();
+}

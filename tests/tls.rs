@@ -12,6 +12,8 @@ use std::time::Duration;
 use common::*;
 use keel_proto::client::ControllerClient;
 use keel_proto::pb;
+use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
+use keel_proto::pb::broker_service_client::BrokerServiceClient;
 use keel_proto::pb::raft_service_client::RaftServiceClient;
 use keel_tls::{Expect, Identity, TlsContext, TlsFiles, Transport};
 use tonic::transport::Channel;
@@ -292,5 +294,55 @@ async fn a_rotated_controller_certificate_serves_new_connections_and_no_request_
         0,
         "failed creates: {errors:?}"
     );
+    c.check_alive().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_and_controllers_accept_requests_only_from_the_certificate_they_name() {
+    let mut c = tls_cluster(1);
+    let active = c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let controller = c.controller(active).address();
+
+    // Broker 2's certificate cannot register or heartbeat as broker 1.
+    let broker2 = c.transport_as(&Identity::broker(CLUSTER_ID, 2)).unwrap();
+    let ch = channel(&broker2, &controller, Expect::Controller).await;
+    let mut brokers = BrokerServiceClient::new(ch);
+    let s = brokers
+        .register_broker(pb::RegisterBrokerRequest {
+            broker_id: 1,
+            incarnation_id: vec![7; 16],
+            cluster_id: CLUSTER_ID.into(),
+            address: "127.0.0.1:1".into(),
+            rack: None,
+            log_dirs: vec![],
+            previous_broker_epoch: 0,
+        })
+        .await
+        .expect_err("broker 2 cannot register as broker 1");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    assert!(s.message().contains("broker 1"), "{s:?}");
+    let s = brokers
+        .broker_heartbeat(pb::BrokerHeartbeatRequest {
+            broker_id: 1,
+            broker_epoch: 1,
+            ..Default::default()
+        })
+        .await
+        .expect_err("broker 2 cannot heartbeat as broker 1");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+
+    // A user's certificate cannot send LeaderAndIsr to a broker.
+    let ch = channel(c.transport(), &c.broker(0).address(), Expect::Broker(1)).await;
+    let s = BrokerControlServiceClient::new(ch)
+        .leader_and_isr(pb::LeaderAndIsrRequest::default())
+        .await
+        .expect_err("a user cannot send LeaderAndIsr");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    assert!(s.message().contains("controller"), "{s:?}");
+
+    // Broker 1 itself is unaffected: still registered and unfenced.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    c.wait_all_brokers_active(LONG).await.unwrap();
     c.check_alive().unwrap();
 }

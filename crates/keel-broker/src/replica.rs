@@ -26,6 +26,13 @@ impl ReplicaService for ReplicaHandler {
         &self,
         request: Request<pb::FetchRequest>,
     ) -> Result<Response<pb::FetchResponse>, Status> {
+        let follower = request.get_ref().follower_id;
+        keel_tls::transport::authorize(
+            &request,
+            &format!("Fetch as follower {follower}"),
+            &format!("the certificate of broker {follower}"),
+            |r| *r == keel_tls::Role::Broker(follower),
+        )?;
         let req = request.into_inner();
         let now = now_ms();
         let follower = BrokerId(req.follower_id);

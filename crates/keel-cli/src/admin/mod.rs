@@ -43,14 +43,37 @@ pub struct Common {
 }
 
 impl Common {
-    /// The TLS options given.
+    /// The TLS options given; with none (and not `--allow-plaintext`)
+    /// and the default bootstrap, the running `keel dev` cluster's admin
+    /// certificate when there is one.
     fn tls(&self) -> TlsArgs {
-        TlsArgs {
+        let given = TlsArgs {
             tls_cert: self.tls_cert.clone(),
             tls_key: self.tls_key.clone(),
             tls_ca: self.tls_ca.clone(),
             allow_plaintext: self.allow_plaintext,
+        };
+        let none_given =
+            given.tls_cert.is_none() && given.tls_key.is_none() && given.tls_ca.is_none();
+        if none_given && !given.allow_plaintext && self.bootstrap == DEFAULT_BOOTSTRAP {
+            // The dev cluster's admin certificate, when `keel dev` made one.
+            let dir = crate::dev::certs_dir();
+            let files = [
+                dir.join("user-admin.pem"),
+                dir.join("user-admin-key.pem"),
+                dir.join("ca.pem"),
+            ];
+            if files.iter().all(|f| f.is_file()) {
+                let [cert, key, ca] = files;
+                return TlsArgs {
+                    tls_cert: Some(cert),
+                    tls_key: Some(key),
+                    tls_ca: Some(ca),
+                    allow_plaintext: false,
+                };
+            }
         }
+        given
     }
 
     /// A client of the controllers named by `--bootstrap`, speaking as the

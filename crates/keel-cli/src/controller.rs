@@ -342,4 +342,89 @@ mod tests {
         let e = build(&zero).expect_err("worker_threads = 0 is refused");
         assert!(e.contains("worker_threads"), "{e}");
     }
+
+    #[test]
+    fn tls_files_come_from_flags_or_the_config_file_and_must_name_this_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("certs");
+        keel_tls::certs::init(
+            &certs,
+            &keel_tls::certs::InitSpec {
+                cluster_id: "prod".into(),
+                controllers: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let path = |name: &str| certs.join(name).display().to_string();
+        let file = dir.path().join("controller.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "node_id = 1\nlisten = \"127.0.0.1:9093\"\nvoters = \"1@127.0.0.1:9093\"\n\
+                 data_dir = \"{}\"\ncluster_id = \"prod\"\n\
+                 tls_cert = \"{}\"\ntls_key = \"{}\"\ntls_ca = \"{}\"\n",
+                dir.path().join("data").display(),
+                path("controller-1.pem"),
+                path("controller-1-key.pem"),
+                path("ca.pem"),
+            ),
+        )
+        .unwrap();
+        let file = file.to_str().unwrap();
+
+        let (c, _, _) = build(&parse(&["--config", file]).unwrap()).unwrap();
+        assert_eq!(
+            c.transport.identity(),
+            Some(keel_tls::Identity::controller("prod", 1))
+        );
+        // Flags win over the file.
+        let flags = [
+            "--config",
+            file,
+            "--node-id",
+            "2",
+            "--tls-cert",
+            &path("controller-2.pem"),
+            "--tls-key",
+            &path("controller-2-key.pem"),
+        ];
+        let (c, _, _) = build(&parse(&flags).unwrap()).unwrap();
+        assert_eq!(
+            c.transport.identity(),
+            Some(keel_tls::Identity::controller("prod", 2))
+        );
+        // Another node's certificate is refused.
+        let e = build(&parse(&["--config", file, "--node-id", "2"]).unwrap())
+            .expect_err("controller 1's certificate on node 2");
+        assert!(
+            e.contains("this process is keel://prod/controller/2"),
+            "{e}"
+        );
+        // With plaintext asked for as well: refused.
+        let e = build(&parse(&["--config", file, "--allow-plaintext"]).unwrap())
+            .expect_err("TLS and plaintext at once");
+        assert!(e.contains("--allow-plaintext"), "{e}");
+        // Without TLS options: plaintext, as before.
+        let plain = [
+            "--node-id",
+            "1",
+            "--listen",
+            "127.0.0.1:9093",
+            "--voters",
+            "1@127.0.0.1:9093",
+            "--data-dir",
+            "/nonexistent",
+            "--cluster-id",
+            "prod",
+        ];
+        let (c, _, _) = build(&parse(&plain).unwrap()).unwrap();
+        assert!(!c.transport.is_tls());
+        // One file alone: refused.
+        let mut one = plain.to_vec();
+        let cert = path("controller-1.pem");
+        one.extend(["--tls-cert", &cert]);
+        let e = build(&parse(&one).unwrap()).expect_err("a certificate alone");
+        assert!(e.contains("go together"), "{e}");
+    }
 }

@@ -308,12 +308,22 @@ async fn handshake(
     local: Option<IpAddr>,
     expect: Expect,
 ) -> std::io::Result<(tokio_rustls::client::TlsStream<TcpStream>, Vec<u8>)> {
-    let tcp = tcp_connect(uri, local).await?;
+    // Every error says "connect": callers (ControllerClient, the Jepsen
+    // client) tell a request that never left by it, as with plaintext.
+    let tcp = tcp_connect(uri, local)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("tcp connect error: {e}")))?;
     let name =
         ServerName::try_from(SERVER_NAME).map_err(|e| std::io::Error::other(e.to_string()))?;
     let tls = tokio_rustls::TlsConnector::from(ctx.client_config())
         .connect(name, tcp)
-        .await?;
+        .await
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("TLS connect error (handshake with {uri}): {e}"),
+            )
+        })?;
     let leaf = tls
         .get_ref()
         .1
@@ -326,11 +336,11 @@ async fn handshake(
             Ok((tls, der))
         }
         (Some(id), _) => Err(std::io::Error::other(format!(
-            "the server at {uri} is {id}, not the {expect:?} of cluster {} this client expects",
+            "connect refused: the server at {uri} is {id}, not the {expect:?} of cluster {} this client expects",
             ctx.cluster_id()
         ))),
         _ => Err(std::io::Error::other(format!(
-            "the server at {uri} presented a certificate naming no keel:// identity"
+            "connect refused: the server at {uri} presented a certificate naming no keel:// identity"
         ))),
     }
 }

@@ -346,3 +346,108 @@ async fn brokers_and_controllers_accept_requests_only_from_the_certificate_they_
     c.wait_all_brokers_active(LONG).await.unwrap();
     c.check_alive().unwrap();
 }
+
+/// Runs `keel <args> --output json` with `env`; (exit code, stdout JSON,
+/// stderr).
+fn keel_cli(args: &[&str], env: &[(&str, String)]) -> (i32, serde_json::Value, String) {
+    let mut cmd = std::process::Command::new(keel_bin());
+    cmd.args(args).args(["--output", "json"]);
+    for k in [
+        "KEEL_TLS_CERT",
+        "KEEL_TLS_KEY",
+        "KEEL_TLS_CA",
+        "KEEL_ALLOW_PLAINTEXT",
+    ] {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run keel");
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_speaks_tls_from_flags_or_environment_and_survives_a_failover() {
+    let mut c = tls_cluster(1);
+    let active = c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let certs = c.certs_dir().unwrap().to_path_buf();
+    let admin = Identity::user(CLUSTER_ID, "admin");
+    let (cert, key) = keel_tls::certs::paths(&certs, &admin);
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let ca = certs.join("ca.pem").display().to_string();
+    let bootstrap = c.controller_addrs().join(",");
+
+    // Flags.
+    let (code, v, err) = keel_cli(
+        &[
+            "topics",
+            "create",
+            "flags",
+            "--partitions",
+            "2",
+            "--replication-factor",
+            "1",
+            "--bootstrap",
+            &bootstrap,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-ca",
+            &ca,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(!v.is_null(), "{err}");
+    // The environment.
+    let env = [
+        ("KEEL_TLS_CERT", cert.clone()),
+        ("KEEL_TLS_KEY", key.clone()),
+        ("KEEL_TLS_CA", ca.clone()),
+    ];
+    let (code, v, err) = keel_cli(
+        &[
+            "topics",
+            "describe",
+            "--topic",
+            "flags",
+            "--bootstrap",
+            &bootstrap,
+        ],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(v.to_string().contains("flags"), "{v}");
+    // Neither: the handshake fails, no controller reachable (exit 3).
+    let (code, _, err) = keel_cli(&["topics", "list", "--bootstrap", &bootstrap], &[]);
+    assert_eq!(code, 3, "{err}");
+
+    // The active controller dies: the others elect a new one over TLS,
+    // the broker follows it, and writes go on.
+    c.controller_mut(active).kill();
+    let next = c.wait_active(LONG).await.unwrap();
+    assert_ne!(next, active);
+    create_topic(&client(&c), "after-failover", 1, 1).await;
+    let (code, _, err) = keel_cli(
+        &[
+            "topics",
+            "describe",
+            "--topic",
+            "after-failover",
+            "--bootstrap",
+            &bootstrap,
+        ],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    c.controller_mut(active).start().unwrap();
+    c.wait_converged(1, LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+}

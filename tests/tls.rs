@@ -451,3 +451,76 @@ async fn the_cli_speaks_tls_from_flags_or_environment_and_survives_a_failover() 
     c.wait_converged(1, LONG).await.unwrap();
     c.wait_all_brokers_active(LONG).await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_one_is_wrong() {
+    let mut c = tls_cluster(1);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let me = Identity::broker(CLUSTER_ID, 1);
+    let addr = c.broker(0).address();
+    let certs = c.certs_dir().unwrap().to_path_buf();
+    let (cert_path, _) = keel_tls::certs::paths(&certs, &me);
+    let hup = |c: &Cluster| {
+        let pid = c.broker(0).pid().expect("the broker runs");
+        let status = std::process::Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let wait_log = |c: &Cluster, what: &str, times: usize| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while c.broker(0).process.log_text().matches(what).count() < times {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {what:?} logged:\n{}",
+                c.broker(0).process.log_tail(20)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let presented = |c: &Cluster| {
+        let t = c.transport().clone();
+        let addr = addr.clone();
+        async move {
+            t.server_certificate(&addr, Expect::Broker(1))
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+
+    // A new certificate from the same CA: new connections see it.
+    let ca = keel_testkit::cluster::load_ca(&certs).unwrap();
+    write_issued(&certs, &me, &ca.issue(&me, &[], &[]).unwrap());
+    let new = keel_tls::context::leaf_certificate(&cert_path).unwrap();
+    hup(&c);
+    wait_log(&c, "TLS certificate reloaded", 1);
+    assert_eq!(presented(&c).await, new);
+
+    // A certificate naming broker 2 over broker 1's files: refused, the
+    // broker keeps presenting its own.
+    let two = Identity::broker(CLUSTER_ID, 2);
+    write_issued(&certs, &me, &ca.issue(&two, &[], &[]).unwrap());
+    hup(&c);
+    wait_log(&c, "names another identity", 1);
+    assert_eq!(presented(&c).await, new);
+    // Garbage: refused too.
+    std::fs::write(&cert_path, "not a certificate").unwrap();
+    hup(&c);
+    wait_log(&c, "cannot reload the TLS files", 1);
+    assert_eq!(presented(&c).await, new);
+
+    // The broker still heartbeats and takes partitions.
+    create_topic(&client(&c), "after-reload", 2, 1).await;
+    c.wait_topic("after-reload", "both partitions led", LONG, |t| {
+        t.partitions.len() == 2
+            && t.partitions
+                .iter()
+                .all(|p| p.state.as_ref().is_some_and(|s| s.leader == Some(1)))
+    })
+    .await
+    .unwrap();
+    c.check_alive().unwrap();
+}

@@ -1045,7 +1045,12 @@ pub fn issue_missing(dir: &Path, identity: &keel_tls::Identity) -> anyhow::Resul
         return Ok(());
     }
     let issued = load_ca(dir)?.issue(identity, &[], &[])?;
-    std::fs::write(&key, issued.key_pem).with_context(|| format!("write {}", key.display()))?;
+    let mut private = std::fs::OpenOptions::new();
+    std::os::unix::fs::OpenOptionsExt::mode(private.write(true).create(true).truncate(true), 0o600);
+    private
+        .open(&key)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, issued.key_pem.as_bytes()))
+        .with_context(|| format!("write {}", key.display()))?;
     std::fs::write(&cert, issued.cert_pem).with_context(|| format!("write {}", cert.display()))?;
     Ok(())
 }

@@ -176,6 +176,21 @@ async fn only_a_controller_may_speak_raft_as_itself() {
         .await
         .expect_err("a user cannot append");
     assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    // Nor through the append stream: its first answer is the refusal.
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(request(other_id)).await.unwrap();
+    let s = match raft
+        .append_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+    {
+        Err(s) => s,
+        Ok(answers) => answers
+            .into_inner()
+            .message()
+            .await
+            .expect_err("a user cannot stream appends"),
+    };
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
 
     // A controller's certificate, calling as another controller.
     let third = (0..3).find(|i| *i != follower && *i != other).unwrap() as u64 + 1;

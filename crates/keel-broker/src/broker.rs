@@ -74,13 +74,17 @@ impl Broker {
             state: Mutex::new(BrokerState::new(id, history, crate::shared::wall_ms)),
             data_dir: Mutex::new(data_dir),
             link: Mutex::new(ControllerLink::new(config.controllers.clone())),
-            dialer: Mutex::new(Dialer::new(config.listen.ip(), rpc_timeout)),
+            dialer: Mutex::new(Dialer::new(
+                config.listen.ip(),
+                rpc_timeout,
+                config.transport.clone(),
+            )),
             want_shutdown: AtomicBool::new(false),
             poke: Notify::new(),
             shutdown_allowed: watch::Sender::new(false),
             config,
         });
-        info!(broker = id.0, address = %local_addr, %incarnation, "broker starting");
+        info!(broker = id.0, address = %local_addr, %incarnation, transport = %shared.config.transport, "broker starting");
 
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -97,16 +101,12 @@ impl Broker {
                 shared: shared.clone(),
             }));
         let mut server_stop = stop_rx.clone();
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let transport = shared.config.transport.clone();
         tasks.push(tokio::spawn(async move {
             let shutdown = async move {
                 let _ = server_stop.wait_for(|s| *s).await;
             };
-            if let Err(e) = server
-                .serve_with_incoming_shutdown(incoming, shutdown)
-                .await
-            {
+            if let Err(e) = transport.serve(server, listener, shutdown).await {
                 error!(error = %e, "broker gRPC server failed");
             }
         }));

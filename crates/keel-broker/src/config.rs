@@ -42,6 +42,9 @@ pub struct BrokerConfig {
     pub replica_lag_time_max_ms: u64,
     /// Time between a follower's fetches from each leader.
     pub replica_fetch_interval_ms: u64,
+    /// How the listener and every client speak: mutual TLS with this
+    /// broker's certificate, or plaintext.
+    pub transport: keel_tls::Transport,
 }
 
 impl BrokerConfig {
@@ -65,6 +68,7 @@ impl BrokerConfig {
             session_timeout_ms: DEFAULT_SESSION_TIMEOUT_MS,
             replica_lag_time_max_ms: DEFAULT_REPLICA_LAG_TIME_MAX_MS,
             replica_fetch_interval_ms: DEFAULT_REPLICA_FETCH_INTERVAL_MS,
+            transport: keel_tls::Transport::Plaintext,
         }
     }
 

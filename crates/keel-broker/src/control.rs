@@ -25,6 +25,15 @@ fn rejected(request: &'static str, e: &ApiError) {
     warn!(request, code = %e.code, reason = %e.message, "stale controller request rejected");
 }
 
+/// Over TLS, controller requests are accepted only from a controller's
+/// certificate (which controller is active, the epochs decide).
+#[allow(clippy::result_large_err)]
+fn from_controller<T>(request: &Request<T>, what: &str) -> Result<(), Status> {
+    keel_tls::transport::authorize(request, what, "a controller's certificate", |r| {
+        matches!(r, keel_tls::Role::Controller(_))
+    })
+}
+
 /// A LeaderAndIsr refused as a whole (nothing applied; the controller
 /// sends it again).
 fn refuse(e: &ApiError) -> Response<pb::LeaderAndIsrResponse> {
@@ -41,6 +50,7 @@ impl BrokerControlService for ControlService {
         &self,
         request: Request<pb::LeaderAndIsrRequest>,
     ) -> Result<Response<pb::LeaderAndIsrResponse>, Status> {
+        from_controller(&request, "LeaderAndIsr")?;
         let req = request.into_inner();
         let now = now_ms();
         let stamp = req.stamp.as_ref().map(convert::stamp_from_pb);
@@ -87,6 +97,7 @@ impl BrokerControlService for ControlService {
         &self,
         request: Request<pb::UpdateMetadataRequest>,
     ) -> Result<Response<pb::UpdateMetadataResponse>, Status> {
+        from_controller(&request, "UpdateMetadata")?;
         let req = request.into_inner();
         let stamp = req.stamp.as_ref().map(convert::stamp_from_pb);
         let mut st = self.shared.state();
@@ -110,6 +121,7 @@ impl BrokerControlService for ControlService {
         &self,
         request: Request<pb::StopReplicaRequest>,
     ) -> Result<Response<pb::StopReplicaResponse>, Status> {
+        from_controller(&request, "StopReplica")?;
         let req = request.into_inner();
         let stamp = req.stamp.as_ref().map(convert::stamp_from_pb);
         let mut st = self.shared.state();

@@ -26,6 +26,13 @@ impl ReplicaService for ReplicaHandler {
         &self,
         request: Request<pb::FetchRequest>,
     ) -> Result<Response<pb::FetchResponse>, Status> {
+        let follower = request.get_ref().follower_id;
+        keel_tls::transport::authorize(
+            &request,
+            &format!("Fetch as follower {follower}"),
+            &format!("the certificate of broker {follower}"),
+            |r| *r == keel_tls::Role::Broker(follower),
+        )?;
         let req = request.into_inner();
         let now = now_ms();
         let follower = BrokerId(req.follower_id);
@@ -74,7 +81,7 @@ pub(crate) async fn run_fetcher(shared: Arc<Shared>, mut stop: watch::Receiver<b
                 debug!(leader = leader.0, "no address known for leader; not fetching");
                 return None;
             };
-            let mut client = shared.replica_client(&addr)?;
+            let mut client = shared.replica_client(leader, &addr)?;
             let req = pb::FetchRequest {
                 follower_id: shared.id.0,
                 follower_epoch: epoch,

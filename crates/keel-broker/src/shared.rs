@@ -46,13 +46,18 @@ impl Shared {
     /// A client for the controller currently believed active, and its address.
     pub(crate) fn controller(&self) -> (String, Option<BrokerServiceClient<Channel>>) {
         let addr = lock(&self.link).current();
-        let ch = lock(&self.dialer).channel(&addr);
+        let ch = lock(&self.dialer).channel(&addr, keel_tls::Expect::Controller);
         (addr, ch.map(BrokerServiceClient::new))
     }
 
-    pub(crate) fn replica_client(&self, addr: &str) -> Option<ReplicaServiceClient<Channel>> {
+    /// A client for the replica service of `leader` at `addr`.
+    pub(crate) fn replica_client(
+        &self,
+        leader: BrokerId,
+        addr: &str,
+    ) -> Option<ReplicaServiceClient<Channel>> {
         lock(&self.dialer)
-            .channel(addr)
+            .channel(addr, keel_tls::Expect::Broker(leader.0))
             .map(ReplicaServiceClient::new)
     }
 }

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use crate::admin::Common;
 use crate::logging::{self, LogFormat};
 use crate::output::{self, Output};
+use crate::tls::{TlsArgs, TlsKeys};
 use crate::EXIT_LOCAL;
 
 /// Options of `keel broker`: flags, `KEEL_BROKER_*` environment variables,
@@ -56,6 +57,8 @@ pub struct BrokerArgs {
     metrics_listen: Option<SocketAddr>,
     #[arg(long, env = "KEEL_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormat>,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -84,6 +87,10 @@ struct BrokerFile {
     replica_lag_time_max_ms: Option<u64>,
     metrics_listen: Option<SocketAddr>,
     log_format: Option<LogFormat>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    allow_plaintext: Option<bool>,
 }
 
 fn list(s: &str) -> Vec<String> {
@@ -124,7 +131,19 @@ fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat)
         .clone()
         .or(f.data_dir)
         .ok_or_else(|| need("data-dir"))?;
+    let tls_keys = TlsKeys {
+        tls_cert: f.tls_cert.clone(),
+        tls_key: f.tls_key.clone(),
+        tls_ca: f.tls_ca.clone(),
+        allow_plaintext: f.allow_plaintext,
+    };
+    let transport = a.tls.transport(
+        &tls_keys,
+        Some(&cluster_id),
+        Some(&keel_tls::Identity::broker(&cluster_id, id)),
+    )?;
     let mut c = BrokerConfig::new(id, listen, controllers, cluster_id, data_dir.clone());
+    c.transport = transport;
     c.rack = a.rack.clone().or(f.rack);
     c.log_dirs = match a.log_dirs.clone().or(f.log_dirs) {
         Some(s) => list(&s),
@@ -148,7 +167,10 @@ fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat)
 
 pub async fn run(a: BrokerArgs) -> ExitCode {
     if let Some(BrokerCmd::Unregister { id, common }) = a.cmd {
-        let client = common.client();
+        let client = match common.client() {
+            Ok(c) => c,
+            Err(code) => return code,
+        };
         let r = client
             .admin(|mut c| async move {
                 c.unregister_broker(keel_proto::pb::UnregisterBrokerRequest { broker_id: id })
@@ -181,6 +203,7 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
     if let Err(code) = logging::setup(format, metrics) {
         return code;
     }
+    crate::tls::reload_on_sighup(&config.transport, keel_tls::Role::Broker(config.broker_id));
     let broker = match Broker::start(config).await {
         Ok(b) => b,
         Err(e) => {

@@ -10,7 +10,9 @@ use keel_controller::{parse_voters, ControllerConfig, ControllerNode};
 use serde::Deserialize;
 
 use crate::logging::{self, LogFormat};
+use crate::tls::{TlsArgs, TlsKeys};
 use crate::EXIT_LOCAL;
+use keel_tls::Role;
 
 /// Largest `--write-budget-mb`: the budget counts bytes in a `u32`
 /// (`keel_controller::budget::MAX_WRITE_BUDGET_BYTES`).
@@ -77,6 +79,8 @@ pub struct ControllerArgs {
     /// Async runtime worker threads [default: one per core].
     #[arg(long, env = "KEEL_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     worker_threads: Option<u16>,
+    #[command(flatten)]
+    tls: TlsArgs,
 }
 
 /// The TOML file's shape: the same options, all optional.
@@ -100,6 +104,10 @@ struct ControllerFile {
     log_format: Option<LogFormat>,
     write_budget_mb: Option<u64>,
     worker_threads: Option<u16>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    tls_ca: Option<PathBuf>,
+    allow_plaintext: Option<bool>,
 }
 
 /// Worker threads for the controller's runtime, which is built before the
@@ -151,7 +159,19 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
     if cluster_id.is_empty() {
         return Err("--cluster-id must not be empty".into());
     }
+    let tls_keys = TlsKeys {
+        tls_cert: file.tls_cert.clone(),
+        tls_key: file.tls_key.clone(),
+        tls_ca: file.tls_ca.clone(),
+        allow_plaintext: file.allow_plaintext,
+    };
+    let transport = a.tls.transport(
+        &tls_keys,
+        Some(&cluster_id),
+        Some(&keel_tls::Identity::controller(&cluster_id, node_id)),
+    )?;
     let mut c = ControllerConfig::new(node_id, listen, voters, data_dir, cluster_id);
+    c.transport = transport;
     c.join = a.join || file.join.unwrap_or(false);
     if let Some(v) = a.session_timeout_ms.or(file.session_timeout_ms) {
         c.session_timeout_ms = v;
@@ -230,6 +250,7 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     if let Err(code) = logging::setup(format, metrics) {
         return code;
     }
+    crate::tls::reload_on_sighup(&config.transport, Role::Controller(config.node_id));
     let node = match ControllerNode::start(config).await {
         Ok(n) => n,
         Err(e) => {
@@ -320,5 +341,90 @@ mod tests {
         assert_eq!(worker_threads(&zero), None);
         let e = build(&zero).expect_err("worker_threads = 0 is refused");
         assert!(e.contains("worker_threads"), "{e}");
+    }
+
+    #[test]
+    fn tls_files_come_from_flags_or_the_config_file_and_must_name_this_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let certs = dir.path().join("certs");
+        keel_tls::certs::init(
+            &certs,
+            &keel_tls::certs::InitSpec {
+                cluster_id: "prod".into(),
+                controllers: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let path = |name: &str| certs.join(name).display().to_string();
+        let file = dir.path().join("controller.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "node_id = 1\nlisten = \"127.0.0.1:9093\"\nvoters = \"1@127.0.0.1:9093\"\n\
+                 data_dir = \"{}\"\ncluster_id = \"prod\"\n\
+                 tls_cert = \"{}\"\ntls_key = \"{}\"\ntls_ca = \"{}\"\n",
+                dir.path().join("data").display(),
+                path("controller-1.pem"),
+                path("controller-1-key.pem"),
+                path("ca.pem"),
+            ),
+        )
+        .unwrap();
+        let file = file.to_str().unwrap();
+
+        let (c, _, _) = build(&parse(&["--config", file]).unwrap()).unwrap();
+        assert_eq!(
+            c.transport.identity(),
+            Some(keel_tls::Identity::controller("prod", 1))
+        );
+        // Flags win over the file.
+        let flags = [
+            "--config",
+            file,
+            "--node-id",
+            "2",
+            "--tls-cert",
+            &path("controller-2.pem"),
+            "--tls-key",
+            &path("controller-2-key.pem"),
+        ];
+        let (c, _, _) = build(&parse(&flags).unwrap()).unwrap();
+        assert_eq!(
+            c.transport.identity(),
+            Some(keel_tls::Identity::controller("prod", 2))
+        );
+        // Another node's certificate is refused.
+        let e = build(&parse(&["--config", file, "--node-id", "2"]).unwrap())
+            .expect_err("controller 1's certificate on node 2");
+        assert!(
+            e.contains("this process is keel://prod/controller/2"),
+            "{e}"
+        );
+        // With plaintext asked for as well: refused.
+        let e = build(&parse(&["--config", file, "--allow-plaintext"]).unwrap())
+            .expect_err("TLS and plaintext at once");
+        assert!(e.contains("--allow-plaintext"), "{e}");
+        // Without TLS options: plaintext, as before.
+        let plain = [
+            "--node-id",
+            "1",
+            "--listen",
+            "127.0.0.1:9093",
+            "--voters",
+            "1@127.0.0.1:9093",
+            "--data-dir",
+            "/nonexistent",
+            "--cluster-id",
+            "prod",
+        ];
+        let (c, _, _) = build(&parse(&plain).unwrap()).unwrap();
+        assert!(!c.transport.is_tls());
+        // One file alone: refused.
+        let mut one = plain.to_vec();
+        let cert = path("controller-1.pem");
+        one.extend(["--tls-cert", &cert]);
+        let e = build(&parse(&one).unwrap()).expect_err("a certificate alone");
+        assert!(e.contains("go together"), "{e}");
     }
 }

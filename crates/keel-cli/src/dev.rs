@@ -38,6 +38,26 @@ const BROKER_PORT: u16 = 9092;
 const CONTROLLER_METRICS_PORT: u16 = 9100;
 const BROKER_METRICS_PORT: u16 = 9101;
 
+/// Where `keel dev` notes its certificates directory while it runs, so the
+/// admin commands (which default to the dev cluster's addresses) find the
+/// admin certificate from any working directory: one file per user in the
+/// temp dir (the dev cluster's addresses are fixed, so one runs at a time).
+pub fn certs_note() -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
+    std::env::temp_dir().join(format!("keel-dev-{uid}.certs"))
+}
+
+/// The dev cluster's certificates directory, as the running `keel dev`
+/// noted it, else `.keel-dev/certs` under the working directory.
+pub fn certs_dir() -> PathBuf {
+    std::fs::read_to_string(certs_note())
+        .ok()
+        .map(|s| PathBuf::from(s.trim()))
+        .filter(|p| p.is_dir())
+        .unwrap_or_else(|| PathBuf::from(".keel-dev/certs"))
+}
+
 /// The dev cluster's layout: controllers on 127.0.0.11-13:9093, brokers on
 /// 127.0.0.21-:9092, data dirs `<dir>/controller-N` and `<dir>/broker-N`,
 /// logs in `<dir>/logs`. Each child gets a process group of its own, so a
@@ -57,6 +77,7 @@ fn spec(exe: PathBuf, a: &DevArgs) -> Spec {
         })
         .root(Root::At(a.dir.clone()))
         .metrics(true)
+        .tls(true)
         .logs(None, None);
     spec.data_subdir = String::new();
     spec.naming = Naming::Long;
@@ -86,6 +107,7 @@ fn stop(c: &mut Cluster) {
         n.process.terminate();
     }
     wait_all(c, Role::Controller, Duration::from_secs(10));
+    let _ = std::fs::remove_file(certs_note());
     eprintln!("stopped; nothing left running.");
 }
 
@@ -142,12 +164,21 @@ pub async fn run(a: DevArgs) -> ExitCode {
             return ExitCode::from(EXIT_LOCAL);
         }
     };
+    let certs = c
+        .certs_dir()
+        .map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf()))
+        .unwrap_or_default();
     // Refuse early when another cluster (an earlier `keel dev`?) holds the
     // addresses: its answers would be mistaken for ours.
     if let Err(e) = c.check_addresses_free() {
         eprintln!("error: {e}");
         eprintln!("hint: is another `keel dev` running? stop it first");
         return ExitCode::from(EXIT_LOCAL);
+    }
+    // Only now: a refused start must not redirect another dev cluster's
+    // admin commands.
+    if let Err(e) = std::fs::write(certs_note(), certs.display().to_string()) {
+        eprintln!("warning: cannot note the certificates directory: {e}");
     }
     if let Err(e) = c.start_all() {
         eprintln!("error: {e:#}");
@@ -191,6 +222,10 @@ pub async fn run(a: DevArgs) -> ExitCode {
     println!("  brokers      {}", c.broker_addrs().join(","));
     println!("  metrics      http://127.0.0.1{{1,2,3}}:9100/metrics (controllers), http://127.0.0.2X:9101/metrics (brokers)");
     println!("  data + logs  {}", a.dir.display());
+    println!(
+        "  mutual TLS   certificates in {} (the admin commands use user-admin.pem)",
+        certs.display()
+    );
     println!();
     println!("Try, in another terminal:");
     println!("  keel quorum describe --replication");

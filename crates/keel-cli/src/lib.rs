@@ -18,6 +18,7 @@ mod jepsen;
 mod log;
 mod logging;
 mod output;
+mod tls;
 
 /// Exit code: the cluster answered with an error code.
 pub const EXIT_REFUSED: u8 = 1;

@@ -45,12 +45,25 @@ impl BrokerApi {
     }
 }
 
+/// Over TLS, a request made as broker `id` is accepted only from broker
+/// `id`'s certificate.
+#[allow(clippy::result_large_err)]
+fn as_broker<T>(req: &Request<T>, what: &str, id: u32) -> Result<(), Status> {
+    keel_tls::transport::authorize(
+        req,
+        &format!("{what} as broker {id}"),
+        &format!("the certificate of broker {id}"),
+        |r| *r == keel_tls::Role::Broker(id),
+    )
+}
+
 #[tonic::async_trait]
 impl BrokerService for BrokerApi {
     async fn register_broker(
         &self,
         req: Request<pb::RegisterBrokerRequest>,
     ) -> Result<Response<pb::RegisterBrokerResponse>, Status> {
+        as_broker(&req, "RegisterBroker", req.get_ref().broker_id)?;
         let req = req.into_inner();
         let reply = |error, broker_epoch| {
             Ok(Response::new(pb::RegisterBrokerResponse {
@@ -136,6 +149,7 @@ impl BrokerService for BrokerApi {
         &self,
         req: Request<pb::BrokerHeartbeatRequest>,
     ) -> Result<Response<pb::BrokerHeartbeatResponse>, Status> {
+        as_broker(&req, "BrokerHeartbeat", req.get_ref().broker_id)?;
         let req = req.into_inner();
         let handle = match self.shared.active_handle() {
             Ok(h) => h,
@@ -204,6 +218,7 @@ impl BrokerService for BrokerApi {
         &self,
         req: Request<pb::AlterPartitionRequest>,
     ) -> Result<Response<pb::AlterPartitionResponse>, Status> {
+        as_broker(&req, "AlterPartition", req.get_ref().broker_id)?;
         let req = req.into_inner();
         let broker = BrokerId(req.broker_id);
         let epoch = BrokerEpoch(req.broker_epoch);
@@ -267,6 +282,7 @@ impl BrokerService for BrokerApi {
         &self,
         req: Request<pb::ControlledShutdownRequest>,
     ) -> Result<Response<pb::ControlledShutdownResponse>, Status> {
+        as_broker(&req, "ControlledShutdown", req.get_ref().broker_id)?;
         let req = req.into_inner();
         let broker = BrokerId(req.broker_id);
         let epoch = BrokerEpoch(req.broker_epoch);

@@ -40,7 +40,7 @@ use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
 use keel_proto::render::{self, MetadataHead};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::journal::{Change, Journal};
 use crate::shared::Shared;
@@ -497,23 +497,31 @@ struct ChannelTask {
 
 impl ChannelTask {
     async fn run(mut self) {
-        let Ok(endpoint) = Endpoint::from_shared(format!("http://{}", self.address)) else {
+        let Ok(endpoint) = keel_tls::transport::endpoint(&self.address) else {
             tracing::warn!(broker = self.broker.0, address = %self.address, "broker address is not a valid URI; channel closed");
             return;
         };
         let endpoint = endpoint
             .connect_timeout(Duration::from_secs(1))
-            // Leave from our own address, so a packet filter can cut this pair.
-            .local_address(Some(self.shared.config.listen.ip()))
-            .tcp_nodelay(true)
             .timeout(Duration::from_secs(10));
+        // Leave from our own address, so a packet filter can cut this pair;
+        // over TLS, only broker `self.broker`'s certificate is accepted.
+        let local = Some(self.shared.config.listen.ip());
+        let transport = self.shared.config.transport.clone();
         let mut backoff = Backoff::new(SEND_BACKOFF.0, SEND_BACKOFF.1);
         let mut reconnect = Backoff::new(CONNECT_BACKOFF.0, CONNECT_BACKOFF.1);
         let mut client: Option<Client> = None;
         loop {
             let c = match &client {
                 Some(c) => c.clone(),
-                None => match endpoint.connect().await {
+                None => match transport
+                    .connect(
+                        endpoint.clone(),
+                        local,
+                        keel_tls::Expect::Broker(self.broker.0),
+                    )
+                    .await
+                {
                     Ok(ch) => {
                         reconnect.reset();
                         let c = BrokerControlServiceClient::new(ch)

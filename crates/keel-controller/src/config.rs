@@ -36,6 +36,9 @@ pub struct ControllerConfig {
     /// Bytes of admin writes (encoded) answered at once on this node, over
     /// every connection; see `budget`.
     pub write_budget_bytes: u64,
+    /// How every listener and client of the node speaks: mutual TLS with
+    /// this controller's certificate, or plaintext.
+    pub transport: keel_tls::Transport,
 }
 
 impl ControllerConfig {
@@ -68,6 +71,7 @@ impl ControllerConfig {
             auto_rebalance_interval_ms: 300_000,
             auto_rebalance_threshold_pct: 10,
             write_budget_bytes: crate::budget::DEFAULT_WRITE_BUDGET_BYTES,
+            transport: keel_tls::Transport::Plaintext,
         }
     }
 

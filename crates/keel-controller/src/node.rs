@@ -40,11 +40,15 @@ async fn formed_quorum_peer(config: &ControllerConfig) -> Option<u64> {
         .iter()
         .filter(|(id, _)| *id != config.node_id)
         .map(|(id, addr)| async move {
-            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            let endpoint = keel_tls::transport::endpoint(addr)
                 .ok()?
                 .connect_timeout(Duration::from_millis(300))
                 .timeout(Duration::from_secs(3));
-            let channel = endpoint.connect().await.ok()?;
+            let channel = config
+                .transport
+                .connect(endpoint, None, keel_tls::Expect::ControllerId(*id))
+                .await
+                .ok()?;
             let d = AdminServiceClient::new(channel)
                 .describe_node(DescribeNodeRequest {
                     skip_image_hash: true,
@@ -85,7 +89,8 @@ impl ControllerNode {
         let rc = Arc::new(rc.validate().context("invalid raft settings")?);
         let network = Network::new(config.cluster_id.clone(), config.node_id)
             .with_bind_ip(config.listen.ip())
-            .with_directory(directory_id);
+            .with_directory(directory_id)
+            .with_transport(config.transport.clone());
         let peer_contacts = network.contacts();
         let lease_clock = network.lease_clock();
         // The election watchdog asks for pre-votes through the same
@@ -123,19 +128,20 @@ impl ControllerNode {
         ));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut server_stop = shutdown_rx.clone();
-        let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(raft_service.into_server())
-                .add_service(AdminServiceServer::new(AdminApi::new(shared.clone())))
-                .add_service(BrokerServiceServer::new(BrokerApi::new(shared.clone())))
-                .serve_with_incoming_shutdown(
-                    // No Nagle: Raft and controller RPCs are small and latency-bound.
-                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-                    async move {
-                        let _ = server_stop.wait_for(|v| *v).await;
-                    },
-                ),
-        );
+        let router = tonic::transport::Server::builder()
+            .add_service(raft_service.into_server())
+            .add_service(AdminServiceServer::new(AdminApi::new(shared.clone())))
+            .add_service(BrokerServiceServer::new(BrokerApi::new(shared.clone())));
+        let transport = config.transport.clone();
+        // The transport accepts without Nagle: Raft and controller RPCs
+        // are small and latency-bound.
+        let server = tokio::spawn(async move {
+            transport
+                .serve(router, listener, async move {
+                    let _ = server_stop.wait_for(|v| *v).await;
+                })
+                .await
+        });
 
         let fresh = !config.join && !restarted;
         let formed = if fresh {
@@ -181,7 +187,7 @@ impl ControllerNode {
             shared.clone(),
             shutdown_rx,
         ));
-        tracing::info!(node = config.node_id, listen = %config.listen, cluster = %config.cluster_id, "controller started");
+        tracing::info!(node = config.node_id, listen = %config.listen, cluster = %config.cluster_id, transport = %config.transport, "controller started");
         Ok(Self {
             shared,
             shutdown,

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use keel_metadata::ErrorCode;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::convert::HasError;
 use crate::pb::admin_service_client::AdminServiceClient;
@@ -52,6 +52,9 @@ pub struct ControllerClient {
     deadline: Duration,
     /// Longest pause between retries (they start at 20 ms and double).
     max_backoff: Duration,
+    /// Plaintext or mutual TLS (servers must present a controller
+    /// certificate).
+    transport: keel_tls::Transport,
 }
 
 impl ControllerClient {
@@ -63,7 +66,17 @@ impl ControllerClient {
             request_timeout: Duration::from_secs(10),
             deadline: Duration::from_secs(20),
             max_backoff: Duration::from_millis(500),
+            transport: keel_tls::Transport::Plaintext,
         }
+    }
+
+    /// Speaks to the controllers over `transport`.
+    pub fn with_transport(mut self, transport: keel_tls::Transport) -> Self {
+        self.transport = transport;
+        if let Ok(mut m) = self.channels.lock() {
+            m.clear();
+        }
+        self
     }
 
     /// Caps the pause between retries (default 500 ms). A caller timing a
@@ -97,17 +110,13 @@ impl ControllerClient {
     }
 
     fn connect(&self, addr: &str) -> Result<Channel, ClientError> {
-        let uri = if addr.starts_with("http://") {
-            addr.to_string()
-        } else {
-            format!("http://{addr}")
-        };
-        let ep = Endpoint::from_shared(uri)
+        let ep = keel_tls::transport::endpoint(addr)
             .map_err(|_| ClientError::BadAddress(addr.to_string()))?
             .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true)
             .timeout(self.request_timeout);
-        Ok(ep.connect_lazy())
+        Ok(self
+            .transport
+            .channel(ep, None, keel_tls::Expect::Controller))
     }
 
     /// Calls the admin service of the active controller, retrying any

@@ -129,6 +129,9 @@ pub struct Network {
     /// This node's data dir's directory id, sent with every request ("":
     /// not said).
     directory: Arc<str>,
+    /// Plaintext or mutual TLS; over TLS each peer must present the
+    /// certificate of the controller id it is dialed as.
+    transport: keel_tls::Transport,
 }
 
 impl Network {
@@ -144,7 +147,16 @@ impl Network {
             lease_clock: LeaseClock::default(),
             unary_only: Arc::new(Mutex::new(HashSet::new())),
             directory: "".into(),
+            transport: keel_tls::Transport::Plaintext,
         }
+    }
+
+    /// Speaks to peers over `transport`.
+    pub fn with_transport(mut self, transport: keel_tls::Transport) -> Self {
+        self.transport = transport;
+        // Channels made so far spoke another way.
+        self.channels = Arc::new(Mutex::new(HashMap::new()));
+        self
     }
 
     /// Sends `dir` as this node's directory id with every request.
@@ -202,11 +214,13 @@ impl Network {
         }
         let endpoint = Endpoint::from_shared(format!("http://{addr}"))
             .map_err(|e| format!("bad address {addr:?} for node {target}: {e}"))?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true)
-            .local_address(self.bind_ip);
+            .connect_timeout(CONNECT_TIMEOUT);
         // Lazy: the channel dials on first use and redials after failures.
-        let channel = endpoint.connect_lazy();
+        let channel = self.transport.channel(
+            endpoint,
+            self.bind_ip,
+            keel_tls::Expect::ControllerId(target),
+        );
         channels.insert(target, (addr.to_string(), channel.clone()));
         Ok(channel)
     }

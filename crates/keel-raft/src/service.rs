@@ -316,6 +316,37 @@ impl RaftGrpcService {
     }
 }
 
+/// Who called, as far as the Raft service cares: `None` on a plaintext
+/// listener (nothing is known), else the identity the caller's
+/// certificate names.
+type Caller = Option<Option<keel_tls::Identity>>;
+
+fn caller<T>(req: &Request<T>) -> Caller {
+    keel_tls::transport::is_tls(req).then(|| keel_tls::peer(req).cloned())
+}
+
+/// Over TLS only controller `from` itself may send a Raft message as node
+/// `from`: a user, a broker or another controller is refused. Plaintext
+/// listeners check nothing (no identity is known).
+fn check_sender(caller: &Caller, from: NodeId) -> Result<(), Status> {
+    let Some(identity) = caller else {
+        return Ok(());
+    };
+    match identity.as_ref().map(|i| &i.role) {
+        Some(keel_tls::Role::Controller(id)) if *id == from => Ok(()),
+        Some(_) => {
+            let who = identity.as_ref().map(|i| i.to_string()).unwrap_or_default();
+            tracing::warn!(caller = %who, from_node = from, "refusing a Raft request: the caller's certificate does not name that controller");
+            Err(Status::permission_denied(format!(
+                "Raft requests as node {from} are accepted only from the certificate of controller {from}; the caller is {who}"
+            )))
+        }
+        None => Err(Status::permission_denied(
+            "Raft requests need a controller certificate; the caller's names no identity",
+        )),
+    }
+}
+
 /// The refusal sent back for an envelope that was not accepted.
 fn refusal(why: EnvelopeRefusal, directory: &str) -> RaftResponse {
     RaftResponse {
@@ -362,6 +393,7 @@ impl RaftService for RaftGrpcService {
         &self,
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftResponse>, Status> {
+        check_sender(&caller(&request), request.get_ref().from_node)?;
         let (answer, _) = self.append_one(request.get_ref()).await?;
         Ok(Response::new(answer))
     }
@@ -375,32 +407,42 @@ impl RaftService for RaftGrpcService {
         // shutting down) the stream ends right after that answer, so the
         // peer reconnects instead of holding the server's graceful
         // shutdown open with a stream that only ever gets "stopped".
+        let who = caller(&request);
         let state = (request.into_inner(), self.clone(), false);
-        let answers = futures::stream::unfold(state, |(mut inbound, svc, stopped)| async move {
-            if stopped {
-                return None;
-            }
-            let answer = match inbound.next().await? {
-                Err(status) => return Some((Err(status), (inbound, svc, true))),
-                Ok(req) => svc.append_one(&req).await.map(|(resp, stopped)| {
-                    (
-                        RaftResponse {
-                            seq: req.seq,
-                            ..resp
-                        },
-                        stopped,
-                    )
-                }),
-            };
-            match answer {
-                Ok((resp, stopped)) => Some((Ok(resp), (inbound, svc, stopped))),
-                Err(status) => Some((Err(status), (inbound, svc, true))),
+        let answers = futures::stream::unfold(state, move |(mut inbound, svc, stopped)| {
+            let who = who.clone();
+            async move {
+                if stopped {
+                    return None;
+                }
+                let answer = match inbound.next().await? {
+                    Err(status) => return Some((Err(status), (inbound, svc, true))),
+                    Ok(req) => {
+                        if let Err(status) = check_sender(&who, req.from_node) {
+                            return Some((Err(status), (inbound, svc, true)));
+                        }
+                        svc.append_one(&req).await.map(|(resp, stopped)| {
+                            (
+                                RaftResponse {
+                                    seq: req.seq,
+                                    ..resp
+                                },
+                                stopped,
+                            )
+                        })
+                    }
+                };
+                match answer {
+                    Ok((resp, stopped)) => Some((Ok(resp), (inbound, svc, stopped))),
+                    Err(status) => Some((Err(status), (inbound, svc, true))),
+                }
             }
         });
         Ok(Response::new(answers.boxed()))
     }
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftResponse>, Status> {
+        check_sender(&caller(&request), request.get_ref().from_node)?;
         let req = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
             Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
@@ -412,6 +454,7 @@ impl RaftService for RaftGrpcService {
         &self,
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftResponse>, Status> {
+        check_sender(&caller(&request), request.get_ref().from_node)?;
         let req = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
             Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
@@ -432,6 +475,7 @@ impl RaftService for RaftGrpcService {
         &self,
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftResponse>, Status> {
+        check_sender(&caller(&request), request.get_ref().from_node)?;
         let req = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
             Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),

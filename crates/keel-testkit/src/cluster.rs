@@ -12,7 +12,7 @@ use anyhow::{anyhow, bail, Context};
 use keel_proto::client::ControllerClient;
 use keel_proto::pb;
 use keel_proto::pb::admin_service_client::AdminServiceClient;
-use tonic::transport::Endpoint;
+use keel_tls::Transport;
 
 use crate::process::{Launch, Process};
 use crate::{admin, probe};
@@ -94,6 +94,10 @@ pub struct Spec {
     pub metrics: bool,
     /// Processes in process groups of their own (see [`Launch`]).
     pub own_process_groups: bool,
+    /// Mutual TLS: a CA and a certificate per node and for the `admin`
+    /// user in `<root>/certs` (made on first use, reused after), every
+    /// node started with its own, the kit's clients using admin's.
+    pub tls: bool,
 }
 
 impl Spec {
@@ -119,7 +123,14 @@ impl Spec {
             broker_log: Some("info,openraft=warn".into()),
             metrics: false,
             own_process_groups: false,
+            tls: false,
         }
+    }
+
+    /// Mutual TLS on every node and kit client (see [`Spec::tls`]).
+    pub fn tls(mut self, on: bool) -> Self {
+        self.tls = on;
+        self
     }
 
     pub fn controllers(mut self, n: usize) -> Self {
@@ -295,7 +306,14 @@ pub struct Cluster {
     broker_log: Option<String>,
     metrics: bool,
     own_process_groups: bool,
+    /// Where the certificates are, when the cluster speaks TLS.
+    certs: Option<PathBuf>,
+    /// How the kit's clients speak: as user `admin`, or plaintext.
+    transport: Transport,
 }
+
+/// The user whose certificate the kit's clients present.
+pub const ADMIN_USER: &str = "admin";
 
 impl Cluster {
     /// Lays the cluster out (addresses, dirs, arguments); starts nothing.
@@ -329,7 +347,16 @@ impl Cluster {
             broker_log: spec.broker_log,
             metrics: spec.metrics,
             own_process_groups: spec.own_process_groups,
+            certs: None,
+            transport: Transport::Plaintext,
         };
+        if spec.tls {
+            let certs = c.dir.path().join("certs");
+            make_certs(&certs, &c.cluster_id, spec.controllers, spec.brokers)?;
+            c.transport =
+                tls_transport(&certs, &keel_tls::Identity::user(&c.cluster_id, ADMIN_USER))?;
+            c.certs = Some(certs);
+        }
         let mut controllers = Vec::new();
         for i in 0..spec.controllers {
             controllers.push(c.addresses(Role::Controller, i)?);
@@ -450,6 +477,10 @@ impl Cluster {
         if join {
             args.push("--join".into());
         }
+        args.extend(self.tls_flags(&keel_tls::Identity::controller(
+            &self.cluster_id,
+            u64::from(id),
+        )));
         args.extend(self.controller_flags.iter().cloned());
         Node {
             role: Role::Controller,
@@ -484,6 +515,7 @@ impl Cluster {
         if let Some(m) = metrics {
             args.extend(["--metrics-listen".into(), m.to_string()]);
         }
+        args.extend(self.tls_flags(&keel_tls::Identity::broker(&self.cluster_id, id)));
         args.extend(self.broker_flags.iter().cloned());
         Node {
             role: Role::Broker,
@@ -510,6 +542,12 @@ impl Cluster {
             .map(|n| (n.addr, n.metrics_addr))
             .collect();
         all.push((addr, metrics));
+        if let Some(certs) = &self.certs {
+            issue_missing(
+                certs,
+                &keel_tls::Identity::controller(&self.cluster_id, n as u64 + 1),
+            )?;
+        }
         let node = self.controller_node(n as u32 + 1, addr, metrics, &voters_of(&all[..n]), true);
         // After the last controller, before the brokers.
         self.nodes.insert(n, node);
@@ -519,6 +557,46 @@ impl Cluster {
     /// The cluster's directory.
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The certificates directory (`ca.pem`, `controller-1.pem`, ...),
+    /// when the cluster speaks TLS.
+    pub fn certs_dir(&self) -> Option<&Path> {
+        self.certs.as_deref()
+    }
+
+    /// How the kit's clients speak (as user `admin` over TLS, or
+    /// plaintext).
+    pub fn transport(&self) -> &Transport {
+        &self.transport
+    }
+
+    /// A transport presenting `identity`'s certificate (issued by the
+    /// cluster CA now if missing); plaintext when the cluster is.
+    pub fn transport_as(&self, identity: &keel_tls::Identity) -> anyhow::Result<Transport> {
+        match &self.certs {
+            None => Ok(Transport::Plaintext),
+            Some(certs) => {
+                issue_missing(certs, identity)?;
+                tls_transport(certs, identity)
+            }
+        }
+    }
+
+    /// The `--tls-*` flags of the node named `identity` (none without TLS).
+    fn tls_flags(&self, identity: &keel_tls::Identity) -> Vec<String> {
+        let Some(certs) = &self.certs else {
+            return Vec::new();
+        };
+        let (cert, key) = keel_tls::certs::paths(certs, identity);
+        vec![
+            "--tls-cert".into(),
+            cert.display().to_string(),
+            "--tls-key".into(),
+            key.display().to_string(),
+            "--tls-ca".into(),
+            certs.join("ca.pem").display().to_string(),
+        ]
     }
 
     /// Starts every node that is not running (controllers first).
@@ -642,7 +720,9 @@ impl Cluster {
     /// A client that follows NOT_CONTROLLER redirects over every
     /// controller.
     pub fn client(&self, request: Duration, deadline: Duration) -> ControllerClient {
-        ControllerClient::new(self.controller_addrs()).with_timeouts(request, deadline)
+        ControllerClient::new(self.controller_addrs())
+            .with_timeouts(request, deadline)
+            .with_transport(self.transport.clone())
     }
 
     /// Fails, with its log tail, when a node that should run has exited.
@@ -726,7 +806,7 @@ impl Cluster {
         if !node.running() {
             return None;
         }
-        describe_node_at(&node.address(), timeout).await
+        describe_node_with(&self.transport, &node.address(), timeout).await
     }
 
     /// The highest Raft term any running controller reports (each asked
@@ -904,14 +984,26 @@ impl Cluster {
     }
 }
 
-/// DescribeNode on the controller at `addr` (no redirect), within `timeout`.
+/// DescribeNode on the controller at `addr` (no redirect), within
+/// `timeout`, over plaintext.
 pub async fn describe_node_at(addr: &str, timeout: Duration) -> Option<pb::DescribeNodeResponse> {
+    describe_node_with(&Transport::Plaintext, addr, timeout).await
+}
+
+/// DescribeNode on the controller at `addr` (no redirect), within
+/// `timeout`, over `transport`.
+pub async fn describe_node_with(
+    transport: &Transport,
+    addr: &str,
+    timeout: Duration,
+) -> Option<pb::DescribeNodeResponse> {
     let fut = async {
-        let ch = Endpoint::from_shared(format!("http://{addr}"))
+        let ep = keel_tls::transport::endpoint(addr)
             .ok()?
             .connect_timeout(timeout)
-            .timeout(timeout)
-            .connect()
+            .timeout(timeout);
+        let ch = transport
+            .connect(ep, None, keel_tls::Expect::Controller)
             .await
             .ok()?;
         AdminServiceClient::new(ch)
@@ -921,6 +1013,84 @@ pub async fn describe_node_at(addr: &str, timeout: Duration) -> Option<pb::Descr
             .map(|r| r.into_inner())
     };
     tokio::time::timeout(timeout, fut).await.ok().flatten()
+}
+
+/// A CA and certificates for controllers `1..=controllers`, brokers
+/// `1..=brokers` and the admin user in `dir`, unless `dir` has a CA
+/// already (a restarted cluster keeps its certificates; missing ones are
+/// issued).
+fn make_certs(
+    dir: &Path,
+    cluster_id: &str,
+    controllers: usize,
+    brokers: usize,
+) -> anyhow::Result<()> {
+    if !dir.join("ca.pem").exists() {
+        keel_tls::certs::init(
+            dir,
+            &keel_tls::certs::InitSpec {
+                cluster_id: cluster_id.to_string(),
+                controllers: controllers as u64,
+                brokers: brokers as u32,
+                users: vec![ADMIN_USER.to_string()],
+                ips: Vec::new(),
+                dns: Vec::new(),
+            },
+        )
+        .with_context(|| format!("make certificates in {}", dir.display()))?;
+        return Ok(());
+    }
+    let ids = (1..=controllers as u64)
+        .map(|i| keel_tls::Identity::controller(cluster_id, i))
+        .chain((1..=brokers as u32).map(|i| keel_tls::Identity::broker(cluster_id, i)))
+        .chain(std::iter::once(keel_tls::Identity::user(
+            cluster_id, ADMIN_USER,
+        )));
+    for id in ids {
+        issue_missing(dir, &id)?;
+    }
+    Ok(())
+}
+
+/// Issues `identity`'s certificate with the CA in `dir` unless it exists.
+pub fn issue_missing(dir: &Path, identity: &keel_tls::Identity) -> anyhow::Result<()> {
+    let (cert, key) = keel_tls::certs::paths(dir, identity);
+    if cert.exists() && key.exists() {
+        return Ok(());
+    }
+    let issued = load_ca(dir)?.issue(identity, &[], &[])?;
+    let mut private = std::fs::OpenOptions::new();
+    std::os::unix::fs::OpenOptionsExt::mode(private.write(true).create(true).truncate(true), 0o600);
+    private
+        .open(&key)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, issued.key_pem.as_bytes()))
+        .with_context(|| format!("write {}", key.display()))?;
+    std::fs::write(&cert, issued.cert_pem).with_context(|| format!("write {}", cert.display()))?;
+    Ok(())
+}
+
+/// The CA whose files are in `dir`.
+pub fn load_ca(dir: &Path) -> anyhow::Result<keel_tls::certs::Ca> {
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name))
+            .with_context(|| format!("read {}", dir.join(name).display()))
+    };
+    Ok(keel_tls::certs::Ca::load(
+        &read("ca.pem")?,
+        &read("ca-key.pem")?,
+    )?)
+}
+
+/// A TLS transport presenting `identity`'s certificate from `dir`.
+fn tls_transport(dir: &Path, identity: &keel_tls::Identity) -> anyhow::Result<Transport> {
+    let (cert, key) = keel_tls::certs::paths(dir, identity);
+    let files = keel_tls::TlsFiles {
+        cert,
+        key,
+        ca: dir.join("ca.pem"),
+    };
+    let ctx = keel_tls::TlsContext::load(files, &identity.cluster_id)?;
+    Ok(Transport::Tls(std::sync::Arc::new(ctx)))
 }
 
 fn voters_of(controllers: &[(SocketAddr, Option<SocketAddr>)]) -> String {

@@ -26,6 +26,7 @@ pub mod probe;
 pub mod process;
 
 pub use cluster::{
-    describe_node_at, free_port, Addressing, Cluster, Naming, Node, Ports, Role, Root, Spec,
+    describe_node_at, describe_node_with, free_port, Addressing, Cluster, Naming, Node, Ports,
+    Role, Root, Spec,
 };
 pub use process::{Launch, Process};

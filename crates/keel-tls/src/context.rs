@@ -78,6 +78,31 @@ fn key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     })
 }
 
+/// The first certificate (DER) of the PEM file at `path`: a node's or
+/// user's own certificate.
+pub fn leaf_certificate(path: &Path) -> Result<Vec<u8>, TlsError> {
+    Ok(certs(path)?.swap_remove(0).as_ref().to_vec())
+}
+
+/// The serial number of a DER certificate, in hex (`None`: it does not
+/// parse).
+pub fn serial_hex(der: &[u8]) -> Option<String> {
+    use x509_parser::prelude::FromDer;
+    let (_, cert) = x509_parser::certificate::X509Certificate::from_der(der).ok()?;
+    Some(cert.tbs_certificate.raw_serial_as_string())
+}
+
+impl TlsFiles {
+    /// The identity the certificate file names (read now).
+    pub fn identity(&self) -> Result<Identity, TlsError> {
+        let der = leaf_certificate(&self.cert)?;
+        Identity::from_der(&der).map_err(|source| TlsError::Identity {
+            path: self.cert.clone(),
+            source,
+        })
+    }
+}
+
 /// Everything made from one reading of the files.
 struct Material {
     identity: Identity,

@@ -64,8 +64,35 @@ pub fn is_tls<T>(req: &tonic::Request<T>) -> bool {
     req.extensions().get::<PeerInfo>().is_some()
 }
 
+/// Over TLS, refuses a caller of `what` whose certificate `allowed` does not
+/// accept, with a PermissionDenied naming who may call (`who_may`) and who
+/// called. A plaintext listener knows no identities and lets everyone in.
+#[allow(clippy::result_large_err)]
+pub fn authorize<T>(
+    req: &tonic::Request<T>,
+    what: &str,
+    who_may: &str,
+    allowed: impl FnOnce(&Role) -> bool,
+) -> Result<(), tonic::Status> {
+    if !is_tls(req) {
+        return Ok(());
+    }
+    match peer(req) {
+        Some(id) if allowed(&id.role) => Ok(()),
+        Some(id) => {
+            tracing::warn!(caller = %id, request = what, "refused: the caller's certificate does not allow it");
+            Err(tonic::Status::permission_denied(format!(
+                "{what} is accepted only from {who_may}; the caller's certificate names {id}"
+            )))
+        }
+        None => Err(tonic::Status::permission_denied(format!(
+            "{what} is accepted only from {who_may}; the caller's certificate names no identity"
+        ))),
+    }
+}
+
 /// Which servers a client accepts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Expect {
     /// Any controller of the cluster.
     Controller,
@@ -177,6 +204,7 @@ pub fn tls_incoming(
             tune(&tcp);
             let acceptor = tokio_rustls::TlsAcceptor::from(ctx.server_config());
             let tx = tx.clone();
+            let ctx = ctx.clone();
             tokio::spawn(async move {
                 let _permit = permit;
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
@@ -186,7 +214,23 @@ pub fn tls_incoming(
                             .1
                             .peer_certificates()
                             .and_then(|c| c.first())
-                            .and_then(|c| Identity::from_der(c).ok());
+                            .map(|c| Identity::from_der(c));
+                        // The CA signed it, but it must also name a member
+                        // or user of this very cluster.
+                        let identity = match identity {
+                            Some(Ok(id)) if id.cluster_id == ctx.cluster_id() => Some(id),
+                            Some(Ok(id)) => {
+                                tracing::warn!(%remote, peer = %id, cluster = ctx.cluster_id(), "refusing a certificate of another cluster");
+                                metrics::counter!("keel_tls_handshake_failures_total").increment(1);
+                                return;
+                            }
+                            Some(Err(e)) => {
+                                tracing::warn!(%remote, error = %e, "refusing a certificate that names no identity");
+                                metrics::counter!("keel_tls_handshake_failures_total").increment(1);
+                                return;
+                            }
+                            None => None,
+                        };
                         let info = PeerInfo {
                             remote: Some(remote),
                             identity,
@@ -248,6 +292,81 @@ async fn tcp_connect(uri: &Uri, local: Option<IpAddr>) -> std::io::Result<TcpStr
     Err(last.unwrap_or_else(|| std::io::Error::other(format!("{host} resolves to nothing"))))
 }
 
+/// `ep` as a plaintext client uses it.
+fn plain(ep: Endpoint, local: Option<IpAddr>) -> Endpoint {
+    ep.tcp_nodelay(true)
+        .tcp_keepalive(Some(KEEPALIVE))
+        .local_address(local)
+}
+
+/// Connects to `uri` over TCP and TLS and checks that the server's
+/// certificate names an identity of our cluster that `expect` accepts;
+/// returns the stream and the server's certificate (DER).
+async fn handshake(
+    ctx: &TlsContext,
+    uri: &Uri,
+    local: Option<IpAddr>,
+    expect: Expect,
+) -> std::io::Result<(tokio_rustls::client::TlsStream<TcpStream>, Vec<u8>)> {
+    // Every error says "connect": callers (ControllerClient, the Jepsen
+    // client) tell a request that never left by it, as with plaintext.
+    let tcp = tcp_connect(uri, local)
+        .await
+        .map_err(|e| std::io::Error::new(e.kind(), format!("tcp connect error: {e}")))?;
+    let name =
+        ServerName::try_from(SERVER_NAME).map_err(|e| std::io::Error::other(e.to_string()))?;
+    let tls = tokio_rustls::TlsConnector::from(ctx.client_config())
+        .connect(name, tcp)
+        .await
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("TLS connect error (handshake with {uri}): {e}"),
+            )
+        })?;
+    let leaf = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .map(|c| c.as_ref().to_vec());
+    let server = leaf.as_deref().and_then(|c| Identity::from_der(c).ok());
+    match (server, leaf) {
+        (Some(id), Some(der)) if id.cluster_id == ctx.cluster_id() && expect.accepts(&id) => {
+            Ok((tls, der))
+        }
+        (Some(id), _) => Err(std::io::Error::other(format!(
+            "connect refused: the server at {uri} is {id}, not the {expect:?} of cluster {} this client expects",
+            ctx.cluster_id()
+        ))),
+        _ => Err(std::io::Error::other(format!(
+            "connect refused: the server at {uri} presented a certificate naming no keel:// identity"
+        ))),
+    }
+}
+
+/// A tonic connector speaking TLS as `ctx` to servers `expect` accepts.
+fn connector(
+    ctx: Arc<TlsContext>,
+    local: Option<IpAddr>,
+    expect: Expect,
+) -> impl tower::Service<
+    Uri,
+    Response = TokioIo<tokio_rustls::client::TlsStream<TcpStream>>,
+    Error = std::io::Error,
+    Future = impl Send + 'static,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |uri: Uri| {
+        let ctx = ctx.clone();
+        async move {
+            let (tls, _) = handshake(&ctx, &uri, local, expect).await?;
+            Ok::<_, std::io::Error>(TokioIo::new(tls))
+        }
+    })
+}
+
 impl Transport {
     /// This process's own identity, when it speaks TLS.
     pub fn identity(&self) -> Option<Identity> {
@@ -265,49 +384,47 @@ impl Transport {
     /// given, to a server whose certificate `expect` accepts.
     pub fn channel(&self, ep: Endpoint, local: Option<IpAddr>, expect: Expect) -> Channel {
         match self {
-            Transport::Plaintext => {
-                let ep = ep
-                    .tcp_nodelay(true)
-                    .tcp_keepalive(Some(KEEPALIVE))
-                    .local_address(local);
-                ep.connect_lazy()
-            }
+            Transport::Plaintext => plain(ep, local).connect_lazy(),
             Transport::Tls(ctx) => {
-                let ctx = ctx.clone();
-                let connector = tower::service_fn(move |uri: Uri| {
-                    let ctx = ctx.clone();
-                    async move {
-                        let tcp = tcp_connect(&uri, local).await?;
-                        let name = ServerName::try_from(SERVER_NAME)
-                            .map_err(|e| std::io::Error::other(e.to_string()))?;
-                        let tls = tokio_rustls::TlsConnector::from(ctx.client_config())
-                            .connect(name, tcp)
-                            .await?;
-                        let server = tls
-                            .get_ref()
-                            .1
-                            .peer_certificates()
-                            .and_then(|c| c.first())
-                            .and_then(|c| Identity::from_der(c).ok());
-                        match server {
-                            Some(id) if id.cluster_id == ctx.cluster_id() && expect.accepts(&id) => {
-                                Ok::<_, std::io::Error>(TokioIo::new(tls))
-                            }
-                            Some(id) => Err(std::io::Error::other(format!(
-                                "the server at {uri} is {id}, not the {expect:?} of cluster {} this client expects",
-                                ctx.cluster_id()
-                            ))),
-                            None => Err(std::io::Error::other(format!(
-                                "the server at {uri} presented a certificate naming no keel:// identity"
-                            ))),
-                        }
-                    }
-                });
-                ep.connect_with_connector_lazy(connector)
+                ep.connect_with_connector_lazy(connector(ctx.clone(), local, expect))
             }
         }
     }
 
+    /// As [`Transport::channel`], connected now: `Err` when the connection
+    /// (or the handshake, or the server's identity) fails.
+    pub async fn connect(
+        &self,
+        ep: Endpoint,
+        local: Option<IpAddr>,
+        expect: Expect,
+    ) -> Result<Channel, tonic::transport::Error> {
+        match self {
+            Transport::Plaintext => plain(ep, local).connect().await,
+            Transport::Tls(ctx) => {
+                ep.connect_with_connector(connector(ctx.clone(), local, expect))
+                    .await
+            }
+        }
+    }
+
+    /// The certificate (DER) the TLS server at `addr` presents to a new
+    /// connection now, after checking it as [`Transport::channel`] does.
+    /// `None` for a plaintext transport.
+    pub async fn server_certificate(
+        &self,
+        addr: &str,
+        expect: Expect,
+    ) -> Option<std::io::Result<Vec<u8>>> {
+        let Transport::Tls(ctx) = self else {
+            return None;
+        };
+        let uri: Uri = match endpoint(addr) {
+            Ok(ep) => ep.uri().clone(),
+            Err(e) => return Some(Err(std::io::Error::other(e.to_string()))),
+        };
+        Some(handshake(ctx, &uri, None, expect).await.map(|(_, der)| der))
+    }
     /// Serves `router` on `listener` until `shutdown` completes.
     pub async fn serve<F>(
         &self,

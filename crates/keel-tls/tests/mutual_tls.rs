@@ -170,3 +170,26 @@ async fn a_reloaded_certificate_serves_new_connections_and_old_ones_keep_working
         .await
         .expect("still served with the last good certificate");
 }
+
+#[tokio::test]
+async fn a_connection_that_never_opened_says_connect_as_plaintext_does() {
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path(), "prod");
+    let admin = Transport::Tls(Arc::new(
+        TlsContext::load(files(dir.path(), &Identity::user("prod", "admin")), "prod").unwrap(),
+    ));
+    // A port nothing listens on: callers retry a write only when the
+    // status says the connection never opened.
+    let closed = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    for t in [Transport::Plaintext, admin] {
+        let s = check(&t, &closed, Expect::Controller)
+            .await
+            .expect_err("nothing listens");
+        assert_eq!(s.code(), tonic::Code::Unavailable, "{t}: {s:?}");
+        assert!(s.message().contains("tcp connect error"), "{t}: {s:?}");
+    }
+}

@@ -39,7 +39,10 @@ fn broker_state(b: &pb::BrokerInfo) -> &'static str {
 }
 
 pub async fn cluster(a: ClusterArgs) -> ExitCode {
-    let client = a.common.client();
+    let client = match a.common.client() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     match a.cmd {
         ClusterCmd::Describe => {
             let r = call!(

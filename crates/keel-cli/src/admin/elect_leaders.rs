@@ -35,7 +35,10 @@ pub async fn elect(a: ElectArgs) -> ExitCode {
     if !a.all && a.topic.is_none() {
         return usage("pass --topic T --partition P, or --all");
     }
-    let client = a.common.client();
+    let client = match a.common.client() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     let req = pb::ElectLeadersRequest {
         election_type: if a.unclean {
             pb::ElectionType::Unclean

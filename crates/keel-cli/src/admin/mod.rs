@@ -4,6 +4,7 @@
 //! One module per command group; this one holds what they share: the
 //! options every command takes, the `call!` macro, and small helpers.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -13,6 +14,7 @@ use keel_proto::convert::error_from_pb;
 use keel_proto::pb;
 
 use crate::output::Output;
+use crate::tls::{TlsArgs, TlsKeys};
 
 /// The `keel dev` cluster's controllers, the default bootstrap.
 pub const DEFAULT_BOOTSTRAP: &str = "127.0.0.11:9093,127.0.0.12:9093,127.0.0.13:9093";
@@ -26,17 +28,70 @@ pub struct Common {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
+    /// Client certificate (PEM) for mutual TLS, e.g. certs/user-admin.pem.
+    #[arg(long, env = "KEEL_TLS_CERT", global = true)]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "KEEL_TLS_KEY", global = true)]
+    pub tls_key: Option<PathBuf>,
+    /// The cluster CA certificate (PEM).
+    #[arg(long, env = "KEEL_TLS_CA", global = true)]
+    pub tls_ca: Option<PathBuf>,
+    /// Speak plaintext to the controllers.
+    #[arg(long, env = "KEEL_ALLOW_PLAINTEXT", global = true)]
+    pub allow_plaintext: bool,
 }
 
 impl Common {
-    pub fn client(&self) -> ControllerClient {
-        ControllerClient::new(
+    /// The TLS options given; with none (and not `--allow-plaintext`)
+    /// and the default bootstrap, the running `keel dev` cluster's admin
+    /// certificate when there is one.
+    fn tls(&self) -> TlsArgs {
+        let given = TlsArgs {
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            tls_ca: self.tls_ca.clone(),
+            allow_plaintext: self.allow_plaintext,
+        };
+        let none_given =
+            given.tls_cert.is_none() && given.tls_key.is_none() && given.tls_ca.is_none();
+        if none_given && !given.allow_plaintext && self.bootstrap == DEFAULT_BOOTSTRAP {
+            // The dev cluster's admin certificate, when `keel dev` made one.
+            let dir = crate::dev::certs_dir();
+            let files = [
+                dir.join("user-admin.pem"),
+                dir.join("user-admin-key.pem"),
+                dir.join("ca.pem"),
+            ];
+            if files.iter().all(|f| f.is_file()) {
+                let [cert, key, ca] = files;
+                return TlsArgs {
+                    tls_cert: Some(cert),
+                    tls_key: Some(key),
+                    tls_ca: Some(ca),
+                    allow_plaintext: false,
+                };
+            }
+        }
+        given
+    }
+
+    /// A client of the controllers named by `--bootstrap`, speaking as the
+    /// TLS options say; on bad options, prints why and returns the exit
+    /// code.
+    pub fn client(&self) -> Result<ControllerClient, ExitCode> {
+        let transport = self
+            .tls()
+            .transport(&TlsKeys::default(), None, None)
+            .map_err(usage)?;
+        Ok(ControllerClient::new(
             self.bootstrap
                 .split(',')
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty())
                 .collect(),
         )
+        .with_transport(transport))
     }
 }
 

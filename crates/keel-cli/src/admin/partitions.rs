@@ -28,7 +28,10 @@ enum PartitionsCmd {
 }
 
 pub async fn partitions(a: PartitionsArgs) -> ExitCode {
-    let client = a.common.client();
+    let client = match a.common.client() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     let PartitionsCmd::Add { topic, total } = a.cmd;
     let req = pb::CreatePartitionsRequest {
         topics: vec![pb::CreatePartitionsTopic {

@@ -60,7 +60,10 @@ enum QuorumCmd {
 }
 
 pub async fn quorum(a: QuorumArgs) -> ExitCode {
-    let client = a.common.client();
+    let client = match a.common.client() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     match a.cmd {
         QuorumCmd::Describe { replication } => {
             let r = call!(

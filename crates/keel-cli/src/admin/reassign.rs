@@ -79,7 +79,10 @@ fn read_plan(p: &PathBuf) -> Result<Plan, String> {
 }
 
 pub async fn reassign(a: ReassignArgs) -> ExitCode {
-    let client = a.common.client();
+    let client = match a.common.client() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     let (plan, cancel) = match &a.cmd {
         ReassignCmd::List => {
             let r = call!(

@@ -121,7 +121,10 @@ pub fn topic_json(t: &pb::TopicDescription) -> Value {
 }
 
 pub async fn topics(a: TopicsArgs) -> ExitCode {
-    let client = a.common.client();
+    let client = match a.common.client() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
     let out = a.common.output;
     match a.cmd {
         TopicsCmd::Create {

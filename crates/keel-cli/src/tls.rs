@@ -1,0 +1,143 @@
+//! The TLS options every process takes (`--tls-cert`, `--tls-key`,
+//! `--tls-ca`, `--allow-plaintext`, or `KEEL_TLS_*`), turned into a
+//! [`Transport`]; and the SIGHUP handler that re-reads the files.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+use keel_tls::{Identity, Role, TlsContext, TlsFiles, Transport};
+
+/// Mutual TLS options. The three files go together; without them the
+/// process speaks plaintext.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TlsArgs {
+    /// This process's certificate (PEM), naming keel://<cluster>/<role>/<name>.
+    #[arg(long, env = "KEEL_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "KEEL_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// The cluster CA certificate (PEM) that peers' certificates must chain to.
+    #[arg(long, env = "KEEL_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// Speak plaintext (no TLS options given): no encryption, no identities.
+    #[arg(long, env = "KEEL_ALLOW_PLAINTEXT")]
+    pub allow_plaintext: bool,
+}
+
+/// The same options as keys of a TOML file.
+#[derive(serde::Deserialize, Debug, Default, Clone)]
+pub struct TlsKeys {
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    pub tls_ca: Option<PathBuf>,
+    pub allow_plaintext: Option<bool>,
+}
+
+impl TlsArgs {
+    /// The files named by flags (or the environment), else by `file`;
+    /// `None` when none is named at all.
+    pub fn files(&self, file: &TlsKeys) -> Result<Option<TlsFiles>, String> {
+        let cert = self.tls_cert.clone().or_else(|| file.tls_cert.clone());
+        let key = self.tls_key.clone().or_else(|| file.tls_key.clone());
+        let ca = self.tls_ca.clone().or_else(|| file.tls_ca.clone());
+        match (cert, key, ca) {
+            (None, None, None) => Ok(None),
+            (Some(cert), Some(key), Some(ca)) => Ok(Some(TlsFiles { cert, key, ca })),
+            _ => {
+                Err("--tls-cert, --tls-key and --tls-ca go together: give all three or none".into())
+            }
+        }
+    }
+
+    /// Whether plaintext was asked for.
+    pub fn plaintext(&self, file: &TlsKeys) -> bool {
+        self.allow_plaintext || file.allow_plaintext.unwrap_or(false)
+    }
+
+    /// The transport of a node or client of `cluster_id` (`None`: the
+    /// cluster the certificate names), whose certificate must name
+    /// `expected` when given.
+    pub fn transport(
+        &self,
+        file: &TlsKeys,
+        cluster_id: Option<&str>,
+        expected: Option<&Identity>,
+    ) -> Result<Transport, String> {
+        let Some(files) = self.files(file)? else {
+            return Ok(Transport::Plaintext);
+        };
+        if self.plaintext(file) {
+            return Err("--allow-plaintext and the --tls-* options exclude each other".into());
+        }
+        let cluster = match cluster_id {
+            Some(c) => c.to_string(),
+            None => files.identity().map_err(|e| e.to_string())?.cluster_id,
+        };
+        let ctx = TlsContext::load(files, &cluster).map_err(|e| e.to_string())?;
+        if let Some(want) = expected {
+            let got = ctx.identity();
+            if &got != want {
+                return Err(format!(
+                    "{} names {got}, but this process is {want}",
+                    ctx.files().cert.display()
+                ));
+            }
+        }
+        Ok(Transport::Tls(Arc::new(ctx)))
+    }
+}
+
+/// Re-reads the TLS files on every SIGHUP for as long as the process runs:
+/// new connections use the new certificate, open ones keep theirs. A file
+/// that does not load leaves the current certificate in place. The
+/// identity must stay the same (`expected`).
+pub fn reload_on_sighup(transport: &Transport, expected: Role) {
+    let Transport::Tls(ctx) = transport else {
+        return;
+    };
+    let ctx = ctx.clone();
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = match signal(SignalKind::hangup()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGHUP; certificates will not be reloaded");
+            return;
+        }
+    };
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            let before = ctx.identity();
+            match ctx.files().identity() {
+                Ok(next) if next.role != expected => {
+                    tracing::error!(
+                        current = %before,
+                        found = %next,
+                        "SIGHUP: the new certificate names another identity; keeping the current one"
+                    );
+                    continue;
+                }
+                _ => {}
+            }
+            match ctx.reload() {
+                Ok(identity) => {
+                    let serial = keel_tls::context::leaf_certificate(&ctx.files().cert)
+                        .ok()
+                        .and_then(|der| keel_tls::context::serial_hex(&der));
+                    tracing::info!(
+                        %identity,
+                        serial = serial.as_deref().unwrap_or("?"),
+                        cert = %ctx.files().cert.display(),
+                        "SIGHUP: TLS certificate reloaded; new connections use it"
+                    );
+                }
+                Err(e) => tracing::error!(
+                    error = %e,
+                    current = %before,
+                    "SIGHUP: cannot reload the TLS files; keeping the current certificate"
+                ),
+            }
+        }
+    });
+}

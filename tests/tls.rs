@@ -1,0 +1,544 @@
+//! Mutual TLS on real processes: every node presents its own certificate,
+//! the kit's clients the `admin` user's. Who may connect, who may speak as
+//! whom, and a certificate rotated under load.
+
+mod common;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use keel_proto::client::ControllerClient;
+use keel_proto::pb;
+use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
+use keel_proto::pb::broker_service_client::BrokerServiceClient;
+use keel_proto::pb::raft_service_client::RaftServiceClient;
+use keel_tls::{Expect, Identity, TlsContext, TlsFiles, Transport};
+use tonic::transport::Channel;
+
+const LONG: Duration = Duration::from_secs(90);
+
+/// Three controllers and `brokers` brokers over mutual TLS, fast timings.
+fn tls_cluster(brokers: usize) -> Cluster {
+    Cluster::start(
+        Spec::new(keel_bin(), CLUSTER_ID)
+            .brokers(brokers)
+            .tls(true)
+            .controller_flags(&["--session-timeout-ms", "3000"])
+            .broker_flags(&[
+                "--heartbeat-interval-ms",
+                "300",
+                "--session-timeout-ms",
+                "3000",
+            ]),
+    )
+    .expect("start a TLS cluster")
+}
+
+/// A client of `c`'s controllers speaking over `transport`, giving up fast.
+fn client_over(c: &Cluster, transport: Transport) -> ControllerClient {
+    ControllerClient::new(c.controller_addrs())
+        .with_timeouts(Duration::from_secs(2), Duration::from_secs(4))
+        .with_transport(transport)
+}
+
+/// A TLS transport presenting the certificate and key written in `dir`
+/// for `identity`, trusting `dir/ca.pem`.
+fn transport_from(dir: &Path, identity: &Identity) -> Transport {
+    let (cert, key) = keel_tls::certs::paths(dir, identity);
+    let files = TlsFiles {
+        cert,
+        key,
+        ca: dir.join("ca.pem"),
+    };
+    Transport::Tls(Arc::new(
+        TlsContext::load(files, &identity.cluster_id).expect("load the TLS files"),
+    ))
+}
+
+/// Writes `issued` for `identity` into `dir`, over whatever is there.
+fn write_issued(dir: &Path, identity: &Identity, issued: &keel_tls::certs::Issued) {
+    let (cert, key) = keel_tls::certs::paths(dir, identity);
+    std::fs::write(&key, &issued.key_pem).unwrap();
+    std::fs::write(&cert, &issued.cert_pem).unwrap();
+}
+
+/// A channel over `transport` to the server at `addr` that `expect` accepts.
+async fn channel(transport: &Transport, addr: &str, expect: Expect) -> Channel {
+    let ep = keel_tls::transport::endpoint(addr)
+        .unwrap()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(5));
+    transport
+        .connect(ep, None, expect)
+        .await
+        .expect("the TLS connection opens")
+}
+
+async fn describe_topics(client: &ControllerClient) -> Result<pb::DescribeTopicsResponse, String> {
+    client
+        .admin(|mut c| async move {
+            c.describe_topics(pb::DescribeTopicsRequest::default())
+                .await
+        })
+        .await
+        .map_err(|e| e.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_clients_with_a_certificate_of_this_cluster_and_ca_are_served() {
+    let mut c = tls_cluster(1);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let admin_client = client(&c);
+    create_topic(&admin_client, "orders", 3, 1).await;
+    let t = c
+        .wait_topic("orders", "orders described with 3 partitions", LONG, |t| {
+            t.partitions.len() == 3
+        })
+        .await
+        .unwrap();
+    assert_eq!(t.name, "orders");
+
+    // No certificate at all: the handshake fails, nothing is served.
+    let e = describe_topics(&client_over(&c, Transport::Plaintext))
+        .await
+        .expect_err("a plaintext client is refused");
+    assert!(e.contains("no active controller reachable"), "{e}");
+
+    // A certificate of another CA, even naming this cluster's admin.
+    let stranger = tempfile::tempdir().unwrap();
+    let other_ca = keel_tls::certs::Ca::new(CLUSTER_ID).unwrap();
+    let admin = Identity::user(CLUSTER_ID, "admin");
+    std::fs::write(stranger.path().join("ca.pem"), &other_ca.cert_pem).unwrap();
+    write_issued(
+        stranger.path(),
+        &admin,
+        &other_ca.issue(&admin, &[], &[]).unwrap(),
+    );
+    let e = describe_topics(&client_over(&c, transport_from(stranger.path(), &admin)))
+        .await
+        .expect_err("a certificate of another CA is refused");
+    assert!(e.contains("no active controller reachable"), "{e}");
+
+    // Signed by this cluster's CA, but naming another cluster.
+    let certs = c.certs_dir().unwrap().to_path_buf();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::fs::copy(certs.join("ca.pem"), elsewhere.path().join("ca.pem")).unwrap();
+    let foreign = Identity::user("another-cluster", "admin");
+    let issued = keel_testkit::cluster::load_ca(&certs)
+        .unwrap()
+        .issue(&foreign, &[], &[])
+        .unwrap();
+    write_issued(elsewhere.path(), &foreign, &issued);
+    let e = describe_topics(&client_over(&c, transport_from(elsewhere.path(), &foreign)))
+        .await
+        .expect_err("a certificate of another cluster id is refused");
+    assert!(e.contains("no active controller reachable"), "{e}");
+
+    // The admin user still gets through.
+    let topics = describe_topics(&admin_client).await.unwrap();
+    assert!(topics.topics.iter().any(|t| t.name == "orders"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_controller_may_speak_raft_as_itself() {
+    let mut c = tls_cluster(0);
+    let active = c.wait_active(LONG).await.unwrap();
+    let follower = (active + 1) % 3;
+    let addr = c.controller(follower).address();
+    let to_node = follower as u64 + 1;
+    let request = |from_node: u64| pb::RaftRequest {
+        cluster_id: CLUSTER_ID.into(),
+        from_node,
+        payload: Vec::new(),
+        seq: 0,
+        to_node,
+        from_directory: String::new(),
+        to_directory: String::new(),
+    };
+    let other = (follower + 1) % 3;
+    let other_id = other as u64 + 1;
+
+    // The admin user's certificate, calling as a controller.
+    let user = channel(c.transport(), &addr, Expect::ControllerId(to_node)).await;
+    let mut raft = RaftServiceClient::new(user);
+    let s = raft
+        .vote(request(other_id))
+        .await
+        .expect_err("a user cannot vote");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    assert!(s.message().contains("keel://keel-test/user/admin"), "{s:?}");
+    let s = raft
+        .append(request(other_id))
+        .await
+        .expect_err("a user cannot append");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    // Nor through the append stream: its first answer is the refusal.
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(request(other_id)).await.unwrap();
+    let s = match raft
+        .append_stream(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+    {
+        Err(s) => s,
+        Ok(answers) => answers
+            .into_inner()
+            .message()
+            .await
+            .expect_err("a user cannot stream appends"),
+    };
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+
+    // A controller's certificate, calling as another controller.
+    let third = (0..3).find(|i| *i != follower && *i != other).unwrap() as u64 + 1;
+    let impostor = c
+        .transport_as(&Identity::controller(CLUSTER_ID, other_id))
+        .unwrap();
+    let ch = channel(&impostor, &addr, Expect::ControllerId(to_node)).await;
+    let s = RaftServiceClient::new(ch)
+        .vote(request(third))
+        .await
+        .expect_err("controller {other_id} cannot vote as {third}");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+
+    // The quorum itself is unaffected.
+    c.wait_converged(1, LONG).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_controller_certificate_serves_new_connections_and_no_request_fails() {
+    // Default session timings: on a loaded host a broker fenced for a
+    // late heartbeat would fail creates for reasons other than TLS.
+    let mut c = Cluster::start(Spec::new(keel_bin(), CLUSTER_ID).brokers(1).tls(true))
+        .expect("start a TLS cluster");
+    let active = c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let id = active as u64 + 1;
+    let me = Identity::controller(CLUSTER_ID, id);
+    let addr = c.controller(active).address();
+    let certs = c.certs_dir().unwrap().to_path_buf();
+    let (cert_path, _) = keel_tls::certs::paths(&certs, &me);
+    let old = keel_tls::context::leaf_certificate(&cert_path).unwrap();
+    let seen = c
+        .transport()
+        .server_certificate(&addr, Expect::ControllerId(id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        seen, old,
+        "the controller presents the certificate it started with"
+    );
+
+    // Topics are created in a loop through the rotation.
+    let client = Arc::new(c.client(Duration::from_secs(15), Duration::from_secs(60)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let load = {
+        let (client, stop, ok, failed) = (client.clone(), stop.clone(), ok.clone(), failed.clone());
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            let mut errors = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                let r = admin::create_topic(&client, &format!("rotate-{n}"), 1, 1).await;
+                match r {
+                    Ok(_) => ok.fetch_add(1, Ordering::SeqCst),
+                    Err(e) => {
+                        errors.push(format!("{e:#}"));
+                        failed.fetch_add(1, Ordering::SeqCst)
+                    }
+                };
+            }
+            errors
+        })
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // A new certificate from the same CA over the files, then SIGHUP.
+    let issued = keel_testkit::cluster::load_ca(&certs)
+        .unwrap()
+        .issue(&me, &[], &[])
+        .unwrap();
+    write_issued(&certs, &me, &issued);
+    let new = keel_tls::context::leaf_certificate(&cert_path).unwrap();
+    assert_ne!(new, old);
+    let pid = c.controller(active).pid().expect("the controller runs");
+    let status = std::process::Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !c
+        .controller(active)
+        .process
+        .log_text()
+        .contains("TLS certificate reloaded")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no reload logged:\n{}",
+            c.controller(active).process.log_tail(20)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seen = c
+        .transport()
+        .server_certificate(&addr, Expect::ControllerId(id))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen, new, "a new connection sees the new certificate");
+    let serial = keel_tls::context::serial_hex(&new).unwrap();
+    assert!(
+        c.controller(active).process.log_text().contains(&serial),
+        "the reload names the new serial {serial}"
+    );
+
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A fresh client (new connections) works too.
+    let fresh = c.client(Duration::from_secs(5), Duration::from_secs(30));
+    describe_topics(&fresh).await.unwrap();
+    stop.store(true, Ordering::SeqCst);
+    let errors = load.await.unwrap();
+    assert!(ok.load(Ordering::SeqCst) > 0, "no create went through");
+    assert_eq!(
+        failed.load(Ordering::SeqCst),
+        0,
+        "failed creates: {errors:?}"
+    );
+    c.check_alive().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brokers_and_controllers_accept_requests_only_from_the_certificate_they_name() {
+    let mut c = tls_cluster(1);
+    let active = c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let controller = c.controller(active).address();
+
+    // Broker 2's certificate cannot register or heartbeat as broker 1.
+    let broker2 = c.transport_as(&Identity::broker(CLUSTER_ID, 2)).unwrap();
+    let ch = channel(&broker2, &controller, Expect::Controller).await;
+    let mut brokers = BrokerServiceClient::new(ch);
+    let s = brokers
+        .register_broker(pb::RegisterBrokerRequest {
+            broker_id: 1,
+            incarnation_id: vec![7; 16],
+            cluster_id: CLUSTER_ID.into(),
+            address: "127.0.0.1:1".into(),
+            rack: None,
+            log_dirs: vec![],
+            previous_broker_epoch: 0,
+        })
+        .await
+        .expect_err("broker 2 cannot register as broker 1");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    assert!(s.message().contains("broker 1"), "{s:?}");
+    let s = brokers
+        .broker_heartbeat(pb::BrokerHeartbeatRequest {
+            broker_id: 1,
+            broker_epoch: 1,
+            ..Default::default()
+        })
+        .await
+        .expect_err("broker 2 cannot heartbeat as broker 1");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+
+    // A user's certificate cannot send LeaderAndIsr to a broker.
+    let ch = channel(c.transport(), &c.broker(0).address(), Expect::Broker(1)).await;
+    let s = BrokerControlServiceClient::new(ch)
+        .leader_and_isr(pb::LeaderAndIsrRequest::default())
+        .await
+        .expect_err("a user cannot send LeaderAndIsr");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    assert!(s.message().contains("controller"), "{s:?}");
+
+    // Broker 1 itself is unaffected: still registered and unfenced.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    c.check_alive().unwrap();
+}
+
+/// Runs `keel <args> --output json` with `env`; (exit code, stdout JSON,
+/// stderr).
+fn keel_cli(args: &[&str], env: &[(&str, String)]) -> (i32, serde_json::Value, String) {
+    let mut cmd = std::process::Command::new(keel_bin());
+    cmd.args(args).args(["--output", "json"]);
+    for k in [
+        "KEEL_TLS_CERT",
+        "KEEL_TLS_KEY",
+        "KEEL_TLS_CA",
+        "KEEL_ALLOW_PLAINTEXT",
+    ] {
+        cmd.env_remove(k);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run keel");
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_speaks_tls_from_flags_or_environment_and_survives_a_failover() {
+    let mut c = tls_cluster(1);
+    let active = c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let certs = c.certs_dir().unwrap().to_path_buf();
+    let admin = Identity::user(CLUSTER_ID, "admin");
+    let (cert, key) = keel_tls::certs::paths(&certs, &admin);
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let ca = certs.join("ca.pem").display().to_string();
+    let bootstrap = c.controller_addrs().join(",");
+
+    // Flags.
+    let (code, v, err) = keel_cli(
+        &[
+            "topics",
+            "create",
+            "flags",
+            "--partitions",
+            "2",
+            "--replication-factor",
+            "1",
+            "--bootstrap",
+            &bootstrap,
+            "--tls-cert",
+            &cert,
+            "--tls-key",
+            &key,
+            "--tls-ca",
+            &ca,
+        ],
+        &[],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(!v.is_null(), "{err}");
+    // The environment.
+    let env = [
+        ("KEEL_TLS_CERT", cert.clone()),
+        ("KEEL_TLS_KEY", key.clone()),
+        ("KEEL_TLS_CA", ca.clone()),
+    ];
+    let (code, v, err) = keel_cli(
+        &[
+            "topics",
+            "describe",
+            "--topic",
+            "flags",
+            "--bootstrap",
+            &bootstrap,
+        ],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(v.to_string().contains("flags"), "{v}");
+    // Neither: the handshake fails, no controller reachable (exit 3).
+    let (code, _, err) = keel_cli(&["topics", "list", "--bootstrap", &bootstrap], &[]);
+    assert_eq!(code, 3, "{err}");
+
+    // The active controller dies: the others elect a new one over TLS,
+    // the broker follows it, and writes go on.
+    c.controller_mut(active).kill();
+    let next = c.wait_active(LONG).await.unwrap();
+    assert_ne!(next, active);
+    create_topic(&client(&c), "after-failover", 1, 1).await;
+    let (code, _, err) = keel_cli(
+        &[
+            "topics",
+            "describe",
+            "--topic",
+            "after-failover",
+            "--bootstrap",
+            &bootstrap,
+        ],
+        &env,
+    );
+    assert_eq!(code, 0, "{err}");
+    c.controller_mut(active).start().unwrap();
+    c.wait_converged(1, LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_one_is_wrong() {
+    let mut c = tls_cluster(1);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let me = Identity::broker(CLUSTER_ID, 1);
+    let addr = c.broker(0).address();
+    let certs = c.certs_dir().unwrap().to_path_buf();
+    let (cert_path, _) = keel_tls::certs::paths(&certs, &me);
+    let hup = |c: &Cluster| {
+        let pid = c.broker(0).pid().expect("the broker runs");
+        let status = std::process::Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let wait_log = |c: &Cluster, what: &str, times: usize| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while c.broker(0).process.log_text().matches(what).count() < times {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no {what:?} logged:\n{}",
+                c.broker(0).process.log_tail(20)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let presented = |c: &Cluster| {
+        let t = c.transport().clone();
+        let addr = addr.clone();
+        async move {
+            t.server_certificate(&addr, Expect::Broker(1))
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+
+    // A new certificate from the same CA: new connections see it.
+    let ca = keel_testkit::cluster::load_ca(&certs).unwrap();
+    write_issued(&certs, &me, &ca.issue(&me, &[], &[]).unwrap());
+    let new = keel_tls::context::leaf_certificate(&cert_path).unwrap();
+    hup(&c);
+    wait_log(&c, "TLS certificate reloaded", 1);
+    assert_eq!(presented(&c).await, new);
+
+    // A certificate naming broker 2 over broker 1's files: refused, the
+    // broker keeps presenting its own.
+    let two = Identity::broker(CLUSTER_ID, 2);
+    write_issued(&certs, &me, &ca.issue(&two, &[], &[]).unwrap());
+    hup(&c);
+    wait_log(&c, "names another identity", 1);
+    assert_eq!(presented(&c).await, new);
+    // Garbage: refused too.
+    std::fs::write(&cert_path, "not a certificate").unwrap();
+    hup(&c);
+    wait_log(&c, "cannot reload the TLS files", 1);
+    assert_eq!(presented(&c).await, new);
+
+    // The broker still heartbeats and takes partitions.
+    create_topic(&client(&c), "after-reload", 2, 1).await;
+    c.wait_topic("after-reload", "both partitions led", LONG, |t| {
+        t.partitions.len() == 2
+            && t.partitions
+                .iter()
+                .all(|p| p.state.as_ref().is_some_and(|s| s.leader == Some(1)))
+    })
+    .await
+    .unwrap();
+    c.check_alive().unwrap();
+}

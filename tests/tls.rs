@@ -176,6 +176,11 @@ async fn only_a_controller_may_speak_raft_as_itself() {
         .await
         .expect_err("a user cannot append");
     assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    let s = raft
+        .lease(request(other_id))
+        .await
+        .expect_err("a user cannot send lease heartbeats");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
     // Nor through the append stream: its first answer is the refusal.
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     tx.send(request(other_id)).await.unwrap();

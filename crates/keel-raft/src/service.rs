@@ -81,13 +81,15 @@ impl RaftGrpcService {
 
     /// Answers a lease request from the node's published state, without
     /// waiting for its Raft core ([`crate::lease`]).
-    fn answer_lease(&self, req: &LeaseRequest) -> LeaseResponse {
+    /// Only the leader the request names may send it (`from`).
+    fn answer_lease(&self, from: NodeId, req: &LeaseRequest) -> LeaseResponse {
         let (state, vote) = {
             let m = self.raft.metrics();
             let m = m.borrow();
             (m.state, m.vote)
         };
-        let acked = decide_lease(self.node_id, state, &vote, &req.vote);
+        let acked = req.vote.leader_id().voted_for() == Some(from)
+            && decide_lease(self.node_id, state, &vote, &req.vote);
         if acked {
             self.lease_clock.record(vote, tokio::time::Instant::now());
         }
@@ -463,11 +465,13 @@ impl RaftService for RaftGrpcService {
     }
 
     async fn lease(&self, request: Request<RaftRequest>) -> Result<Response<RaftResponse>, Status> {
+        check_sender(&caller(&request), request.get_ref().from_node)?;
+        let from = request.get_ref().from_node;
         let req: LeaseRequest = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
             Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
         };
-        let result: Result<LeaseResponse, RaftError<NodeId>> = Ok(self.answer_lease(&req));
+        let result: Result<LeaseResponse, RaftError<NodeId>> = Ok(self.answer_lease(from, &req));
         answer(&result, &self.directory_text).map(Response::new)
     }
 

@@ -547,3 +547,62 @@ async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_on
     .unwrap();
     c.check_alive().unwrap();
 }
+
+/// Secure by default: a controller or a broker given neither TLS files nor
+/// `--allow-plaintext` does not start, and says why in one line.
+#[test]
+fn a_node_without_tls_settings_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    for args in [
+        vec![
+            "controller",
+            "--node-id",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--voters",
+            "1@127.0.0.1:1",
+            "--data-dir",
+            data,
+            "--cluster-id",
+            CLUSTER_ID,
+        ],
+        vec![
+            "broker",
+            "--broker-id",
+            "1",
+            "--listen",
+            "127.0.0.1:0",
+            "--controllers",
+            "127.0.0.1:1",
+            "--data-dir",
+            data,
+            "--cluster-id",
+            CLUSTER_ID,
+        ],
+    ] {
+        let out = std::process::Command::new(keel_bin())
+            .args(&args)
+            .env_remove("KEEL_TLS_CERT")
+            .env_remove("KEEL_TLS_KEY")
+            .env_remove("KEEL_TLS_CA")
+            .env_remove("KEEL_ALLOW_PLAINTEXT")
+            .output()
+            .expect("run keel");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{} started without TLS", args[0]);
+        assert!(
+            err.contains("no TLS settings") && err.contains("--allow-plaintext"),
+            "{}: {err}",
+            args[0]
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{}: {err}", args[0]);
+        assert!(
+            !std::path::Path::new(data).exists(),
+            "{} wrote its data dir before refusing",
+            args[0]
+        );
+    }
+}

@@ -137,7 +137,7 @@ fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat)
         tls_ca: f.tls_ca.clone(),
         allow_plaintext: f.allow_plaintext,
     };
-    let transport = a.tls.transport(
+    let transport = a.tls.node_transport(
         &tls_keys,
         Some(&cluster_id),
         Some(&keel_tls::Identity::broker(&cluster_id, id)),

@@ -165,7 +165,7 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
         tls_ca: file.tls_ca.clone(),
         allow_plaintext: file.allow_plaintext,
     };
-    let transport = a.tls.transport(
+    let transport = a.tls.node_transport(
         &tls_keys,
         Some(&cluster_id),
         Some(&keel_tls::Identity::controller(&cluster_id, node_id)),
@@ -405,7 +405,7 @@ mod tests {
         let e = build(&parse(&["--config", file, "--allow-plaintext"]).unwrap())
             .expect_err("TLS and plaintext at once");
         assert!(e.contains("--allow-plaintext"), "{e}");
-        // Without TLS options: plaintext, as before.
+        // Without TLS options: refused, unless plaintext is asked for.
         let plain = [
             "--node-id",
             "1",
@@ -418,7 +418,11 @@ mod tests {
             "--cluster-id",
             "prod",
         ];
-        let (c, _, _) = build(&parse(&plain).unwrap()).unwrap();
+        let e = build(&parse(&plain).unwrap()).expect_err("no TLS settings");
+        assert_eq!(e, crate::tls::NO_TLS);
+        let mut allowed = plain.to_vec();
+        allowed.push("--allow-plaintext");
+        let (c, _, _) = build(&parse(&allowed).unwrap()).unwrap();
         assert!(!c.transport.is_tls());
         // One file alone: refused.
         let mut one = plain.to_vec();

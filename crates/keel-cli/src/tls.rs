@@ -8,6 +8,9 @@ use std::sync::Arc;
 use clap::Args;
 use keel_tls::{Identity, Role, TlsContext, TlsFiles, Transport};
 
+/// Why a node without TLS settings does not start.
+pub const NO_TLS: &str = "no TLS settings: give --tls-cert, --tls-key and --tls-ca (`keel certs init` makes them), or --allow-plaintext to run without encryption or identities";
+
 /// Mutual TLS options. The three files go together; without them the
 /// process speaks plaintext.
 #[derive(Args, Debug, Clone, Default)]
@@ -22,6 +25,8 @@ pub struct TlsArgs {
     #[arg(long, env = "KEEL_TLS_CA")]
     pub tls_ca: Option<PathBuf>,
     /// Speak plaintext (no TLS options given): no encryption, no identities.
+    /// A controller or broker given neither this nor the TLS files refuses
+    /// to start.
     #[arg(long, env = "KEEL_ALLOW_PLAINTEXT")]
     pub allow_plaintext: bool,
 }
@@ -54,6 +59,22 @@ impl TlsArgs {
     /// Whether plaintext was asked for.
     pub fn plaintext(&self, file: &TlsKeys) -> bool {
         self.allow_plaintext || file.allow_plaintext.unwrap_or(false)
+    }
+
+    /// The transport of a node (controller or broker): as
+    /// [`TlsArgs::transport`], but a node given neither TLS files nor
+    /// `--allow-plaintext` refuses to start (secure by default), with one
+    /// line that says what to do.
+    pub fn node_transport(
+        &self,
+        file: &TlsKeys,
+        cluster_id: Option<&str>,
+        expected: Option<&Identity>,
+    ) -> Result<Transport, String> {
+        if self.files(file)?.is_none() && !self.plaintext(file) {
+            return Err(NO_TLS.into());
+        }
+        self.transport(file, cluster_id, expected)
     }
 
     /// The transport of a node or client of `cluster_id` (`None`: the

@@ -586,7 +586,9 @@ impl Cluster {
     /// The `--tls-*` flags of the node named `identity` (none without TLS).
     fn tls_flags(&self, identity: &keel_tls::Identity) -> Vec<String> {
         let Some(certs) = &self.certs else {
-            return Vec::new();
+            // Nodes refuse to start without TLS unless told to speak
+            // plaintext.
+            return vec!["--allow-plaintext".into()];
         };
         let (cert, key) = keel_tls::certs::paths(certs, identity);
         vec![

@@ -77,6 +77,31 @@ fn another_incarnation_is_refused_while_the_session_lives_and_replaces_it_after(
 }
 
 #[test]
+fn a_registration_naming_an_epoch_above_the_current_one_is_refused_and_changes_nothing() {
+    let mut c = Cluster::with_brokers(2);
+    let t = c.create("t", &[&[1, 2]], &[]);
+    let current = c.epoch(1);
+    let before = c.image.clone();
+    // Broker 1's own incarnation (as a caller that read it would send),
+    // naming an epoch the cluster never gave out, live session or not.
+    for live in [true, false] {
+        let forged = Cluster::register_request(1, 1, BrokerEpoch(current.0 + 1));
+        let d = c.image.decide_register_broker(&forged, live);
+        assert_eq!(code(&d.reply), ErrorCode::InvalidRequest);
+        assert!(d.records.is_empty(), "{:?}", d.records);
+        let e = d.reply.unwrap_err();
+        assert!(e.message.contains("above the current one"), "{}", e.message);
+    }
+    assert_eq!(c.image, before);
+    assert_eq!(c.p(t, 0).leader, Some(b(1)));
+    // The real broker, naming its own epoch, still re-registers.
+    let d = c
+        .image
+        .decide_register_broker(&Cluster::register_request(1, 1, current), true);
+    assert_eq!(d.reply, Ok(RegisterReply::New));
+}
+
+#[test]
 fn fencing_moves_leaders_bumps_epochs_shrinks_isrs_and_keeps_a_last_member() {
     let mut c = Cluster::with_brokers(3);
     let t = c.create("t", &[&[1, 2, 3], &[2, 1, 3]], &[]);

@@ -257,6 +257,8 @@ impl MetadataImage {
     /// of a broker whose session is still live is a second process with the
     /// same id and is refused. The same incarnation naming an older epoch
     /// than the registration is a retry and gets the existing epoch back.
+    /// A previous epoch above the registration's is refused
+    /// (`INVALID_REQUEST`): no broker was ever given it.
     /// Anything else replaces the registration; a replaced registration that
     /// was unfenced is fenced first, in the same entry, so its leaderships
     /// move.
@@ -273,6 +275,18 @@ impl MetadataImage {
                     format!(
                         "broker {} is registered by incarnation {} whose session is live; refusing incarnation {}",
                         req.broker, existing.incarnation, req.incarnation
+                    ),
+                )));
+            }
+            // No broker can know an epoch the cluster has not given out: a
+            // registration naming one is forged or confused, and must not
+            // replace the live one (its address, its session).
+            if req.previous_epoch > existing.epoch {
+                return Decision::reply_only(Err(ApiError::new(
+                    ErrorCode::InvalidRequest,
+                    format!(
+                        "broker {} names previous epoch {} but its registration has epoch {}; a registration cannot name an epoch above the current one",
+                        req.broker, req.previous_epoch.0, existing.epoch.0
                     ),
                 )));
             }

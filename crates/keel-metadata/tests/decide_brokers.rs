@@ -102,6 +102,31 @@ fn a_registration_naming_an_epoch_above_the_current_one_is_refused_and_changes_n
 }
 
 #[test]
+fn a_broker_never_adopts_a_registration_made_at_another_address() {
+    let mut c = Cluster::new();
+    // Someone who learned broker 1's incarnation registers it first, at an
+    // address of theirs.
+    let mut forged = Cluster::register_request(1, 0xa, BrokerEpoch(0));
+    forged.address = "10.9.9.9:9092".into();
+    let d = c.image.decide_register_broker(&forged, false);
+    c.commit(&d.records);
+    let theirs = c.epoch(1);
+
+    // The real broker (same incarnation, its own address, an older epoch)
+    // is not handed that registration: it replaces it.
+    let real = Cluster::register_request(1, 0xa, BrokerEpoch(0));
+    let d = c.image.decide_register_broker(&real, false);
+    assert_eq!(d.reply, Ok(RegisterReply::New));
+    c.commit(&d.records);
+    let reg = c.image.broker(b(1)).unwrap();
+    assert_eq!(reg.address, real.address);
+    assert!(reg.epoch > theirs);
+    // A retry of the real broker's own registration gets it back.
+    let retry = c.image.decide_register_broker(&real, true);
+    assert_eq!(retry.reply, Ok(RegisterReply::Existing(reg.epoch)));
+}
+
+#[test]
 fn fencing_moves_leaders_bumps_epochs_shrinks_isrs_and_keeps_a_last_member() {
     let mut c = Cluster::with_brokers(3);
     let t = c.create("t", &[&[1, 2, 3], &[2, 1, 3]], &[]);

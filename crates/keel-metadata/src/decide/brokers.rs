@@ -256,7 +256,9 @@ impl MetadataImage {
     /// Registers a broker (see [`RegisterBroker`]). A different incarnation
     /// of a broker whose session is still live is a second process with the
     /// same id and is refused. The same incarnation naming an older epoch
-    /// than the registration is a retry and gets the existing epoch back.
+    /// than the registration, with the same address, rack and log dirs, is
+    /// a retry and gets the existing epoch back (a broker never adopts a
+    /// registration it did not make).
     /// A previous epoch above the registration's is refused
     /// (`INVALID_REQUEST`): no broker was ever given it.
     /// Anything else replaces the registration; a replaced registration that
@@ -290,7 +292,17 @@ impl MetadataImage {
                     ),
                 )));
             }
-            if existing.incarnation == req.incarnation && req.previous_epoch < existing.epoch {
+            // A retry whose first answer was lost: the very registration
+            // this broker made (same incarnation, address, rack and log
+            // dirs). One that differs was made by someone else, and is
+            // replaced rather than handed to this broker.
+            let same_registration = existing.address == req.address
+                && existing.rack == req.rack
+                && existing.log_dirs == req.log_dirs;
+            if existing.incarnation == req.incarnation
+                && req.previous_epoch < existing.epoch
+                && same_registration
+            {
                 return Decision::reply_only(Ok(RegisterReply::Existing(existing.epoch)));
             }
             fence_into(&mut w, req.broker, false);

@@ -237,34 +237,11 @@ impl Network {
         req: &PreVoteRequest,
         timeout: Duration,
     ) -> Result<PreVoteResponse, String> {
-        let addr = node.addr.as_str();
-        let channel = self.channel(target, addr)?;
-        let request = RaftRequest {
-            cluster_id: self.cluster_id.to_string(),
-            from_node: self.node_id,
-            payload: codec::encode(req).map_err(|e| e.to_string())?,
-            seq: 0,
-            to_node: target,
-            from_directory: self.directory.to_string(),
-            to_directory: node.directory_id.map(|d| d.to_string()).unwrap_or_default(),
-        };
-        let mut client = raft_client(channel);
-        let response = match tokio::time::timeout(timeout, client.pre_vote(request)).await {
-            Err(_) => return Err(format!("node {target} did not answer within {timeout:?}")),
-            Ok(Err(status)) => return Err(format!("node {target} at {addr}: {status}")),
-            Ok(Ok(r)) => r.into_inner(),
-        };
-        if !response.error.is_empty() {
-            return Err(format!(
-                "node {target} refused the request: {}",
-                response.error
-            ));
-        }
-        let result: Result<PreVoteResponse, RaftError<NodeId>> =
-            codec::decode(&response.payload).map_err(|e| e.to_string())?;
-        self.contacts.record(target);
-        self.contacts.record_directory(target, &response.directory);
-        result.map_err(|e| format!("node {target}: {e}"))
+        let channel = self.channel(target, &node.addr)?;
+        self.ask(channel, target, node, req, timeout, |mut c, r| async move {
+            c.pre_vote(r).await
+        })
+        .await
     }
 }
 
@@ -278,8 +255,32 @@ impl Network {
         req: &LeaseRequest,
         timeout: Duration,
     ) -> Result<LeaseResponse, String> {
+        let channel = self.channel_in(&self.lease_channels, target, &node.addr)?;
+        self.ask(channel, target, node, req, timeout, |mut c, r| async move {
+            c.lease(r).await
+        })
+        .await
+    }
+
+    /// One unary call of Keel's own (pre-vote, lease) to `target` on
+    /// `channel`: the envelope, the deadline, and the answer decoded; `Err`
+    /// says why no answer came. An answer counts as contact with `target`.
+    async fn ask<Req, Resp, F, Fut>(
+        &self,
+        channel: Channel,
+        target: NodeId,
+        node: &KeelNode,
+        req: &Req,
+        timeout: Duration,
+        call: F,
+    ) -> Result<Resp, String>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        F: FnOnce(RaftServiceClient<Channel>, RaftRequest) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<RaftResponse>, tonic::Status>>,
+    {
         let addr = node.addr.as_str();
-        let channel = self.channel_in(&self.lease_channels, target, addr)?;
         let request = RaftRequest {
             cluster_id: self.cluster_id.to_string(),
             from_node: self.node_id,
@@ -289,21 +290,22 @@ impl Network {
             from_directory: self.directory.to_string(),
             to_directory: node.directory_id.map(|d| d.to_string()).unwrap_or_default(),
         };
-        let mut client = raft_client(channel);
-        let response = match tokio::time::timeout(timeout, client.lease(request)).await {
-            Err(_) => return Err(format!("node {target} did not answer within {timeout:?}")),
-            Ok(Err(status)) => return Err(format!("node {target} at {addr}: {status}")),
-            Ok(Ok(r)) => r.into_inner(),
-        };
+        let response =
+            match tokio::time::timeout(timeout, call(raft_client(channel), request)).await {
+                Err(_) => return Err(format!("node {target} did not answer within {timeout:?}")),
+                Ok(Err(status)) => return Err(format!("node {target} at {addr}: {status}")),
+                Ok(Ok(r)) => r.into_inner(),
+            };
         if !response.error.is_empty() {
             return Err(format!(
                 "node {target} refused the request: {}",
                 response.error
             ));
         }
-        let result: Result<LeaseResponse, RaftError<NodeId>> =
+        let result: Result<Resp, RaftError<NodeId>> =
             codec::decode(&response.payload).map_err(|e| e.to_string())?;
         self.contacts.record(target);
+        self.contacts.record_directory(target, &response.directory);
         result.map_err(|e| format!("node {target}: {e}"))
     }
 }

@@ -29,8 +29,8 @@ impl ReplicaService for ReplicaHandler {
         let follower = request.get_ref().follower_id;
         keel_tls::transport::authorize(
             &request,
-            &format!("Fetch as follower {follower}"),
-            &format!("the certificate of broker {follower}"),
+            format_args!("Fetch as follower {follower}"),
+            format_args!("the certificate of broker {follower}"),
             |r| *r == keel_tls::Role::Broker(follower),
         )?;
         let req = request.into_inner();

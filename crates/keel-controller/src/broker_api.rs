@@ -51,8 +51,8 @@ impl BrokerApi {
 fn as_broker<T>(req: &Request<T>, what: &str, id: u32) -> Result<(), Status> {
     keel_tls::transport::authorize(
         req,
-        &format!("{what} as broker {id}"),
-        &format!("the certificate of broker {id}"),
+        format_args!("{what} as broker {id}"),
+        format_args!("the certificate of broker {id}"),
         |r| *r == keel_tls::Role::Broker(id),
     )
 }

@@ -10,6 +10,7 @@
 //! is an ordinary Raft answer (`vote_granted: false` with this node's vote
 //! and last log id), which the candidate takes as any other.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{BoxStream, StreamExt};
@@ -93,7 +94,7 @@ impl RaftGrpcService {
         if acked {
             self.lease_clock.record(vote, tokio::time::Instant::now());
         }
-        LeaseResponse { acked, vote }
+        LeaseResponse { acked }
     }
 
     /// Names `addr` as this node's address in refusals, when the
@@ -318,35 +319,25 @@ impl RaftGrpcService {
     }
 }
 
-/// Who called, as far as the Raft service cares: `None` on a plaintext
-/// listener (nothing is known), else the identity the caller's
-/// certificate names.
-type Caller = Option<Option<keel_tls::Identity>>;
-
-fn caller<T>(req: &Request<T>) -> Caller {
-    keel_tls::transport::is_tls(req).then(|| keel_tls::peer(req).cloned())
-}
-
 /// Over TLS only controller `from` itself may send a Raft message as node
 /// `from`: a user, a broker or another controller is refused. Plaintext
-/// listeners check nothing (no identity is known).
-fn check_sender(caller: &Caller, from: NodeId) -> Result<(), Status> {
-    let Some(identity) = caller else {
-        return Ok(());
-    };
-    match identity.as_ref().map(|i| &i.role) {
-        Some(keel_tls::Role::Controller(id)) if *id == from => Ok(()),
-        Some(_) => {
-            let who = identity.as_ref().map(|i| i.to_string()).unwrap_or_default();
-            tracing::warn!(caller = %who, from_node = from, "refusing a Raft request: the caller's certificate does not name that controller");
-            Err(Status::permission_denied(format!(
-                "Raft requests as node {from} are accepted only from the certificate of controller {from}; the caller is {who}"
-            )))
-        }
-        None => Err(Status::permission_denied(
-            "Raft requests need a controller certificate; the caller's names no identity",
-        )),
-    }
+/// listeners check nothing (no identity is known). `caller` as
+/// [`keel_tls::transport::caller`] took it.
+#[allow(clippy::result_large_err)]
+fn check_sender(caller: Option<Option<&keel_tls::Identity>>, from: NodeId) -> Result<(), Status> {
+    keel_tls::transport::check_caller(
+        caller,
+        format_args!("a Raft request as node {from}"),
+        format_args!("the certificate of controller {from}"),
+        |r| *r == keel_tls::Role::Controller(from),
+    )
+}
+
+/// [`check_sender`] for the caller of `req`.
+#[allow(clippy::result_large_err)]
+fn check_request_sender(req: &Request<RaftRequest>) -> Result<(), Status> {
+    let caller = keel_tls::transport::is_tls(req).then(|| keel_tls::peer(req));
+    check_sender(caller, req.get_ref().from_node)
 }
 
 /// The refusal sent back for an envelope that was not accepted.
@@ -395,7 +386,7 @@ impl RaftService for RaftGrpcService {
         &self,
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftResponse>, Status> {
-        check_sender(&caller(&request), request.get_ref().from_node)?;
+        check_request_sender(&request)?;
         let (answer, _) = self.append_one(request.get_ref()).await?;
         Ok(Response::new(answer))
     }
@@ -409,7 +400,9 @@ impl RaftService for RaftGrpcService {
         // shutting down) the stream ends right after that answer, so the
         // peer reconnects instead of holding the server's graceful
         // shutdown open with a stream that only ever gets "stopped".
-        let who = caller(&request);
+        // The caller is the same for the whole stream; each message still
+        // names its sender, which must match it.
+        let who = Arc::new(keel_tls::transport::caller(&request));
         let state = (request.into_inner(), self.clone(), false);
         let answers = futures::stream::unfold(state, move |(mut inbound, svc, stopped)| {
             let who = who.clone();
@@ -420,7 +413,8 @@ impl RaftService for RaftGrpcService {
                 let answer = match inbound.next().await? {
                     Err(status) => return Some((Err(status), (inbound, svc, true))),
                     Ok(req) => {
-                        if let Err(status) = check_sender(&who, req.from_node) {
+                        let caller = who.as_ref().as_ref().map(Option::as_ref);
+                        if let Err(status) = check_sender(caller, req.from_node) {
                             return Some((Err(status), (inbound, svc, true)));
                         }
                         svc.append_one(&req).await.map(|(resp, stopped)| {
@@ -444,7 +438,7 @@ impl RaftService for RaftGrpcService {
     }
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftResponse>, Status> {
-        check_sender(&caller(&request), request.get_ref().from_node)?;
+        check_request_sender(&request)?;
         let req = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
             Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
@@ -456,7 +450,7 @@ impl RaftService for RaftGrpcService {
         &self,
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftResponse>, Status> {
-        check_sender(&caller(&request), request.get_ref().from_node)?;
+        check_request_sender(&request)?;
         let req = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
             Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
@@ -465,7 +459,7 @@ impl RaftService for RaftGrpcService {
     }
 
     async fn lease(&self, request: Request<RaftRequest>) -> Result<Response<RaftResponse>, Status> {
-        check_sender(&caller(&request), request.get_ref().from_node)?;
+        check_request_sender(&request)?;
         let from = request.get_ref().from_node;
         let req: LeaseRequest = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
@@ -479,7 +473,7 @@ impl RaftService for RaftGrpcService {
         &self,
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftResponse>, Status> {
-        check_sender(&caller(&request), request.get_ref().from_node)?;
+        check_request_sender(&request)?;
         let req = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
             Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),

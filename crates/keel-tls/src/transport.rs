@@ -64,23 +64,45 @@ pub fn is_tls<T>(req: &tonic::Request<T>) -> bool {
     req.extensions().get::<PeerInfo>().is_some()
 }
 
+/// Who called, as far as an authorization check cares: `None` on a
+/// plaintext listener (nothing is known), else the identity the caller's
+/// certificate names, if any. Taken once per stream for checks of each
+/// of its messages ([`check_caller`]).
+pub fn caller<T>(req: &tonic::Request<T>) -> Option<Option<Identity>> {
+    is_tls(req).then(|| peer(req).cloned())
+}
+
 /// Over TLS, refuses a caller of `what` whose certificate `allowed` does not
 /// accept, with a PermissionDenied naming who may call (`who_may`) and who
 /// called. A plaintext listener knows no identities and lets everyone in.
+///
+/// `what` and `who_may` are formatted only for a refusal (no work on the
+/// request path otherwise: pass `format_args!`).
 #[allow(clippy::result_large_err)]
 pub fn authorize<T>(
     req: &tonic::Request<T>,
-    what: &str,
-    who_may: &str,
+    what: impl std::fmt::Display,
+    who_may: impl std::fmt::Display,
     allowed: impl FnOnce(&Role) -> bool,
 ) -> Result<(), tonic::Status> {
-    if !is_tls(req) {
+    check_caller(is_tls(req).then(|| peer(req)), what, who_may, allowed)
+}
+
+/// [`authorize`] for a caller taken earlier ([`caller`]; `None`: plaintext).
+#[allow(clippy::result_large_err)]
+pub fn check_caller(
+    caller: Option<Option<&Identity>>,
+    what: impl std::fmt::Display,
+    who_may: impl std::fmt::Display,
+    allowed: impl FnOnce(&Role) -> bool,
+) -> Result<(), tonic::Status> {
+    let Some(identity) = caller else {
         return Ok(());
-    }
-    match peer(req) {
+    };
+    match identity {
         Some(id) if allowed(&id.role) => Ok(()),
         Some(id) => {
-            tracing::warn!(caller = %id, request = what, "refused: the caller's certificate does not allow it");
+            tracing::warn!(caller = %id, request = %what, "refused: the caller's certificate does not allow it");
             Err(tonic::Status::permission_denied(format!(
                 "{what} is accepted only from {who_may}; the caller's certificate names {id}"
             )))

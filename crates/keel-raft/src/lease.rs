@@ -53,8 +53,6 @@ pub struct LeaseRequest {
 pub struct LeaseResponse {
     /// It follows the leadership of the request's vote.
     pub acked: bool,
-    /// Its own vote, as published when it answered.
-    pub vote: Vote<NodeId>,
 }
 
 /// Whether node `me`, in `state` with vote `mine`, acknowledges a lease
@@ -153,28 +151,24 @@ pub async fn lease_heartbeats(
             _ = stop.wait_for(|v| *v) => break,
             _ = tokio::time::sleep(interval) => {}
         }
-        let (state, vote, members) = {
-            let m = raft.metrics().borrow().clone();
-            let members: Vec<(NodeId, crate::KeelNode)> = m
-                .membership_config
-                .membership()
+        // Read under the borrow; the voters only while leading.
+        let (vote, members) = {
+            let m = raft.metrics();
+            let m = m.borrow();
+            let leads = m.state == ServerState::Leader
+                && m.vote.is_committed()
+                && m.vote.leader_id().voted_for() == Some(me);
+            if !leads {
+                continue;
+            }
+            let membership = m.membership_config.membership();
+            let members: Vec<(NodeId, crate::KeelNode)> = membership
                 .voter_ids()
                 .filter(|id| *id != me)
-                .filter_map(|id| {
-                    m.membership_config
-                        .membership()
-                        .get_node(&id)
-                        .map(|n| (id, n.clone()))
-                })
+                .filter_map(|id| membership.get_node(&id).map(|n| (id, n.clone())))
                 .collect();
-            (m.state, m.vote, members)
+            (m.vote, members)
         };
-        let leads = state == ServerState::Leader
-            && vote.is_committed()
-            && vote.leader_id().voted_for() == Some(me);
-        if !leads {
-            continue;
-        }
         in_flight.retain(|_, h| !h.is_finished());
         for (target, node) in members {
             if in_flight.contains_key(&target) {

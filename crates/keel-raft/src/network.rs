@@ -155,8 +155,15 @@ impl Network {
     pub fn with_transport(mut self, transport: keel_tls::Transport) -> Self {
         self.transport = transport;
         // Channels made so far spoke another way.
-        self.channels = Arc::new(Mutex::new(HashMap::new()));
+        self.forget_channels();
         self
+    }
+
+    /// Drops the channels made so far (replication and lease alike): they
+    /// were made with another source address or transport.
+    fn forget_channels(&mut self) {
+        self.channels = Arc::new(Mutex::new(HashMap::new()));
+        self.lease_channels = Arc::new(Mutex::new(HashMap::new()));
     }
 
     /// Sends `dir` as this node's directory id with every request.
@@ -173,8 +180,7 @@ impl Network {
     pub fn with_bind_ip(mut self, ip: IpAddr) -> Self {
         self.bind_ip = (!ip.is_unspecified()).then_some(ip);
         // Channels made so far dialed from another address.
-        self.channels = Arc::new(Mutex::new(HashMap::new()));
-        self.lease_channels = Arc::new(Mutex::new(HashMap::new()));
+        self.forget_channels();
         self
     }
 

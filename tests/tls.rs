@@ -15,7 +15,7 @@ use keel_proto::pb;
 use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
 use keel_proto::pb::broker_service_client::BrokerServiceClient;
 use keel_proto::pb::raft_service_client::RaftServiceClient;
-use keel_tls::{Expect, Identity, TlsContext, TlsFiles, Transport};
+use keel_tls::{Expect, Identity, Transport};
 use tonic::transport::Channel;
 
 const LONG: Duration = Duration::from_secs(90);
@@ -47,19 +47,11 @@ fn client_over(c: &Cluster, transport: Transport) -> ControllerClient {
 /// A TLS transport presenting the certificate and key written in `dir`
 /// for `identity`, trusting `dir/ca.pem`.
 fn transport_from(dir: &Path, identity: &Identity) -> Transport {
-    let (cert, key) = keel_tls::certs::paths(dir, identity);
-    let files = TlsFiles {
-        cert,
-        key,
-        ca: dir.join("ca.pem"),
-    };
-    Transport::Tls(Arc::new(
-        TlsContext::load(files, &identity.cluster_id).expect("load the TLS files"),
-    ))
+    keel_testkit::cluster::tls_transport(dir, identity).expect("load the TLS files")
 }
 
 /// Writes `issued` for `identity` into `dir`, over whatever is there.
-fn write_issued(dir: &Path, identity: &Identity, issued: &keel_tls::certs::Issued) {
+fn overwrite_issued(dir: &Path, identity: &Identity, issued: &keel_tls::certs::Issued) {
     let (cert, key) = keel_tls::certs::paths(dir, identity);
     std::fs::write(&key, &issued.key_pem).unwrap();
     std::fs::write(&cert, &issued.cert_pem).unwrap();
@@ -113,7 +105,7 @@ async fn only_clients_with_a_certificate_of_this_cluster_and_ca_are_served() {
     let other_ca = keel_tls::certs::Ca::new(CLUSTER_ID).unwrap();
     let admin = Identity::user(CLUSTER_ID, "admin");
     std::fs::write(stranger.path().join("ca.pem"), &other_ca.cert_pem).unwrap();
-    write_issued(
+    overwrite_issued(
         stranger.path(),
         &admin,
         &other_ca.issue(&admin, &[], &[]).unwrap(),
@@ -128,11 +120,11 @@ async fn only_clients_with_a_certificate_of_this_cluster_and_ca_are_served() {
     let elsewhere = tempfile::tempdir().unwrap();
     std::fs::copy(certs.join("ca.pem"), elsewhere.path().join("ca.pem")).unwrap();
     let foreign = Identity::user("another-cluster", "admin");
-    let issued = keel_testkit::cluster::load_ca(&certs)
+    let issued = keel_tls::certs::load_ca(&certs)
         .unwrap()
         .issue(&foreign, &[], &[])
         .unwrap();
-    write_issued(elsewhere.path(), &foreign, &issued);
+    overwrite_issued(elsewhere.path(), &foreign, &issued);
     let e = describe_topics(&client_over(&c, transport_from(elsewhere.path(), &foreign)))
         .await
         .expect_err("a certificate of another cluster id is refused");
@@ -227,14 +219,17 @@ async fn a_rotated_controller_certificate_serves_new_connections_and_no_request_
     let certs = c.certs_dir().unwrap().to_path_buf();
     let (cert_path, _) = keel_tls::certs::paths(&certs, &me);
     let old = keel_tls::context::leaf_certificate(&cert_path).unwrap();
-    let seen = c
-        .transport()
-        .server_certificate(&addr, Expect::ControllerId(id))
-        .await
-        .unwrap()
-        .unwrap();
+    // The certificate a new connection to the controller sees.
+    let presented = || async {
+        c.transport()
+            .server_certificate(&addr, Expect::ControllerId(id))
+            .await
+            .unwrap()
+            .unwrap()
+    };
     assert_eq!(
-        seen, old,
+        presented().await,
+        old,
         "the controller presents the certificate it started with"
     );
 
@@ -264,11 +259,11 @@ async fn a_rotated_controller_certificate_serves_new_connections_and_no_request_
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // A new certificate from the same CA over the files, then SIGHUP.
-    let issued = keel_testkit::cluster::load_ca(&certs)
+    let issued = keel_tls::certs::load_ca(&certs)
         .unwrap()
         .issue(&me, &[], &[])
         .unwrap();
-    write_issued(&certs, &me, &issued);
+    overwrite_issued(&certs, &me, &issued);
     let new = keel_tls::context::leaf_certificate(&cert_path).unwrap();
     assert_ne!(new, old);
     let pid = c.controller(active).pid().expect("the controller runs");
@@ -292,13 +287,11 @@ async fn a_rotated_controller_certificate_serves_new_connections_and_no_request_
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let seen = c
-        .transport()
-        .server_certificate(&addr, Expect::ControllerId(id))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(seen, new, "a new connection sees the new certificate");
+    assert_eq!(
+        presented().await,
+        new,
+        "a new connection sees the new certificate"
+    );
     let serial = keel_tls::context::serial_hex(&new).unwrap();
     assert!(
         c.controller(active).process.log_text().contains(&serial),
@@ -515,8 +508,8 @@ async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_on
     };
 
     // A new certificate from the same CA: new connections see it.
-    let ca = keel_testkit::cluster::load_ca(&certs).unwrap();
-    write_issued(&certs, &me, &ca.issue(&me, &[], &[]).unwrap());
+    let ca = keel_tls::certs::load_ca(&certs).unwrap();
+    overwrite_issued(&certs, &me, &ca.issue(&me, &[], &[]).unwrap());
     let new = keel_tls::context::leaf_certificate(&cert_path).unwrap();
     hup(&c);
     wait_log(&c, "TLS certificate reloaded", 1);
@@ -525,7 +518,7 @@ async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_on
     // A certificate naming broker 2 over broker 1's files: refused, the
     // broker keeps presenting its own.
     let two = Identity::broker(CLUSTER_ID, 2);
-    write_issued(&certs, &me, &ca.issue(&two, &[], &[]).unwrap());
+    overwrite_issued(&certs, &me, &ca.issue(&two, &[], &[]).unwrap());
     hup(&c);
     wait_log(&c, "names another identity", 1);
     assert_eq!(presented(&c).await, new);

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use keel_tls::certs::{self, Ca, InitSpec};
+use keel_tls::certs::{self, InitSpec};
 use keel_tls::Identity;
 
 use crate::EXIT_LOCAL;
@@ -136,41 +136,28 @@ pub fn run(a: CertsArgs) -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            let read = |name: &str| std::fs::read_to_string(dir.join(name));
-            let ca = match (read("ca.pem"), read("ca-key.pem")) {
-                (Ok(c), Ok(k)) => Ca::load(&c, &k),
-                (Err(e), _) | (_, Err(e)) => {
+            let ca = match certs::load_ca(&dir) {
+                Ok(ca) => ca,
+                Err(e) => {
                     eprintln!("error: cannot read the CA in {}: {e}", dir.display());
                     return ExitCode::from(EXIT_LOCAL);
                 }
             };
-            let issued = ca.and_then(|ca| ca.issue(&identity, &ips, &dns));
-            let issued = match issued {
-                Ok(i) => i,
+            let out = out.unwrap_or(dir);
+            let written = ca
+                .issue(&identity, &ips, &dns)
+                .and_then(|issued| certs::write_issued(&out, &identity, &issued));
+            match written {
+                Ok((cert, key)) => {
+                    println!("{}", cert.display());
+                    println!("{}", key.display());
+                    ExitCode::SUCCESS
+                }
                 Err(e) => {
                     eprintln!("error: {e}");
-                    return ExitCode::from(EXIT_LOCAL);
+                    ExitCode::from(EXIT_LOCAL)
                 }
-            };
-            let out = out.unwrap_or(dir);
-            let (cert, key) = certs::paths(&out, &identity);
-            for (path, text, mode) in [
-                (&cert, &issued.cert_pem, 0o644),
-                (&key, &issued.key_pem, 0o600),
-            ] {
-                let mut opts = std::fs::OpenOptions::new();
-                opts.write(true).create_new(true);
-                std::os::unix::fs::OpenOptionsExt::mode(&mut opts, mode);
-                let written = std::fs::create_dir_all(&out)
-                    .and_then(|()| opts.open(path))
-                    .and_then(|mut f| std::io::Write::write_all(&mut f, text.as_bytes()));
-                if let Err(e) = written {
-                    eprintln!("error: {}: {e}", path.display());
-                    return ExitCode::from(EXIT_LOCAL);
-                }
-                println!("{}", path.display());
             }
-            ExitCode::SUCCESS
         }
     }
 }

@@ -813,8 +813,8 @@ impl Cluster {
 
     /// The highest Raft term any running controller reports (each asked
     /// within `timeout`); `None` when none answers. Every election raises
-    /// it, so its growth over a run bounds the leadership changes from
-    /// above.
+    /// it, so its growth over a run (read while every controller answers)
+    /// bounds the leadership changes from above.
     pub async fn raft_term(&self, timeout: Duration) -> Option<u64> {
         let mut term = None;
         for i in 0..self.controller_count() {
@@ -1060,31 +1060,14 @@ pub fn issue_missing(dir: &Path, identity: &keel_tls::Identity) -> anyhow::Resul
     if cert.exists() && key.exists() {
         return Ok(());
     }
-    let issued = load_ca(dir)?.issue(identity, &[], &[])?;
-    let mut private = std::fs::OpenOptions::new();
-    std::os::unix::fs::OpenOptionsExt::mode(private.write(true).create(true).truncate(true), 0o600);
-    private
-        .open(&key)
-        .and_then(|mut f| std::io::Write::write_all(&mut f, issued.key_pem.as_bytes()))
-        .with_context(|| format!("write {}", key.display()))?;
-    std::fs::write(&cert, issued.cert_pem).with_context(|| format!("write {}", cert.display()))?;
+    let issued = keel_tls::certs::load_ca(dir)?.issue(identity, &[], &[])?;
+    keel_tls::certs::write_issued(dir, identity, &issued)?;
     Ok(())
 }
 
-/// The CA whose files are in `dir`.
-pub fn load_ca(dir: &Path) -> anyhow::Result<keel_tls::certs::Ca> {
-    let read = |name: &str| {
-        std::fs::read_to_string(dir.join(name))
-            .with_context(|| format!("read {}", dir.join(name).display()))
-    };
-    Ok(keel_tls::certs::Ca::load(
-        &read("ca.pem")?,
-        &read("ca-key.pem")?,
-    )?)
-}
-
-/// A TLS transport presenting `identity`'s certificate from `dir`.
-fn tls_transport(dir: &Path, identity: &keel_tls::Identity) -> anyhow::Result<Transport> {
+/// A TLS transport presenting `identity`'s certificate and key from
+/// `dir`, trusting `dir/ca.pem`.
+pub fn tls_transport(dir: &Path, identity: &keel_tls::Identity) -> anyhow::Result<Transport> {
     let (cert, key) = keel_tls::certs::paths(dir, identity);
     let files = keel_tls::TlsFiles {
         cert,

@@ -185,6 +185,33 @@ fn write_new(path: &Path, text: &str, private: bool) -> Result<(), CertError> {
     f.sync_all().map_err(io)
 }
 
+/// The CA whose `ca.pem` and `ca-key.pem` are in `dir` (to issue more).
+pub fn load_ca(dir: &Path) -> Result<Ca, CertError> {
+    let read = |name: &str| {
+        let path = dir.join(name);
+        std::fs::read_to_string(&path).map_err(|source| CertError::Io { path, source })
+    };
+    Ca::load(&read("ca.pem")?, &read("ca-key.pem")?)
+}
+
+/// Writes `identity`'s certificate and key into `dir` (created if need
+/// be; the key readable by its owner only), refusing to overwrite either.
+/// Returns their paths.
+pub fn write_issued(
+    dir: &Path,
+    identity: &Identity,
+    issued: &Issued,
+) -> Result<(PathBuf, PathBuf), CertError> {
+    std::fs::create_dir_all(dir).map_err(|source| CertError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let (cert, key) = paths(dir, identity);
+    write_new(&cert, &issued.cert_pem, false)?;
+    write_new(&key, &issued.key_pem, true)?;
+    Ok((cert, key))
+}
+
 /// What `init` makes.
 #[derive(Clone, Debug, Default)]
 pub struct InitSpec {
@@ -230,9 +257,7 @@ pub fn init(dir: &Path, spec: &InitSpec) -> Result<Vec<PathBuf>, CertError> {
             _ => (&spec.ips, &spec.dns),
         };
         let issued = ca.issue(&id, ips, dns)?;
-        let (cert, key) = paths(dir, &id);
-        write_new(&cert, &issued.cert_pem, false)?;
-        write_new(&key, &issued.key_pem, true)?;
+        let (cert, key) = write_issued(dir, &id, &issued)?;
         written.push(cert);
         written.push(key);
     }

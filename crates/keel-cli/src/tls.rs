@@ -11,23 +11,23 @@ use keel_tls::{Identity, Role, TlsContext, TlsFiles, Transport};
 /// Why a node without TLS settings does not start.
 pub const NO_TLS: &str = "no TLS settings: give --tls-cert, --tls-key and --tls-ca (`keel certs init` makes them), or --allow-plaintext to run without encryption or identities";
 
-/// Mutual TLS options. The three files go together; without them the
-/// process speaks plaintext.
+/// Mutual TLS options, on every node and admin command (global: they may
+/// follow a subcommand). The three files go together.
 #[derive(Args, Debug, Clone, Default)]
 pub struct TlsArgs {
     /// This process's certificate (PEM), naming keel://<cluster>/<role>/<name>.
-    #[arg(long, env = "KEEL_TLS_CERT")]
+    #[arg(long, env = "KEEL_TLS_CERT", global = true)]
     pub tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM).
-    #[arg(long, env = "KEEL_TLS_KEY")]
+    #[arg(long, env = "KEEL_TLS_KEY", global = true)]
     pub tls_key: Option<PathBuf>,
     /// The cluster CA certificate (PEM) that peers' certificates must chain to.
-    #[arg(long, env = "KEEL_TLS_CA")]
+    #[arg(long, env = "KEEL_TLS_CA", global = true)]
     pub tls_ca: Option<PathBuf>,
     /// Speak plaintext (no TLS options given): no encryption, no identities.
     /// A controller or broker given neither this nor the TLS files refuses
     /// to start.
-    #[arg(long, env = "KEEL_ALLOW_PLAINTEXT")]
+    #[arg(long, env = "KEEL_ALLOW_PLAINTEXT", global = true)]
     pub allow_plaintext: bool,
 }
 

@@ -4,7 +4,6 @@
 //! One module per command group; this one holds what they share: the
 //! options every command takes, the `call!` macro, and small helpers.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -28,18 +27,11 @@ pub struct Common {
     /// Output format.
     #[arg(long, value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
-    /// Client certificate (PEM) for mutual TLS, e.g. certs/user-admin.pem.
-    #[arg(long, env = "KEEL_TLS_CERT", global = true)]
-    pub tls_cert: Option<PathBuf>,
-    /// The private key of --tls-cert (PEM).
-    #[arg(long, env = "KEEL_TLS_KEY", global = true)]
-    pub tls_key: Option<PathBuf>,
-    /// The cluster CA certificate (PEM).
-    #[arg(long, env = "KEEL_TLS_CA", global = true)]
-    pub tls_ca: Option<PathBuf>,
-    /// Speak plaintext to the controllers.
-    #[arg(long, env = "KEEL_ALLOW_PLAINTEXT", global = true)]
-    pub allow_plaintext: bool,
+    /// Mutual TLS: e.g. certs/user-admin.pem, its key and the cluster CA;
+    /// none (and no `--allow-plaintext`) with the default bootstrap uses
+    /// the running `keel dev` cluster's admin certificate.
+    #[command(flatten)]
+    pub tls: TlsArgs,
 }
 
 impl Common {
@@ -47,12 +39,7 @@ impl Common {
     /// and the default bootstrap, the running `keel dev` cluster's admin
     /// certificate when there is one.
     fn tls(&self) -> TlsArgs {
-        let given = TlsArgs {
-            tls_cert: self.tls_cert.clone(),
-            tls_key: self.tls_key.clone(),
-            tls_ca: self.tls_ca.clone(),
-            allow_plaintext: self.allow_plaintext,
-        };
+        let given = self.tls.clone();
         let none_given =
             given.tls_cert.is_none() && given.tls_key.is_none() && given.tls_ca.is_none();
         if none_given && !given.allow_plaintext && self.bootstrap == DEFAULT_BOOTSTRAP {

@@ -488,14 +488,6 @@ where
             entries: logs,
         };
 
-        // Send the payload.
-        tracing::debug!(
-            payload=%payload.summary(),
-            now = debug(leader_time),
-            "start sending append_entries, timeout: {:?}",
-            self.config.heartbeat_interval
-        );
-
         // Patched (Keel): an append that carries entries has its own timeout
         // (`Config::append_entries_timeout_ms`); a heartbeat keeps `heartbeat_interval`.
         let the_timeout = if payload.entries.is_empty() {
@@ -503,6 +495,15 @@ where
         } else {
             self.config.append_entries_timeout()
         };
+
+        // Send the payload.
+        tracing::debug!(
+            payload=%payload.summary(),
+            now = debug(leader_time),
+            "start sending append_entries, timeout: {:?}",
+            the_timeout
+        );
+
         let option = RPCOption::new(the_timeout);
         let res = C::timeout(the_timeout, self.network.append_entries(payload, option)).await;
 

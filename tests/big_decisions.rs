@@ -105,15 +105,22 @@ fn delayed_syncs(log: &Path) -> usize {
         .count()
 }
 
-/// The highest Raft term of the controllers (they must all answer).
+/// The highest Raft term of the three controllers, once every one of them
+/// has answered (a node that raised its term must not go unseen).
 async fn term(c: &Cluster) -> u64 {
     for _ in 0..100 {
-        if let Some(t) = c.raft_term(Duration::from_secs(10)).await {
-            return t;
+        let mut terms = Vec::new();
+        for i in 0..c.controller_count() {
+            if let Some(d) = c.describe_node(i, Duration::from_secs(10)).await {
+                terms.push(d.term);
+            }
+        }
+        if terms.len() == c.controller_count() {
+            return terms.into_iter().max().unwrap_or(0);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    panic!("no controller reports its term\n{}", c.log_tails(20));
+    panic!("not every controller reports its term\n{}", c.log_tails(20));
 }
 
 fn refs(topic: &str) -> Vec<pb::TopicPartitionRef> {

@@ -90,7 +90,9 @@ pub fn start(spec: Spec) -> anyhow::Result<Cluster> {
 /// Counts leadership changes over part of a scenario: the growth of the
 /// highest Raft term the controllers report between [`Leadership::start`]
 /// and [`Leadership::changes`]. Every election (won or not) raises the
-/// term, so the count is never below the real number of changes.
+/// term, so while every controller answers at both ends the count is never
+/// below the real number of changes (a node that does not answer is left
+/// out of that end's maximum).
 pub struct Leadership {
     start: Option<u64>,
 }

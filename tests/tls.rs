@@ -201,6 +201,23 @@ async fn only_a_controller_may_speak_raft_as_itself() {
         .expect_err("controller {other_id} cannot vote as {third}");
     assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
 
+    // A genuine certificate of a controller that is not a voter (one
+    // issued ahead of an add-voter) cannot stand for election.
+    let future = c
+        .transport_as(&Identity::controller(CLUSTER_ID, 4))
+        .unwrap();
+    let ch = channel(&future, &addr, Expect::ControllerId(to_node)).await;
+    let mut raft = RaftServiceClient::new(ch);
+    for s in [
+        raft.vote(request(4)).await.expect_err("node 4 cannot vote"),
+        raft.pre_vote(request(4))
+            .await
+            .expect_err("node 4 cannot pre-vote"),
+    ] {
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+        assert!(s.message().contains("not a voter"), "{s:?}");
+    }
+
     // The quorum itself is unaffected.
     c.wait_converged(1, LONG).await.unwrap();
 }

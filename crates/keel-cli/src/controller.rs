@@ -79,6 +79,10 @@ pub struct ControllerArgs {
     /// Async runtime worker threads [default: one per core].
     #[arg(long, env = "KEEL_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     worker_threads: Option<u16>,
+    /// Principals allowed every admin operation whatever the ACLs say,
+    /// comma separated: e.g. User:admin. Controllers always are.
+    #[arg(long, env = "KEEL_SUPER_USERS")]
+    super_users: Option<String>,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -108,6 +112,7 @@ struct ControllerFile {
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
     allow_plaintext: Option<bool>,
+    super_users: Option<Vec<String>>,
 }
 
 /// Worker threads for the controller's runtime, which is built before the
@@ -170,8 +175,23 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
         Some(&cluster_id),
         Some(&keel_tls::Identity::controller(&cluster_id, node_id)),
     )?;
+    let super_users: Vec<String> = match &a.super_users {
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .collect(),
+        None => file.super_users.clone().unwrap_or_default(),
+    };
+    let super_users = super_users
+        .iter()
+        .map(|s| s.parse::<keel_metadata::acl::Principal>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("--super-users: {e}"))?;
     let mut c = ControllerConfig::new(node_id, listen, voters, data_dir, cluster_id);
     c.transport = transport;
+    c.super_users = super_users;
     c.join = a.join || file.join.unwrap_or(false);
     if let Some(v) = a.session_timeout_ms.or(file.session_timeout_ms) {
         c.session_timeout_ms = v;

@@ -62,6 +62,8 @@ enum Command {
     Reassign(admin::ReassignArgs),
     /// Elect preferred or unclean leaders.
     ElectLeaders(admin::ElectArgs),
+    /// ACLs: who may do what (add, remove, list).
+    Acls(admin::AclsArgs),
     /// Decode a controller's Raft log and snapshot offline.
     Log(log::LogArgs),
     /// Certificates: a cluster CA and one certificate per node and user.
@@ -105,6 +107,7 @@ pub fn main() -> ExitCode {
             Command::Quorum(a) => admin::quorum(a).await,
             Command::Reassign(a) => admin::reassign(a).await,
             Command::ElectLeaders(a) => admin::elect(a).await,
+            Command::Acls(a) => admin::acls(a).await,
             Command::Log(a) => log::run(a),
             Command::Certs(a) => certs::run(a),
             Command::BenchEchoServer(a) => bench::echo_server(a).await,

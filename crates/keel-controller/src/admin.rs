@@ -8,17 +8,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::stream::{BoxStream, StreamExt};
+use keel_metadata::acl::{Operation, Resource};
 use keel_metadata::decide::{ConfigOp, CreatePartitions, CreateTopic, ElectionKind};
 use keel_metadata::{ApiError, BrokerId, ErrorCode, MetadataImage, TopicPartition};
 use keel_proto::convert::{
-    broker_to_pb, brokers_from_pb, config_op_from_pb, election_kind_from_pb, error_to_pb,
-    partition_to_pb, result_error,
+    acl_binding_from_pb, acl_binding_to_pb, acl_filter_from_pb, broker_to_pb, brokers_from_pb,
+    config_op_from_pb, election_kind_from_pb, error_to_pb, partition_to_pb, result_error,
 };
 use keel_proto::pb;
 use keel_proto::pb::admin_service_server::AdminService;
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::authz::{decide_permitted, Caller};
 use crate::budget::{admit_each, Admitted};
 use crate::command::{CommandKind, Proposal};
 use crate::shared::{now_ms, Shared};
@@ -39,6 +41,25 @@ impl AdminApi {
         Self { shared }
     }
 
+    /// The configured super users, for a decision closure.
+    fn super_users(&self) -> Arc<BTreeSet<keel_metadata::acl::Principal>> {
+        self.shared.super_users.clone()
+    }
+
+    /// Refuses a caller of `req` who may not do `op` on the cluster by
+    /// `image`'s ACLs.
+    fn check_cluster<T>(
+        &self,
+        req: &Request<T>,
+        image: &MetadataImage,
+        op: Operation,
+    ) -> Result<(), pb::Error> {
+        Caller::of(req)
+            .checker(image, &self.shared.super_users)
+            .check(op, Resource::Cluster)
+            .map_err(|e| error_to_pb(&e))
+    }
+
     /// Admits a unary write to the node's write budget, unless it came
     /// through a `Write` session, which admitted it before reading it.
     async fn admit<M: Message>(&self, req: &Request<M>) -> Option<Admitted> {
@@ -54,25 +75,25 @@ impl AdminApi {
     }
 
     /// Answers one write of a `Write` session through the same handler as
-    /// its unary call.
-    async fn write_one(&self, w: pb::WriteRequest) -> pb::WriteResponse {
+    /// its unary call, as the session's caller.
+    async fn write_one(&self, w: pb::WriteRequest, caller: Caller) -> pb::WriteResponse {
         use pb::write_request::Op;
         use pb::write_response::Result as Answer;
         let answer = match w.op {
             Some(Op::IncrementalAlterConfigs(r)) => self
-                .incremental_alter_configs(admitted(r))
+                .incremental_alter_configs(admitted(r, caller.clone()))
                 .await
                 .map(|r| Answer::IncrementalAlterConfigs(r.into_inner())),
             Some(Op::CreateTopics(r)) => self
-                .create_topics(admitted(r))
+                .create_topics(admitted(r, caller.clone()))
                 .await
                 .map(|r| Answer::CreateTopics(r.into_inner())),
             Some(Op::DeleteTopics(r)) => self
-                .delete_topics(admitted(r))
+                .delete_topics(admitted(r, caller.clone()))
                 .await
                 .map(|r| Answer::DeleteTopics(r.into_inner())),
             Some(Op::CreatePartitions(r)) => self
-                .create_partitions(admitted(r))
+                .create_partitions(admitted(r, caller.clone()))
                 .await
                 .map(|r| Answer::CreatePartitions(r.into_inner())),
             None => Ok(Answer::Error(error_to_pb(&ApiError::new(
@@ -97,10 +118,11 @@ impl AdminApi {
 #[derive(Clone, Copy)]
 struct SessionAdmitted;
 
-/// A session write as a request for its unary handler.
-fn admitted<M>(m: M) -> Request<M> {
+/// A session write as a request of `caller` for its unary handler.
+fn admitted<M>(m: M, caller: Caller) -> Request<M> {
     let mut req = Request::new(m);
     req.extensions_mut().insert(SessionAdmitted);
+    req.extensions_mut().insert(caller);
     req
 }
 
@@ -204,14 +226,16 @@ impl AdminService for AdminApi {
         req: Request<Streaming<pb::WriteRequest>>,
     ) -> Result<Response<Self::WriteStream>, Status> {
         let api = self.clone();
+        let caller = Caller::of(&req);
         let size = |m: &Result<pb::WriteRequest, Status>| m.as_ref().map_or(0, |w| w.encoded_len());
         let budget = self.shared.write_budget.clone();
         let answers = admit_each(req.into_inner(), budget, size)
             .map(move |(m, admitted)| {
                 let api = api.clone();
+                let caller = caller.clone();
                 async move {
                     let answer = match m {
-                        Ok(w) => Ok(api.write_one(w).await),
+                        Ok(w) => Ok(api.write_one(w, caller).await),
                         Err(s) => Err(s),
                     };
                     drop(admitted);
@@ -227,6 +251,8 @@ impl AdminService for AdminApi {
         req: Request<pb::CreateTopicsRequest>,
     ) -> Result<Response<pb::CreateTopicsResponse>, Status> {
         let _admitted = self.admit(&req).await;
+        let caller = Caller::of(&req);
+        let supers = self.super_users();
         let req = req.into_inner();
         let topics: Vec<CreateTopic> = req
             .topics
@@ -247,7 +273,23 @@ impl AdminService for AdminApi {
         let r = self
             .shared
             .submit(CommandKind::CreateTopics, move |image, env| {
-                let d = image.decide_create_topics(&topics, validate_only, &mut env.rng);
+                // Kafka's rule: `create` on the cluster, or on the topic.
+                let checker = caller.checker(image, &supers);
+                let any = checker.may(Operation::Create, Resource::Cluster);
+                let d = decide_permitted(
+                    &topics,
+                    |t| {
+                        (!any)
+                            .then(|| {
+                                checker
+                                    .check(Operation::Create, Resource::Topic(&t.name))
+                                    .err()
+                            })
+                            .flatten()
+                    },
+                    |t| t.name.clone(),
+                    |ts| image.decide_create_topics(ts, validate_only, &mut env.rng),
+                );
                 Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
             })
             .await;
@@ -280,12 +322,22 @@ impl AdminService for AdminApi {
         req: Request<pb::DeleteTopicsRequest>,
     ) -> Result<Response<pb::DeleteTopicsResponse>, Status> {
         let _admitted = self.admit(&req).await;
+        let caller = Caller::of(&req);
+        let supers = self.super_users();
         let names = req.into_inner().names;
         let r = self
             .shared
             .submit(CommandKind::DeleteTopics, move |image, _| {
                 let mut chain = keel_metadata::decide::Chain::new(image);
-                let reply = chain.decide(|image| image.decide_delete_topics(&names));
+                let reply = chain.decide(|image| {
+                    let checker = caller.checker(image, &supers);
+                    decide_permitted(
+                        &names,
+                        |n| checker.check(Operation::Delete, Resource::Topic(n)).err(),
+                        Clone::clone,
+                        |names| image.decide_delete_topics(names),
+                    )
+                });
                 // Start these topics' deletion right away rather than at the
                 // next tick (only these: others progress on the tick).
                 let ids: Vec<keel_metadata::TopicId> = reply
@@ -319,6 +371,8 @@ impl AdminService for AdminApi {
         req: Request<pb::CreatePartitionsRequest>,
     ) -> Result<Response<pb::CreatePartitionsResponse>, Status> {
         let _admitted = self.admit(&req).await;
+        let caller = Caller::of(&req);
+        let supers = self.super_users();
         let req = req.into_inner();
         let items: Vec<CreatePartitions> = req
             .topics
@@ -333,7 +387,17 @@ impl AdminService for AdminApi {
         let r = self
             .shared
             .submit(CommandKind::CreatePartitions, move |image, env| {
-                let d = image.decide_create_partitions(&items, validate_only, &mut env.rng);
+                let checker = caller.checker(image, &supers);
+                let d = decide_permitted(
+                    &items,
+                    |i| {
+                        checker
+                            .check(Operation::Alter, Resource::Topic(&i.name))
+                            .err()
+                    },
+                    |i| i.name.clone(),
+                    |items| image.decide_create_partitions(items, validate_only, &mut env.rng),
+                );
                 Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
             })
             .await;
@@ -359,10 +423,18 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::AlterPartitionReassignmentsRequest>,
     ) -> Result<Response<pb::AlterPartitionReassignmentsResponse>, Status> {
+        let caller = Caller::of(&req);
+        let supers = self.super_users();
         let items = req.into_inner().partitions;
         let r = self
             .shared
             .submit(CommandKind::AlterReassignments, move |image, _| {
+                if let Err(e) = caller
+                    .checker(image, &supers)
+                    .check(Operation::Alter, Resource::Cluster)
+                {
+                    return Proposal::with_reply(vec![], Err(e));
+                }
                 let mut results: Vec<(String, u32, Result<(), ApiError>)> = Vec::new();
                 let mut valid = Vec::new();
                 let mut slots = Vec::new();
@@ -419,8 +491,14 @@ impl AdminService for AdminApi {
                 reassignments: vec![],
             }));
         }
-        let wanted: BTreeSet<String> = req.into_inner().topics.into_iter().collect();
         let image = self.shared.image();
+        if let Err(e) = self.check_cluster(&req, &image, Operation::Describe) {
+            return Ok(Response::new(pb::ListPartitionReassignmentsResponse {
+                error: Some(e),
+                reassignments: vec![],
+            }));
+        }
+        let wanted: BTreeSet<String> = req.into_inner().topics.into_iter().collect();
         let reassignments = image
             .list_reassignments()
             .into_iter()
@@ -445,6 +523,8 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::ElectLeadersRequest>,
     ) -> Result<Response<pb::ElectLeadersResponse>, Status> {
+        let caller = Caller::of(&req);
+        let supers = self.super_users();
         let req = req.into_inner();
         let kind: ElectionKind = match election_kind_from_pb(req.election_type) {
             Ok(k) => k,
@@ -459,6 +539,12 @@ impl AdminService for AdminApi {
         let r = self
             .shared
             .submit(CommandKind::ElectLeaders, move |image, _| {
+                if let Err(e) = caller
+                    .checker(image, &supers)
+                    .check(Operation::Alter, Resource::Cluster)
+                {
+                    return Proposal::with_reply(vec![], Err(e));
+                }
                 let mut results: Vec<(String, u32, Result<BrokerId, ApiError>)> = Vec::new();
                 let d = if wanted.is_empty() {
                     image.decide_elect_leaders(kind, None)
@@ -500,7 +586,7 @@ impl AdminService for AdminApi {
 
     async fn describe_cluster(
         &self,
-        _req: Request<pb::DescribeClusterRequest>,
+        req: Request<pb::DescribeClusterRequest>,
     ) -> Result<Response<pb::DescribeClusterResponse>, Status> {
         if let Err(e) = self.shared.linearizable().await {
             return Ok(Response::new(pb::DescribeClusterResponse {
@@ -521,6 +607,8 @@ impl AdminService for AdminApi {
             Err(_) => BTreeMap::new(),
         };
         let m = self.shared.raft.metrics().borrow().clone();
+        let incarnations =
+            Caller::of(&req).may_see_incarnations(&image, &self.shared.config.super_users);
         Ok(Response::new(pb::DescribeClusterResponse {
             error: None,
             cluster_id: self.shared.config.cluster_id.clone(),
@@ -533,7 +621,11 @@ impl AdminService for AdminApi {
                     last_heartbeat_ms: contacts.get(&b.id).copied(),
                     log_dirs: b.log_dirs.clone(),
                     offline_log_dirs: b.offline_log_dirs.clone(),
-                    incarnation_id: b.incarnation.to_bytes().to_vec(),
+                    incarnation_id: if incarnations {
+                        b.incarnation.to_bytes().to_vec()
+                    } else {
+                        Vec::new()
+                    },
                 })
                 .collect(),
         }))
@@ -549,16 +641,34 @@ impl AdminService for AdminApi {
                 topics: vec![],
             }));
         }
+        let caller = Caller::of(&req);
         let names = req.into_inner().names;
         let image = self.shared.image();
+        let checker = caller.checker(&image, &self.shared.config.super_users);
         let topics = if names.is_empty() {
-            let mut all: Vec<_> = image.topics().collect();
+            // Only what the caller may describe; the rest is not there.
+            let mut all: Vec<_> = image
+                .topics()
+                .filter(|t| checker.may(Operation::Describe, Resource::Topic(&t.name)))
+                .collect();
             all.sort_by(|a, b| a.name.cmp(&b.name));
             all.into_iter().map(|t| describe_topic(&image, t)).collect()
         } else {
             names
                 .iter()
                 .map(|n| match image.topic_by_name(n) {
+                    // Named but not describable: refused, whether or not it
+                    // exists (its existence is not told either).
+                    _ if !checker.may(Operation::Describe, Resource::Topic(n)) => {
+                        pb::TopicDescription {
+                            name: n.clone(),
+                            error: checker
+                                .check(Operation::Describe, Resource::Topic(n))
+                                .err()
+                                .map(|e| error_to_pb(&e)),
+                            ..Default::default()
+                        }
+                    }
                     Some(t) => describe_topic(&image, t),
                     None => pb::TopicDescription {
                         name: n.clone(),
@@ -579,9 +689,15 @@ impl AdminService for AdminApi {
 
     async fn describe_quorum(
         &self,
-        _req: Request<pb::DescribeQuorumRequest>,
+        req: Request<pb::DescribeQuorumRequest>,
     ) -> Result<Response<pb::DescribeQuorumResponse>, Status> {
         if let Err(e) = self.shared.linearizable().await {
+            return Ok(Response::new(pb::DescribeQuorumResponse {
+                error: Some(e),
+                ..Default::default()
+            }));
+        }
+        if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Describe) {
             return Ok(Response::new(pb::DescribeQuorumResponse {
                 error: Some(e),
                 ..Default::default()
@@ -594,11 +710,19 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::UnregisterBrokerRequest>,
     ) -> Result<Response<pb::UnregisterBrokerResponse>, Status> {
+        let caller = Caller::of(&req);
+        let supers = self.super_users();
         let broker = BrokerId(req.into_inner().broker_id);
         let shared = self.shared.clone();
         let r = self
             .shared
             .submit(CommandKind::UnregisterBroker, move |image, _| {
+                if let Err(e) = caller
+                    .checker(image, &supers)
+                    .check(Operation::Alter, Resource::Cluster)
+                {
+                    return Proposal::with_reply(vec![], Err(e));
+                }
                 let d = image.decide_unregister_broker(broker);
                 Proposal::new(d.records, move |commit| {
                     commit?;
@@ -624,6 +748,8 @@ impl AdminService for AdminApi {
         req: Request<pb::IncrementalAlterConfigsRequest>,
     ) -> Result<Response<pb::IncrementalAlterConfigsResponse>, Status> {
         let _admitted = self.admit(&req).await;
+        let caller = Caller::of(&req);
+        let supers = self.super_users();
         let req = req.into_inner();
         let items: Result<Vec<(String, Vec<ConfigOp>)>, keel_proto::convert::ConvertError> = req
             .topics
@@ -650,7 +776,17 @@ impl AdminService for AdminApi {
         let r = self
             .shared
             .submit(CommandKind::AlterConfigs, move |image, _| {
-                let d = image.decide_alter_configs(&items, validate_only);
+                let checker = caller.checker(image, &supers);
+                let d = decide_permitted(
+                    &items,
+                    |(t, _)| {
+                        checker
+                            .check(Operation::AlterConfigs, Resource::Topic(t))
+                            .err()
+                    },
+                    |(t, _)| t.clone(),
+                    |items| image.decide_alter_configs(items, validate_only),
+                );
                 Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
             })
             .await;
@@ -676,10 +812,13 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::AddVoterRequest>,
     ) -> Result<Response<pb::AddVoterResponse>, Status> {
-        let req = req.into_inner();
         if let Err(e) = self.shared.active_handle() {
             return Ok(Response::new(pb::AddVoterResponse { error: Some(e) }));
         }
+        if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Alter) {
+            return Ok(Response::new(pb::AddVoterResponse { error: Some(e) }));
+        }
+        let req = req.into_inner();
         let error =
             crate::quorum::add_voter(&self.shared, req.node_id, req.address, &req.directory_id)
                 .await
@@ -692,10 +831,13 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::RemoveVoterRequest>,
     ) -> Result<Response<pb::RemoveVoterResponse>, Status> {
-        let req = req.into_inner();
         if let Err(e) = self.shared.active_handle() {
             return Ok(Response::new(pb::RemoveVoterResponse { error: Some(e) }));
         }
+        if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Alter) {
+            return Ok(Response::new(pb::RemoveVoterResponse { error: Some(e) }));
+        }
+        let req = req.into_inner();
         let error = crate::quorum::remove_voter(&self.shared, req.node_id)
             .await
             .err()
@@ -703,10 +845,154 @@ impl AdminService for AdminApi {
         Ok(Response::new(pb::RemoveVoterResponse { error }))
     }
 
+    async fn create_acls(
+        &self,
+        req: Request<pb::CreateAclsRequest>,
+    ) -> Result<Response<pb::CreateAclsResponse>, Status> {
+        let caller = Caller::of(&req);
+        let supers = self.super_users();
+        let asked = req.into_inner().bindings;
+        let parsed: Vec<Result<keel_metadata::acl::AclBinding, ApiError>> = asked
+            .iter()
+            .map(|b| acl_binding_from_pb(b).map_err(ApiError::from))
+            .collect();
+        let r = self
+            .shared
+            .submit(CommandKind::AlterAcls, move |image, _| {
+                if let Err(e) = caller
+                    .checker(image, &supers)
+                    .check(Operation::Alter, Resource::Cluster)
+                {
+                    return Proposal::with_reply(vec![], Err(e));
+                }
+                let valid: Vec<_> = parsed.iter().filter_map(|r| r.clone().ok()).collect();
+                let d = image.decide_create_acls(&valid);
+                let mut decided = d.reply.into_iter();
+                let results: Vec<Result<(), ApiError>> = parsed
+                    .iter()
+                    .map(|p| match p {
+                        Err(e) => Err(e.clone()),
+                        Ok(_) => decided.next().unwrap_or_else(|| {
+                            Err(ApiError::new(
+                                ErrorCode::Internal,
+                                "no decision for binding",
+                            ))
+                        }),
+                    })
+                    .collect();
+                Proposal::with_reply(d.records, Ok(results)).with_replayed(d.replayed)
+            })
+            .await;
+        Ok(Response::new(match r {
+            Ok(results) => pb::CreateAclsResponse {
+                error: None,
+                results: asked
+                    .into_iter()
+                    .zip(results)
+                    .map(|(binding, r)| pb::AclResult {
+                        binding: Some(binding),
+                        error: result_error(&r),
+                    })
+                    .collect(),
+            },
+            Err(e) => pb::CreateAclsResponse {
+                error: submit_error(&self.shared, e),
+                results: vec![],
+            },
+        }))
+    }
+
+    async fn delete_acls(
+        &self,
+        req: Request<pb::DeleteAclsRequest>,
+    ) -> Result<Response<pb::DeleteAclsResponse>, Status> {
+        let caller = Caller::of(&req);
+        let supers = self.super_users();
+        let filters = match req
+            .into_inner()
+            .filters
+            .iter()
+            .map(acl_filter_from_pb)
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(f) => f,
+            Err(e) => {
+                return Ok(Response::new(pb::DeleteAclsResponse {
+                    error: Some(error_to_pb(&e.into())),
+                    results: vec![],
+                }))
+            }
+        };
+        let r = self
+            .shared
+            .submit(CommandKind::AlterAcls, move |image, _| {
+                if let Err(e) = caller
+                    .checker(image, &supers)
+                    .check(Operation::Alter, Resource::Cluster)
+                {
+                    return Proposal::with_reply(vec![], Err(e));
+                }
+                let d = image.decide_delete_acls(&filters);
+                Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
+            })
+            .await;
+        Ok(Response::new(match r {
+            Ok(removed) => pb::DeleteAclsResponse {
+                error: None,
+                results: removed
+                    .into_iter()
+                    .map(|gone| pb::DeleteAclsResult {
+                        removed: gone.iter().map(acl_binding_to_pb).collect(),
+                    })
+                    .collect(),
+            },
+            Err(e) => pb::DeleteAclsResponse {
+                error: submit_error(&self.shared, e),
+                results: vec![],
+            },
+        }))
+    }
+
+    async fn describe_acls(
+        &self,
+        req: Request<pb::DescribeAclsRequest>,
+    ) -> Result<Response<pb::DescribeAclsResponse>, Status> {
+        let fail = |e: pb::Error| {
+            Ok(Response::new(pb::DescribeAclsResponse {
+                error: Some(e),
+                bindings: vec![],
+            }))
+        };
+        if let Err(e) = self.shared.linearizable().await {
+            return fail(e);
+        }
+        let image = self.shared.image();
+        if let Err(e) = self.check_cluster(&req, &image, Operation::Describe) {
+            return fail(e);
+        }
+        let filter = match req.get_ref().filter.as_ref().map(acl_filter_from_pb) {
+            None => Default::default(),
+            Some(Ok(f)) => f,
+            Some(Err(e)) => return fail(error_to_pb(&e.into())),
+        };
+        Ok(Response::new(pb::DescribeAclsResponse {
+            error: None,
+            bindings: filter
+                .select(&image)
+                .into_iter()
+                .map(acl_binding_to_pb)
+                .collect(),
+        }))
+    }
+
     async fn describe_node(
         &self,
         req: Request<pb::DescribeNodeRequest>,
     ) -> Result<Response<pb::DescribeNodeResponse>, Status> {
+        // This node's image: ACLs as this node knows them.
+        if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Describe) {
+            return Err(Status::permission_denied(e.message));
+        }
         let skip_hash = req.get_ref().skip_image_hash;
         let applied = self.shared.applied();
         let m = self.shared.raft.metrics().borrow().clone();
@@ -754,6 +1040,12 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::TriggerSnapshotRequest>,
     ) -> Result<Response<pb::TriggerSnapshotResponse>, Status> {
+        if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Alter) {
+            return Ok(Response::new(pb::TriggerSnapshotResponse {
+                error: Some(e),
+                ..Default::default()
+            }));
+        }
         let req = req.into_inner();
         let timeout = match req.timeout_ms {
             0 => Duration::from_secs(60),

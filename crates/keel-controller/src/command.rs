@@ -30,6 +30,8 @@ pub enum CommandKind {
     Housekeeping,
     /// Brokers' answers to `StopReplica(delete)`.
     ReplicaDeletionResults,
+    /// ACL bindings added or removed.
+    AlterAcls,
 }
 
 impl CommandKind {
@@ -42,6 +44,7 @@ impl CommandKind {
             Self::AlterReassignments => "alter_reassignments",
             Self::ElectLeaders => "elect_leaders",
             Self::UnregisterBroker => "unregister_broker",
+            Self::AlterAcls => "alter_acls",
             Self::AlterConfigs => "alter_configs",
             Self::RegisterBroker => "register_broker",
             Self::BrokerHeartbeat => "broker_heartbeat",
@@ -253,6 +256,7 @@ mod tests {
             ControlledShutdown,
             Housekeeping,
             ReplicaDeletionResults,
+            AlterAcls,
         ];
         let labels: std::collections::BTreeSet<&str> = all.iter().map(|k| k.as_str()).collect();
         assert_eq!(labels.len(), all.len());

@@ -39,6 +39,9 @@ pub struct ControllerConfig {
     /// How every listener and client of the node speaks: mutual TLS with
     /// this controller's certificate, or plaintext.
     pub transport: keel_tls::Transport,
+    /// Principals allowed everything, whatever the ACLs say
+    /// (`--super-users`). Controllers of the cluster always are.
+    pub super_users: std::collections::BTreeSet<keel_metadata::acl::Principal>,
 }
 
 impl ControllerConfig {
@@ -72,6 +75,7 @@ impl ControllerConfig {
             auto_rebalance_threshold_pct: 10,
             write_budget_bytes: crate::budget::DEFAULT_WRITE_BUDGET_BYTES,
             transport: keel_tls::Transport::Plaintext,
+            super_users: Default::default(),
         }
     }
 

@@ -7,6 +7,7 @@
 
 pub mod active;
 pub mod admin;
+pub mod authz;
 pub mod broker_api;
 pub mod budget;
 pub mod channel;

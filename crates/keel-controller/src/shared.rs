@@ -51,6 +51,8 @@ pub struct Shared {
     pub write_budget: WriteBudget,
     /// This node's data dir's directory id.
     pub directory_id: DirectoryId,
+    /// `config.super_users`, shared with decision closures.
+    pub super_users: Arc<std::collections::BTreeSet<keel_metadata::acl::Principal>>,
 }
 
 impl Shared {
@@ -63,7 +65,9 @@ impl Shared {
     ) -> Self {
         let heartbeats = Mutex::new(HeartbeatTracker::new(config.session_timeout_ms));
         let write_budget = WriteBudget::new(config.write_budget_bytes);
+        let super_users = Arc::new(config.super_users.clone());
         Self {
+            super_users,
             config,
             raft,
             image,

@@ -18,6 +18,9 @@ pub enum ConvertError {
     /// An enum value this build does not know (never a silent default).
     #[error("{field} {value} is not a known value")]
     UnknownEnum { field: &'static str, value: i32 },
+    /// A field whose text does not parse (a principal, an operation).
+    #[error("{0}")]
+    Invalid(String),
 }
 
 impl From<ConvertError> for ApiError {
@@ -171,6 +174,9 @@ has_error!(
     pb::IncrementalAlterConfigsResponse,
     pb::AddVoterResponse,
     pb::RemoveVoterResponse,
+    pb::CreateAclsResponse,
+    pb::DeleteAclsResponse,
+    pb::DescribeAclsResponse,
     pb::TriggerSnapshotResponse,
 );
 
@@ -563,4 +569,111 @@ mod broker_side_tests {
         let e = config_op_from_pb(op(-3)).expect_err("-3 is no op");
         assert_eq!(ApiError::from(e).code, ErrorCode::InvalidRequest);
     }
+}
+
+use keel_metadata::acl::{AclBinding, Operation, Permission, Principal, ResourcePattern};
+use keel_metadata::decide::AclFilter;
+
+/// The wire form of an ACL resource pattern.
+pub fn acl_resource_to_pb(p: &ResourcePattern) -> pb::AclResource {
+    use pb::acl_resource::Resource;
+    pb::AclResource {
+        resource: Some(match p {
+            ResourcePattern::Topic(t) => Resource::Topic(t.clone()),
+            ResourcePattern::TopicPrefix(t) => Resource::TopicPrefix(t.clone()),
+            ResourcePattern::Cluster => Resource::Cluster(true),
+        }),
+    }
+}
+
+/// The resource pattern a wire form names (`None`: it names none).
+pub fn acl_resource_from_pb(r: &pb::AclResource) -> Option<ResourcePattern> {
+    use pb::acl_resource::Resource;
+    Some(match r.resource.as_ref()? {
+        Resource::Topic(t) => ResourcePattern::Topic(t.clone()),
+        Resource::TopicPrefix(t) => ResourcePattern::TopicPrefix(t.clone()),
+        Resource::Cluster(_) => ResourcePattern::Cluster,
+    })
+}
+
+fn permission_to_pb(p: Permission) -> pb::AclPermission {
+    match p {
+        Permission::Allow => pb::AclPermission::Allow,
+        Permission::Deny => pb::AclPermission::Deny,
+    }
+}
+
+/// `Ok(None)` for ANY.
+fn permission_from_pb(v: i32) -> Result<Option<Permission>, ConvertError> {
+    match pb::AclPermission::try_from(v) {
+        Ok(pb::AclPermission::Any) => Ok(None),
+        Ok(pb::AclPermission::Allow) => Ok(Some(Permission::Allow)),
+        Ok(pb::AclPermission::Deny) => Ok(Some(Permission::Deny)),
+        Err(_) => Err(ConvertError::UnknownEnum {
+            field: "acl permission",
+            value: v,
+        }),
+    }
+}
+
+pub fn acl_binding_to_pb(b: &AclBinding) -> pb::AclBinding {
+    pb::AclBinding {
+        principal: b.principal.to_string(),
+        resource: Some(acl_resource_to_pb(&b.pattern)),
+        operation: b.operation.name().to_string(),
+        permission: permission_to_pb(b.permission) as i32,
+    }
+}
+
+/// A binding as the wire names it; every field is required.
+pub fn acl_binding_from_pb(b: &pb::AclBinding) -> Result<AclBinding, ConvertError> {
+    let principal: Principal = b
+        .principal
+        .parse()
+        .map_err(|e: keel_metadata::acl::BadPrincipal| ConvertError::Invalid(e.to_string()))?;
+    let pattern = b
+        .resource
+        .as_ref()
+        .and_then(acl_resource_from_pb)
+        .ok_or(ConvertError::Missing("resource"))?;
+    let operation: Operation = b.operation.parse().map_err(ConvertError::Invalid)?;
+    let permission =
+        permission_from_pb(b.permission)?.ok_or(ConvertError::Missing("permission"))?;
+    Ok(AclBinding {
+        principal,
+        pattern,
+        operation,
+        permission,
+    })
+}
+
+pub fn acl_filter_to_pb(f: &AclFilter) -> pb::AclFilter {
+    pb::AclFilter {
+        principal: f.principal.as_ref().map(ToString::to_string),
+        resource: f.pattern.as_ref().map(acl_resource_to_pb),
+        operation: f.operation.map(|o| o.name().to_string()),
+        permission: f
+            .permission
+            .map_or(pb::AclPermission::Any, permission_to_pb) as i32,
+    }
+}
+
+/// A filter as the wire names it; unset fields match everything.
+pub fn acl_filter_from_pb(f: &pb::AclFilter) -> Result<AclFilter, ConvertError> {
+    Ok(AclFilter {
+        principal: f
+            .principal
+            .as_deref()
+            .map(str::parse::<Principal>)
+            .transpose()
+            .map_err(|e| ConvertError::Invalid(e.to_string()))?,
+        pattern: f.resource.as_ref().and_then(acl_resource_from_pb),
+        operation: f
+            .operation
+            .as_deref()
+            .map(str::parse::<Operation>)
+            .transpose()
+            .map_err(ConvertError::Invalid)?,
+        permission: permission_from_pb(f.permission)?,
+    })
 }

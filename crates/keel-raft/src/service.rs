@@ -263,6 +263,28 @@ impl RaftGrpcService {
         })
     }
 
+    /// Only a voter of this node's membership may ask for its vote: a
+    /// controller that is not (yet) one (a learner being added, before
+    /// `add-voter` promoted it; a removed node; a certificate issued for a
+    /// future node) cannot move the quorum's term. Refusing a vote is always
+    /// safe; a node whose log has no membership yet (not bootstrapped)
+    /// checks nothing.
+    #[allow(clippy::result_large_err)]
+    fn check_candidate(&self, from: NodeId) -> Result<(), Status> {
+        let membership = self.raft.metrics().borrow().membership_config.clone();
+        let mut voters = membership.membership().voter_ids().peekable();
+        if voters.peek().is_none() || voters.any(|v| v == from) {
+            return Ok(());
+        }
+        tracing::warn!(
+            from_node = from,
+            "refusing a vote request from a node that is not a voter"
+        );
+        Err(Status::permission_denied(format!(
+            "node {from} is not a voter of this node's membership; only voters may stand for election"
+        )))
+    }
+
     /// Refuses a request whose directory ids contradict a bound
     /// membership: the sender expects another data dir here, or this
     /// node's membership records another data dir for the sender.
@@ -439,6 +461,7 @@ impl RaftService for RaftGrpcService {
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftResponse>, Status> {
         check_request_sender(&request)?;
+        self.check_candidate(request.get_ref().from_node)?;
         let req = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
             Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
@@ -451,6 +474,7 @@ impl RaftService for RaftGrpcService {
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftResponse>, Status> {
         check_request_sender(&request)?;
+        self.check_candidate(request.get_ref().from_node)?;
         let req = match self.open_envelope(request.get_ref()) {
             Ok(req) => req,
             Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),

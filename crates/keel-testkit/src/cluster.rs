@@ -481,6 +481,10 @@ impl Cluster {
             &self.cluster_id,
             u64::from(id),
         )));
+        if self.certs.is_some() {
+            // The kit's clients speak as the admin user.
+            args.extend(["--super-users".into(), format!("User:{ADMIN_USER}")]);
+        }
         args.extend(self.controller_flags.iter().cloned());
         Node {
             role: Role::Controller,

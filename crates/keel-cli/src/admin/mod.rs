@@ -103,6 +103,7 @@ macro_rules! call {
     };
 }
 
+mod acls;
 mod cluster;
 mod elect_leaders;
 mod partitions;
@@ -110,6 +111,7 @@ mod quorum;
 mod reassign;
 mod topics;
 
+pub use acls::{acls, AclsArgs};
 pub use cluster::{cluster, ClusterArgs};
 pub use elect_leaders::{elect, ElectArgs};
 pub use partitions::{partitions, PartitionsArgs};

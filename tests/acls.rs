@@ -1,0 +1,465 @@
+//! Authorization on real processes over mutual TLS: a user without ACLs
+//! can do nothing, `keel acls add` grants exactly what it says, a deny
+//! beats an allow, refusals write nothing, and the bindings survive a
+//! failover and a restart from a snapshot.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use keel_metadata::ErrorCode;
+use keel_proto::client::ControllerClient;
+use keel_proto::pb;
+use keel_testkit::admin::{creatable, create_topics_request};
+use keel_tls::Identity;
+
+const LONG: Duration = Duration::from_secs(90);
+
+fn tls_cluster(brokers: usize, controller_flags: &[&str]) -> Cluster {
+    Cluster::start(
+        Spec::new(keel_bin(), CLUSTER_ID)
+            .brokers(brokers)
+            .tls(true)
+            .controller_flags(controller_flags)
+            .broker_flags(&[
+                "--heartbeat-interval-ms",
+                "300",
+                "--session-timeout-ms",
+                "3000",
+            ]),
+    )
+    .expect("start a TLS cluster")
+}
+
+/// A client speaking as user `name` (its certificate issued by the
+/// cluster's CA on first use).
+fn user_client(c: &Cluster, name: &str) -> ControllerClient {
+    let transport = c
+        .transport_as(&Identity::user(CLUSTER_ID, name))
+        .expect("a certificate for the user");
+    ControllerClient::new(c.controller_addrs())
+        .with_timeouts(Duration::from_secs(5), Duration::from_secs(30))
+        .with_transport(transport)
+}
+
+fn code(e: &Option<pb::Error>) -> ErrorCode {
+    e.as_ref()
+        .and_then(|e| ErrorCode::from_i32(e.code))
+        .unwrap_or(ErrorCode::None)
+}
+
+/// Creates `names` as `client`; each name's error code.
+async fn create(client: &ControllerClient, names: &[&str]) -> Vec<ErrorCode> {
+    let req = create_topics_request(names.iter().map(|n| creatable(n, 1, 1)).collect());
+    let r = client
+        .admin_write(|mut c| {
+            let req = req.clone();
+            async move { c.create_topics(req).await }
+        })
+        .await
+        .expect("create topics answered");
+    assert_eq!(code(&r.error), ErrorCode::None, "{:?}", r.error);
+    r.topics.iter().map(|t| code(&t.error)).collect()
+}
+
+async fn delete(client: &ControllerClient, name: &str) -> ErrorCode {
+    let req = pb::DeleteTopicsRequest {
+        names: vec![name.to_string()],
+    };
+    let r = client
+        .admin_write(|mut c| {
+            let req = req.clone();
+            async move { c.delete_topics(req).await }
+        })
+        .await
+        .expect("delete topics answered");
+    assert_eq!(code(&r.error), ErrorCode::None, "{:?}", r.error);
+    code(&r.topics[0].error)
+}
+
+/// (names listed when describing everything, the error code per name asked
+/// for by name).
+async fn describe(client: &ControllerClient, named: &[&str]) -> (Vec<String>, Vec<ErrorCode>) {
+    let all = client
+        .admin(|mut c| async move {
+            c.describe_topics(pb::DescribeTopicsRequest::default())
+                .await
+        })
+        .await
+        .expect("describe answered");
+    let req = pb::DescribeTopicsRequest {
+        names: named.iter().map(|s| s.to_string()).collect(),
+    };
+    let some = client
+        .admin(|mut c| {
+            let req = req.clone();
+            async move { c.describe_topics(req).await }
+        })
+        .await
+        .expect("describe answered");
+    (
+        all.topics.into_iter().map(|t| t.name).collect(),
+        some.topics.iter().map(|t| code(&t.error)).collect(),
+    )
+}
+
+/// Runs `keel acls <args> --output json` as the admin user of `c`.
+fn acls_cli(c: &Cluster, args: &[&str]) -> (i32, serde_json::Value, String) {
+    let certs = c.certs_dir().unwrap().to_path_buf();
+    let admin = Identity::user(CLUSTER_ID, "admin");
+    let (cert, key) = keel_tls::certs::paths(&certs, &admin);
+    let out = std::process::Command::new(keel_bin())
+        .arg("acls")
+        .args(args)
+        .args(["--output", "json", "--bootstrap"])
+        .arg(c.controller_addrs().join(","))
+        .arg("--tls-cert")
+        .arg(cert)
+        .arg("--tls-key")
+        .arg(key)
+        .arg("--tls-ca")
+        .arg(certs.join("ca.pem"))
+        .env_remove("KEEL_ALLOW_PLAINTEXT")
+        .output()
+        .expect("run keel acls");
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn acl_ok(c: &Cluster, args: &[&str]) -> serde_json::Value {
+    let (code, v, err) = acls_cli(c, args);
+    assert_eq!(code, 0, "keel acls {args:?}: {err}");
+    v
+}
+
+/// Every cluster-level operation `client` tries; the error code of each.
+async fn cluster_operations(client: &ControllerClient) -> Vec<(&'static str, ErrorCode)> {
+    let mut out = Vec::new();
+    let r = client
+        .admin_write(|mut c| async move {
+            c.elect_leaders(pb::ElectLeadersRequest {
+                election_type: pb::ElectionType::Unclean as i32,
+                partitions: vec![],
+            })
+            .await
+        })
+        .await
+        .expect("answered");
+    out.push(("unclean election", code(&r.error)));
+    let r = client
+        .admin_write(|mut c| async move {
+            c.add_voter(pb::AddVoterRequest {
+                node_id: 9,
+                address: "127.0.0.1:1".into(),
+                directory_id: String::new(),
+            })
+            .await
+        })
+        .await
+        .expect("answered");
+    out.push(("add voter", code(&r.error)));
+    let r = client
+        .admin_write(
+            |mut c| async move { c.remove_voter(pb::RemoveVoterRequest { node_id: 3 }).await },
+        )
+        .await
+        .expect("answered");
+    out.push(("remove voter", code(&r.error)));
+    let r = client
+        .admin_write(|mut c| async move {
+            c.unregister_broker(pb::UnregisterBrokerRequest { broker_id: 1 })
+                .await
+        })
+        .await
+        .expect("answered");
+    out.push(("unregister broker", code(&r.error)));
+    let r = client
+        .admin_write(|mut c| async move {
+            c.alter_partition_reassignments(pb::AlterPartitionReassignmentsRequest {
+                partitions: vec![],
+            })
+            .await
+        })
+        .await
+        .expect("answered");
+    out.push(("reassign", code(&r.error)));
+    let r = client
+        .admin(|mut c| async move {
+            c.describe_quorum(pb::DescribeQuorumRequest::default())
+                .await
+        })
+        .await
+        .expect("answered");
+    out.push(("describe quorum", code(&r.error)));
+    let r = client
+        .admin_write(|mut c| async move {
+            c.create_acls(pb::CreateAclsRequest {
+                bindings: vec![keel_proto::convert::acl_binding_to_pb(
+                    &keel_metadata::acl::AclBinding {
+                        principal: "User:mallory".parse().unwrap(),
+                        pattern: keel_metadata::acl::ResourcePattern::Cluster,
+                        operation: keel_metadata::acl::Operation::All,
+                        permission: keel_metadata::acl::Permission::Allow,
+                    },
+                )],
+            })
+            .await
+        })
+        .await
+        .expect("answered");
+    out.push(("create acls", code(&r.error)));
+    let r = client
+        .admin(|mut c| async move { c.describe_acls(pb::DescribeAclsRequest::default()).await })
+        .await
+        .expect("answered");
+    out.push(("describe acls", code(&r.error)));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_may_do_exactly_what_its_acls_allow_and_a_deny_wins() {
+    let mut c = tls_cluster(1, &[]);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let admin = client(&c);
+    create_topic(&admin, "existing", 1, 1).await;
+    let alice = user_client(&c, "alice");
+
+    // No ACL: nothing at all.
+    assert_eq!(
+        create(&alice, &["orders"]).await,
+        [ErrorCode::TopicAuthorizationFailed]
+    );
+    assert_eq!(
+        delete(&alice, "existing").await,
+        ErrorCode::TopicAuthorizationFailed
+    );
+    let (listed, named) = describe(&alice, &["existing", "missing"]).await;
+    assert!(listed.is_empty(), "alice sees {listed:?}");
+    assert_eq!(
+        named,
+        [
+            ErrorCode::TopicAuthorizationFailed,
+            ErrorCode::TopicAuthorizationFailed
+        ]
+    );
+    for (what, code) in cluster_operations(&alice).await {
+        assert_eq!(code, ErrorCode::ClusterAuthorizationFailed, "{what}");
+    }
+    // Broker incarnation ids are for those who may describe the cluster.
+    let as_alice = keel_testkit::admin::describe_cluster(&alice).await.unwrap();
+    assert!(!as_alice.brokers.is_empty());
+    assert!(as_alice.brokers.iter().all(|b| b.incarnation_id.is_empty()));
+    let as_admin = keel_testkit::admin::describe_cluster(&admin).await.unwrap();
+    assert!(as_admin
+        .brokers
+        .iter()
+        .all(|b| b.incarnation_id.len() == 16));
+    // Nothing was written: only the admin's topic, still there; the
+    // quorum is unchanged.
+    assert_eq!(topic_names(&admin).await, ["existing"]);
+    let q = admin
+        .admin(|mut c| async move {
+            c.describe_quorum(pb::DescribeQuorumRequest::default())
+                .await
+        })
+        .await
+        .unwrap();
+    assert_eq!(q.voters.len(), 3);
+
+    // Granted: create (and so describe) on topics starting with "ord".
+    acl_ok(
+        &c,
+        &[
+            "add",
+            "--principal",
+            "User:alice",
+            "--operation",
+            "create",
+            "--topic-prefix",
+            "ord",
+            "--allow",
+        ],
+    );
+    acl_ok(
+        &c,
+        &[
+            "add",
+            "--principal",
+            "User:alice",
+            "--operation",
+            "delete",
+            "--topic",
+            "orders",
+            "--allow",
+        ],
+    );
+    // One request, some items granted: those go through, the others are
+    // refused and written nowhere.
+    assert_eq!(
+        create(&alice, &["orders", "payments", "ord-2"]).await,
+        [
+            ErrorCode::None,
+            ErrorCode::TopicAuthorizationFailed,
+            ErrorCode::None
+        ]
+    );
+    let mut names = topic_names(&admin).await;
+    names.sort();
+    assert_eq!(names, ["existing", "ord-2", "orders"]);
+    let (listed, named) = describe(&alice, &["orders", "existing"]).await;
+    assert_eq!(listed, ["ord-2", "orders"]);
+    assert_eq!(
+        named,
+        [ErrorCode::None, ErrorCode::TopicAuthorizationFailed]
+    );
+    assert_eq!(
+        delete(&alice, "existing").await,
+        ErrorCode::TopicAuthorizationFailed
+    );
+    assert_eq!(
+        delete(&alice, "ord-2").await,
+        ErrorCode::TopicAuthorizationFailed
+    );
+
+    // A deny beats the allow.
+    acl_ok(
+        &c,
+        &[
+            "add",
+            "--principal",
+            "User:alice",
+            "--operation",
+            "delete",
+            "--topic",
+            "orders",
+            "--deny",
+        ],
+    );
+    assert_eq!(
+        delete(&alice, "orders").await,
+        ErrorCode::TopicAuthorizationFailed
+    );
+    let listed = acl_ok(&c, &["list", "--principal", "User:alice"]);
+    assert_eq!(listed["acls"].as_array().map(Vec::len), Some(3), "{listed}");
+    // Remove the deny: the allow holds again.
+    let removed = acl_ok(&c, &["remove", "--principal", "User:alice", "--deny"]);
+    assert_eq!(
+        removed["removed"].as_array().map(Vec::len),
+        Some(1),
+        "{removed}"
+    );
+    assert_eq!(removed["removed"][0]["permission"], "deny");
+    assert_eq!(delete(&alice, "orders").await, ErrorCode::None);
+
+    // Bad input to the CLI: a usage error, nothing sent.
+    let (code, _, err) = acls_cli(
+        &c,
+        &[
+            "add",
+            "--principal",
+            "alice",
+            "--operation",
+            "create",
+            "--cluster",
+            "--allow",
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("User:NAME"), "{err}");
+    // A user with no right to change ACLs is refused through the CLI's path too.
+    let listed = acl_ok(&c, &["list"]);
+    assert_eq!(listed["acls"].as_array().map(Vec::len), Some(2), "{listed}");
+    c.check_alive().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acls_survive_a_failover_and_a_restart_from_a_snapshot() {
+    let mut c = tls_cluster(1, &["--snapshot-interval-entries", "1000000"]);
+    let active = c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let bob = user_client(&c, "bob");
+    acl_ok(
+        &c,
+        &[
+            "add",
+            "--principal",
+            "User:bob",
+            "--operation",
+            "all",
+            "--topic-prefix",
+            "b-",
+            "--allow",
+        ],
+    );
+    acl_ok(
+        &c,
+        &[
+            "add",
+            "--principal",
+            "User:*",
+            "--operation",
+            "create",
+            "--topic",
+            "b-denied",
+            "--deny",
+        ],
+    );
+
+    // Failover: the new active controller enforces the same bindings.
+    c.controller_mut(active).kill();
+    let next = c.wait_active(LONG).await.unwrap();
+    assert_ne!(next, active);
+    assert_eq!(
+        create(&bob, &["b-1", "b-denied", "other"]).await,
+        [
+            ErrorCode::None,
+            ErrorCode::TopicAuthorizationFailed,
+            ErrorCode::TopicAuthorizationFailed
+        ]
+    );
+    c.controller_mut(active).start().unwrap();
+    c.wait_converged(3, LONG).await.unwrap();
+
+    // Every controller snapshots and purges its log: the bindings now live
+    // only in the snapshots. Then all restart.
+    for i in 0..3 {
+        let addr = c.controller_addrs()[i].clone();
+        let single = ControllerClient::new(vec![addr])
+            .with_timeouts(Duration::from_secs(30), Duration::from_secs(60))
+            .with_transport(c.transport().clone());
+        let r = single
+            .admin(|mut cl| async move {
+                cl.trigger_snapshot(pb::TriggerSnapshotRequest {
+                    purge_log: true,
+                    timeout_ms: 30_000,
+                })
+                .await
+            })
+            .await
+            .expect("snapshot answered");
+        assert_eq!(code(&r.error), ErrorCode::None, "{:?}", r.error);
+    }
+    for i in 0..3 {
+        c.controller_mut(i).kill();
+    }
+    for i in 0..3 {
+        c.controller_mut(i).start().unwrap();
+    }
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let listed = acl_ok(&c, &["list"]);
+    assert_eq!(listed["acls"].as_array().map(Vec::len), Some(2), "{listed}");
+    let bob = user_client(&c, "bob");
+    assert_eq!(
+        create(&bob, &["b-2", "b-denied"]).await,
+        [ErrorCode::None, ErrorCode::TopicAuthorizationFailed]
+    );
+    let (listed, _) = describe(&bob, &[]).await;
+    assert_eq!(listed, ["b-1", "b-2"]);
+    c.check_alive().unwrap();
+}

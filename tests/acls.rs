@@ -11,6 +11,7 @@ use common::*;
 use keel_metadata::ErrorCode;
 use keel_proto::client::ControllerClient;
 use keel_proto::pb;
+use keel_proto::pb::admin_service_client::AdminServiceClient;
 use keel_testkit::admin::{creatable, create_topics_request};
 use keel_tls::Identity;
 
@@ -223,7 +224,7 @@ async fn cluster_operations(client: &ControllerClient) -> Vec<(&'static str, Err
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_may_do_exactly_what_its_acls_allow_and_a_deny_wins() {
     let mut c = tls_cluster(1, &[]);
-    c.wait_active(LONG).await.unwrap();
+    let active = c.wait_active(LONG).await.unwrap();
     c.wait_all_brokers_active(LONG).await.unwrap();
     let admin = client(&c);
     create_topic(&admin, "existing", 1, 1).await;
@@ -247,6 +248,40 @@ async fn a_user_may_do_exactly_what_its_acls_allow_and_a_deny_wins() {
             ErrorCode::TopicAuthorizationFailed
         ]
     );
+    // Nor through a pipelined Write session: each write is checked as its
+    // session's caller.
+    let transport = c
+        .transport_as(&Identity::user(CLUSTER_ID, "alice"))
+        .unwrap();
+    let ep = keel_tls::transport::endpoint(&c.controller(active).address()).unwrap();
+    let ch = transport
+        .connect(ep, None, keel_tls::Expect::Controller)
+        .await
+        .unwrap();
+    let mut answers = AdminServiceClient::new(ch)
+        .write(tokio_stream::iter(vec![pb::WriteRequest {
+            id: 1,
+            op: Some(pb::write_request::Op::CreateTopics(create_topics_request(
+                vec![creatable("sneaky", 1, 1)],
+            ))),
+        }]))
+        .await
+        .expect("a session opens")
+        .into_inner();
+    match answers
+        .message()
+        .await
+        .expect("an answer")
+        .map(|a| a.result)
+    {
+        Some(Some(pb::write_response::Result::CreateTopics(r))) => {
+            assert_eq!(
+                code(&r.topics[0].error),
+                ErrorCode::TopicAuthorizationFailed
+            )
+        }
+        other => panic!("a session write answered {other:?}"),
+    }
     for (what, code) in cluster_operations(&alice).await {
         assert_eq!(code, ErrorCode::ClusterAuthorizationFailed, "{what}");
     }

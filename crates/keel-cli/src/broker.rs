@@ -203,6 +203,7 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
     if let Err(code) = logging::setup(format, metrics) {
         return code;
     }
+    logging::raise_fd_limit();
     crate::tls::reload_on_sighup(&config.transport, keel_tls::Role::Broker(config.broker_id));
     let broker = match Broker::start(config).await {
         Ok(b) => b,

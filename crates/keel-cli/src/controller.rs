@@ -79,6 +79,42 @@ pub struct ControllerArgs {
     /// Async runtime worker threads [default: one per core].
     #[arg(long, env = "KEEL_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
     worker_threads: Option<u16>,
+    /// Topics one CreateTopics, DeleteTopics, CreatePartitions or alter-configs request may name [default: 10000].
+    #[arg(long, env = "KEEL_MAX_TOPICS_PER_REQUEST")]
+    max_topics_per_request: Option<usize>,
+    /// New partitions one CreateTopics or CreatePartitions request may create [default: 1000000].
+    #[arg(long, env = "KEEL_MAX_PARTITIONS_PER_REQUEST", value_parser = clap::value_parser!(u64).range(1..))]
+    max_partitions_per_request: Option<u64>,
+    /// Partitions the cluster may hold [default: 10000000].
+    #[arg(long, env = "KEEL_MAX_PARTITIONS", value_parser = clap::value_parser!(u64).range(1..))]
+    max_partitions: Option<u64>,
+    /// Config keys one topic may carry [default: 100].
+    #[arg(long, env = "KEEL_MAX_CONFIGS_PER_TOPIC")]
+    max_configs_per_topic: Option<usize>,
+    /// Bytes of one config key or value [default: 65536].
+    #[arg(long, env = "KEEL_MAX_CONFIG_VALUE_BYTES")]
+    max_config_value_bytes: Option<usize>,
+    /// Partitions one reassignment or election request may name [default: 1000000].
+    #[arg(long, env = "KEEL_MAX_PARTITIONS_PER_PLAN")]
+    max_partitions_per_plan: Option<usize>,
+    /// ACL bindings or filters in one request [default: 10000].
+    #[arg(long, env = "KEEL_MAX_ACLS_PER_REQUEST")]
+    max_acls_per_request: Option<usize>,
+    /// Largest admin or broker-service message decoded, in bytes [default: 16777216].
+    #[arg(long, env = "KEEL_MAX_MESSAGE_BYTES")]
+    max_message_bytes: Option<usize>,
+    /// HTTP/2 streams one connection may have open at once [default: 1024].
+    #[arg(long, env = "KEEL_MAX_CONCURRENT_STREAMS", value_parser = clap::value_parser!(u32).range(1..))]
+    max_concurrent_streams: Option<u32>,
+    /// Admin requests served at once; more get THROTTLING_QUOTA_EXCEEDED [default: 4096].
+    #[arg(long, env = "KEEL_MAX_CONCURRENT_ADMIN_REQUESTS")]
+    max_concurrent_admin_requests: Option<usize>,
+    /// A request not answered within this many ms is cancelled [default: 120000].
+    #[arg(long, env = "KEEL_REQUEST_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..))]
+    request_timeout_ms: Option<u64>,
+    /// Describes served per second; more get THROTTLING_QUOTA_EXCEEDED [default: 20000].
+    #[arg(long, env = "KEEL_MAX_LINEARIZABLE_READS_PER_SEC", value_parser = clap::value_parser!(u32).range(1..))]
+    max_linearizable_reads_per_sec: Option<u32>,
     /// Principals allowed every admin operation whatever the ACLs say,
     /// comma separated: e.g. User:admin. Controllers always are.
     #[arg(long, env = "KEEL_SUPER_USERS")]
@@ -113,6 +149,18 @@ struct ControllerFile {
     tls_ca: Option<PathBuf>,
     allow_plaintext: Option<bool>,
     super_users: Option<Vec<String>>,
+    max_topics_per_request: Option<usize>,
+    max_partitions_per_request: Option<u64>,
+    max_partitions: Option<u64>,
+    max_configs_per_topic: Option<usize>,
+    max_config_value_bytes: Option<usize>,
+    max_partitions_per_plan: Option<usize>,
+    max_acls_per_request: Option<usize>,
+    max_message_bytes: Option<usize>,
+    max_concurrent_streams: Option<u32>,
+    max_concurrent_admin_requests: Option<usize>,
+    request_timeout_ms: Option<u64>,
+    max_linearizable_reads_per_sec: Option<u32>,
 }
 
 /// Worker threads for the controller's runtime, which is built before the
@@ -229,6 +277,87 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
         }
         c.write_budget_bytes = v << 20;
     }
+    if let Some(v) = a.max_topics_per_request.or(file.max_topics_per_request) {
+        if v == 0 {
+            return Err("max_topics_per_request must be at least 1".into());
+        }
+        c.limits.max_topics_per_request = v;
+    }
+    if let Some(v) = a
+        .max_partitions_per_request
+        .or(file.max_partitions_per_request)
+    {
+        if v == 0 {
+            return Err("max_partitions_per_request must be at least 1".into());
+        }
+        c.limits.max_partitions_per_request = v;
+    }
+    if let Some(v) = a.max_partitions.or(file.max_partitions) {
+        if v == 0 {
+            return Err("max_partitions must be at least 1".into());
+        }
+        c.limits.max_partitions = v;
+    }
+    if let Some(v) = a.max_configs_per_topic.or(file.max_configs_per_topic) {
+        if v == 0 {
+            return Err("max_configs_per_topic must be at least 1".into());
+        }
+        c.limits.max_configs_per_topic = v;
+    }
+    if let Some(v) = a.max_config_value_bytes.or(file.max_config_value_bytes) {
+        if v == 0 {
+            return Err("max_config_value_bytes must be at least 1".into());
+        }
+        c.limits.max_config_value_bytes = v;
+    }
+    if let Some(v) = a.max_partitions_per_plan.or(file.max_partitions_per_plan) {
+        if v == 0 {
+            return Err("max_partitions_per_plan must be at least 1".into());
+        }
+        c.limits.max_partitions_per_plan = v;
+    }
+    if let Some(v) = a.max_acls_per_request.or(file.max_acls_per_request) {
+        if v == 0 {
+            return Err("max_acls_per_request must be at least 1".into());
+        }
+        c.limits.max_acls_per_request = v;
+    }
+    if let Some(v) = a.max_message_bytes.or(file.max_message_bytes) {
+        if v == 0 {
+            return Err("max_message_bytes must be at least 1".into());
+        }
+        c.max_message_bytes = v;
+    }
+    if let Some(v) = a.max_concurrent_streams.or(file.max_concurrent_streams) {
+        if v == 0 {
+            return Err("max_concurrent_streams must be at least 1".into());
+        }
+        c.max_concurrent_streams = v;
+    }
+    if let Some(v) = a
+        .max_concurrent_admin_requests
+        .or(file.max_concurrent_admin_requests)
+    {
+        if v == 0 {
+            return Err("max_concurrent_admin_requests must be at least 1".into());
+        }
+        c.max_concurrent_admin_requests = v;
+    }
+    if let Some(v) = a.request_timeout_ms.or(file.request_timeout_ms) {
+        if v == 0 {
+            return Err("request_timeout_ms must be at least 1".into());
+        }
+        c.request_timeout_ms = v;
+    }
+    if let Some(v) = a
+        .max_linearizable_reads_per_sec
+        .or(file.max_linearizable_reads_per_sec)
+    {
+        if v == 0 {
+            return Err("max_linearizable_reads_per_sec must be at least 1".into());
+        }
+        c.max_linearizable_reads_per_sec = v;
+    }
     if c.election_timeout_min_ms >= c.election_timeout_max_ms
         || c.raft_heartbeat_ms * 2 > c.election_timeout_min_ms
     {
@@ -270,6 +399,7 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     if let Err(code) = logging::setup(format, metrics) {
         return code;
     }
+    logging::raise_fd_limit();
     crate::tls::reload_on_sighup(&config.transport, Role::Controller(config.node_id));
     let node = match ControllerNode::start(config).await {
         Ok(n) => n,

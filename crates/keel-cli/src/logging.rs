@@ -65,3 +65,39 @@ pub async fn shutdown_signal() {
         }
     }
 }
+
+/// Raises the process's open-file limit (soft) to its hard limit: a node
+/// holds a connection per client, peer and broker, and a default soft
+/// limit of 1,024 is reached long before the machine's. Logs the outcome.
+pub fn raise_fd_limit() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write only the struct passed.
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
+    if got != 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(), "cannot read the open-file limit");
+        return;
+    }
+    let before = lim.rlim_cur;
+    if before >= lim.rlim_max {
+        tracing::info!(limit = before, "open-file limit");
+        return;
+    }
+    lim.rlim_cur = lim.rlim_max;
+    // SAFETY: as above.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
+        tracing::info!(
+            from = before,
+            to = lim.rlim_cur,
+            "raised the open-file limit"
+        );
+    } else {
+        tracing::warn!(
+            limit = before,
+            error = %std::io::Error::last_os_error(),
+            "cannot raise the open-file limit"
+        );
+    }
+}

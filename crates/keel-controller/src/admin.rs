@@ -41,6 +41,18 @@ impl AdminApi {
         Self { shared }
     }
 
+    /// One admin request slot, unless `req` is a write of a `Write`
+    /// session (which holds one for the whole session).
+    fn slot<T>(
+        &self,
+        req: &Request<T>,
+    ) -> Result<Option<tokio::sync::OwnedSemaphorePermit>, ApiError> {
+        if req.extensions().get::<SessionAdmitted>().is_some() {
+            return Ok(None);
+        }
+        self.shared.throttle.admit().map(Some)
+    }
+
     /// The configured super users, for a decision closure.
     fn super_users(&self) -> Arc<BTreeSet<keel_metadata::acl::Principal>> {
         self.shared.super_users.clone()
@@ -124,6 +136,54 @@ fn admitted<M>(m: M, caller: Caller) -> Request<M> {
     req.extensions_mut().insert(SessionAdmitted);
     req.extensions_mut().insert(caller);
     req
+}
+
+/// A response that carries only a top-level error: how a request refused
+/// before it was looked at is answered.
+trait Refused: Default {
+    fn refused(e: pb::Error) -> Self;
+}
+
+macro_rules! refused {
+    ($($t:ty),* $(,)?) => {
+        $(impl Refused for $t {
+            fn refused(e: pb::Error) -> Self {
+                Self { error: Some(e), ..Default::default() }
+            }
+        })*
+    };
+}
+
+refused!(
+    pb::CreateTopicsResponse,
+    pb::DeleteTopicsResponse,
+    pb::CreatePartitionsResponse,
+    pb::AlterPartitionReassignmentsResponse,
+    pb::ListPartitionReassignmentsResponse,
+    pb::ElectLeadersResponse,
+    pb::DescribeClusterResponse,
+    pb::DescribeTopicsResponse,
+    pb::DescribeQuorumResponse,
+    pb::UnregisterBrokerResponse,
+    pb::IncrementalAlterConfigsResponse,
+    pb::AddVoterResponse,
+    pb::RemoveVoterResponse,
+    pb::TriggerSnapshotResponse,
+    pb::CreateAclsResponse,
+    pb::DeleteAclsResponse,
+    pb::DescribeAclsResponse,
+);
+
+/// Takes one of the node's admin request slots for the rest of the call
+/// (a `Write` session's writes share their session's), or answers
+/// THROTTLING_QUOTA_EXCEEDED.
+macro_rules! slot {
+    ($self:ident, $req:expr, $resp:ty) => {
+        match $self.slot(&$req) {
+            Ok(p) => p,
+            Err(e) => return Ok(Response::new(<$resp as Refused>::refused(error_to_pb(&e)))),
+        }
+    };
 }
 
 /// A top-level error for a response's `error` field.
@@ -225,6 +285,11 @@ impl AdminService for AdminApi {
         &self,
         req: Request<Streaming<pb::WriteRequest>>,
     ) -> Result<Response<Self::WriteStream>, Status> {
+        let session_slot = self
+            .shared
+            .throttle
+            .admit()
+            .map_err(|e| Status::resource_exhausted(e.message))?;
         let api = self.clone();
         let caller = Caller::of(&req);
         let size = |m: &Result<pb::WriteRequest, Status>| m.as_ref().map_or(0, |w| w.encoded_len());
@@ -242,7 +307,11 @@ impl AdminService for AdminApi {
                     answer
                 }
             })
-            .buffer_unordered(MAX_WRITES_IN_FLIGHT);
+            .buffer_unordered(MAX_WRITES_IN_FLIGHT)
+            // The session's slot is held until its stream is dropped.
+            .inspect(move |_| {
+                let _ = &session_slot;
+            });
         Ok(Response::new(answers.boxed()))
     }
 
@@ -250,6 +319,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::CreateTopicsRequest>,
     ) -> Result<Response<pb::CreateTopicsResponse>, Status> {
+        let _slot = slot!(self, req, pb::CreateTopicsResponse);
         let _admitted = self.admit(&req).await;
         let caller = Caller::of(&req);
         let supers = self.super_users();
@@ -269,10 +339,20 @@ impl AdminService for AdminApi {
                     .collect(),
             })
             .collect();
+        if let Err(e) = self.shared.config.limits.check_create_topics(&topics) {
+            return Ok(Response::new(pb::CreateTopicsResponse {
+                error: top(e),
+                topics: vec![],
+            }));
+        }
+        let limits = self.shared.config.limits.clone();
         let validate_only = req.validate_only;
         let r = self
             .shared
             .submit(CommandKind::CreateTopics, move |image, env| {
+                if let Err(e) = limits.check_create_topics_in(image, &topics) {
+                    return Proposal::with_reply(vec![], Err(e));
+                }
                 // Kafka's rule: `create` on the cluster, or on the topic.
                 let checker = caller.checker(image, &supers);
                 let any = checker.may(Operation::Create, Resource::Cluster);
@@ -321,10 +401,17 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::DeleteTopicsRequest>,
     ) -> Result<Response<pb::DeleteTopicsResponse>, Status> {
+        let _slot = slot!(self, req, pb::DeleteTopicsResponse);
         let _admitted = self.admit(&req).await;
         let caller = Caller::of(&req);
         let supers = self.super_users();
         let names = req.into_inner().names;
+        if let Err(e) = self.shared.config.limits.check_topic_count(names.len()) {
+            return Ok(Response::new(pb::DeleteTopicsResponse {
+                error: top(e),
+                topics: vec![],
+            }));
+        }
         let r = self
             .shared
             .submit(CommandKind::DeleteTopics, move |image, _| {
@@ -370,6 +457,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::CreatePartitionsRequest>,
     ) -> Result<Response<pb::CreatePartitionsResponse>, Status> {
+        let _slot = slot!(self, req, pb::CreatePartitionsResponse);
         let _admitted = self.admit(&req).await;
         let caller = Caller::of(&req);
         let supers = self.super_users();
@@ -383,10 +471,20 @@ impl AdminService for AdminApi {
                 assignments: assignments_from_pb(&t.assignments),
             })
             .collect();
+        if let Err(e) = self.shared.config.limits.check_create_partitions(&items) {
+            return Ok(Response::new(pb::CreatePartitionsResponse {
+                error: top(e),
+                topics: vec![],
+            }));
+        }
+        let limits = self.shared.config.limits.clone();
         let validate_only = req.validate_only;
         let r = self
             .shared
             .submit(CommandKind::CreatePartitions, move |image, env| {
+                if let Err(e) = limits.check_create_partitions_in(image, &items) {
+                    return Proposal::with_reply(vec![], Err(e));
+                }
                 let checker = caller.checker(image, &supers);
                 let d = decide_permitted(
                     &items,
@@ -423,9 +521,16 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::AlterPartitionReassignmentsRequest>,
     ) -> Result<Response<pb::AlterPartitionReassignmentsResponse>, Status> {
+        let _slot = slot!(self, req, pb::AlterPartitionReassignmentsResponse);
         let caller = Caller::of(&req);
         let supers = self.super_users();
         let items = req.into_inner().partitions;
+        if let Err(e) = self.shared.config.limits.check_plan(items.len()) {
+            return Ok(Response::new(pb::AlterPartitionReassignmentsResponse {
+                error: top(e),
+                partitions: vec![],
+            }));
+        }
         let r = self
             .shared
             .submit(CommandKind::AlterReassignments, move |image, _| {
@@ -485,6 +590,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::ListPartitionReassignmentsRequest>,
     ) -> Result<Response<pb::ListPartitionReassignmentsResponse>, Status> {
+        let _slot = slot!(self, req, pb::ListPartitionReassignmentsResponse);
         if let Err(e) = self.shared.linearizable().await {
             return Ok(Response::new(pb::ListPartitionReassignmentsResponse {
                 error: Some(e),
@@ -523,6 +629,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::ElectLeadersRequest>,
     ) -> Result<Response<pb::ElectLeadersResponse>, Status> {
+        let _slot = slot!(self, req, pb::ElectLeadersResponse);
         let caller = Caller::of(&req);
         let supers = self.super_users();
         let req = req.into_inner();
@@ -536,6 +643,12 @@ impl AdminService for AdminApi {
             }
         };
         let wanted = req.partitions;
+        if let Err(e) = self.shared.config.limits.check_plan(wanted.len()) {
+            return Ok(Response::new(pb::ElectLeadersResponse {
+                error: top(e),
+                partitions: vec![],
+            }));
+        }
         let r = self
             .shared
             .submit(CommandKind::ElectLeaders, move |image, _| {
@@ -588,6 +701,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::DescribeClusterRequest>,
     ) -> Result<Response<pb::DescribeClusterResponse>, Status> {
+        let _slot = slot!(self, req, pb::DescribeClusterResponse);
         if let Err(e) = self.shared.linearizable().await {
             return Ok(Response::new(pb::DescribeClusterResponse {
                 error: Some(e),
@@ -635,6 +749,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::DescribeTopicsRequest>,
     ) -> Result<Response<pb::DescribeTopicsResponse>, Status> {
+        let _slot = slot!(self, req, pb::DescribeTopicsResponse);
         if let Err(e) = self.shared.linearizable().await {
             return Ok(Response::new(pb::DescribeTopicsResponse {
                 error: Some(e),
@@ -691,6 +806,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::DescribeQuorumRequest>,
     ) -> Result<Response<pb::DescribeQuorumResponse>, Status> {
+        let _slot = slot!(self, req, pb::DescribeQuorumResponse);
         if let Err(e) = self.shared.linearizable().await {
             return Ok(Response::new(pb::DescribeQuorumResponse {
                 error: Some(e),
@@ -710,6 +826,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::UnregisterBrokerRequest>,
     ) -> Result<Response<pb::UnregisterBrokerResponse>, Status> {
+        let _slot = slot!(self, req, pb::UnregisterBrokerResponse);
         let caller = Caller::of(&req);
         let supers = self.super_users();
         let broker = BrokerId(req.into_inner().broker_id);
@@ -747,6 +864,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::IncrementalAlterConfigsRequest>,
     ) -> Result<Response<pb::IncrementalAlterConfigsResponse>, Status> {
+        let _slot = slot!(self, req, pb::IncrementalAlterConfigsResponse);
         let _admitted = self.admit(&req).await;
         let caller = Caller::of(&req);
         let supers = self.super_users();
@@ -772,10 +890,20 @@ impl AdminService for AdminApi {
                 }))
             }
         };
+        if let Err(e) = self.shared.config.limits.check_alter_configs(&items) {
+            return Ok(Response::new(pb::IncrementalAlterConfigsResponse {
+                error: top(e),
+                topics: vec![],
+            }));
+        }
+        let limits = self.shared.config.limits.clone();
         let validate_only = req.validate_only;
         let r = self
             .shared
             .submit(CommandKind::AlterConfigs, move |image, _| {
+                if let Err(e) = limits.check_alter_configs_in(image, &items) {
+                    return Proposal::with_reply(vec![], Err(e));
+                }
                 let checker = caller.checker(image, &supers);
                 let d = decide_permitted(
                     &items,
@@ -812,6 +940,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::AddVoterRequest>,
     ) -> Result<Response<pb::AddVoterResponse>, Status> {
+        let _slot = slot!(self, req, pb::AddVoterResponse);
         if let Err(e) = self.shared.active_handle() {
             return Ok(Response::new(pb::AddVoterResponse { error: Some(e) }));
         }
@@ -831,6 +960,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::RemoveVoterRequest>,
     ) -> Result<Response<pb::RemoveVoterResponse>, Status> {
+        let _slot = slot!(self, req, pb::RemoveVoterResponse);
         if let Err(e) = self.shared.active_handle() {
             return Ok(Response::new(pb::RemoveVoterResponse { error: Some(e) }));
         }
@@ -849,9 +979,16 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::CreateAclsRequest>,
     ) -> Result<Response<pb::CreateAclsResponse>, Status> {
+        let _slot = slot!(self, req, pb::CreateAclsResponse);
         let caller = Caller::of(&req);
         let supers = self.super_users();
         let asked = req.into_inner().bindings;
+        if let Err(e) = self.shared.config.limits.check_acls(asked.len()) {
+            return Ok(Response::new(pb::CreateAclsResponse {
+                error: top(e),
+                results: vec![],
+            }));
+        }
         let parsed: Vec<Result<keel_metadata::acl::AclBinding, ApiError>> = asked
             .iter()
             .map(|b| acl_binding_from_pb(b).map_err(ApiError::from))
@@ -906,11 +1043,17 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::DeleteAclsRequest>,
     ) -> Result<Response<pb::DeleteAclsResponse>, Status> {
+        let _slot = slot!(self, req, pb::DeleteAclsResponse);
         let caller = Caller::of(&req);
         let supers = self.super_users();
-        let filters = match req
-            .into_inner()
-            .filters
+        let filters = req.into_inner().filters;
+        if let Err(e) = self.shared.config.limits.check_acls(filters.len()) {
+            return Ok(Response::new(pb::DeleteAclsResponse {
+                error: top(e),
+                results: vec![],
+            }));
+        }
+        let filters = match filters
             .iter()
             .map(acl_filter_from_pb)
             .collect::<Result<Vec<_>, _>>()
@@ -957,6 +1100,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::DescribeAclsRequest>,
     ) -> Result<Response<pb::DescribeAclsResponse>, Status> {
+        let _slot = slot!(self, req, pb::DescribeAclsResponse);
         let fail = |e: pb::Error| {
             Ok(Response::new(pb::DescribeAclsResponse {
                 error: Some(e),
@@ -1040,6 +1184,7 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::TriggerSnapshotRequest>,
     ) -> Result<Response<pb::TriggerSnapshotResponse>, Status> {
+        let _slot = slot!(self, req, pb::TriggerSnapshotResponse);
         if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Alter) {
             return Ok(Response::new(pb::TriggerSnapshotResponse {
                 error: Some(e),

@@ -42,6 +42,20 @@ pub struct ControllerConfig {
     /// Principals allowed everything, whatever the ACLs say
     /// (`--super-users`). Controllers of the cluster always are.
     pub super_users: std::collections::BTreeSet<keel_metadata::acl::Principal>,
+    /// Per-request and cluster-wide limits on admin requests.
+    pub limits: keel_metadata::limits::Limits,
+    /// Largest gRPC message the admin and broker services decode.
+    pub max_message_bytes: usize,
+    /// HTTP/2 streams one connection may have open at once.
+    pub max_concurrent_streams: u32,
+    /// Admin requests (a `Write` session counts once) served at once on
+    /// this node; more are refused with THROTTLING_QUOTA_EXCEEDED.
+    pub max_concurrent_admin_requests: usize,
+    /// A request not answered within this is cancelled (DEADLINE_EXCEEDED).
+    pub request_timeout_ms: u64,
+    /// Linearizable reads (describes) this node serves per second; more
+    /// are refused with THROTTLING_QUOTA_EXCEEDED.
+    pub max_linearizable_reads_per_sec: u32,
 }
 
 impl ControllerConfig {
@@ -76,6 +90,12 @@ impl ControllerConfig {
             write_budget_bytes: crate::budget::DEFAULT_WRITE_BUDGET_BYTES,
             transport: keel_tls::Transport::Plaintext,
             super_users: Default::default(),
+            limits: Default::default(),
+            max_message_bytes: 16 << 20,
+            max_concurrent_streams: 1024,
+            max_concurrent_admin_requests: 4096,
+            request_timeout_ms: 120_000,
+            max_linearizable_reads_per_sec: 20_000,
         }
     }
 

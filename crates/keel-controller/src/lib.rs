@@ -19,6 +19,7 @@ pub mod node;
 pub mod quorum;
 pub mod shared;
 mod tasks;
+pub mod throttle;
 
 pub use config::{parse_voters, ControllerConfig};
 pub use node::ControllerNode;

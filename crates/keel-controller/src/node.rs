@@ -129,9 +129,19 @@ impl ControllerNode {
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut server_stop = shutdown_rx.clone();
         let router = tonic::transport::Server::builder()
+            .max_concurrent_streams(config.max_concurrent_streams)
+            .timeout(Duration::from_millis(config.request_timeout_ms))
+            .http2_keepalive_interval(Some(keel_tls::transport::HTTP2_KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(keel_tls::transport::HTTP2_KEEPALIVE_TIMEOUT))
             .add_service(raft_service.into_server())
-            .add_service(AdminServiceServer::new(AdminApi::new(shared.clone())))
-            .add_service(BrokerServiceServer::new(BrokerApi::new(shared.clone())));
+            .add_service(
+                AdminServiceServer::new(AdminApi::new(shared.clone()))
+                    .max_decoding_message_size(config.max_message_bytes),
+            )
+            .add_service(
+                BrokerServiceServer::new(BrokerApi::new(shared.clone()))
+                    .max_decoding_message_size(config.max_message_bytes),
+            );
         let transport = config.transport.clone();
         // The transport accepts without Nagle: Raft and controller RPCs
         // are small and latency-bound.

@@ -53,6 +53,8 @@ pub struct Shared {
     pub directory_id: DirectoryId,
     /// `config.super_users`, shared with decision closures.
     pub super_users: Arc<std::collections::BTreeSet<keel_metadata::acl::Principal>>,
+    /// Admin requests served at once and linearizable reads per second.
+    pub throttle: crate::throttle::Throttle,
 }
 
 impl Shared {
@@ -66,7 +68,12 @@ impl Shared {
         let heartbeats = Mutex::new(HeartbeatTracker::new(config.session_timeout_ms));
         let write_budget = WriteBudget::new(config.write_budget_bytes);
         let super_users = Arc::new(config.super_users.clone());
+        let throttle = crate::throttle::Throttle::new(
+            config.max_concurrent_admin_requests,
+            config.max_linearizable_reads_per_sec,
+        );
         Self {
+            throttle,
             super_users,
             config,
             raft,
@@ -178,6 +185,9 @@ impl Shared {
     /// a quorum and its state machine caught up), or says who leads.
     pub async fn linearizable(&self) -> Result<(), pb::Error> {
         self.active_handle()?;
+        self.throttle
+            .read()
+            .map_err(|e| keel_proto::convert::error_to_pb(&e))?;
         match self.raft.ensure_linearizable().await {
             Ok(_) => Ok(()),
             Err(_) => Err(self.not_controller()),

@@ -20,6 +20,7 @@ pub mod error;
 pub mod heartbeat;
 pub mod ids;
 pub mod image;
+pub mod limits;
 pub mod placement;
 pub mod planner;
 pub mod records;

@@ -21,7 +21,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tonic::Streaming;
 
 use crate::codec;
@@ -218,7 +218,7 @@ impl Network {
                 return Ok(channel.clone());
             }
         }
-        let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+        let endpoint = keel_tls::transport::endpoint(addr)
             .map_err(|e| format!("bad address {addr:?} for node {target}: {e}"))?
             .connect_timeout(CONNECT_TIMEOUT);
         // Lazy: the channel dials on first use and redials after failures.

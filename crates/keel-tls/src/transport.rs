@@ -33,6 +33,12 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_HANDSHAKES: usize = 512;
 /// TCP keepalive on every connection: a peer that vanished is noticed.
 const KEEPALIVE: Duration = Duration::from_secs(30);
+/// HTTP/2 PING on every client connection, idle or not, this often...
+pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// ...and the connection is dropped when a PING is not answered within
+/// this: a channel to a peer that vanished fails (and is rebuilt by its
+/// owner) instead of waiting on a dead connection.
+pub const HTTP2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Plaintext or mutual TLS.
 #[derive(Clone, Debug)]
@@ -279,14 +285,17 @@ pub fn tls_incoming(
     tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
-/// An endpoint for `addr` (`host:port`).
+/// An endpoint for `addr` (`host:port`), with HTTP/2 keepalive.
 pub fn endpoint(addr: &str) -> Result<Endpoint, tonic::transport::Error> {
     let uri = if addr.contains("://") {
         addr.to_string()
     } else {
         format!("http://{addr}")
     };
-    Endpoint::from_shared(uri)
+    Ok(Endpoint::from_shared(uri)?
+        .http2_keep_alive_interval(HTTP2_KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(HTTP2_KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true))
 }
 
 async fn tcp_connect(uri: &Uri, local: Option<IpAddr>) -> std::io::Result<TcpStream> {

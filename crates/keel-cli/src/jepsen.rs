@@ -14,7 +14,8 @@ pub struct JepsenArgs {
     /// How long the workload and the nemesis run, in seconds.
     #[arg(long, default_value_t = 60)]
     time_limit: u64,
-    /// Fault families, comma separated: partition, kill, pause, zombie, or all.
+    /// Fault families, comma separated: partition, kill, pause, zombie,
+    /// intruder, or all.
     #[arg(long, default_value = "all")]
     nemesis: String,
     /// Seed of the nemesis and workload choices (default: from the clock).
@@ -41,6 +42,11 @@ pub struct JepsenArgs {
     /// Topic names in the key space (small, so operations collide).
     #[arg(long, default_value_t = 8)]
     names: usize,
+    /// Run every node and harness client in plaintext instead of mutual
+    /// TLS (the intruder nemesis then has no certificates to forge, so it
+    /// cannot be chosen).
+    #[arg(long)]
+    plaintext: bool,
 }
 
 pub async fn run(a: JepsenArgs) -> ExitCode {
@@ -83,6 +89,7 @@ pub async fn run(a: JepsenArgs) -> ExitCode {
         recovery_bound: Duration::from_secs(a.recovery_secs),
         names: a.names,
         replication_factor: a.brokers.min(2) as u32,
+        tls: !a.plaintext,
     };
     ExitCode::from(keel_jepsen::run(cfg).await)
 }

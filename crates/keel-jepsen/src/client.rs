@@ -13,18 +13,26 @@ use keel_metadata::TopicId;
 use keel_proto::pb;
 use keel_proto::pb::admin_service_client::AdminServiceClient;
 use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
-use tonic::transport::{Channel, Endpoint};
+pub use keel_tls::{Expect, Transport};
+use tonic::transport::Channel;
 
 use crate::history::{Outcome, Seen};
 
-/// A fresh lazy channel from `bind` to `addr`.
-pub fn channel(addr: &str, bind: IpAddr, timeout: Duration) -> Option<Channel> {
-    let ep = Endpoint::from_shared(format!("http://{addr}"))
+/// A fresh lazy channel from `bind` to `addr` over `transport` (mutual TLS
+/// as the transport's identity, or plaintext), to a server whose
+/// certificate `expect` accepts.
+pub fn channel(
+    transport: &Transport,
+    addr: &str,
+    bind: IpAddr,
+    timeout: Duration,
+    expect: Expect,
+) -> Option<Channel> {
+    let ep = keel_tls::transport::endpoint(addr)
         .ok()?
         .connect_timeout(Duration::from_millis(700).min(timeout))
-        .timeout(timeout)
-        .local_address(Some(bind));
-    Some(ep.connect_lazy())
+        .timeout(timeout);
+    Some(transport.channel(ep, Some(bind), expect))
 }
 
 /// Error code name of a wire error.
@@ -95,6 +103,7 @@ pub struct AdminClient {
     hint: Option<String>,
     rr: usize,
     bind: IpAddr,
+    transport: Transport,
     pub attempt_timeout: Duration,
     pub op_budget: Duration,
 }
@@ -111,12 +120,13 @@ enum Attempt<T> {
 }
 
 impl AdminClient {
-    pub fn new(addrs: Vec<String>, bind: IpAddr) -> Self {
+    pub fn new(addrs: Vec<String>, bind: IpAddr, transport: Transport) -> Self {
         AdminClient {
             addrs,
             hint: None,
             rr: 0,
             bind,
+            transport,
             attempt_timeout: Duration::from_millis(1500),
             op_budget: Duration::from_secs(4),
         }
@@ -144,7 +154,13 @@ impl AdminClient {
         loop {
             let addr = self.next_addr();
             attempts += 1;
-            let Some(ch) = channel(&addr, self.bind, self.attempt_timeout) else {
+            let Some(ch) = channel(
+                &self.transport,
+                &addr,
+                self.bind,
+                self.attempt_timeout,
+                Expect::Controller,
+            ) else {
                 return OpResult::done(Outcome::Fail);
             };
             match attempt(ch).await {
@@ -332,8 +348,18 @@ impl AdminClient {
 }
 
 /// DescribeNode on one controller (no redirect).
-pub async fn describe_node(addr: &str, timeout: Duration) -> Option<pb::DescribeNodeResponse> {
-    let ch = channel(addr, crate::cluster::CLIENT_IP.into(), timeout)?;
+pub async fn describe_node(
+    transport: &Transport,
+    addr: &str,
+    timeout: Duration,
+) -> Option<pb::DescribeNodeResponse> {
+    let ch = channel(
+        transport,
+        addr,
+        crate::cluster::CLIENT_IP.into(),
+        timeout,
+        Expect::Controller,
+    )?;
     AdminServiceClient::new(ch)
         .describe_node(pb::DescribeNodeRequest::default())
         .await
@@ -342,8 +368,18 @@ pub async fn describe_node(addr: &str, timeout: Duration) -> Option<pb::Describe
 }
 
 /// DescribeBroker on one broker.
-pub async fn describe_broker(addr: &str, timeout: Duration) -> Option<pb::DescribeBrokerResponse> {
-    let ch = channel(addr, crate::cluster::CLIENT_IP.into(), timeout)?;
+pub async fn describe_broker(
+    transport: &Transport,
+    addr: &str,
+    timeout: Duration,
+) -> Option<pb::DescribeBrokerResponse> {
+    let ch = channel(
+        transport,
+        addr,
+        crate::cluster::CLIENT_IP.into(),
+        timeout,
+        Expect::Member,
+    )?;
     BrokerControlServiceClient::new(ch)
         .describe_broker(pb::DescribeBrokerRequest {})
         .await
@@ -352,9 +388,13 @@ pub async fn describe_broker(addr: &str, timeout: Duration) -> Option<pb::Descri
 }
 
 /// The active controller's address, asking every controller.
-pub async fn find_active(addrs: &[String], timeout: Duration) -> Option<String> {
+pub async fn find_active(
+    transport: &Transport,
+    addrs: &[String],
+    timeout: Duration,
+) -> Option<String> {
     for a in addrs {
-        if let Some(d) = describe_node(a, timeout).await {
+        if let Some(d) = describe_node(transport, a, timeout).await {
             if d.active_controller {
                 return Some(a.clone());
             }
@@ -364,8 +404,18 @@ pub async fn find_active(addrs: &[String], timeout: Duration) -> Option<String> 
 }
 
 /// DescribeTopics (all) on a given controller.
-pub async fn describe_all(addr: &str, timeout: Duration) -> Option<pb::DescribeTopicsResponse> {
-    let ch = channel(addr, crate::cluster::CLIENT_IP.into(), timeout)?;
+pub async fn describe_all(
+    transport: &Transport,
+    addr: &str,
+    timeout: Duration,
+) -> Option<pb::DescribeTopicsResponse> {
+    let ch = channel(
+        transport,
+        addr,
+        crate::cluster::CLIENT_IP.into(),
+        timeout,
+        Expect::Controller,
+    )?;
     let r = AdminServiceClient::new(ch)
         .describe_topics(pb::DescribeTopicsRequest::default())
         .await
@@ -376,10 +426,17 @@ pub async fn describe_all(addr: &str, timeout: Duration) -> Option<pb::DescribeT
 
 /// DescribeCluster on a given controller.
 pub async fn describe_cluster(
+    transport: &Transport,
     addr: &str,
     timeout: Duration,
 ) -> Option<pb::DescribeClusterResponse> {
-    let ch = channel(addr, crate::cluster::CLIENT_IP.into(), timeout)?;
+    let ch = channel(
+        transport,
+        addr,
+        crate::cluster::CLIENT_IP.into(),
+        timeout,
+        Expect::Controller,
+    )?;
     let r = AdminServiceClient::new(ch)
         .describe_cluster(pb::DescribeClusterRequest::default())
         .await

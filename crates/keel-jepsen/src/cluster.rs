@@ -17,10 +17,17 @@ pub const BROKER_PORT: u16 = 9092;
 /// Broker session timeout (controllers and brokers).
 pub const SESSION_TIMEOUT_MS: u64 = 3000;
 
-/// The layout of a run's cluster (nothing started).
-pub fn spec(exe: PathBuf, run_dir: &Path, brokers: usize) -> Spec {
+/// The cluster id of every run.
+pub const CLUSTER_ID: &str = "keel-jepsen";
+
+/// The layout of a run's cluster (nothing started). With `tls`, the kit
+/// makes a CA and every node's certificate under `<run dir>/certs`, every
+/// node speaks mutual TLS, and the kit's clients present the certificate
+/// of `User:admin` (a super user).
+pub fn spec(exe: PathBuf, run_dir: &Path, brokers: usize, tls: bool) -> Spec {
     let session = SESSION_TIMEOUT_MS.to_string();
-    Spec::new(exe, "keel-jepsen")
+    Spec::new(exe, CLUSTER_ID)
+        .tls(tls)
         .brokers(brokers)
         .addressing(Addressing::Subnet {
             net: 2,
@@ -68,7 +75,7 @@ mod tests {
     #[test]
     fn every_node_has_its_own_address_under_the_run_dir() {
         let dir = tempfile::tempdir().unwrap();
-        let c = Cluster::new(spec("/bin/keel".into(), dir.path(), 3)).unwrap();
+        let c = Cluster::new(spec("/bin/keel".into(), dir.path(), 3, false)).unwrap();
         assert_eq!(
             c.controller_addrs(),
             ["127.0.2.11:9093", "127.0.2.12:9093", "127.0.2.13:9093"]
@@ -81,5 +88,19 @@ mod tests {
         assert_eq!(ip(&c.nodes[4]), Ipv4Addr::new(127, 0, 2, 22));
         assert_eq!(c.broker(0).data_dir, dir.path().join("data/b1"));
         assert_eq!(c.controller(2).process.log, dir.path().join("logs/c3.log"));
+    }
+
+    #[test]
+    fn a_tls_run_has_certificates_and_an_admin_transport() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Cluster::new(spec("/bin/keel".into(), dir.path(), 2, true)).unwrap();
+        let certs = c.certs_dir().expect("a TLS layout has certificates");
+        assert!(certs.join("ca.pem").exists());
+        assert!(c.transport().is_tls());
+        let admin = c.transport().identity().unwrap();
+        assert_eq!(admin.principal().to_string(), "User:admin");
+        let plain =
+            Cluster::new(spec("/bin/keel".into(), &dir.path().join("p"), 2, false)).unwrap();
+        assert!(!plain.transport().is_tls());
     }
 }

@@ -19,6 +19,7 @@ pub mod brokers;
 pub mod client;
 pub mod cluster;
 pub mod history;
+pub mod intruder;
 pub mod linear;
 pub mod lost;
 pub mod nemesis;
@@ -38,7 +39,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use crate::client::AdminClient;
+use crate::client::{AdminClient, Transport};
 use crate::cluster::{Cluster, CLIENT_IP};
 use crate::history::{OpKind, OpRecord, Outcome, Seen};
 use crate::nemesis::{Family, Nemesis};
@@ -67,6 +68,9 @@ pub struct Config {
     pub recovery_bound: Duration,
     pub names: usize,
     pub replication_factor: u32,
+    /// Mutual TLS on every node and every harness client (the default);
+    /// `false` runs everything in plaintext.
+    pub tls: bool,
 }
 
 /// `YYYYmmddTHHMMSSZ` of now (UTC).
@@ -143,9 +147,15 @@ fn record(
     }
 }
 
-async fn worker(id: usize, cfg: Config, ctrl: Vec<String>, shared: Arc<Shared>) {
+async fn worker(
+    id: usize,
+    cfg: Config,
+    ctrl: Vec<String>,
+    transport: Transport,
+    shared: Arc<Shared>,
+) {
     let mut rng = StdRng::seed_from_u64(cfg.seed.wrapping_mul(1_000_003).wrapping_add(id as u64));
-    let mut admin = AdminClient::new(ctrl, CLIENT_IP.into());
+    let mut admin = AdminClient::new(ctrl, CLIENT_IP.into(), transport);
     let mut process = shared.next_process.fetch_add(1, Ordering::SeqCst);
     while !shared.stop.load(Ordering::SeqCst) {
         let name = format!("jepsen-{}", rng.random_range(0..cfg.names));
@@ -180,10 +190,11 @@ async fn worker(id: usize, cfg: Config, ctrl: Vec<String>, shared: Arc<Shared>) 
 /// whether the topic ever showed part of its partitions.
 async fn big_creates(
     ctrl: Vec<String>,
+    transport: Transport,
     shared: Arc<Shared>,
     mut asks: tokio::sync::mpsc::Receiver<tokio::sync::oneshot::Sender<String>>,
 ) {
-    let mut admin = AdminClient::new(ctrl, CLIENT_IP.into());
+    let mut admin = AdminClient::new(ctrl, CLIENT_IP.into(), transport);
     let mut n = 0u64;
     while let Some(started) = asks.recv().await {
         let name = format!("jepsen-big-{n}");
@@ -236,12 +247,17 @@ async fn big_creates(
 }
 
 /// Waits until a controller is active and every broker is unfenced.
-async fn wait_ready(ctrl: &[String], brokers: usize, bound: Duration) -> Result<(), String> {
+async fn wait_ready(
+    transport: &Transport,
+    ctrl: &[String],
+    brokers: usize,
+    bound: Duration,
+) -> Result<(), String> {
     let start = Instant::now();
     let mut last = String::from("no answer yet");
     while start.elapsed() < bound {
-        if let Some(a) = client::find_active(ctrl, Duration::from_secs(1)).await {
-            if let Some(c) = client::describe_cluster(&a, Duration::from_secs(1)).await {
+        if let Some(a) = client::find_active(transport, ctrl, Duration::from_secs(1)).await {
+            if let Some(c) = client::describe_cluster(transport, &a, Duration::from_secs(1)).await {
                 let up = c
                     .brokers
                     .iter()
@@ -265,6 +281,10 @@ async fn wait_ready(ctrl: &[String], brokers: usize, bound: Duration) -> Result<
 
 /// Runs one test; returns the exit code.
 pub async fn run(cfg: Config) -> u8 {
+    if cfg.families.contains(&Family::Intruder) && !cfg.tls {
+        eprintln!("keel jepsen: the intruder nemesis forges certificates and needs TLS; drop --plaintext or choose --nemesis without `intruder`.");
+        return EXIT_USAGE;
+    }
     let needs_net = cfg.families.contains(&Family::Partition);
     if needs_net {
         if let Some(why) = net::unavailable_reason() {
@@ -280,7 +300,12 @@ pub async fn run(cfg: Config) -> u8 {
         eprintln!("keel jepsen: cannot create {}: {e}", run_dir.display());
         return EXIT_LOCAL;
     }
-    let cluster = match Cluster::new(cluster::spec(cfg.exe.clone(), &run_dir, cfg.brokers)) {
+    let cluster = match Cluster::new(cluster::spec(
+        cfg.exe.clone(),
+        &run_dir,
+        cfg.brokers,
+        cfg.tls,
+    )) {
         Ok(c) => Arc::new(Mutex::new(c)),
         Err(e) => {
             eprintln!("keel jepsen: cannot lay out the cluster: {e:#}");
@@ -319,13 +344,14 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         None
     };
     eprintln!(
-        "keel jepsen: run dir {} (seed {}, nemesis {:?}, {} brokers, {} clients, {} s)",
+        "keel jepsen: run dir {} (seed {}, nemesis {:?}, {} brokers, {} clients, {} s, {})",
         run_dir.display(),
         cfg.seed,
         cfg.families,
         cfg.brokers,
         cfg.clients,
-        cfg.time_limit.as_secs()
+        cfg.time_limit.as_secs(),
+        if cfg.tls { "mutual TLS" } else { "plaintext" }
     );
     let started = {
         let mut c = cluster.lock().unwrap();
@@ -337,19 +363,62 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         eprintln!("keel jepsen: {e:#}");
         return EXIT_LOCAL;
     }
-    let (ctrl, broker_addrs): (Vec<String>, Vec<(u32, String)>) = {
+    let (ctrl, broker_addrs, transport, zombie_transport) = {
         let c = cluster.lock().unwrap();
+        let zombie = c.transport_as(&keel_tls::Identity::controller(
+            &c.cluster_id,
+            nemesis::ZOMBIE_CONTROLLER,
+        ));
+        let zombie = match zombie {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("keel jepsen: cannot issue the zombie controller's certificate: {e:#}");
+                return EXIT_LOCAL;
+            }
+        };
         (
             c.controller_addrs(),
-            c.brokers().map(|n| (n.id, n.address())).collect(),
+            c.brokers()
+                .map(|n| (n.id, n.address()))
+                .collect::<Vec<(u32, String)>>(),
+            c.transport().clone(),
+            zombie,
         )
     };
-    if let Err(e) = wait_ready(&ctrl, cfg.brokers, Duration::from_secs(60)).await {
+    if let Err(e) = wait_ready(&transport, &ctrl, cfg.brokers, Duration::from_secs(60)).await {
         eprintln!(
             "keel jepsen: the cluster did not come up within 60 s ({e}); logs in {}",
             run_dir.join("logs").display()
         );
         return EXIT_LOCAL;
+    }
+    // The intruder's certificates, the topics it aims at and the state it
+    // must not change.
+    let intruding = cfg.families.contains(&Family::Intruder);
+    let mut intruder_setup = None;
+    if intruding {
+        let creds = intruder::credentials(&cluster.lock().unwrap(), &run_dir);
+        let creds = match creds {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("keel jepsen: cannot make the intruder's certificates: {e:#}");
+                return EXIT_LOCAL;
+            }
+        };
+        let mut admin = AdminClient::new(ctrl.clone(), CLIENT_IP.into(), transport.clone());
+        if let Err(e) =
+            intruder::create_targets(&mut admin, cfg.replication_factor, Duration::from_secs(30))
+                .await
+        {
+            eprintln!("keel jepsen: {e}");
+            return EXIT_LOCAL;
+        }
+        let before =
+            intruder::observe(&transport, &ctrl, &broker_addrs, Duration::from_secs(20)).await;
+        if let Err(e) = &before {
+            eprintln!("keel jepsen: cannot read the cluster state before the run: {e}");
+        }
+        intruder_setup = Some((creds, before.ok()));
     }
     eprintln!("keel jepsen: cluster up; starting workload and nemesis");
 
@@ -363,7 +432,12 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     let current = Arc::new(Mutex::new(String::from("none yet")));
     let probes = Arc::new(Mutex::new(Vec::new()));
     let (big_tx, big_rx) = tokio::sync::mpsc::channel(1);
-    let big_task = tokio::spawn(big_creates(ctrl.clone(), shared.clone(), big_rx));
+    let big_task = tokio::spawn(big_creates(
+        ctrl.clone(),
+        transport.clone(),
+        shared.clone(),
+        big_rx,
+    ));
     let mut nemesis = Nemesis {
         big_create: Some(big_tx),
         killed_mid_decision: false,
@@ -375,6 +449,29 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         faults: faults.clone(),
         current: current.clone(),
         probes: probes.clone(),
+        transport: transport.clone(),
+        zombie_transport,
+    };
+    let intruder_stop = Arc::new(AtomicBool::new(false));
+    let intruder_attempts = Arc::new(Mutex::new(Vec::new()));
+    let mut intruder_before = None;
+    let intruder_task = match intruder_setup {
+        Some((creds, before)) => {
+            intruder_before = before;
+            let cluster_id = cluster.lock().unwrap().cluster_id.clone();
+            let i = intruder::Intruder {
+                ctrl: ctrl.clone(),
+                brokers: broker_addrs.clone(),
+                cluster_id,
+                admin: transport.clone(),
+                creds,
+                names: cfg.names,
+                start: shared.start,
+                attempts: intruder_attempts.clone(),
+            };
+            Some(tokio::spawn(i.run(intruder_stop.clone(), cfg.time_limit)))
+        }
+        None => None,
     };
     let (time_limit, fault, heal) = (cfg.time_limit, cfg.fault, cfg.heal);
     let nemesis_task = tokio::spawn(async move {
@@ -387,6 +484,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
             id,
             cfg.clone(),
             ctrl.clone(),
+            transport.clone(),
             shared.clone(),
         )));
     }
@@ -443,8 +541,12 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         eprintln!();
     }
     shared.stop.store(true, Ordering::SeqCst);
+    intruder_stop.store(true, Ordering::SeqCst);
     for w in workers {
         let _ = w.await;
+    }
+    if let Some(t) = intruder_task {
+        let _ = t.await;
     }
     let mut nemesis = match nemesis_task.await {
         Ok(n) => n,
@@ -467,8 +569,9 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     );
 
     // (e) recovery.
-    let mut admin = AdminClient::new(ctrl.clone(), CLIENT_IP.into());
+    let mut admin = AdminClient::new(ctrl.clone(), CLIENT_IP.into(), transport.clone());
     let (rec_ok, rec_detail, rec_ops) = probes::recovery(
+        &transport,
         &ctrl,
         &mut admin,
         healed_at,
@@ -515,7 +618,19 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     // (d) convergence.
     eprintln!("keel jepsen: checking convergence");
     let (conv_ok, conv_detail) =
-        probes::convergence(&ctrl, &broker_addrs, Duration::from_secs(30)).await;
+        probes::convergence(&transport, &ctrl, &broker_addrs, Duration::from_secs(30)).await;
+    // What the intruder may have changed, read once everything converged.
+    let intruder_after = if intruding {
+        match intruder::observe(&transport, &ctrl, &broker_addrs, Duration::from_secs(20)).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("keel jepsen: cannot read the cluster state after the run: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let end_ms = shared.ms();
 
     // Stop everything, collect broker histories.
@@ -565,6 +680,18 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     if !unparsable.is_empty() {
         brk_detail["unparsable_lines"] = json!(unparsable);
     }
+    let attempts = intruder_attempts.lock().unwrap().clone();
+    let intruder_result = intruding.then(|| {
+        intruder::check(
+            &attempts,
+            intruder_before.as_ref(),
+            intruder_after.as_ref(),
+            &broker_hist,
+        )
+    });
+    if intruding {
+        let _ = intruder::write_attempts(&run_dir.join("intruder.jsonl"), &attempts);
+    }
     let probes_v = probes.lock().unwrap().clone();
     let zombie_valid = probes_v.iter().all(|p| !p.accepted);
     let faults_v = faults.lock().unwrap().clone();
@@ -593,6 +720,9 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         b(zombie_valid),
         json!({"probes": probes_v}),
     );
+    if let Some((v, detail)) = intruder_result {
+        put("intruder", b(v), detail);
+    }
     put(
         "no_process_crashes",
         b(crashes.is_empty()),
@@ -607,6 +737,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         "fail": count(Outcome::Fail),
         "info": count(Outcome::Info),
         "faults": faults_v.len(),
+        "intruder_attempts": attempts.len(),
         "final_heal_ms": healed_ms.round(),
         "end_ms": end_ms.round(),
     });
@@ -617,6 +748,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         "nemesis": cfg.families,
         "brokers": cfg.brokers,
         "clients": cfg.clients,
+        "tls": cfg.tls,
         "summary": summary,
         "checkers": Value::Object(checkers),
         "faults": faults_v,

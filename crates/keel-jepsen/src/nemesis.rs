@@ -27,6 +27,11 @@ pub enum Family {
     /// A deposed controller's late request: a LeaderAndIsr stamped with a
     /// controller epoch lower than the broker has seen (must be refused).
     Zombie,
+    /// Requests with bad credentials (a foreign CA, another broker's
+    /// certificate, a user without ACLs), all through the run; see
+    /// [`crate::intruder`]. Needs TLS. Not a scheduled fault: it runs
+    /// alongside the others.
+    Intruder,
 }
 
 impl Family {
@@ -40,6 +45,7 @@ impl Family {
                     Family::Kill,
                     Family::Pause,
                     Family::Zombie,
+                    Family::Intruder,
                 ]),
                 "partition" => {
                     out.insert(Family::Partition);
@@ -53,10 +59,13 @@ impl Family {
                 "zombie" => {
                     out.insert(Family::Zombie);
                 }
+                "intruder" => {
+                    out.insert(Family::Intruder);
+                }
                 "none" => {}
                 other => {
                     return Err(format!(
-                    "unknown nemesis family {other:?} (partition, kill, pause, zombie, all, none)"
+                    "unknown nemesis family {other:?} (partition, kill, pause, zombie, intruder, all, none)"
                 ))
                 }
             }
@@ -86,6 +95,7 @@ impl Family {
                 "pause-broker",
             ],
             Family::Zombie => &["stale-controller-request"],
+            Family::Intruder => &[],
         }
     }
 }
@@ -132,7 +142,17 @@ pub struct Nemesis {
     /// Whether this run killed the active controller in the middle of a
     /// large decision yet (the first kill of a run always does).
     pub killed_mid_decision: bool,
+    /// How the nemesis's own probes speak (the admin user over TLS).
+    pub transport: client::Transport,
+    /// How a zombie controller's request speaks: with the certificate of
+    /// controller [`ZOMBIE_CONTROLLER`] (over TLS a broker accepts
+    /// LeaderAndIsr only from a controller; the stale epoch must be what
+    /// refuses it).
+    pub zombie_transport: client::Transport,
 }
+
+/// The controller whose identity the zombie requests carry.
+pub const ZOMBIE_CONTROLLER: u64 = 1;
 
 /// Partitions of the creates the mid-decision kill aims at: several Raft
 /// entries' worth, so the decision is one transaction over many entries.
@@ -162,7 +182,9 @@ impl Nemesis {
                 .collect()
         };
         for (i, a) in addrs {
-            if let Some(d) = client::describe_node(&a, Duration::from_millis(700)).await {
+            if let Some(d) =
+                client::describe_node(&self.transport, &a, Duration::from_millis(700)).await
+            {
                 if d.active_controller {
                     return Some(i);
                 }
@@ -404,7 +426,9 @@ impl Nemesis {
                 .collect()
         };
         for (id, addr) in brokers {
-            let Some(d) = client::describe_broker(&addr, Duration::from_millis(700)).await else {
+            let Some(d) =
+                client::describe_broker(&self.transport, &addr, Duration::from_millis(700)).await
+            else {
                 continue;
             };
             if d.controller_epoch_seen < 1 {
@@ -430,15 +454,20 @@ impl Nemesis {
             let stale = d.controller_epoch_seen - 1;
             let req = pb::LeaderAndIsrRequest {
                 stamp: Some(pb::ControllerStamp {
-                    controller_id: 1,
+                    controller_id: ZOMBIE_CONTROLLER as u32,
                     controller_epoch: stale,
                     broker_epoch: d.broker_epoch,
                 }),
                 partitions: vec![p.clone()],
                 leaders,
             };
-            let Some(ch) = client::channel(&addr, CLIENT_IP.into(), Duration::from_millis(1500))
-            else {
+            let Some(ch) = client::channel(
+                &self.zombie_transport,
+                &addr,
+                CLIENT_IP.into(),
+                Duration::from_millis(1500),
+                client::Expect::Broker(id),
+            ) else {
                 continue;
             };
             let answer = match BrokerControlServiceClient::new(ch)
@@ -515,13 +544,19 @@ impl Nemesis {
     pub async fn run(&mut self, until: Duration, fault: Duration, heal: Duration) {
         let quiet = heal.min(Duration::from_secs(5));
         tokio::time::sleep(quiet).await;
+        // Families with scheduled faults (the intruder runs on its own).
+        let scheduled: Vec<Family> = self
+            .families
+            .iter()
+            .copied()
+            .filter(|f| !f.kinds().is_empty())
+            .collect();
         loop {
-            if self.families.is_empty()
-                || self.start.elapsed() + fault + Duration::from_secs(1) > until
+            if scheduled.is_empty() || self.start.elapsed() + fault + Duration::from_secs(1) > until
             {
                 break;
             }
-            let family = self.families[self.rng.random_range(0..self.families.len())];
+            let family = scheduled[self.rng.random_range(0..scheduled.len())];
             let kinds = family.kinds();
             let kind = if family == Family::Kill && !self.killed_mid_decision {
                 "kill-active-controller-mid-decision"

@@ -42,6 +42,7 @@ pub fn leaderless(topics: &pb::DescribeTopicsResponse, live: &[u32]) -> Vec<Stri
 /// (e) Waits until every partition with a live replica has a leader and a
 /// create succeeds, up to `bound` from `healed_at`.
 pub async fn recovery(
+    transport: &client::Transport,
     ctrl: &[String],
     admin: &mut client::AdminClient,
     healed_at: Instant,
@@ -55,10 +56,10 @@ pub async fn recovery(
     let mut n = 0;
     while healed_at.elapsed() < bound {
         if leaders_ok_at.is_none() {
-            if let Some(a) = client::find_active(ctrl, T).await {
+            if let Some(a) = client::find_active(transport, ctrl, T).await {
                 if let (Some(cl), Some(ts)) = (
-                    client::describe_cluster(&a, T).await,
-                    client::describe_all(&a, T).await,
+                    client::describe_cluster(transport, &a, T).await,
+                    client::describe_all(transport, &a, T).await,
                 ) {
                     let live: Vec<u32> = cl
                         .brokers
@@ -111,10 +112,14 @@ pub async fn recovery(
 
 /// One comparison of the controllers and brokers; `Ok(summary)` when
 /// everything agrees, `Err(differences)` otherwise.
-async fn converged_once(ctrl: &[String], brokers: &[(u32, String)]) -> Result<Value, Value> {
+async fn converged_once(
+    transport: &client::Transport,
+    ctrl: &[String],
+    brokers: &[(u32, String)],
+) -> Result<Value, Value> {
     let mut nodes = Vec::new();
     for a in ctrl {
-        match client::describe_node(a, T).await {
+        match client::describe_node(transport, a, T).await {
             Some(d) => nodes.push(d),
             None => return Err(json!({"unreachable_controller": a})),
         }
@@ -128,10 +133,10 @@ async fn converged_once(ctrl: &[String], brokers: &[(u32, String)]) -> Result<Va
             "node": d.node_id, "applied": d.last_applied_index, "hash": d.image_hash, "role": d.role, "term": d.term,
         })).collect::<Vec<_>>()}));
     }
-    let Some(active) = client::find_active(ctrl, T).await else {
+    let Some(active) = client::find_active(transport, ctrl, T).await else {
         return Err(json!({"active": "none"}));
     };
-    let Some(ts) = client::describe_all(&active, T).await else {
+    let Some(ts) = client::describe_all(transport, &active, T).await else {
         return Err(json!({"describe_topics": "failed"}));
     };
     // (topic id, partition) -> (leader, leader epoch, partition epoch, isr)
@@ -151,7 +156,7 @@ async fn converged_once(ctrl: &[String], brokers: &[(u32, String)]) -> Result<Va
     }
     let mut diffs = Vec::new();
     for (id, addr) in brokers {
-        let Some(d) = client::describe_broker(addr, T).await else {
+        let Some(d) = client::describe_broker(transport, addr, T).await else {
             return Err(json!({"unreachable_broker": id}));
         };
         let mut cache: View = BTreeMap::new();
@@ -193,6 +198,7 @@ async fn converged_once(ctrl: &[String], brokers: &[(u32, String)]) -> Result<Va
 
 /// (d) Polls until controllers and broker caches agree, up to `bound`.
 pub async fn convergence(
+    transport: &client::Transport,
     ctrl: &[String],
     brokers: &[(u32, String)],
     bound: Duration,
@@ -200,7 +206,7 @@ pub async fn convergence(
     let start = Instant::now();
     let mut last = Value::Null;
     while start.elapsed() < bound {
-        match converged_once(ctrl, brokers).await {
+        match converged_once(transport, ctrl, brokers).await {
             Ok(summary) => {
                 return (
                     true,

@@ -1,11 +1,14 @@
 //! Every checker is fed hand-made bad histories and must catch them; good
-//! ones must pass. The linearizability checker is cross-checked against
-//! stateright's `LinearizabilityTester` on random small histories.
+//! ones must pass (the intruder checker: accepted attempts, no attempts,
+//! and every trace of a change it tried). The linearizability checker is
+//! cross-checked against stateright's `LinearizabilityTester` on random
+//! small histories.
 
 use std::collections::BTreeMap;
 
 use keel_jepsen::brokers::{self, BrokerEvent};
 use keel_jepsen::history::{OpKind, OpRecord, Outcome, Seen};
+use keel_jepsen::intruder::{self, Answer, Attempt, Credential};
 use keel_jepsen::linear::{self, LinOp, Step, Verdict};
 use keel_jepsen::lost;
 use keel_jepsen::partitions;
@@ -362,4 +365,186 @@ fn a_topic_with_part_of_its_partitions_is_caught() {
     // A topic no create asked for at all.
     let (valid, _) = partitions::check(&index(vec![seen("ghost", 1, Seen::Present)]));
     assert!(!valid);
+}
+
+// --- intruder ---------------------------------------------------------------
+
+fn attempt(credential: Credential, request: &str, answer: Answer) -> Attempt {
+    Attempt {
+        at_ms: 1.0,
+        credential,
+        identity: "keel://keel-jepsen/user/intruder".into(),
+        request: request.into(),
+        target: "intruder-target-0".into(),
+        node: "127.0.2.11:9093".into(),
+        answer,
+        detail: String::new(),
+    }
+}
+
+/// A cluster state with both target topics, three voters and two brokers.
+fn state() -> intruder::State {
+    let mut s = intruder::State::default();
+    for name in intruder::targets() {
+        s.topics.insert(
+            name.clone(),
+            intruder::TopicState {
+                topic_id: format!("id-{name}"),
+                marked_for_deletion: false,
+                replicas: vec![
+                    (0, vec![1, 2], vec![], vec![]),
+                    (1, vec![2, 1], vec![], vec![]),
+                ],
+                configs: BTreeMap::new(),
+            },
+        );
+    }
+    s.voters = vec![1, 2, 3];
+    for id in [1, 2] {
+        s.brokers.insert(
+            id,
+            intruder::BrokerState {
+                address: format!("127.0.2.2{id}:9092"),
+                incarnation: "ab".repeat(16),
+            },
+        );
+    }
+    s.terms.insert(1, 4);
+    s.controller_epochs_seen.insert(1, 3);
+    s
+}
+
+fn refused_everything() -> Vec<Attempt> {
+    vec![
+        attempt(Credential::ForeignCa, "CreateTopics", Answer::Refused),
+        attempt(Credential::WrongBroker, "BrokerHeartbeat", Answer::Refused),
+        attempt(Credential::NoAcls, "DeleteTopics", Answer::Refused),
+        attempt(Credential::NoAcls, "RemoveVoter", Answer::Errored),
+    ]
+}
+
+fn intruder_check(attempts: &[Attempt], before: &intruder::State, after: &intruder::State) -> bool {
+    let (ok, detail) = intruder::check(attempts, Some(before), Some(after), &BTreeMap::new());
+    assert_eq!(detail["attempts"], attempts.len(), "{detail}");
+    ok
+}
+
+#[test]
+fn intruder_refused_everywhere_and_nothing_changed_passes() {
+    let s = state();
+    let (ok, detail) = intruder::check(&refused_everything(), Some(&s), Some(&s), &BTreeMap::new());
+    assert!(ok, "{detail}");
+    assert_eq!(detail["refused"], 3);
+    assert_eq!(detail["errored"], 1);
+    assert_eq!(detail["accepted"], 0);
+    // Leaders, ISRs, terms and epochs move with other faults; new broker
+    // incarnations come with restarts: none of that is the intruder's.
+    let mut after = state();
+    after.terms.insert(1, 9);
+    after.controller_epochs_seen.insert(1, 8);
+    after.brokers.get_mut(&1).unwrap().incarnation = "cd".repeat(16);
+    assert!(intruder_check(&refused_everything(), &s, &after));
+}
+
+#[test]
+fn an_accepted_intruder_attempt_fails_the_run() {
+    let s = state();
+    let mut attempts = refused_everything();
+    attempts.push(attempt(Credential::NoAcls, "CreateAcls", Answer::Accepted));
+    let (ok, detail) = intruder::check(&attempts, Some(&s), Some(&s), &BTreeMap::new());
+    assert!(!ok, "{detail}");
+    assert_eq!(detail["accepted"], 1);
+    assert_eq!(detail["violations"][0]["accepted"]["request"], "CreateAcls");
+}
+
+#[test]
+fn an_intruder_that_tried_nothing_fails_the_run() {
+    let s = state();
+    let (ok, detail) = intruder::check(&[], Some(&s), Some(&s), &BTreeMap::new());
+    assert!(!ok, "{detail}");
+    assert_eq!(detail["attempts"], 0);
+    // Nor can a run pass whose state after the run could not be read.
+    let (ok, _) = intruder::check(&refused_everything(), Some(&s), None, &BTreeMap::new());
+    assert!(!ok);
+}
+
+#[test]
+fn whatever_the_intruder_tried_showing_in_the_state_fails_the_run() {
+    let before = state();
+    let attempts = refused_everything();
+    let changed = |f: &dyn Fn(&mut intruder::State)| {
+        let mut after = state();
+        f(&mut after);
+        !intruder_check(&attempts, &before, &after)
+    };
+    // A topic it tried to create exists.
+    assert!(changed(&|s| {
+        s.topics
+            .insert("intruder-new-c3".into(), Default::default());
+    }));
+    // A target topic is marked for deletion, gone, recreated, resized,
+    // reassigned or reconfigured.
+    assert!(changed(&|s| {
+        s.topics
+            .get_mut("intruder-target-0")
+            .unwrap()
+            .marked_for_deletion = true;
+    }));
+    assert!(changed(&|s| {
+        s.topics.remove("intruder-target-1");
+    }));
+    assert!(changed(&|s| {
+        s.topics.get_mut("intruder-target-1").unwrap().topic_id = "new".into();
+    }));
+    assert!(changed(&|s| {
+        let t = s.topics.get_mut("intruder-target-0").unwrap();
+        t.replicas.push((2, vec![1], vec![], vec![]));
+    }));
+    assert!(changed(&|s| {
+        let t = s.topics.get_mut("intruder-target-0").unwrap();
+        t.replicas[0] = (0, vec![2, 1], vec![1], vec![2]);
+    }));
+    assert!(changed(&|s| {
+        let t = s.topics.get_mut("intruder-target-0").unwrap();
+        t.configs.insert("retention.ms".into(), "1".into());
+    }));
+    // An ACL binding appeared; the voters changed.
+    assert!(changed(&|s| {
+        s.acls
+            .insert("User:intruder Some(Cluster(true)) all Ok(Allow)".into());
+    }));
+    assert!(changed(&|s| s.voters = vec![1, 2]));
+    assert!(changed(&|s| s.voters = vec![1, 2, 3, 9]));
+    // A broker unregistered, re-registered elsewhere or by the intruder,
+    // or one that never existed registered.
+    assert!(changed(&|s| {
+        s.brokers.remove(&2);
+    }));
+    assert!(changed(&|s| {
+        s.brokers.get_mut(&2).unwrap().address = intruder::FORGED_ADDRESS.into();
+    }));
+    assert!(changed(&|s| {
+        s.brokers.get_mut(&1).unwrap().incarnation = "1d".repeat(16);
+    }));
+    assert!(changed(&|s| {
+        s.brokers.insert(7, Default::default());
+    }));
+    // A forged term or controller epoch took hold.
+    assert!(changed(&|s| {
+        s.terms.insert(2, intruder::FORGED_EPOCH + 3);
+    }));
+    assert!(changed(&|s| {
+        s.controller_epochs_seen.insert(2, intruder::FORGED_EPOCH);
+    }));
+    // A broker accepted a LeaderAndIsr with a forged controller epoch.
+    let forged = hist(vec![ev(
+        1,
+        "leader_and_isr",
+        Some(1),
+        1001,
+        intruder::FORGED_EPOCH + 1,
+        vec![1],
+    )]);
+    let (ok, detail) = intruder::check(&attempts, Some(&before), Some(&before), &forged);
+    assert!(!ok, "{detail}");
 }

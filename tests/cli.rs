@@ -188,6 +188,20 @@ fn dev_cluster_and_every_admin_command() {
             assert_eq!(v["status"], "follower", "{v}");
         }
     }
+    // Output into a pipe that is already closed (`| head -1` that has
+    // read its line): a quiet exit 0, no panic.
+    let mut closed = Command::new(keel_bin())
+        .args(["topics", "list"])
+        .env_remove("KEEL_BOOTSTRAP")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(closed.stdout.take());
+    let out = closed.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
     let c = ok(&["cluster", "describe"]);
     assert_eq!(c["cluster_id"], "keel-dev");
     let epoch = c["controller_epoch"].as_u64().expect("controller_epoch");
@@ -522,4 +536,31 @@ fn bench_commit_runs_its_writers_on_one_shared_session() {
         j["bulk"]
     );
     assert_eq!(j["bulk"]["errors"], 0);
+}
+
+/// Nothing listening at any bootstrap address: the CLI says so at once,
+/// with the OS's reason, instead of retrying until its 20 s deadline.
+#[test]
+fn an_unreachable_bootstrap_is_reported_at_once_with_the_os_reason() {
+    let ports = [common::free_port(), common::free_port()];
+    let bootstrap = format!("127.0.0.1:{},127.0.0.1:{}", ports[0], ports[1]);
+    let started = Instant::now();
+    let out = Command::new(keel_bin())
+        .args([
+            "topics",
+            "list",
+            "--allow-plaintext",
+            "--bootstrap",
+            &bootstrap,
+        ])
+        .output()
+        .expect("run keel");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("Connection refused"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "gave up only after {:?}: {err}",
+        started.elapsed()
+    );
 }

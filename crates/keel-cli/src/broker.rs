@@ -184,7 +184,7 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
                         Output::Json => {
                             output::json(&serde_json::json!({"id": id, "unregistered": true}))
                         }
-                        Output::Table => println!("Broker {id} unregistered."),
+                        Output::Table => crate::outln!("Broker {id} unregistered."),
                     }
                     ExitCode::SUCCESS
                 }

@@ -69,9 +69,34 @@ pub fn unreachable(e: &ClientError) -> ExitCode {
     ExitCode::from(EXIT_UNREACHABLE)
 }
 
+/// `println!` for a command's output: when stdout is closed early
+/// (`keel topics list | head -1`) the process ends quietly with exit 0,
+/// as Unix tools do, instead of panicking.
+#[macro_export]
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::output::write_line(format_args!($($arg)*))
+    };
+}
+
+/// Writes one line on stdout; see [`outln!`].
+pub fn write_line(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let written = out.write_fmt(args).and_then(|()| out.write_all(b"\n"));
+    match written {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("error: cannot write the output: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
 /// Prints a JSON value on stdout.
 pub fn json(v: &serde_json::Value) {
-    println!(
+    crate::outln!(
         "{}",
         serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
     );
@@ -93,7 +118,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) {
             .enumerate()
             .map(|(i, c)| format!("{:<w$}", c, w = widths.get(i).copied().unwrap_or(0)))
             .collect();
-        println!("{}", parts.join("  ").trim_end());
+        crate::outln!("{}", parts.join("  ").trim_end());
     };
     line(header.iter().map(|s| s.to_string()).collect());
     for r in rows {

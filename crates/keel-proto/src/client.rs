@@ -55,6 +55,9 @@ pub struct ControllerClient {
     /// Plaintext or mutual TLS (servers must present a controller
     /// certificate).
     transport: keel_tls::Transport,
+    /// Give up at once when every address refused the connection in a row
+    /// (nothing listens there), instead of retrying until the deadline.
+    fail_fast: bool,
 }
 
 impl ControllerClient {
@@ -67,7 +70,16 @@ impl ControllerClient {
             deadline: Duration::from_secs(20),
             max_backoff: Duration::from_millis(500),
             transport: keel_tls::Transport::Plaintext,
+            fail_fast: false,
         }
+    }
+
+    /// Gives up as soon as every bootstrap address refused a connection
+    /// in a row: for a command-line tool, where nothing listening is a
+    /// mistake to report now, not a failover to wait out.
+    pub fn with_fail_fast(mut self, on: bool) -> Self {
+        self.fail_fast = on;
+        self
     }
 
     /// Speaks to the controllers over `transport`.
@@ -163,6 +175,7 @@ impl ControllerClient {
         let mut last;
         let mut hinted: Option<String> = self.leader_address();
         let mut backoff = Duration::from_millis(20).min(self.max_backoff);
+        let mut refused_in_a_row = 0usize;
         loop {
             let addr = match hinted.take() {
                 Some(a) => a,
@@ -177,6 +190,7 @@ impl ControllerClient {
             };
             match f(self.channel(&addr)?).await {
                 Ok(resp) => {
+                    refused_in_a_row = 0;
                     let resp = resp.into_inner();
                     match resp.error() {
                         Some(e) if e.code == ErrorCode::NotController.as_i32() => {
@@ -203,7 +217,16 @@ impl ControllerClient {
                             reason: status.message().to_string(),
                         });
                     }
-                    last = format!("{addr}: {}", status.message());
+                    let (reason, refused) = transport_reason(&status);
+                    last = format!("{addr}: {reason}");
+                    refused_in_a_row = if refused { refused_in_a_row + 1 } else { 0 };
+                    if self.fail_fast && refused_in_a_row >= self.bootstrap.len().max(1) {
+                        return Err(ClientError::Unreachable {
+                            addresses: self.bootstrap.join(","),
+                            waited_ms: start.elapsed().as_millis() as u64,
+                            last,
+                        });
+                    }
                     if let Ok(mut g) = self.leader.lock() {
                         if g.as_deref() == Some(addr.as_str()) {
                             *g = None;
@@ -224,4 +247,25 @@ impl ControllerClient {
             }
         }
     }
+}
+
+/// A failed call's reason with the OS's own words (the innermost error,
+/// e.g. "Connection refused (os error 111)"), and whether the connection
+/// was refused.
+fn transport_reason(status: &tonic::Status) -> (String, bool) {
+    let mut reason = status.message().to_string();
+    let mut refused = false;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    let mut innermost = None;
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
+        }
+        innermost = Some(e.to_string());
+        source = e.source();
+    }
+    if let Some(inner) = innermost.filter(|i| !reason.contains(i.as_str())) {
+        reason = format!("{reason}: {inner}");
+    }
+    (reason, refused)
 }

@@ -197,7 +197,7 @@ pub async fn acls(a: AclsArgs) -> ExitCode {
             }
             match a.common.output {
                 Output::Json => output::json(&json!({ "added": binding_json(&binding) })),
-                Output::Table => println!("Added: {binding}"),
+                Output::Table => crate::outln!("Added: {binding}"),
             }
             ExitCode::SUCCESS
         }
@@ -231,7 +231,7 @@ pub async fn acls(a: AclsArgs) -> ExitCode {
             match a.common.output {
                 Output::Json => print_bindings(Output::Json, "removed", &removed),
                 Output::Table => {
-                    println!("Removed {} binding(s).", removed.len());
+                    crate::outln!("Removed {} binding(s).", removed.len());
                     if !removed.is_empty() {
                         print_bindings(Output::Table, "removed", &removed);
                     }

@@ -71,9 +71,11 @@ pub async fn cluster(a: ClusterArgs) -> ExitCode {
                     }).collect::<Vec<_>>(),
                 })),
                 Output::Table => {
-                    println!(
+                    crate::outln!(
                         "Cluster {}  active controller {}  epoch {}",
-                        r.cluster_id, r.controller_id, r.controller_epoch
+                        r.cluster_id,
+                        r.controller_id,
+                        r.controller_epoch
                     );
                     let rows: Vec<Vec<String>> = r
                         .brokers
@@ -109,7 +111,7 @@ pub async fn cluster(a: ClusterArgs) -> ExitCode {
             );
             match a.common.output {
                 Output::Json => output::json(&json!({"id": id, "unregistered": true})),
-                Output::Table => println!("Broker {id} unregistered."),
+                Output::Table => crate::outln!("Broker {id} unregistered."),
             }
             ExitCode::SUCCESS
         }

@@ -78,7 +78,8 @@ impl Common {
                 .filter(|s| !s.is_empty())
                 .collect(),
         )
-        .with_transport(transport))
+        .with_transport(transport)
+        .with_fail_fast(true))
     }
 }
 

@@ -47,7 +47,7 @@ pub async fn partitions(a: PartitionsArgs) -> ExitCode {
     }
     match a.common.output {
         Output::Json => output::json(&json!({"name": topic, "partitions": total})),
-        Output::Table => println!("Topic {topic} now has {total} partitions."),
+        Output::Table => crate::outln!("Topic {topic} now has {total} partitions."),
     }
     ExitCode::SUCCESS
 }

@@ -89,11 +89,11 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                     })).collect::<Vec<_>>(),
                 })),
                 Output::Table => {
-                    println!("ClusterId:    {}", r.cluster_id);
-                    println!("LeaderId:     {}", r.leader_id);
-                    println!("Term:         {}", r.term);
-                    println!("CommitIndex:  {}", r.commit_index);
-                    println!(
+                    crate::outln!("ClusterId:    {}", r.cluster_id);
+                    crate::outln!("LeaderId:     {}", r.leader_id);
+                    crate::outln!("Term:         {}", r.term);
+                    crate::outln!("CommitIndex:  {}", r.commit_index);
+                    crate::outln!(
                         "Voters:       {:?}",
                         r.voters
                             .iter()
@@ -101,7 +101,7 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                             .map(|v| v.id)
                             .collect::<Vec<_>>()
                     );
-                    println!(
+                    crate::outln!(
                         "DirectoryIds: {}",
                         r.voters
                             .iter()
@@ -175,7 +175,7 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                     "added": true,
                     "directory_id": directory_id,
                 })),
-                Output::Table => println!("Node {node_id} is now a voter."),
+                Output::Table => crate::outln!("Node {node_id} is now a voter."),
             }
             ExitCode::SUCCESS
         }
@@ -204,14 +204,14 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                     "wait_ms": r.wait_ms,
                 })),
                 Output::Table => {
-                    println!("SnapshotIndex: {}", snap.last_index);
-                    println!("SizeBytes:     {}", snap.size_bytes);
-                    println!("ImageBytes:    {}", snap.image_bytes);
+                    crate::outln!("SnapshotIndex: {}", snap.last_index);
+                    crate::outln!("SizeBytes:     {}", snap.size_bytes);
+                    crate::outln!("ImageBytes:    {}", snap.image_bytes);
                     if let Some(ms) = snap.build_ms {
-                        println!("BuildMs:       {ms:.1}");
+                        crate::outln!("BuildMs:       {ms:.1}");
                     }
-                    println!("PurgedIndex:   {}", r.purged_index);
-                    println!("WaitMs:        {:.1}", r.wait_ms);
+                    crate::outln!("PurgedIndex:   {}", r.purged_index);
+                    crate::outln!("WaitMs:        {:.1}", r.wait_ms);
                 }
             }
             ExitCode::SUCCESS
@@ -225,7 +225,7 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
             );
             match a.common.output {
                 Output::Json => output::json(&json!({"node_id": node_id, "removed": true})),
-                Output::Table => println!("Node {node_id} is no longer a voter."),
+                Output::Table => crate::outln!("Node {node_id} is no longer a voter."),
             }
             ExitCode::SUCCESS
         }

@@ -179,9 +179,9 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
                     "validate_only": validate_only,
                 })),
                 Output::Table if t.topic_id.is_empty() => {
-                    println!("Topic {} already exists.", t.name)
+                    crate::outln!("Topic {} already exists.", t.name)
                 }
-                Output::Table => println!(
+                Output::Table => crate::outln!(
                     "{} topic {} (id {}) with {} partitions, replication factor {}.",
                     if validate_only {
                         "Would create"
@@ -234,8 +234,8 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
                 Output::Json => output::json(
                     &json!({"name": name, "deleted": wait, "marked_for_deletion": true}),
                 ),
-                Output::Table if wait => println!("Deleted topic {name}."),
-                Output::Table => println!("Topic {name} marked for deletion."),
+                Output::Table if wait => crate::outln!("Deleted topic {name}."),
+                Output::Table => crate::outln!("Topic {name} marked for deletion."),
             }
             ExitCode::SUCCESS
         }
@@ -249,7 +249,7 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
             let names: Vec<&str> = r.topics.iter().map(|t| t.name.as_str()).collect();
             match out {
                 Output::Json => output::json(&json!({ "topics": names })),
-                Output::Table => names.iter().for_each(|n| println!("{n}")),
+                Output::Table => names.iter().for_each(|n| crate::outln!("{n}")),
             }
             ExitCode::SUCCESS
         }
@@ -272,7 +272,7 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
                             .iter()
                             .map(|c| format!("{}={}", c.key, c.value))
                             .collect();
-                        println!(
+                        crate::outln!(
                             "Topic: {}  Id: {}  Partitions: {}{}  Configs: {}",
                             t.name,
                             topic_id_text(&t.topic_id),
@@ -356,7 +356,7 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
             }
             match out {
                 Output::Json => output::json(&json!({"name": name, "altered": true})),
-                Output::Table => println!("Altered configs of topic {name}."),
+                Output::Table => crate::outln!("Altered configs of topic {name}."),
             }
             ExitCode::SUCCESS
         }

@@ -603,7 +603,15 @@ async fn a_small_write_budget_holds_writes_back_without_losing_any() {
     use keel_proto::session::SharedSession;
     use tonic::transport::Endpoint;
 
-    let mut q = quorum(&["--session-timeout-ms", "600000", "--write-budget-mb", "1"]);
+    // Values past the default config-value limit, to fill the budget.
+    let mut q = quorum(&[
+        "--session-timeout-ms",
+        "600000",
+        "--write-budget-mb",
+        "1",
+        "--max-config-value-bytes",
+        "2097152",
+    ]);
     let client = client(&q);
     let active = q.wait_active(LONG).await.unwrap();
     register_fake_broker(&client, &q.cluster_id, 1).await;

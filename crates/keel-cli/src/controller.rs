@@ -88,10 +88,10 @@ pub struct ControllerArgs {
     /// Partitions the cluster may hold [default: 10000000].
     #[arg(long, env = "KEEL_MAX_PARTITIONS", value_parser = clap::value_parser!(u64).range(1..))]
     max_partitions: Option<u64>,
-    /// Config keys one topic may carry [default: 100].
+    /// Config keys one topic may carry [default: 10000].
     #[arg(long, env = "KEEL_MAX_CONFIGS_PER_TOPIC")]
     max_configs_per_topic: Option<usize>,
-    /// Bytes of one config key or value [default: 65536].
+    /// Bytes of one config key or value [default: 1048576].
     #[arg(long, env = "KEEL_MAX_CONFIG_VALUE_BYTES")]
     max_config_value_bytes: Option<usize>,
     /// Partitions one reassignment or election request may name [default: 1000000].

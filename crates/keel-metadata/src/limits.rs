@@ -43,8 +43,8 @@ impl Default for Limits {
             max_topics_per_request: 10_000,
             max_partitions_per_request: 1_000_000,
             max_partitions: 10_000_000,
-            max_configs_per_topic: 100,
-            max_config_value_bytes: 64 * 1024,
+            max_configs_per_topic: 10_000,
+            max_config_value_bytes: 1 << 20,
             max_partitions_per_plan: 1_000_000,
             max_acls_per_request: 10_000,
         }

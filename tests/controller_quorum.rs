@@ -44,6 +44,32 @@ async fn killing_the_active_controller_elects_a_new_one_and_loses_no_acknowledge
         acked.push(name);
     }
 
+    // The dead voter is described as unreachable, not as a follower.
+    let dead = first as u64 + 1;
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let d = client
+            .admin(|mut c| async move {
+                c.describe_quorum(keel_proto::pb::DescribeQuorumRequest::default())
+                    .await
+            })
+            .await
+            .expect("quorum described");
+        let v = d
+            .voters
+            .iter()
+            .find(|v| v.id == dead)
+            .expect("dead voter listed");
+        if v.status == "unreachable" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "dead voter still described as {v:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // The old leader rejoins as a follower and converges.
     q.controller_mut(first).start().unwrap();
     let (index, _) = q.wait_converged(1, LONG).await.unwrap();

@@ -34,6 +34,12 @@ fn ensure_settled(shared: &Shared) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// How long a voter may go without answering the leader's RPCs (which
+/// go out every heartbeat) before it is described as unreachable.
+fn unreachable_after_ms(shared: &Shared) -> u64 {
+    (2 * shared.config.election_timeout_max_ms).max(1_000)
+}
+
 /// The leader's view: term, commit index, and every voter's replication.
 pub(crate) fn describe(shared: &Shared) -> pb::DescribeQuorumResponse {
     let m = shared.raft.metrics().borrow().clone();
@@ -41,6 +47,7 @@ pub(crate) fn describe(shared: &Shared) -> pb::DescribeQuorumResponse {
     let voters: std::collections::BTreeSet<u64> = membership.voter_ids().collect();
     let leader_last = m.last_log_index.unwrap_or(0);
     let contacts = shared.peer_contacts();
+    let stale_ms = unreachable_after_ms(shared);
     let mut out = Vec::new();
     for (id, node) in membership.nodes() {
         let (last, status) = if Some(*id) == m.current_leader {
@@ -51,12 +58,15 @@ pub(crate) fn describe(shared: &Shared) -> pb::DescribeQuorumResponse {
                 .as_ref()
                 .and_then(|r| r.get(id).cloned().flatten())
                 .map(|l| l.index);
+            let heard = contacts.get(id).is_some_and(|ms| *ms <= stale_ms);
             (
                 matched,
-                if voters.contains(id) {
-                    "follower"
-                } else {
-                    "learner"
+                match (voters.contains(id), heard) {
+                    (true, true) => "follower",
+                    // A voter that has not answered the leader lately is
+                    // not a healthy follower, whatever it last matched.
+                    (true, false) => "unreachable",
+                    (false, _) => "learner",
                 },
             )
         };

@@ -282,6 +282,29 @@ fn dev_cluster_and_every_admin_command() {
     assert_eq!(checked["partitions"], 4, "{checked}");
     assert_eq!(checked["replication_factor"], 3, "{checked}");
     assert_eq!(checked["validate_only"], true, "{checked}");
+    // A manual assignment on its own: its rows and width are the counts.
+    let assigned = ok(&[
+        "topics",
+        "create",
+        "placed",
+        "--replica-assignment",
+        "1:2,2:3",
+        "--validate-only",
+    ]);
+    assert_eq!(assigned["partitions"], 2, "{assigned}");
+    assert_eq!(assigned["replication_factor"], 2, "{assigned}");
+    refused(
+        &[
+            "topics",
+            "create",
+            "placed",
+            "--partitions",
+            "3",
+            "--replica-assignment",
+            "1:2,2:3",
+        ],
+        "INVALID_REQUEST",
+    );
     refused(&["topics", "create", "bad/name"], "INVALID_TOPIC_NAME");
     refused(
         &["topics", "create", "big", "--replication-factor", "9"],

@@ -24,11 +24,15 @@ enum TopicsCmd {
     /// Create a topic.
     Create {
         name: String,
-        #[arg(long, default_value_t = 1)]
-        partitions: u32,
-        #[arg(long, default_value_t = 1)]
-        replication_factor: u32,
-        /// Manual assignment: partitions separated by ',', replicas by ':' (e.g. 1:2,2:3).
+        /// Partitions [default: 1; with --replica-assignment, its row count].
+        #[arg(long)]
+        partitions: Option<u32>,
+        /// Replicas per partition [default: 1; with --replica-assignment,
+        /// its row width].
+        #[arg(long)]
+        replication_factor: Option<u32>,
+        /// Manual assignment: partitions separated by ',', replicas by ':'
+        /// (e.g. 1:2,2:3 is two partitions of two replicas).
         #[arg(long)]
         replica_assignment: Option<String>,
         /// Topic config KEY=VALUE (repeatable).
@@ -148,11 +152,14 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
                 Ok(a) => a.unwrap_or_default(),
                 Err(e) => return usage(e),
             };
+            // With a manual assignment, counts given must match it (the
+            // controller checks); counts not given are taken from it.
+            let default = if assignments.is_empty() { 1 } else { 0 };
             let req = pb::CreateTopicsRequest {
                 topics: vec![pb::CreatableTopic {
                     name: name.clone(),
-                    partitions,
-                    replication_factor,
+                    partitions: partitions.unwrap_or(default),
+                    replication_factor: replication_factor.unwrap_or(default),
                     assignments,
                     configs: configs
                         .into_iter()

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Jepsen-style fault tests of real keel processes (crates/keel-jepsen).
 #
-#   scripts/jepsen.sh --ci                          # each nemesis family once, ~40 s each
+#   scripts/jepsen.sh --ci                          # each nemesis family once, ~40 s each, over TLS
 #   scripts/jepsen.sh --time-limit 300 --nemesis all  # the long run
-#   scripts/jepsen.sh <any keel jepsen flags>
+#   scripts/jepsen.sh <any keel jepsen flags>      # e.g. --plaintext (no TLS, no intruder)
 #
 # Builds the binary first (release; KEEL_JEPSEN_PROFILE=debug for a debug
 # build). Network partitions need root and iptables: without them the run
@@ -38,7 +38,10 @@ fi
 results="${KEEL_JEPSEN_RESULTS:-jepsen-results}"
 seed="${KEEL_JEPSEN_SEED:-$(( $(date +%s) % 100000 ))}"
 failed=()
-for family in partition kill pause zombie; do
+# Every run speaks mutual TLS (the default of keel jepsen). The intruder
+# (bad certificates, a user without ACLs) rides along with the zombie run:
+# it needs no fault window of its own.
+for family in partition kill pause zombie,intruder; do
   # Shorter fault/heal windows so each 40 s run sees at least two faults.
   echo "=== jepsen: nemesis $family (seed $seed) ==="
   if ! "$bin" jepsen --time-limit 40 --fault-secs 8 --heal-secs 6 --nemesis "$family" \

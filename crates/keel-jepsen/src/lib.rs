@@ -10,10 +10,18 @@
 //! * (b) no acknowledged create lost ([`lost`]);
 //! * (c) broker-observed safety from the brokers' leadership histories ([`brokers`]);
 //! * (d) convergence of controllers and broker caches, (e) recovery ([`probes`]);
-//! * zombie probes refused, and no node process exiting by itself.
+//! * zombie probes refused, and no node process exiting by itself;
+//! * with the `intruder` nemesis, no request with bad credentials accepted
+//!   and none of them leaving a trace in the cluster state ([`intruder`]).
+//!
+//! Every node and every harness client speaks mutual TLS (the kit's
+//! certificates; the harness's clients are the super user `User:admin`,
+//! zombie probes present a controller's certificate) unless the run is
+//! `--plaintext`.
 //!
 //! Everything lands in `<results-dir>/<timestamp>-seed<N>/`: `history.jsonl`,
-//! `results.json`, `report.html`, `logs/`, broker histories.
+//! `results.json`, `report.html`, `logs/`, broker histories, and
+//! `intruder.jsonl` (every intruder attempt and its answer).
 
 pub mod brokers;
 pub mod client;
@@ -693,7 +701,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         let _ = intruder::write_attempts(&run_dir.join("intruder.jsonl"), &attempts);
     }
     let probes_v = probes.lock().unwrap().clone();
-    let zombie_valid = probes_v.iter().all(|p| !p.accepted);
+    let zombie_valid = nemesis::zombie_check(&probes_v);
     let faults_v = faults.lock().unwrap().clone();
 
     let count = |o: Outcome| ops.iter().filter(|x| x.outcome == o).count();

@@ -126,6 +126,14 @@ pub struct ZombieProbe {
     pub accepted: bool,
 }
 
+/// The zombie checker: no probe accepted, and none refused for its
+/// certificate rather than its epoch (over TLS such a probe tests nothing).
+pub fn zombie_check(probes: &[ZombieProbe]) -> bool {
+    probes
+        .iter()
+        .all(|p| !p.accepted && p.answer.as_deref() != Some(ZOMBIE_WRONG_CERTIFICATE))
+}
+
 /// Shared state of the nemesis.
 pub struct Nemesis {
     pub cluster: Arc<Mutex<Cluster>>,
@@ -153,6 +161,10 @@ pub struct Nemesis {
 
 /// The controller whose identity the zombie requests carry.
 pub const ZOMBIE_CONTROLLER: u64 = 1;
+
+/// A zombie probe's answer when the broker refused its certificate (not
+/// its epoch): the probe then tested nothing.
+pub const ZOMBIE_WRONG_CERTIFICATE: &str = "GRPC_PERMISSIONDENIED";
 
 /// Partitions of the creates the mid-decision kill aims at: several Raft
 /// entries' worth, so the decision is one transaction over many entries.

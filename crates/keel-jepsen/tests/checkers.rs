@@ -11,6 +11,7 @@ use keel_jepsen::history::{OpKind, OpRecord, Outcome, Seen};
 use keel_jepsen::intruder::{self, Answer, Attempt, Credential};
 use keel_jepsen::linear::{self, LinOp, Step, Verdict};
 use keel_jepsen::lost;
+use keel_jepsen::nemesis::{self, ZombieProbe};
 use keel_jepsen::partitions;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -547,4 +548,35 @@ fn whatever_the_intruder_tried_showing_in_the_state_fails_the_run() {
     )]);
     let (ok, detail) = intruder::check(&attempts, Some(&before), Some(&before), &forged);
     assert!(!ok, "{detail}");
+}
+
+// --- zombie -----------------------------------------------------------------
+
+fn probe(answer: Option<&str>) -> ZombieProbe {
+    ZombieProbe {
+        broker: 1,
+        at_ms: 1.0,
+        stale_epoch: 1,
+        seen_epoch: 2,
+        topic_id: "t".into(),
+        partition: 0,
+        answer: answer.map(String::from),
+        accepted: answer.is_none(),
+    }
+}
+
+#[test]
+fn zombie_checker_catches_an_accepted_or_untested_probe() {
+    assert!(nemesis::zombie_check(&[probe(Some(
+        "STALE_CONTROLLER_EPOCH"
+    ))]));
+    assert!(nemesis::zombie_check(&[]));
+    assert!(!nemesis::zombie_check(&[
+        probe(Some("STALE_CONTROLLER_EPOCH")),
+        probe(None)
+    ]));
+    // Refused for its certificate: the epoch check was never reached.
+    assert!(!nemesis::zombie_check(&[probe(Some(
+        nemesis::ZOMBIE_WRONG_CERTIFICATE
+    ))]));
 }

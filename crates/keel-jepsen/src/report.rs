@@ -199,6 +199,7 @@ pub fn html(results: &Value, ops: &[OpRecord], faults: &[FaultEvent], end_ms: f6
             ));
         }
     }
+    let intruder = intruder_table(results);
     let mut frows = String::new();
     for f in faults {
         frows.push_str(&format!(
@@ -221,6 +222,7 @@ pub fn html(results: &Value, ops: &[OpRecord], faults: &[FaultEvent], end_ms: f6
 <h2>Latency</h2>{lat}
 <h2>Throughput</h2>{thr}
 <h2>Faults</h2><table><tr><th>start s</th><th>end s</th><th>kind</th><th>targets</th><th>detail</th></tr>{frows}</table>
+{intruder}
 <h2>results.json</h2><pre>{json}</pre>
 </body></html>"#,
         cls = if valid == Value::Bool(true) {
@@ -236,4 +238,56 @@ pub fn html(results: &Value, ops: &[OpRecord], faults: &[FaultEvent], end_ms: f6
         ),
         json = html_escape(&serde_json::to_string_pretty(results).unwrap_or_default()),
     )
+}
+
+/// The intruder's attempts by credential and request, with their answers
+/// (empty when the run had no intruder).
+fn intruder_table(results: &Value) -> String {
+    let Some(d) = results.pointer("/checkers/intruder/detail") else {
+        return String::new();
+    };
+    let n = |k: &str| d.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let mut rows = String::new();
+    for (request, answers) in d
+        .get("by_request")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        let c = |k: &str| answers.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let accepted = c("accepted");
+        rows.push_str(&format!(
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"{}\">{accepted}</td></tr>\n",
+            html_escape(request),
+            c("refused"),
+            c("errored"),
+            if accepted == 0 { "ok" } else { "bad" },
+        ));
+    }
+    format!(
+        "<h2>Intruder</h2><p>{} attempts: {} refused, {} errored (no verdict), {} accepted; every attempt in intruder.jsonl</p>\n<table><tr><th>credential and request</th><th>refused</th><th>errored</th><th>accepted</th></tr>{rows}</table>",
+        n("attempts"),
+        n("refused"),
+        n("errored"),
+        n("accepted"),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_lists_the_intruder_attempts_when_there_was_one() {
+        let results = serde_json::json!({"valid": false, "checkers": {"intruder": {"valid": false, "detail": {
+            "attempts": 3, "refused": 1, "errored": 1, "accepted": 1,
+            "by_request": {"no_acls CreateAcls": {"accepted": 1}, "foreign_ca CreateTopics": {"refused": 1, "errored": 1}},
+        }}}});
+        let page = html(&results, &[], &[], 1000.0);
+        assert!(page.contains("<h2>Intruder</h2>"), "{page}");
+        assert!(page
+            .contains("<td>no_acls CreateAcls</td><td>0</td><td>0</td><td class=\"bad\">1</td>"));
+        let none = html(&serde_json::json!({"checkers": {}}), &[], &[], 1000.0);
+        assert!(!none.contains("<h2>Intruder</h2>"));
+    }
 }

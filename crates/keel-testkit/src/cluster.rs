@@ -98,6 +98,10 @@ pub struct Spec {
     /// user in `<root>/certs` (made on first use, reused after), every
     /// node started with its own, the kit's clients using admin's.
     pub tls: bool,
+    /// Every node's data dir on a LazyFS mount of its own (see
+    /// [`crate::lazyfs`]), so [`Cluster::power_cut`] can drop what it has
+    /// not fsynced.
+    pub lazyfs: bool,
 }
 
 impl Spec {
@@ -124,7 +128,14 @@ impl Spec {
             metrics: false,
             own_process_groups: false,
             tls: false,
+            lazyfs: false,
         }
+    }
+
+    /// Data dirs on LazyFS (see [`Spec::lazyfs`]).
+    pub fn lazyfs(mut self, on: bool) -> Self {
+        self.lazyfs = on;
+        self
     }
 
     /// Mutual TLS on every node and kit client (see [`Spec::tls`]).
@@ -214,6 +225,8 @@ pub struct Node {
     pub metrics_addr: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub process: Process,
+    /// The LazyFS mount the data dir is on (dropped after the process).
+    pub disk: Option<crate::lazyfs::LazyFs>,
 }
 
 impl Node {
@@ -310,6 +323,8 @@ pub struct Cluster {
     certs: Option<PathBuf>,
     /// How the kit's clients speak: as user `admin`, or plaintext.
     transport: Transport,
+    /// The LazyFS binary, when data dirs are on LazyFS.
+    lazyfs: Option<PathBuf>,
 }
 
 /// The user whose certificate the kit's clients present.
@@ -349,6 +364,11 @@ impl Cluster {
             own_process_groups: spec.own_process_groups,
             certs: None,
             transport: Transport::Plaintext,
+            lazyfs: if spec.lazyfs {
+                Some(crate::lazyfs::binary()?)
+            } else {
+                None
+            },
         };
         if spec.tls {
             let certs = c.dir.path().join("certs");
@@ -370,6 +390,9 @@ impl Cluster {
             let (addr, metrics) = c.addresses(Role::Broker, i)?;
             let node = c.broker_node(i as u32 + 1, addr, metrics);
             c.nodes.push(node);
+        }
+        for i in 0..c.nodes.len() {
+            c.mount_disk(i)?;
         }
         Ok(c)
     }
@@ -428,7 +451,42 @@ impl Cluster {
     }
 
     fn data_dir_of(&self, name: &str) -> PathBuf {
+        if self.lazyfs.is_some() {
+            return self.disk_dir_of(name).join("mnt").join("data");
+        }
         self.dir.path().join(&self.data_subdir).join(name)
+    }
+
+    /// Where node `name`'s LazyFS lives (mount, backing dir, FIFO).
+    fn disk_dir_of(&self, name: &str) -> PathBuf {
+        self.dir.path().join("lazyfs").join(name)
+    }
+
+    /// Mounts node `i`'s LazyFS, when the cluster uses LazyFS.
+    fn mount_disk(&mut self, i: usize) -> anyhow::Result<()> {
+        let Some(exe) = self.lazyfs.clone() else {
+            return Ok(());
+        };
+        if self.nodes[i].disk.is_some() {
+            return Ok(());
+        }
+        let dir = self.disk_dir_of(self.nodes[i].name());
+        let fs = crate::lazyfs::LazyFs::mount(&exe, &dir)?;
+        std::fs::create_dir_all(&self.nodes[i].data_dir)?;
+        self.nodes[i].disk = Some(fs);
+        Ok(())
+    }
+
+    /// Pulls node `i`'s plug: SIGKILL, then everything its disk has not
+    /// fsynced is gone (LazyFS `clear-cache`). The node stays down; start
+    /// it again with [`Node::start`]. Needs [`Spec::lazyfs`].
+    pub fn power_cut(&mut self, i: usize) -> anyhow::Result<()> {
+        let n = &mut self.nodes[i];
+        n.kill();
+        match &n.disk {
+            Some(d) => d.clear_cache(),
+            None => bail!("{} has no LazyFS disk (Spec::lazyfs)", n.name()),
+        }
     }
 
     fn log_of(&self, name: &str) -> PathBuf {
@@ -497,6 +555,7 @@ impl Cluster {
                 self.log_of(&name),
             ),
             data_dir,
+            disk: None,
         }
     }
 
@@ -532,6 +591,7 @@ impl Cluster {
                 self.log_of(&name),
             ),
             data_dir,
+            disk: None,
         }
     }
 
@@ -555,6 +615,7 @@ impl Cluster {
         let node = self.controller_node(n as u32 + 1, addr, metrics, &voters_of(&all[..n]), true);
         // After the last controller, before the brokers.
         self.nodes.insert(n, node);
+        self.mount_disk(n)?;
         Ok(n)
     }
 
@@ -1186,6 +1247,7 @@ mod tests {
             metrics_addr: None,
             data_dir: dir.path().join("b1"),
             process: Process::new("b1", launch, dir.path().join("b1.log")),
+            disk: None,
         };
         assert_eq!((n.pid(), n.rss_bytes(), n.cpu_ticks()), (None, 0, None));
         n.start().unwrap();

@@ -1,0 +1,242 @@
+//! Power cuts on real processes: every controller's and broker's data dir
+//! sits on its own LazyFS mount, and a power cut is SIGKILL plus dropping
+//! everything the node had not fsynced. One follower, the active
+//! controller in the middle of a stream of writes, every controller at
+//! once and every broker at once: no acknowledged write may be lost, every
+//! node must restart, the quorum must converge on one image, and brokers'
+//! epochs must never go back.
+//!
+//! Needs root, /dev/fuse and LazyFS built at `target/lazyfs/lazyfs` (or
+//! `$KEEL_LAZYFS`); `.ci/run` builds it.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use keel_proto::client::ControllerClient;
+
+const LONG: Duration = Duration::from_secs(120);
+
+fn power_cluster(brokers: usize) -> Cluster {
+    Cluster::start(
+        Spec::new(keel_bin(), CLUSTER_ID)
+            .brokers(brokers)
+            .lazyfs(true)
+            .controller_flags(&["--session-timeout-ms", "3000"])
+            .broker_flags(&[
+                "--heartbeat-interval-ms",
+                "300",
+                "--session-timeout-ms",
+                "3000",
+            ]),
+    )
+    .expect("start a cluster on LazyFS (needs root, /dev/fuse and target/lazyfs/lazyfs)")
+}
+
+/// Creates topics `prefix-0..` one after another until `stop`, recording
+/// each one the cluster acknowledged.
+async fn writer(
+    client: Arc<ControllerClient>,
+    prefix: &'static str,
+    acked: Arc<Mutex<BTreeSet<String>>>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut i = 0u32;
+    while !stop.load(Ordering::Acquire) && i < 10_000 {
+        let name = format!("{prefix}-{i}");
+        i += 1;
+        if keel_testkit::admin::create_topic(&client, &name, 1, 2)
+            .await
+            .is_ok()
+        {
+            acked.lock().unwrap().insert(name);
+        }
+    }
+}
+
+fn count(acked: &Mutex<BTreeSet<String>>) -> usize {
+    acked.lock().unwrap().len()
+}
+
+/// Waits (bounded) until `acked` holds at least `n` names.
+async fn wait_acked(c: &Cluster, acked: &Mutex<BTreeSet<String>>, n: usize) {
+    let deadline = std::time::Instant::now() + LONG;
+    while count(acked) < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the writer got only {} acknowledgements\n{}",
+            count(acked),
+            c.log_tails(40)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until the controllers converge; on failure, says what each one
+/// reports.
+async fn converge(c: &mut Cluster) {
+    if let Err(e) = c.wait_converged(1, LONG).await {
+        let mut views = String::new();
+        for i in 0..c.controller_count() {
+            let d = c.describe_node(i, Duration::from_secs(5)).await;
+            views.push_str(&format!(
+                "controller {}: {:?}\n",
+                i + 1,
+                d.map(|d| (
+                    d.role,
+                    d.term,
+                    d.leader_id,
+                    d.active_controller,
+                    d.last_applied_index,
+                    d.last_log_index,
+                    d.image_hash
+                ))
+            ));
+        }
+        panic!("{views}{e}");
+    }
+}
+
+/// Every acknowledged topic is there.
+async fn check_no_loss(client: &ControllerClient, acked: &Mutex<BTreeSet<String>>, when: &str) {
+    // What was acknowledged before the read must be in it.
+    let acked = acked.lock().unwrap().clone();
+    let names: BTreeSet<String> = topic_names(client).await.into_iter().collect();
+    let lost: Vec<&String> = acked.difference(&names).collect();
+    assert!(
+        lost.is_empty(),
+        "{when}: {} of {} acknowledged topics lost: {lost:?}",
+        lost.len(),
+        acked.len()
+    );
+}
+
+/// Broker epochs as the active controller has them.
+async fn broker_epochs(client: &ControllerClient, n: u32) -> Vec<u64> {
+    let d = keel_testkit::admin::describe_cluster(client).await.unwrap();
+    (1..=n)
+        .map(|id| {
+            keel_testkit::admin::broker_info(&d, id)
+                .map(|b| b.broker_epoch)
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// A writer running until [`Writes::stop`].
+struct Writes {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Writes {
+    fn start(
+        client: &Arc<ControllerClient>,
+        prefix: &'static str,
+        acked: &Arc<Mutex<BTreeSet<String>>>,
+    ) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(writer(client.clone(), prefix, acked.clone(), stop.clone()));
+        Self { stop, task }
+    }
+
+    /// Stops the writer and waits for its last call to end (so the
+    /// quorum can settle on one index).
+    async fn stop(self) {
+        self.stop.store(true, Ordering::Release);
+        self.task.await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn power_cuts_of_one_node_the_leader_and_everyone_lose_no_acknowledged_write() {
+    let mut c = power_cluster(2);
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let client = Arc::new(client(&c));
+    let acked = Arc::new(Mutex::new(BTreeSet::new()));
+
+    // One follower controller, while writes stream in.
+    let w = Writes::start(&client, "f", &acked);
+    wait_acked(&c, &acked, 5).await;
+    let active = c.wait_active(LONG).await.unwrap();
+    let follower = (active + 1) % 3;
+    c.power_cut(follower).unwrap();
+    let n = count(&acked);
+    wait_acked(&c, &acked, n + 5).await;
+    c.controller_mut(follower).start().unwrap();
+    w.stop().await;
+    converge(&mut c).await;
+    check_no_loss(&client, &acked, "after a follower's power cut").await;
+
+    // The active controller, while writes stream in.
+    let w = Writes::start(&client, "a", &acked);
+    let n = count(&acked);
+    wait_acked(&c, &acked, n + 5).await;
+    let active = c.wait_active(LONG).await.unwrap();
+    c.power_cut(active).unwrap();
+    let next = c.wait_active(LONG).await.unwrap();
+    assert_ne!(next, active);
+    let n = count(&acked);
+    wait_acked(&c, &acked, n + 5).await;
+    c.controller_mut(active).start().unwrap();
+    w.stop().await;
+    converge(&mut c).await;
+    check_no_loss(&client, &acked, "after the active controller's power cut").await;
+
+    // Every controller at once, while writes stream in.
+    let w = Writes::start(&client, "all", &acked);
+    let n = count(&acked);
+    wait_acked(&c, &acked, n + 5).await;
+    for i in 0..3 {
+        c.controller_mut(i).kill();
+    }
+    for i in 0..3 {
+        c.power_cut(i).unwrap();
+    }
+    for i in 0..3 {
+        c.controller_mut(i).start().unwrap();
+    }
+    c.wait_active(LONG).await.unwrap();
+    let n = count(&acked);
+    wait_acked(&c, &acked, n + 5).await;
+    w.stop().await;
+    converge(&mut c).await;
+    check_no_loss(&client, &acked, "after every controller's power cut").await;
+
+    // Every broker at once: they come back with higher epochs.
+    let before = broker_epochs(&client, 2).await;
+    let first_broker = c.controller_count();
+    for i in first_broker..first_broker + 2 {
+        c.power_cut(i).unwrap();
+    }
+    for i in 0..2 {
+        c.broker_mut(i).start().unwrap();
+    }
+    // Each registers anew: a higher epoch, never a lower one.
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        let after = broker_epochs(&client, 2).await;
+        for (b, (was, now)) in before.iter().zip(&after).enumerate() {
+            assert!(now >= was, "broker {}: epoch {was} then {now}", b + 1);
+        }
+        if before.iter().zip(&after).all(|(was, now)| now > was) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "brokers did not re-register: epochs {before:?} then {after:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    c.wait_all_brokers_active(LONG).await.unwrap();
+
+    check_no_loss(&client, &acked, "at the end").await;
+    assert!(count(&acked) >= 30, "{} writes acknowledged", count(&acked));
+    converge(&mut c).await;
+    c.check_alive().unwrap();
+}

@@ -48,6 +48,10 @@ struct Seen {
     term: u64,
     /// Term of the entry applied last.
     last_applied_term: Option<u64>,
+    /// Index of the entry applied last.
+    last_applied_index: Option<u64>,
+    /// Index of the last entry in this node's log.
+    last_log_index: Option<u64>,
 }
 
 impl Seen {
@@ -64,6 +68,8 @@ impl Seen {
                 && vote.leader_id().voted_for() == Some(me),
             term: vote.leader_id().get_term(),
             last_applied_term: data.last_applied.map(|l| l.leader_id.term),
+            last_applied_index: data.last_applied.map(|l| l.index),
+            last_log_index: data.last_log.map(|l| l.index),
         }
     }
 }
@@ -137,8 +143,16 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
             }
         }
         // The first entry of our term (openraft's blank entry) applied means
-        // the image holds everything any earlier leader committed.
-        let caught_up = m.last_applied_term == Some(m.term);
+        // the image holds everything any earlier leader committed. Not
+        // everything in the log, though, when this node restarted as the
+        // leader of its stored term: the entries its previous run proposed
+        // in this term follow that blank entry, and a loop deciding on an
+        // image without them would propose what they already did (a
+        // topic created twice: a record no node can replay). So the whole
+        // log must be applied before the loop starts; until then this
+        // node proposes nothing, so its log does not grow under it.
+        let caught_up = m.last_applied_term == Some(m.term)
+            && m.last_applied_index.unwrap_or(0) >= m.last_log_index.unwrap_or(0);
         // A leader acts only once a quorum acknowledged it in this term (a
         // node that restarts believes itself leader of its stored term).
         if running.is_none() && m.leading && caught_up && shared.lease_valid() {

@@ -192,7 +192,7 @@ fn spawn_writer(
         }
         let flushed = match &failed {
             Some(e) => Err(e.clone()),
-            None => db.flush().map(|_| ()).map_err(|e| e.to_string()),
+            None => flush_appends(&db).map_err(|e| e.to_string()),
         };
         for callback in callbacks {
             callback.log_io_completed(flushed.clone().map_err(std::io::Error::other));
@@ -568,8 +568,19 @@ impl LogStore {
     /// CPU per record at one writer 655 / 618 µs against 730 / 724 µs, p50
     /// 0.536 / 0.499 ms against 0.570 / 0.539 ms).
     fn flush_here(&self) -> Result<(), sled::Error> {
-        self.db.flush().map(|_| ())
+        flush_appends(&self.db)
     }
+}
+
+/// The flush that makes appended entries durable before they are
+/// acknowledged. The `unsafe-ack-before-fsync` feature (a demonstration
+/// build, never shipped) skips it, so that the power-cut tests can show
+/// they catch a store that acknowledges what it has not synced.
+fn flush_appends(db: &sled::Db) -> Result<(), sled::Error> {
+    if cfg!(feature = "unsafe-ack-before-fsync") {
+        return Ok(());
+    }
+    db.flush().map(|_| ())
 }
 
 /// Locks the cache. A panicking holder cannot leave it unreadable: every

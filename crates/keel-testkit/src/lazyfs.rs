@@ -59,6 +59,20 @@ impl LazyFs {
     /// created), its fault FIFO at `<dir>/faults.fifo`, its own output in
     /// `<dir>/lazyfs.log`; waits (bounded) until the mount is there.
     pub fn mount(exe: &Path, dir: &Path) -> anyhow::Result<Self> {
+        // LazyFS now and then aborts while it starts (before it mounts
+        // anything); a fresh start then mounts. Bounded: three tries.
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::mount_once(exe, dir) {
+                Ok(fs) => return Ok(fs),
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err(last.unwrap_or_else(|| anyhow!("LazyFS did not mount")))
+    }
+
+    fn mount_once(exe: &Path, dir: &Path) -> anyhow::Result<Self> {
         let backing = dir.join("backing");
         let mountpoint = dir.join("mnt");
         std::fs::create_dir_all(&backing)?;
@@ -103,10 +117,12 @@ impl LazyFs {
             if let Some(c) = fs.child.as_mut() {
                 if let Ok(Some(st)) = c.try_wait() {
                     fs.child = None;
+                    let log = std::fs::read_to_string(dir.join("lazyfs.log")).unwrap_or_default();
+                    let tail: Vec<&str> = log.lines().rev().take(15).collect();
                     bail!(
-                        "LazyFS exited ({st}) before mounting {}; see {}",
+                        "LazyFS exited ({st}) before mounting {}; its output ends:\n{}",
                         fs.mountpoint.display(),
-                        dir.join("lazyfs.log").display()
+                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
                     );
                 }
             }

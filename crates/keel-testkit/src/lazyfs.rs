@@ -5,8 +5,8 @@
 //! command; the node then restarts on what a real disk would have kept.
 //!
 //! The LazyFS binary is found at `$KEEL_LAZYFS` or `target/lazyfs/lazyfs`
-//! under the working directory (`.ci/run` builds it there); mounting needs
-//! root and `/dev/fuse`.
+//! under the working directory (`scripts/build-lazyfs.sh` builds the
+//! vendored copy there); mounting needs root and `/dev/fuse`.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -18,16 +18,38 @@ use anyhow::{anyhow, bail, Context};
 /// How long a mount may take to appear, and an unmount to finish.
 const MOUNT_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Where the LazyFS binary is, or why it is not.
+/// The repository this kit was built from.
+fn repository() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Where the LazyFS binary is, or why it is not. Without `$KEEL_LAZYFS`,
+/// the vendored copy is built into `target/lazyfs` first when it is not
+/// there (`scripts/build-lazyfs.sh`, once per process).
 pub fn binary() -> anyhow::Result<PathBuf> {
+    static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let path = match std::env::var_os("KEEL_LAZYFS") {
         Some(p) => PathBuf::from(p),
-        None => std::env::current_dir()?.join("target/lazyfs/lazyfs"),
+        None => {
+            let path = repository().join("target/lazyfs/lazyfs");
+            let _one_at_a_time = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+            if !path.is_file() {
+                let script = repository().join("scripts/build-lazyfs.sh");
+                let st = Command::new(&script)
+                    .stdout(Stdio::null())
+                    .status()
+                    .with_context(|| format!("run {}", script.display()))?;
+                if !st.success() {
+                    bail!("{} failed ({st})", script.display());
+                }
+            }
+            path
+        }
     };
     if !path.is_file() {
         bail!(
-            "LazyFS is not built at {} (set KEEL_LAZYFS, or build it: \
-             <lazyfs source>/build.sh target/lazyfs; .ci/run does this)",
+            "LazyFS is not built at {} (build it with scripts/build-lazyfs.sh, \
+             or set KEEL_LAZYFS to a built lazyfs binary)",
             path.display()
         );
     }

@@ -613,7 +613,10 @@ fn write_value<T: Serialize>(tree: &sled::Tree, value: &T) -> Result<(), AnyErro
 
 /// Decodes a stored entry and checks it sits under its own index.
 pub(crate) fn decode_entry(key: &[u8], value: &[u8]) -> Result<Entry<TypeConfig>, AnyError> {
-    let entry: Entry<TypeConfig> = codec::decode(value).map_err(|e| AnyError::new(&e))?;
+    let entry: Entry<TypeConfig> = codec::decode(value).map_err(|e| {
+        let at = key_index(key).map_or_else(|| format!("key {key:?}"), |i| format!("index {i}"));
+        AnyError::error(format!("the log entry at {at} does not read back: {e}"))
+    })?;
     match key_index(key) {
         Some(i) if i == entry.log_id.index => Ok(entry),
         _ => Err(AnyError::error(format!(
@@ -903,6 +906,28 @@ mod tests {
         // A reopened store hides it too.
         let mut store = LogStore::open(&db).unwrap();
         assert!(store.try_get_log_entries(0..).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_damaged_entry_is_an_error_naming_its_index_never_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sled::open(dir.path()).unwrap();
+        let mut store = LogStore::open(&db).unwrap();
+        for i in 1..=3 {
+            let mut bytes = codec::encode(&entry(i)).unwrap();
+            if i == 2 {
+                let mid = bytes.len() / 2;
+                bytes[mid] ^= 0x01;
+            }
+            store.logs.insert(index_key(i), bytes).unwrap();
+        }
+        let e = store.try_get_log_entries(1..=3).await.unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("index 2") && text.contains("checksum mismatch"),
+            "{text}"
+        );
+        assert_eq!(store.try_get_log_entries(1..2).await.unwrap().len(), 1);
     }
 
     fn entry(index: u64) -> Entry<TypeConfig> {

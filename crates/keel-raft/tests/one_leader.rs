@@ -18,10 +18,17 @@ use openraft::{ServerState, Vote};
 /// A node id no test node has: requests "from a stranger".
 const STRANGER: u64 = 9;
 
-/// A pre-vote from the stranger with `last` as its log's end.
-fn pre_vote_req(term: u64, last: Option<openraft::LogId<u64>>) -> PreVoteRequest {
+/// The voter of the three (ids 1-3) that is neither `a` nor `b`: the
+/// sender of requests that must be judged by what they say, not refused
+/// for coming from a non-voter.
+fn third(a: u64, b: u64) -> u64 {
+    6 - a - b
+}
+
+/// A pre-vote from `candidate` with `last` as its log's end.
+fn pre_vote_req(candidate: u64, term: u64, last: Option<openraft::LogId<u64>>) -> PreVoteRequest {
     PreVoteRequest {
-        candidate: STRANGER,
+        candidate,
         term,
         last_log_id: last,
     }
@@ -56,8 +63,20 @@ async fn a_voter_refuses_pre_votes_while_it_follows_a_live_leader_and_a_leader_w
     let m = leader.raft.metrics().borrow().clone();
     let term = m.current_term;
 
-    let network = Network::new(CLUSTER.into(), STRANGER);
     let ask = Duration::from_secs(2);
+    // Not a voter: refused before anything is weighed.
+    let e = Network::new(CLUSTER.into(), STRANGER)
+        .pre_vote(
+            follower.id,
+            &KeelNode::new(follower.addr.as_str()),
+            &pre_vote_req(STRANGER, term + 1, None),
+            ask,
+        )
+        .await
+        .expect_err("a non-voter may not ask for a pre-vote");
+    assert!(e.contains("not a voter"), "{e}");
+    let candidate = third(leader_id, follower.id);
+    let network = Network::new(CLUSTER.into(), candidate);
     // Even with a longer log, at any term.
     let better = Some(openraft::LogId::new(
         openraft::CommittedLeaderId::new(term + 5, 0),
@@ -67,7 +86,7 @@ async fn a_voter_refuses_pre_votes_while_it_follows_a_live_leader_and_a_leader_w
         .pre_vote(
             follower.id,
             &KeelNode::new(follower.addr.as_str()),
-            &pre_vote_req(term + 1, better),
+            &pre_vote_req(candidate, term + 1, better),
             ask,
         )
         .await
@@ -81,7 +100,7 @@ async fn a_voter_refuses_pre_votes_while_it_follows_a_live_leader_and_a_leader_w
         .pre_vote(
             leader.id,
             &KeelNode::new(leader.addr.as_str()),
-            &pre_vote_req(term + 1, better),
+            &pre_vote_req(candidate, term + 1, better),
             ask,
         )
         .await
@@ -220,7 +239,8 @@ async fn a_restarted_node_refuses_votes_and_pre_votes_inside_its_window() {
 
     // A vote for a candidate well ahead (higher term, longer log) is
     // refused with the node's own vote and log, as any refusal.
-    let mut network = Network::new(CLUSTER.into(), STRANGER);
+    let candidate = third(leader_id, id);
+    let mut network = Network::new(CLUSTER.into(), candidate);
     let mut client = network.new_client(id, &KeelNode::new(&addr)).await;
     let ahead = Some(openraft::LogId::new(
         openraft::CommittedLeaderId::new(term + 10, 0),
@@ -228,7 +248,7 @@ async fn a_restarted_node_refuses_votes_and_pre_votes_inside_its_window() {
     ));
     let resp = client
         .vote(
-            VoteRequest::new(Vote::new(term + 10, STRANGER), ahead),
+            VoteRequest::new(Vote::new(term + 10, candidate), ahead),
             RPCOption::new(Duration::from_secs(2)),
         )
         .await
@@ -243,7 +263,7 @@ async fn a_restarted_node_refuses_votes_and_pre_votes_inside_its_window() {
         .pre_vote(
             id,
             &KeelNode::new(addr.as_str()),
-            &pre_vote_req(term + 11, ahead),
+            &pre_vote_req(candidate, term + 11, ahead),
             Duration::from_secs(2),
         )
         .await
@@ -263,7 +283,7 @@ async fn a_restarted_node_refuses_votes_and_pre_votes_inside_its_window() {
         .pre_vote(
             id,
             &KeelNode::new(addr.as_str()),
-            &pre_vote_req(term + 11, ahead),
+            &pre_vote_req(candidate, term + 11, ahead),
             Duration::from_secs(2),
         )
         .await

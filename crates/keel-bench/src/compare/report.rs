@@ -372,4 +372,61 @@ mod tests {
         let without = summary_line(&level(json!({ "skipped": true })));
         assert!(!without.contains("echo"), "{without}");
     }
+
+    /// A trial of `ops` ops in one second with `cpu` server CPU seconds.
+    fn trial(ops: u64, cpu: f64) -> Trial {
+        Trial {
+            trial: 0,
+            leader: "l".into(),
+            result: Ok(crate::load::Level {
+                writers: 64,
+                ops,
+                errors: 0,
+                secs: 1.0,
+                lat_ms: vec![1.0],
+                first_error: None,
+            }),
+            wall_secs: 1.0,
+            server_cpu_secs: Some(cpu),
+            client_cpu_secs: None,
+            machine_cpu_secs: None,
+            server_write_bytes: None,
+            idle_cpu_secs: Vec::new(),
+            load_avg_1m: None,
+        }
+    }
+
+    #[test]
+    fn with_tls_each_level_compares_keel_over_tls_with_plaintext() {
+        let p = CompareParams {
+            writers: vec![64],
+            trials: 1,
+            etcd: vec!["http://127.0.22.1:2379".into()],
+            tls: true,
+            ..CompareParams::default()
+        };
+        let mut setup = setup_json(&p, &[]);
+        for k in [Kind::Etcd, Kind::Keel, Kind::KeelTls] {
+            setup[k.name()] = json!({ "skipped": false, "version": "v" });
+        }
+        let mut results: Vec<Vec<Vec<Trial>>> =
+            vec![Kind::ALL.iter().map(|_| Vec::new()).collect()];
+        results[0][Kind::Etcd.index()].push(trial(1000, 0.5));
+        results[0][Kind::Keel.index()].push(trial(4000, 0.8));
+        results[0][Kind::KeelTls.index()].push(trial(3600, 0.9));
+        let r = report(&p, 0, setup, &results, json!({}));
+        let l = &r.json["levels"][0];
+        // Keel's own ratio to etcd is unchanged by the TLS quorum.
+        assert_eq!(l["keel_vs_etcd"].as_f64(), Some(4.0));
+        assert_eq!(l["keel-tls"]["ops_per_s"].as_f64(), Some(3600.0));
+        let t = &l["tls"];
+        assert_eq!(t["plaintext"]["server_cpu_us_per_op"].as_f64(), Some(200.0));
+        assert_eq!(t["tls"]["server_cpu_us_per_op"].as_f64(), Some(250.0));
+        assert_eq!(t["cpu_per_op_ratio"].as_f64(), Some(1.25));
+        assert_eq!(t["ops_per_s_ratio"].as_f64(), Some(0.9));
+        assert_eq!(r.json["tls"]["at_64_writers"]["within_aim"], true);
+        assert_eq!(r.json["parameters"]["tls"], true);
+        assert!(r.table.contains("TLS vs plaintext"), "{}", r.table);
+        assert!(r.summary.contains("CPU/op 1.25"), "{}", r.summary);
+    }
 }

@@ -109,10 +109,12 @@ const TOPIC: &str = "bench-commit";
 const BULK_TOPIC: &str = "bench-bulk";
 /// Flags of every controller of the scenario.
 const FLAGS: [&str; 2] = ["--session-timeout-ms", "600000"];
-/// Subnet of the TLS quorum `--tls` adds (127.0.5.11-13).
+/// Subnets of the two quorums `--tls` compares: TLS on 127.0.5.11-13,
+/// plaintext on 127.0.8.11-13.
 const TLS_SUBNET: u8 = 5;
+const TLS_PLAIN_SUBNET: u8 = 8;
 /// How the TLS comparison orders its levels.
-const TLS_ORDER: &str = "after the levels above, the bulk level and the ControllerClient run: a TLS quorum is started and warmed up (one untimed level at the largest writer count); then for each writer count, rounds of one plaintext and one TLS level (plaintext first in even rounds, TLS first in odd ones), so machine noise hits both alike; each side's figures are the medians of its rounds";
+const TLS_ORDER: &str = "after the scenario's own cluster has stopped: two fresh quorums, one plaintext and one TLS, are started side by side and warmed up alike (one untimed level each at the largest writer count); then for each writer count, rounds of one plaintext and one TLS level (plaintext first in even rounds, TLS first in odd ones), so machine noise hits both alike; each side's figures are the medians of its rounds";
 
 /// How one Keel writer reaches the active controller.
 enum Conn {
@@ -376,28 +378,37 @@ fn side_json(rounds: Vec<Value>, lat_ms: &[f64]) -> Value {
 
 /// `--tls`: starts a TLS quorum beside `plain` and measures both, their
 /// levels interleaved ([`TLS_ORDER`]); one comparison per writer count.
-async fn tls_comparison(
-    env: &Env,
-    p: &CommitParams,
-    plain: &mut Cluster,
-) -> anyhow::Result<Vec<Value>> {
-    progress!(
-        "commit: TLS comparison: starting a 3-controller TLS quorum on 127.0.{TLS_SUBNET}.11-13"
-    );
-    let mut tls = cluster::start(cluster::spec(env, TLS_SUBNET, &FLAGS).tls(true))?;
-    tls.wait_active(Duration::from_secs(60)).await?;
-    let client = tls.client(Duration::from_secs(10), Duration::from_secs(30));
-    cluster::register_stand_in(&tls, 1).await?;
-    admin::create_topic(&client, TOPIC, 1, 1).await?;
-    tls.wait_converged(0, Duration::from_secs(30)).await?;
+async fn tls_comparison(env: &Env, p: &CommitParams) -> anyhow::Result<(Vec<Value>, Value)> {
+    let mut sides = Vec::new();
+    for (name, subnet, tls) in [
+        ("plaintext", TLS_PLAIN_SUBNET, false),
+        ("tls", TLS_SUBNET, true),
+    ] {
+        progress!(
+            "commit: TLS comparison: starting a 3-controller {name} quorum on 127.0.{subnet}.11-13"
+        );
+        let mut c = cluster::start(cluster::spec(env, subnet, &FLAGS).tls(tls))?;
+        c.wait_active(Duration::from_secs(60)).await?;
+        let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
+        cluster::register_stand_in(&c, 1).await?;
+        admin::create_topic(&client, TOPIC, 1, 1).await?;
+        c.wait_converged(0, Duration::from_secs(30)).await?;
+        sides.push((name, c));
+    }
     let most = p.writers.iter().max().copied().unwrap_or(1);
-    progress!(
-        "commit: TLS comparison: warm-up of the TLS quorum, {most} writers for {} s",
-        p.level_secs
-    );
-    let (warm, _) = comparison_round(&mut tls, p, most, 0).await;
-    if let Some(e) = warm.get("error") {
-        anyhow::bail!("the TLS quorum's warm-up failed: {}", cell(e));
+    for (name, c) in sides.iter_mut() {
+        progress!(
+            "commit: TLS comparison: warm-up of the {name} quorum, {most} writers for {} s",
+            p.level_secs
+        );
+        let (warm, _) = comparison_round(c, p, most, 0).await;
+        if let Some(e) = warm.get("error") {
+            anyhow::bail!("the {name} quorum's warm-up failed: {}", cell(e));
+        }
+    }
+    let mut leadership = Vec::new();
+    for (_, c) in &sides {
+        leadership.push(cluster::Leadership::start(c).await);
     }
     let mut out = Vec::new();
     for &w in &p.writers {
@@ -406,11 +417,7 @@ async fn tls_comparison(
         for r in 0..p.tls_rounds {
             let order = if r % 2 == 0 { [0, 1] } else { [1, 0] };
             for side in order {
-                let (name, c) = if side == 0 {
-                    ("plaintext", &mut *plain)
-                } else {
-                    ("tls", &mut tls)
-                };
+                let (name, c) = &mut sides[side];
                 progress!(
                     "commit: TLS comparison: round {}/{}, {name} at {w} writers for {} s",
                     r + 1,
@@ -437,7 +444,11 @@ async fn tls_comparison(
             side_json(tls_rounds, &lat[1]),
         ));
     }
-    Ok(out)
+    let mut changes = json!({});
+    for ((name, c), l) in sides.iter().zip(&leadership) {
+        changes[*name] = l.changes(c).await;
+    }
+    Ok((out, changes))
 }
 
 /// Runs the scenario.
@@ -542,13 +553,15 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     } else {
         None
     };
-    let tls_levels = if p.tls {
-        Some(tls_comparison(env, p, &mut c).await?)
-    } else {
-        None
-    };
     let leadership_changes = leadership.changes(&c).await;
     drop(c);
+    // On two fresh quorums, so both sides have the same history.
+    let (tls_levels, tls_leadership) = if p.tls {
+        Some(tls_comparison(env, p).await?)
+    } else {
+        None
+    }
+    .unzip();
     // After the cluster, so its writes do not disturb Keel's figures.
     let ceiling = if p.storage_ceiling_secs > 0.0 {
         progress!(
@@ -645,6 +658,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     if let Some(t) = &tls_levels {
         json["parameters"]["tls_rounds"] = json!(p.tls_rounds);
         json["tls"] = crate::tls::summary_json(t, p.tls_rounds, TLS_ORDER);
+        json["tls"]["leadership_changes"] = json!(tls_leadership);
     }
     if let Some(ceiling) = ceiling {
         if let Some(sled) = ceiling["sled"]["records_per_s"]

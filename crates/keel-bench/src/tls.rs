@@ -129,7 +129,7 @@ mod tests {
         );
         assert_eq!(c["cpu_per_op_ratio"].as_f64(), Some(1.2));
         assert_eq!(c["ops_per_s_ratio"].as_f64(), Some(0.9));
-        let s = summary_json(&[c.clone()], 3, "o");
+        let s = summary_json(std::slice::from_ref(&c), 3, "o");
         assert_eq!(s["at_64_writers"]["within_aim"], true);
         assert!(summary_line(&[c]).contains("CPU/op 1.2"));
         let none = comparison(

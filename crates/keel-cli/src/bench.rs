@@ -158,7 +158,7 @@ pub struct BenchArgs {
     /// and report ops/s and the servers' CPU per op of both, with TLS ÷
     /// plaintext, per writer count (the aim is stated at 64 writers: keep
     /// 64 in --writers, as the default is). failover: run the scenario on
-    /// a TLS cluster.
+    /// a TLS cluster. Other scenarios ignore it.
     #[arg(long)]
     tls: bool,
 }

@@ -587,3 +587,62 @@ fn an_unreachable_bootstrap_is_reported_at_once_with_the_os_reason() {
         started.elapsed()
     );
 }
+
+/// `keel bench commit --tls`: in one short run, Keel over plaintext and
+/// over mutual TLS, both with positive ops/s and server CPU per op, and a
+/// finite positive TLS ÷ plaintext ratio of each.
+#[test]
+fn bench_commit_with_tls_reports_plaintext_and_tls_side_by_side() {
+    let out_dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(keel_bin())
+        .args([
+            "bench",
+            "commit",
+            "--tls",
+            "--writers",
+            "4",
+            "--level-secs",
+            "1",
+            "--trials",
+            "1",
+            "--storage-ceiling-secs",
+            "0",
+            "--out-dir",
+        ])
+        .arg(out_dir.path())
+        .output()
+        .expect("run keel bench");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: Value = serde_json::from_slice(
+        &std::fs::read(out_dir.path().join("commit.json")).expect("commit.json"),
+    )
+    .expect("commit.json parses");
+    assert_eq!(j["parameters"]["tls"], true);
+    let levels = j["levels"].as_array().expect("levels");
+    assert_eq!(levels.len(), 1);
+    // The plaintext level's own fields are still there.
+    assert!(levels[0]["ops"].as_u64().unwrap_or(0) > 0, "{}", levels[0]);
+    let t = &levels[0]["tls"];
+    assert_eq!(t["writers"], 4, "{t}");
+    for side in ["plaintext", "tls"] {
+        let s = &t[side];
+        assert_eq!(s["ok_rounds"], 1, "{side}: {s}");
+        assert_eq!(s["errors"], 0, "{side}: {s}");
+        assert!(s["ops_per_s"].as_f64().unwrap_or(0.0) > 0.0, "{side}: {s}");
+        assert!(
+            s["server_cpu_us_per_op"].as_f64().unwrap_or(0.0) > 0.0,
+            "{side}: {s}"
+        );
+    }
+    for ratio in ["cpu_per_op_ratio", "ops_per_s_ratio"] {
+        let r = t[ratio].as_f64().unwrap_or(f64::NAN);
+        assert!(r.is_finite() && r > 0.0, "{ratio}: {t}");
+    }
+    assert_eq!(j["tls"]["rounds"], 1, "{}", j["tls"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("TLS vs plaintext"), "{table}");
+}

@@ -23,6 +23,7 @@ use anyhow::{anyhow, bail, Context};
 use keel_proto::client::ControllerClient;
 use keel_proto::pb;
 use keel_testkit::{admin, Cluster, Root, Spec};
+use keel_tls::{Expect, Transport};
 use tonic::transport::{Channel, Endpoint};
 
 use crate::{progress, Env};
@@ -115,19 +116,35 @@ impl Leadership {
     }
 }
 
-/// Registers stand-in broker `id` (unfenced, nothing listening).
-pub async fn register_stand_in(client: &ControllerClient, id: u32) -> anyhow::Result<u64> {
-    admin::register_stand_in(client, CLUSTER_ID, id, STAND_IN_BROKER_ADDRESS).await
+/// Registers stand-in broker `id` of `c` (unfenced, nothing listening).
+/// Over TLS it registers with broker `id`'s own certificate, as a
+/// controller accepts a registration only from that broker.
+pub async fn register_stand_in(c: &Cluster, id: u32) -> anyhow::Result<u64> {
+    let transport = c.transport_as(&keel_tls::Identity::broker(CLUSTER_ID, id))?;
+    let client = ControllerClient::new(c.controller_addrs())
+        .with_timeouts(Duration::from_secs(10), Duration::from_secs(30))
+        .with_transport(transport);
+    admin::register_stand_in(&client, CLUSTER_ID, id, STAND_IN_BROKER_ADDRESS).await
 }
 
-/// A persistent (eagerly connected) channel to `addr`.
+/// A persistent (eagerly connected) plaintext channel to `addr`.
 pub async fn connect(addr: &str, request_timeout: Duration) -> anyhow::Result<Channel> {
+    connect_over(&Transport::Plaintext, addr, request_timeout).await
+}
+
+/// A persistent (eagerly connected) channel to the controller at `addr`
+/// over `transport` (plaintext, or mutual TLS with its certificate).
+pub async fn connect_over(
+    transport: &Transport,
+    addr: &str,
+    request_timeout: Duration,
+) -> anyhow::Result<Channel> {
     let ep = Endpoint::from_shared(format!("http://{addr}"))
         .map_err(|e| anyhow!("bad address {addr}: {e}"))?
         .connect_timeout(Duration::from_secs(1))
         .timeout(request_timeout)
         .tcp_nodelay(true);
-    Ok(ep.connect().await?)
+    Ok(transport.connect(ep, None, Expect::Controller).await?)
 }
 
 /// A value of exactly `len` bytes that differs for every (writer, seq).

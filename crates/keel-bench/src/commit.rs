@@ -16,6 +16,7 @@ use keel_proto::pb::admin_service_client::AdminServiceClient;
 use keel_proto::pb::write_request::Op;
 use keel_proto::pb::write_response::Result as Answer;
 use keel_proto::session::{SharedSession, WriteSession};
+use keel_tls::Transport;
 use serde_json::{json, Value};
 use tonic::transport::Channel;
 
@@ -23,10 +24,10 @@ use crate::ceiling::{ceiling_line, storage_ceiling, CeilingParams};
 use keel_testkit::admin::{self, alter_ok, set_config};
 use keel_testkit::{probe, Cluster};
 
-use crate::cluster::{self, connect, value};
+use crate::cluster::{self, connect_over, value};
 use crate::load::{run_writers, Connections, Level, Writer};
 use crate::stats::{
-    cell, disk_probe, disk_probe_line, latency_json, machine, percentile, r1, r3, unix_now,
+    cell, disk_probe, disk_probe_line, latency_json, machine, median, percentile, r1, r3, unix_now,
 };
 use crate::{progress, Env, Report};
 
@@ -57,6 +58,12 @@ pub struct CommitParams {
     /// Seconds for each of the two storage ceilings (sled, plain file), run
     /// after the cluster has stopped; 0 skips them.
     pub storage_ceiling_secs: f64,
+    /// Also compare Keel over mutual TLS with plaintext: a second quorum
+    /// speaking TLS, and for every writer count `tls_rounds` rounds of one
+    /// plaintext and one TLS level each (see [`crate::tls`]).
+    pub tls: bool,
+    /// Rounds per writer count of the TLS comparison.
+    pub tls_rounds: usize,
 }
 
 /// How a Keel writer sends its ops to the active controller.
@@ -92,12 +99,22 @@ impl Default for CommitParams {
             api: KeelApi::Session,
             connections: Connections::PerWriter,
             storage_ceiling_secs: 4.0,
+            tls: false,
+            tls_rounds: 3,
         }
     }
 }
 
 const TOPIC: &str = "bench-commit";
 const BULK_TOPIC: &str = "bench-bulk";
+/// Flags of every controller of the scenario.
+const FLAGS: [&str; 2] = ["--session-timeout-ms", "600000"];
+/// Subnets of the two quorums `--tls` compares: TLS on 127.0.5.11-13,
+/// plaintext on 127.0.8.11-13.
+const TLS_SUBNET: u8 = 5;
+const TLS_PLAIN_SUBNET: u8 = 8;
+/// How the TLS comparison orders its levels.
+const TLS_ORDER: &str = "after the scenario's own cluster has stopped: two fresh quorums, one plaintext and one TLS, are started side by side and warmed up alike (one untimed level each at the largest writer count); then for each writer count, rounds of one plaintext and one TLS level (plaintext first in even rounds, TLS first in odd ones), so machine noise hits both alike; each side's figures are the medians of its rounds";
 
 /// How one Keel writer reaches the active controller.
 enum Conn {
@@ -163,9 +180,11 @@ where
 
 /// Runs `writers` Keel writers against `leader` for `secs` (or `max_ops`);
 /// each op is the request `make(writer, seq)`, sent through `api` on a
-/// connection per writer or one they share.
+/// connection per writer or one they share, over `transport`.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_level<F>(
     leader: &str,
+    transport: &Transport,
     api: KeelApi,
     connections: Connections,
     writers: usize,
@@ -181,7 +200,7 @@ where
     let shared = match connections {
         Connections::PerWriter => None,
         Connections::Shared => {
-            let ch = connect(leader, Duration::from_secs(10)).await?;
+            let ch = connect_over(transport, leader, Duration::from_secs(10)).await?;
             Some(match api {
                 KeelApi::Session => Conn::Shared(SharedSession::open(ch).await?),
                 KeelApi::Unary => Conn::Unary(AdminServiceClient::new(ch)),
@@ -195,7 +214,7 @@ where
             let conn = match shared.as_ref().and_then(Conn::share) {
                 Some(c) => c,
                 None => {
-                    let ch = connect(leader, Duration::from_secs(10)).await?;
+                    let ch = connect_over(transport, leader, Duration::from_secs(10)).await?;
                     match api {
                         KeelApi::Session => Conn::Session(WriteSession::open(ch).await?),
                         KeelApi::Unary => Conn::Unary(AdminServiceClient::new(ch)),
@@ -283,17 +302,166 @@ fn bulk_entry_bytes(p: &CommitParams) -> anyhow::Result<Vec<u8>> {
     )?)
 }
 
+/// One level of the TLS comparison on `c` (plaintext or TLS, as its
+/// transport is): the level's figures with the servers' CPU per op, and
+/// its latencies; a failure is recorded, not returned.
+async fn comparison_round(
+    c: &mut Cluster,
+    p: &CommitParams,
+    writers: usize,
+    round: usize,
+) -> (Value, Vec<f64>) {
+    let failed = |e: anyhow::Error| {
+        (
+            json!({ "round": round, "error": format!("{e:#}") }),
+            Vec::new(),
+        )
+    };
+    let leader = match c.wait_active(Duration::from_secs(30)).await {
+        Ok(i) => c.controller(i).address(),
+        Err(e) => return failed(e),
+    };
+    let c: &Cluster = c;
+    let vb = p.value_bytes;
+    let before = CpuTicks::now(c);
+    let l = match run_level(
+        &leader,
+        c.transport(),
+        p.api,
+        p.connections,
+        writers,
+        p.level_secs,
+        p.max_ops_per_level,
+        move |w, s| set_config(TOPIC, format!("bench.k{w}"), value(w, s, vb)),
+    )
+    .await
+    {
+        Ok(l) => l,
+        Err(e) => return failed(e),
+    };
+    let (server_us, client_us) = before.per_record(CpuTicks::now(c), l.ops);
+    let j = json!({
+        "round": round,
+        "ops": l.ops,
+        "errors": l.errors,
+        "secs": r3(l.secs),
+        "ops_per_s": r1(l.ops as f64 / l.secs),
+        "p50_ms": r3(percentile(&l.lat_ms, 50.0)),
+        "p99_ms": r3(percentile(&l.lat_ms, 99.0)),
+        "server_cpu_us_per_op": server_us,
+        "client_cpu_us_per_op": client_us,
+        "first_error": l.first_error,
+    });
+    (j, l.lat_ms)
+}
+
+/// One side of the TLS comparison at one writer count: medians of its
+/// successful rounds, latencies pooled over them, and every round.
+fn side_json(rounds: Vec<Value>, lat_ms: &[f64]) -> Value {
+    let ok: Vec<&Value> = rounds.iter().filter(|r| r.get("error").is_none()).collect();
+    let med = |k: &str| {
+        let v: Vec<f64> = ok.iter().filter_map(|r| r[k].as_f64()).collect();
+        (!v.is_empty()).then(|| r1(median(&v)))
+    };
+    let pct = |q: f64| (!lat_ms.is_empty()).then(|| r3(percentile(lat_ms, q)));
+    json!({
+        "ok_rounds": ok.len(),
+        "ops_per_s": med("ops_per_s"),
+        "server_cpu_us_per_op": med("server_cpu_us_per_op"),
+        "client_cpu_us_per_op": med("client_cpu_us_per_op"),
+        "p50_ms": pct(50.0),
+        "p99_ms": pct(99.0),
+        "errors": ok.iter().filter_map(|r| r["errors"].as_u64()).sum::<u64>(),
+        "rounds": rounds,
+    })
+}
+
+/// `--tls`: starts a TLS quorum beside `plain` and measures both, their
+/// levels interleaved ([`TLS_ORDER`]); one comparison per writer count.
+async fn tls_comparison(env: &Env, p: &CommitParams) -> anyhow::Result<(Vec<Value>, Value)> {
+    let mut sides = Vec::new();
+    for (name, subnet, tls) in [
+        ("plaintext", TLS_PLAIN_SUBNET, false),
+        ("tls", TLS_SUBNET, true),
+    ] {
+        progress!(
+            "commit: TLS comparison: starting a 3-controller {name} quorum on 127.0.{subnet}.11-13"
+        );
+        let mut c = cluster::start(cluster::spec(env, subnet, &FLAGS).tls(tls))?;
+        c.wait_active(Duration::from_secs(60)).await?;
+        let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
+        cluster::register_stand_in(&c, 1).await?;
+        admin::create_topic(&client, TOPIC, 1, 1).await?;
+        c.wait_converged(0, Duration::from_secs(30)).await?;
+        sides.push((name, c));
+    }
+    let most = p.writers.iter().max().copied().unwrap_or(1);
+    for (name, c) in sides.iter_mut() {
+        progress!(
+            "commit: TLS comparison: warm-up of the {name} quorum, {most} writers for {} s",
+            p.level_secs
+        );
+        let (warm, _) = comparison_round(c, p, most, 0).await;
+        if let Some(e) = warm.get("error") {
+            anyhow::bail!("the {name} quorum's warm-up failed: {}", cell(e));
+        }
+    }
+    let mut leadership = Vec::new();
+    for (_, c) in &sides {
+        leadership.push(cluster::Leadership::start(c).await);
+    }
+    let mut out = Vec::new();
+    for &w in &p.writers {
+        let mut rounds: [Vec<Value>; 2] = Default::default();
+        let mut lat: [Vec<f64>; 2] = Default::default();
+        for r in 0..p.tls_rounds {
+            let order = if r % 2 == 0 { [0, 1] } else { [1, 0] };
+            for side in order {
+                let (name, c) = &mut sides[side];
+                progress!(
+                    "commit: TLS comparison: round {}/{}, {name} at {w} writers for {} s",
+                    r + 1,
+                    p.tls_rounds,
+                    p.level_secs
+                );
+                let (j, l) = comparison_round(c, p, w, r).await;
+                if let Some(e) = j.get("error") {
+                    progress!(
+                        "commit: TLS comparison: {name} round {} failed: {}",
+                        r + 1,
+                        cell(e)
+                    );
+                }
+                c.check_alive()?;
+                rounds[side].push(j);
+                lat[side].extend(l);
+            }
+        }
+        let [plain_rounds, tls_rounds] = rounds;
+        out.push(crate::tls::comparison(
+            w,
+            side_json(plain_rounds, &lat[0]),
+            side_json(tls_rounds, &lat[1]),
+        ));
+    }
+    let mut changes = json!({});
+    for ((name, c), l) in sides.iter().zip(&leadership) {
+        changes[*name] = l.changes(c).await;
+    }
+    Ok((out, changes))
+}
+
 /// Runs the scenario.
 pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     let started_at = unix_now();
     progress!("commit: probing the disk");
     let disk = disk_probe(&std::env::temp_dir());
     progress!("commit: starting a 3-controller quorum on 127.0.1.11-13");
-    let mut c = cluster::start(cluster::spec(env, 1, &["--session-timeout-ms", "600000"]))?;
+    let mut c = cluster::start(cluster::spec(env, 1, &FLAGS))?;
     let active = c.wait_active(Duration::from_secs(60)).await?;
     let leadership = cluster::Leadership::start(&c).await;
     let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
-    cluster::register_stand_in(&client, 1).await?;
+    cluster::register_stand_in(&c, 1).await?;
     admin::create_topic(&client, TOPIC, 1, 1).await?;
     admin::create_topic(&client, BULK_TOPIC, 1, 1).await?;
     let leader = c.controller(active).address();
@@ -313,6 +481,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         let before = CpuTicks::now(&c);
         let l = run_level(
             &leader,
+            c.transport(),
             p.api,
             p.connections,
             w,
@@ -337,6 +506,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     let before = CpuTicks::now(&c);
     let bulk = run_level(
         &leader,
+        c.transport(),
         p.api,
         p.connections,
         p.bulk_writers,
@@ -385,6 +555,13 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     };
     let leadership_changes = leadership.changes(&c).await;
     drop(c);
+    // On two fresh quorums, so both sides have the same history.
+    let (tls_levels, tls_leadership) = if p.tls {
+        Some(tls_comparison(env, p).await?)
+    } else {
+        None
+    }
+    .unzip();
     // After the cluster, so its writes do not disturb Keel's figures.
     let ceiling = if p.storage_ceiling_secs > 0.0 {
         progress!(
@@ -404,7 +581,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         None
     };
 
-    let level_json: Vec<Value> = levels
+    let mut level_json: Vec<Value> = levels
         .iter()
         .zip(&level_cpu)
         .map(|(l, (server_us, client_us))| {
@@ -424,6 +601,11 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
             })
         })
         .collect();
+    if let Some(t) = &tls_levels {
+        for (l, t) in level_json.iter_mut().zip(t) {
+            l["tls"] = t.clone();
+        }
+    }
     let bulk_batches_s = bulk.ops as f64 / bulk.secs;
     let bulk_json = json!({
         "writers": p.bulk_writers,
@@ -471,6 +653,12 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
     });
     if let Some(cc) = compare {
         json["controller_client_1_writer"] = cc;
+    }
+    json["parameters"]["tls"] = json!(p.tls);
+    if let Some(t) = &tls_levels {
+        json["parameters"]["tls_rounds"] = json!(p.tls_rounds);
+        json["tls"] = crate::tls::summary_json(t, p.tls_rounds, TLS_ORDER);
+        json["tls"]["leadership_changes"] = json!(tls_leadership);
     }
     if let Some(ceiling) = ceiling {
         if let Some(sled) = ceiling["sled"]["records_per_s"]
@@ -535,14 +723,20 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
             cell(&cc["ops_per_s"]), cell(&cc["p50_ms"]), cell(&cc["p99_ms"])
         );
     }
+    if let Some(t) = &tls_levels {
+        table += &crate::tls::table(t, p.tls_rounds);
+    }
     let best = level_json
         .iter()
         .map(|l| l["records_per_s"].as_f64().unwrap_or(0.0))
         .fold(0.0, f64::max);
-    let summary = format!(
+    let mut summary = format!(
         "commit: up to {best:.0} records/s with 1-record ops, {:.0} records/s bulk, {per_record:.0} disk bytes/record (3 nodes)",
         bulk_json["records_per_s"].as_f64().unwrap_or(0.0)
     );
+    if let Some(t) = &tls_levels {
+        summary += &format!("; {}", crate::tls::summary_line(t));
+    }
     Ok(Report {
         scenario: "commit",
         json,

@@ -36,6 +36,9 @@ pub struct FailoverParams {
     pub converge_timeout_secs: f64,
     /// Skip the empty size.
     pub skip_empty: bool,
+    /// Every node and client speaks mutual TLS (the kit's certificates;
+    /// the writes as the `admin` user).
+    pub tls: bool,
 }
 
 impl Default for FailoverParams {
@@ -51,6 +54,7 @@ impl Default for FailoverParams {
             trial_timeout_secs: 60.0,
             converge_timeout_secs: 180.0,
             skip_empty: false,
+            tls: false,
         }
     }
 }
@@ -94,6 +98,7 @@ async fn trial(c: &mut Cluster, p: &FailoverParams, n: usize) -> anyhow::Result<
     // Retries every 10 ms at most, so the retry schedule does not round the
     // measured time up to its next step.
     let client = ControllerClient::new(survivors)
+        .with_transport(c.transport().clone())
         .with_timeouts(attempt, attempt)
         .with_max_backoff(Duration::from_millis(10));
     let t0 = Instant::now();
@@ -137,13 +142,15 @@ fn max_rss(c: &Cluster) -> u64 {
 
 /// Runs all trials on one image size.
 async fn run_size(env: &Env, p: &FailoverParams, target: u64) -> anyhow::Result<Value> {
-    progress!("failover: starting a 3-controller quorum on 127.0.2.11-13 (image target: {target} partitions)");
-    let mut c = cluster::start(cluster::spec(env, 2, &["--session-timeout-ms", "600000"]))?;
+    let over = if p.tls { "mutual TLS" } else { "plaintext" };
+    progress!("failover: starting a 3-controller quorum ({over}) on 127.0.2.11-13 (image target: {target} partitions)");
+    let mut c =
+        cluster::start(cluster::spec(env, 2, &["--session-timeout-ms", "600000"]).tls(p.tls))?;
     c.wait_active(Duration::from_secs(60)).await?;
     let leadership = cluster::Leadership::start(&c).await;
     let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
     for id in 1..=3 {
-        cluster::register_stand_in(&client, id).await?;
+        cluster::register_stand_in(&c, id).await?;
     }
     admin::create_topic(&client, TOPIC, 1, 3).await?;
     let mut size = json!({ "target_partitions": target });
@@ -233,6 +240,7 @@ pub async fn run(env: &Env, p: &FailoverParams) -> anyhow::Result<Report> {
     let json = json!({
         "scenario": "failover",
         "started_at_unix": started_at,
+        "tls": p.tls,
         "parameters": {
             "controllers": 3,
             "trials": p.trials,
@@ -246,6 +254,7 @@ pub async fn run(env: &Env, p: &FailoverParams) -> anyhow::Result<Report> {
             "stand_in_brokers": 3,
             "session_timeout_ms": 600000,
             "measured": "SIGKILL of the active controller -> first acknowledged IncrementalAlterConfigs through a client bootstrapped with the two survivors",
+            "tls": p.tls,
         },
         "leadership_changes": sizes
             .iter()
@@ -254,7 +263,14 @@ pub async fn run(env: &Env, p: &FailoverParams) -> anyhow::Result<Report> {
         "sizes": sizes,
         "machine": machine(),
     });
-    let mut table = String::from("failover (SIGKILL active controller -> first acked write)\n");
+    let mut table = format!(
+        "failover (SIGKILL active controller -> first acked write){}\n",
+        if p.tls {
+            ", mutual TLS on every node and client"
+        } else {
+            ""
+        }
+    );
     table += &format!(
         "{:>12} {:>7} {:>10} {:>10} {:>10} {:>10}\n",
         "partitions", "trials", "median ms", "p99 ms", "min ms", "max ms"
@@ -280,7 +296,8 @@ pub async fn run(env: &Env, p: &FailoverParams) -> anyhow::Result<Report> {
         }
     }
     let summary = format!(
-        "failover: median {}",
+        "failover{}: median {}",
+        if p.tls { " (TLS)" } else { "" },
         sizes
             .iter()
             .map(|s| format!("{} ms at {} partitions", s["median_ms"], s["partitions"]))

@@ -23,6 +23,7 @@ pub use load::Connections;
 pub mod scale;
 pub mod stats;
 mod tail;
+pub mod tls;
 
 use std::path::{Path, PathBuf};
 

@@ -183,9 +183,8 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
     ))?;
     c.wait_active(Duration::from_secs(60)).await?;
     let leadership = cluster::Leadership::start(&c).await;
-    let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
     for id in 1..=3 {
-        cluster::register_stand_in(&client, id).await?;
+        cluster::register_stand_in(&c, id).await?;
     }
     c.wait_converged(0, Duration::from_secs(60)).await?;
     let empty_rss: Vec<u64> = c.controllers().map(|n| n.rss_bytes()).collect();

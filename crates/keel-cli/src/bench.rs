@@ -69,7 +69,9 @@ pub struct BenchArgs {
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     load_threads: Option<u16>,
     /// failover: trials per image size [default: 10]; broker-failure: trials
-    /// per measurement [default: 3].
+    /// per measurement [default: 3]; compare: trials per level and system
+    /// [default: 3]; commit with --tls: rounds of the TLS comparison per
+    /// writer count [default: 3].
     #[arg(long)]
     trials: Option<usize>,
     /// failover: partitions of the large image, 0 = only the empty one
@@ -151,6 +153,14 @@ pub struct BenchArgs {
     /// echo server driven by the same writers).
     #[arg(long)]
     no_echo: bool,
+    /// commit and compare: also measure Keel over mutual TLS in the same
+    /// run (a second quorum, its levels interleaved with plaintext ones)
+    /// and report ops/s and the servers' CPU per op of both, with TLS ÷
+    /// plaintext, per writer count (the aim is stated at 64 writers: keep
+    /// 64 in --writers, as the default is). failover: run the scenario on
+    /// a TLS cluster. Other scenarios ignore it.
+    #[arg(long)]
+    tls: bool,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -223,6 +233,8 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 api: a.keel_api.into(),
                 connections: a.connections.into(),
                 storage_ceiling_secs: a.storage_ceiling_secs,
+                tls: a.tls,
+                tls_rounds: a.trials.unwrap_or(CommitParams::default().tls_rounds),
                 ..CommitParams::default()
             };
             keel_bench::commit::run(env, &p).await
@@ -235,6 +247,7 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 skip_empty: a.skip_empty,
                 attempt_timeout_ms: a.attempt_timeout_ms,
                 trial_timeout_secs: a.trial_timeout_secs,
+                tls: a.tls,
                 ..FailoverParams::default()
             };
             keel_bench::failover::run(env, &p).await
@@ -289,6 +302,7 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 api: a.keel_api.into(),
                 connections: a.connections.into(),
                 echo: !a.no_echo,
+                tls: a.tls,
                 ..d
             };
             keel_bench::compare::run(env, &p).await

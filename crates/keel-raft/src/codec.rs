@@ -58,7 +58,9 @@ pub enum CodecError {
     /// The bytes are not the ones written: the checksum does not match.
     #[error("checksum mismatch: stored {stored:08x}, computed {computed:08x} over {len} bytes")]
     ChecksumMismatch {
+        /// The checksum the bytes carry.
         stored: u32,
+        /// The checksum of the bytes as read.
         computed: u32,
         /// Bytes the checksum covers.
         len: usize,

@@ -77,6 +77,9 @@ pub struct CompareParams {
     pub connections: Connections,
     /// Whether to measure the gRPC echo ceiling (`grpc-echo`).
     pub echo: bool,
+    /// Also measure Keel over mutual TLS (`keel-tls`: a second quorum,
+    /// right after `keel` in every trial) and compare it with plaintext.
+    pub tls: bool,
 }
 
 impl Default for CompareParams {
@@ -94,6 +97,7 @@ impl Default for CompareParams {
             api: KeelApi::Session,
             connections: Connections::PerWriter,
             echo: true,
+            tls: false,
         }
     }
 }
@@ -123,18 +127,27 @@ pub enum Kind {
     Zookeeper,
     Etcd,
     Keel,
+    /// Keel over mutual TLS (with `--tls`).
+    KeelTls,
     /// The transport ceiling: a gRPC echo server, no consensus, no disk.
     Echo,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Zookeeper, Kind::Etcd, Kind::Keel, Kind::Echo];
+    pub const ALL: [Kind; 5] = [
+        Kind::Zookeeper,
+        Kind::Etcd,
+        Kind::Keel,
+        Kind::KeelTls,
+        Kind::Echo,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Kind::Zookeeper => "zookeeper",
             Kind::Etcd => "etcd",
             Kind::Keel => "keel",
+            Kind::KeelTls => "keel-tls",
             Kind::Echo => "grpc-echo",
         }
     }
@@ -147,12 +160,13 @@ impl Kind {
         }
     }
 
-    /// JSON key of Keel's ratio to this system (`None` for Keel).
+    /// JSON key of Keel's ratio to this system (`None` for Keel, over
+    /// plaintext or TLS: TLS ÷ plaintext is in the level's `tls` field).
     pub fn ratio_key(self) -> Option<&'static str> {
         match self {
             Kind::Zookeeper => Some("keel_vs_zookeeper"),
             Kind::Etcd => Some("keel_vs_etcd"),
-            Kind::Keel => None,
+            Kind::Keel | Kind::KeelTls => None,
             Kind::Echo => Some("keel_vs_grpc_echo"),
         }
     }
@@ -169,6 +183,7 @@ impl Kind {
             Kind::Zookeeper => "no --zookeeper endpoints given",
             Kind::Etcd => "no --etcd endpoints given",
             Kind::Keel => "never",
+            Kind::KeelTls => "no --tls",
             Kind::Echo => "--no-echo",
         }
     }
@@ -228,7 +243,10 @@ pub async fn run(env: &Env, p: &CompareParams) -> anyhow::Result<Report> {
     } else {
         systems.push(Box::new(etcd::Etcd::set_up(p).await?));
     }
-    systems.push(Box::new(Keel::set_up(env, p).await?));
+    systems.push(Box::new(Keel::set_up(env, p, false).await?));
+    if p.tls {
+        systems.push(Box::new(Keel::set_up(env, p, true).await?));
+    }
     if p.echo {
         systems.push(Box::new(Echo::set_up(env, p)?));
     }
@@ -304,6 +322,8 @@ mod tests {
         for (i, s) in Kind::ALL.iter().enumerate() {
             assert_eq!(s.index(), i, "{s:?}");
         }
+        // Keel over TLS runs right after Keel over plaintext.
+        assert_eq!(Kind::KeelTls.index(), Kind::Keel.index() + 1);
     }
 
     #[test]

@@ -8,13 +8,18 @@ use super::trial::{summarize, Trial};
 use super::{ratio, CompareParams, Kind};
 use crate::load::Connections;
 use crate::stats::{cell, disk_probe_line, machine, median, r3};
-use crate::Report;
+use crate::{tls, Report};
 
 /// The fixed description of the comparison (the `setup` JSON field).
 pub fn setup_json(p: &CompareParams, systems: &[Box<dyn System>]) -> Value {
     let shared = p.connections == Connections::Shared;
+    let order = if p.tls {
+        "trial t: for each writer level: zookeeper, etcd, keel, keel-tls, grpc-echo (systems interleaved so machine noise hits all alike)"
+    } else {
+        "trial t: for each writer level: zookeeper, etcd, keel, grpc-echo (systems interleaved so machine noise hits all alike)"
+    };
     let mut j = json!({
-        "order": "trial t: for each writer level: zookeeper, etcd, keel, grpc-echo (systems interleaved so machine noise hits all alike)",
+        "order": order,
         "warmup": format!("{} s per system at {} writers before the first trial, not recorded", p.warmup_secs, p.writers.iter().max().copied().unwrap_or(1)),
         "connections": p.connections.name(),
         "load_generator": if shared {
@@ -48,6 +53,7 @@ pub fn report(
     let present = |k: &Kind| !setup[k.name()]["skipped"].as_bool().unwrap_or(true);
     let mut levels_json = Vec::new();
     let mut ratios = Vec::new();
+    let mut tls_levels = Vec::new();
     for (li, &w) in p.writers.iter().enumerate() {
         let mut per = serde_json::Map::new();
         for (si, s) in Kind::ALL.iter().enumerate() {
@@ -75,10 +81,19 @@ pub fn report(
         for key in Kind::ALL.iter().filter_map(|s| s.ratio_key()) {
             l[key] = r[key].clone();
         }
+        if present(&Kind::KeelTls) {
+            let c = tls::comparison(
+                w,
+                tls_side(&l[Kind::Keel.name()]),
+                tls_side(&l[Kind::KeelTls.name()]),
+            );
+            l["tls"] = c.clone();
+            tls_levels.push(c);
+        }
         levels_json.push(l);
     }
 
-    let json = json!({
+    let mut json = json!({
         "scenario": "compare",
         "started_at_unix": started_at,
         "parameters": {
@@ -93,6 +108,7 @@ pub fn report(
             "zookeeper": p.zookeeper,
             "etcd": p.etcd,
             "echo": p.echo,
+            "tls": p.tls,
         },
         "leadership_changes": setup["keel"]["leadership_changes"].clone(),
         "setup": setup,
@@ -101,14 +117,42 @@ pub fn report(
         "machine": machine(),
         "disk_probe": disk,
     });
-    let table = table(p, &json);
-    let summary = summary_line(&json);
+    if p.tls {
+        json["tls"] = tls::summary_json(&tls_levels, p.trials, TLS_ORDER);
+    }
+    let mut table = table(p, &json);
+    let mut summary = summary_line(&json);
+    if p.tls {
+        table += &tls::table(&tls_levels, p.trials);
+        summary += &format!("; {}", tls::summary_line(&tls_levels));
+    }
     Report {
         scenario: "compare",
         json,
         table,
         summary,
     }
+}
+
+/// How `--tls` orders Keel's two quorums.
+const TLS_ORDER: &str = "keel (plaintext) and keel-tls (a second quorum, mutual TLS) run one right after the other in every trial and writer level, after the same warm-up; each side's figures are the medians of its trials";
+
+/// One side of the TLS comparison: the figures of a Keel system's summary
+/// at one level that the comparison shows.
+fn tls_side(v: &Value) -> Value {
+    let mut side = json!({});
+    for k in [
+        "ok_trials",
+        "ops_per_s",
+        "server_cpu_us_per_op",
+        "client_cpu_us_per_op",
+        "p50_ms",
+        "p99_ms",
+        "errors",
+    ] {
+        side[k] = v[k].clone();
+    }
+    side
 }
 
 fn table(p: &CompareParams, j: &Value) -> String {
@@ -301,7 +345,11 @@ mod tests {
     #[test]
     fn every_system_but_keel_gets_a_ratio_and_the_ceiling_shows_in_the_summary() {
         for s in Kind::ALL {
-            assert_eq!(s.ratio_key().is_none(), s == Kind::Keel, "{s:?}");
+            assert_eq!(
+                s.ratio_key().is_none(),
+                matches!(s, Kind::Keel | Kind::KeelTls),
+                "{s:?}"
+            );
         }
         assert_eq!(Kind::Echo.servers(), 1);
         let level = |echo: Value| {
@@ -323,5 +371,62 @@ mod tests {
         );
         let without = summary_line(&level(json!({ "skipped": true })));
         assert!(!without.contains("echo"), "{without}");
+    }
+
+    /// A trial of `ops` ops in one second with `cpu` server CPU seconds.
+    fn trial(ops: u64, cpu: f64) -> Trial {
+        Trial {
+            trial: 0,
+            leader: "l".into(),
+            result: Ok(crate::load::Level {
+                writers: 64,
+                ops,
+                errors: 0,
+                secs: 1.0,
+                lat_ms: vec![1.0],
+                first_error: None,
+            }),
+            wall_secs: 1.0,
+            server_cpu_secs: Some(cpu),
+            client_cpu_secs: None,
+            machine_cpu_secs: None,
+            server_write_bytes: None,
+            idle_cpu_secs: Vec::new(),
+            load_avg_1m: None,
+        }
+    }
+
+    #[test]
+    fn with_tls_each_level_compares_keel_over_tls_with_plaintext() {
+        let p = CompareParams {
+            writers: vec![64],
+            trials: 1,
+            etcd: vec!["http://127.0.22.1:2379".into()],
+            tls: true,
+            ..CompareParams::default()
+        };
+        let mut setup = setup_json(&p, &[]);
+        for k in [Kind::Etcd, Kind::Keel, Kind::KeelTls] {
+            setup[k.name()] = json!({ "skipped": false, "version": "v" });
+        }
+        let mut results: Vec<Vec<Vec<Trial>>> =
+            vec![Kind::ALL.iter().map(|_| Vec::new()).collect()];
+        results[0][Kind::Etcd.index()].push(trial(1000, 0.5));
+        results[0][Kind::Keel.index()].push(trial(4000, 0.8));
+        results[0][Kind::KeelTls.index()].push(trial(3600, 0.9));
+        let r = report(&p, 0, setup, &results, json!({}));
+        let l = &r.json["levels"][0];
+        // Keel's own ratio to etcd is unchanged by the TLS quorum.
+        assert_eq!(l["keel_vs_etcd"].as_f64(), Some(4.0));
+        assert_eq!(l["keel-tls"]["ops_per_s"].as_f64(), Some(3600.0));
+        let t = &l["tls"];
+        assert_eq!(t["plaintext"]["server_cpu_us_per_op"].as_f64(), Some(200.0));
+        assert_eq!(t["tls"]["server_cpu_us_per_op"].as_f64(), Some(250.0));
+        assert_eq!(t["cpu_per_op_ratio"].as_f64(), Some(1.25));
+        assert_eq!(t["ops_per_s_ratio"].as_f64(), Some(0.9));
+        assert_eq!(r.json["tls"]["at_64_writers"]["within_aim"], true);
+        assert_eq!(r.json["parameters"]["tls"], true);
+        assert!(r.table.contains("TLS vs plaintext"), "{}", r.table);
+        assert!(r.summary.contains("CPU/op 1.25"), "{}", r.summary);
     }
 }

@@ -83,11 +83,15 @@ const TOPIC: &str = "bench-compare";
 const KEEL_FLAGS: [&str; 2] = ["--session-timeout-ms", "600000"];
 /// 127.0.<subnet>.11-13 of the Keel quorum.
 const KEEL_SUBNET: u8 = 20;
+/// 127.0.<subnet>.11-13 of the Keel quorum over mutual TLS (`--tls`).
+const KEEL_TLS_SUBNET: u8 = 25;
 /// Address of the gRPC echo server (the transport ceiling).
 const ECHO_IP: std::net::Ipv4Addr = std::net::Ipv4Addr::new(127, 0, 23, 1);
 
-/// A 3-controller Keel quorum started here; the `commit` op.
+/// A 3-controller Keel quorum started here, plaintext or over mutual
+/// TLS; the `commit` op.
 pub struct Keel {
+    tls: bool,
     cluster: Cluster,
     leadership: cluster::Leadership,
     pids: Vec<u32>,
@@ -96,15 +100,21 @@ pub struct Keel {
 }
 
 impl Keel {
-    pub async fn set_up(env: &Env, p: &CompareParams) -> anyhow::Result<Self> {
-        progress!("compare: starting a 3-controller Keel quorum on 127.0.{KEEL_SUBNET}.11-13");
-        let mut c = cluster::start(cluster::spec(env, KEEL_SUBNET, &KEEL_FLAGS))?;
+    pub async fn set_up(env: &Env, p: &CompareParams, tls: bool) -> anyhow::Result<Self> {
+        let (subnet, over) = if tls {
+            (KEEL_TLS_SUBNET, "mutual TLS")
+        } else {
+            (KEEL_SUBNET, "plaintext")
+        };
+        progress!("compare: starting a 3-controller Keel quorum ({over}) on 127.0.{subnet}.11-13");
+        let mut c = cluster::start(cluster::spec(env, subnet, &KEEL_FLAGS).tls(tls))?;
         c.wait_active(Duration::from_secs(60)).await?;
         let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
-        cluster::register_stand_in(&client, 1).await?;
+        cluster::register_stand_in(&c, 1).await?;
         admin::create_topic(&client, TOPIC, 1, 1).await?;
         c.wait_converged(0, Duration::from_secs(30)).await?;
         Ok(Self {
+            tls,
             leadership: cluster::Leadership::start(&c).await,
             pids: c.controllers().filter_map(|n| n.pid()).collect(),
             cluster: c,
@@ -117,7 +127,11 @@ impl Keel {
 #[tonic::async_trait]
 impl System for Keel {
     fn kind(&self) -> Kind {
-        Kind::Keel
+        if self.tls {
+            Kind::KeelTls
+        } else {
+            Kind::Keel
+        }
     }
 
     fn pids(&self) -> &[u32] {
@@ -133,6 +147,7 @@ impl System for Keel {
         let (vb, l) = (self.load.value_bytes, self.load);
         let level = run_level(
             leader,
+            self.cluster.transport(),
             self.api,
             l.connections,
             writers,
@@ -172,6 +187,11 @@ impl System for Keel {
                 (KeelApi::Unary, _) => "unary: one IncrementalAlterConfigs call per op",
             },
             "durability": "the Raft log is flushed (sled flush, fsync) before an append is acknowledged; a quorum of 2 acknowledges each write",
+            "transport": if self.tls {
+                "mutual TLS (rustls): the controllers with their certificates, the writers with the `admin` user certificate"
+            } else {
+                "plaintext (--allow-plaintext)"
+            },
         })
     }
 }

@@ -17,7 +17,8 @@
 //!   ACL: create a topic, delete the harness's target topics and a workload
 //!   topic, add partitions, alter configs, an unclean election, a
 //!   reassignment, unregister a broker, add and remove voters, grant itself
-//!   everything, and (certificate checks again) a Raft Vote for a huge term
+//!   everything, create and delete through a `Write` session, and
+//!   (certificate checks again) a Raft Vote for a huge term
 //!   to a controller and a LeaderAndIsr with a huge controller epoch to a
 //!   broker.
 //!
@@ -346,10 +347,16 @@ fn classify_acl<R: Answered>(r: &Result<R, tonic::Status>) -> (Answer, String) {
     }
 }
 
+/// Format of the Raft payloads the intruder forges: keel-raft's format 2
+/// (a little-endian `u16` version, then bincode), which nodes still read.
+/// Whether or not a node still decodes it, any answer to a forged vote
+/// means the certificate check let it through.
+const VOTE_FORMAT: u16 = 2;
+
 /// The Raft payload of a vote request for `term` from `candidate`.
 fn vote_payload(term: u64, candidate: u64) -> Vec<u8> {
     let req = openraft::raft::VoteRequest::<u64>::new(openraft::Vote::new(term, candidate), None);
-    let mut out = keel_raft::STORAGE_FORMAT_VERSION.to_le_bytes().to_vec();
+    let mut out = VOTE_FORMAT.to_le_bytes().to_vec();
     if let Ok(body) = bincode::serde::encode_to_vec(&req, bincode::config::standard()) {
         out.extend(body);
     }
@@ -906,8 +913,81 @@ impl Intruder {
         })
         .await;
 
+        self.write_session(round, active, target).await;
         self.vote(round).await;
         self.leader_and_isr(round, y, y_epoch).await;
+    }
+
+    /// The same writes through a `Write` session (authorized as the
+    /// session's caller): create a topic, delete a target.
+    async fn write_session(&self, round: u32, active: &str, target: &str) {
+        use pb::write_request::Op;
+        use pb::write_response::Result as Reply;
+        let t = &self.creds.user;
+        let name = format!("{CREATE_PREFIX}w{round}");
+        let writes = vec![
+            pb::WriteRequest {
+                id: 1,
+                op: Some(Op::CreateTopics(pb::CreateTopicsRequest {
+                    topics: vec![pb::CreatableTopic {
+                        name: name.clone(),
+                        partitions: 1,
+                        replication_factor: 1,
+                        ..Default::default()
+                    }],
+                    validate_only: false,
+                })),
+            },
+            pb::WriteRequest {
+                id: 2,
+                op: Some(Op::DeleteTopics(pb::DeleteTopicsRequest {
+                    names: vec![target.to_string()],
+                })),
+            },
+        ];
+        let at = self.ms();
+        let session = async {
+            let ch = Self::ch(t, active, Expect::Controller).ok_or_else(bad_address)?;
+            let mut answers = AdminServiceClient::new(ch)
+                .write(tokio_stream::iter(writes))
+                .await?
+                .into_inner();
+            let mut out = BTreeMap::new();
+            while out.len() < 2 {
+                match answers.message().await? {
+                    Some(m) => {
+                        out.insert(m.id, m.result);
+                    }
+                    None => break,
+                }
+            }
+            Ok::<_, tonic::Status>(out)
+        };
+        let answers = match tokio::time::timeout(T * 2, session).await {
+            Ok(r) => r,
+            Err(_) => Err(tonic::Status::deadline_exceeded("no answer in time")),
+        };
+        for (id, request, aim) in [
+            (1u64, "Write(CreateTopics)", name),
+            (2, "Write(DeleteTopics)", target.to_string()),
+        ] {
+            let c = match &answers {
+                Err(s) => classify_cert::<()>(&Err(s.clone()), false),
+                Ok(m) => match m.get(&id) {
+                    None | Some(None) => (Answer::Errored, "no answer in the session".into()),
+                    Some(Some(Reply::CreateTopics(r))) => classify_acl(&Ok(r.clone())),
+                    Some(Some(Reply::DeleteTopics(r))) => classify_acl(&Ok(r.clone())),
+                    Some(Some(Reply::Error(e))) => classify_acl(&Ok(pb::RemoveVoterResponse {
+                        error: Some(e.clone()),
+                    })),
+                    Some(Some(other)) => (
+                        Answer::Accepted,
+                        format!("answered with another op: {other:?}"),
+                    ),
+                },
+            };
+            self.record(at, Credential::NoAcls, t, request, aim, active, c);
+        }
     }
 
     /// A Raft Vote for a forged term, as the user, to a controller.
@@ -1374,7 +1454,7 @@ mod tests {
     #[test]
     fn a_vote_payload_has_the_format_prefix() {
         let p = vote_payload(FORGED_EPOCH, 2);
-        assert_eq!(p[..2], keel_raft::STORAGE_FORMAT_VERSION.to_le_bytes());
+        assert_eq!(p[..2], VOTE_FORMAT.to_le_bytes());
         assert!(p.len() > 2);
     }
 }

@@ -222,13 +222,25 @@ async fn a_restarted_follower_refuses_to_vote_inside_the_lease_window() {
         openraft::CommittedLeaderId::new(term + 10, 0),
         1_000_000,
     ));
-    let network = keel_raft::Network::new(q.cluster_id.clone(), 9);
+    // Asked as the third voter (a non-voter is refused before its request
+    // is weighed), with that voter's own data dir.
+    let third = (0..3).find(|i| *i != leader && *i != f).unwrap();
+    let candidate = third as u64 + 1;
+    let third_dir: keel_raft::DirectoryId = q
+        .describe_node(third, Duration::from_secs(5))
+        .await
+        .expect("the third voter answers")
+        .directory_id
+        .parse()
+        .expect("a directory id");
+    let network =
+        keel_raft::Network::new(q.cluster_id.clone(), candidate).with_directory(third_dir);
     let r = network
         .pre_vote(
             id,
             &KeelNode::new(addr.as_str()),
             &PreVoteRequest {
-                candidate: 9,
+                candidate,
                 term: term + 11,
                 last_log_id: ahead,
             },
@@ -244,7 +256,7 @@ async fn a_restarted_follower_refuses_to_vote_inside_the_lease_window() {
     let mut peer = network.new_client(id, &KeelNode::new(&addr)).await;
     let resp = peer
         .vote(
-            VoteRequest::new(Vote::new(term + 10, 9), ahead),
+            VoteRequest::new(Vote::new(term + 10, candidate), ahead),
             RPCOption::new(Duration::from_secs(2)),
         )
         .await

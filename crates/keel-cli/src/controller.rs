@@ -115,6 +115,11 @@ pub struct ControllerArgs {
     /// Describes served per second; more get THROTTLING_QUOTA_EXCEEDED [default: 20000].
     #[arg(long, env = "KEEL_MAX_LINEARIZABLE_READS_PER_SEC", value_parser = clap::value_parser!(u32).range(1..))]
     max_linearizable_reads_per_sec: Option<u32>,
+    /// Free bytes the data dir keeps: below them new admin writes are
+    /// refused with STORAGE_FULL [default: 1 GiB or 5% of the file system,
+    /// whichever is smaller].
+    #[arg(long, env = "KEEL_DISK_RESERVE_BYTES")]
+    disk_reserve_bytes: Option<u64>,
     /// Principals allowed every admin operation whatever the ACLs say,
     /// comma separated: e.g. User:admin. Controllers always are.
     #[arg(long, env = "KEEL_SUPER_USERS")]
@@ -149,6 +154,7 @@ struct ControllerFile {
     tls_ca: Option<PathBuf>,
     allow_plaintext: Option<bool>,
     super_users: Option<Vec<String>>,
+    disk_reserve_bytes: Option<u64>,
     max_topics_per_request: Option<usize>,
     max_partitions_per_request: Option<u64>,
     max_partitions: Option<u64>,
@@ -357,6 +363,9 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
             return Err("max_linearizable_reads_per_sec must be at least 1".into());
         }
         c.max_linearizable_reads_per_sec = v;
+    }
+    if let Some(v) = a.disk_reserve_bytes.or(file.disk_reserve_bytes) {
+        c.disk_reserve_bytes = Some(v);
     }
     if c.election_timeout_min_ms >= c.election_timeout_max_ms
         || c.raft_heartbeat_ms * 2 > c.election_timeout_min_ms

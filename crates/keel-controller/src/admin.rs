@@ -147,6 +147,7 @@ trait Refused: Default {
 macro_rules! refused {
     ($($t:ty),* $(,)?) => {
         $(impl Refused for $t {
+            #[allow(clippy::needless_update)]
             fn refused(e: pb::Error) -> Self {
                 Self { error: Some(e), ..Default::default() }
             }
@@ -1177,6 +1178,7 @@ impl AdminService for AdminApi {
             snapshot: Some(snapshot_to_pb(&applied.snapshots.get())),
             last_log_index: m.last_log_index,
             directory_id: self.shared.directory_id.to_string(),
+            disk: Some(disk_to_pb(&self.shared)),
         }))
     }
 
@@ -1248,6 +1250,16 @@ impl AdminService for AdminApi {
             purged_index,
             wait_ms,
         }))
+    }
+}
+
+/// The data dir's free space as this node last measured it.
+pub(crate) fn disk_to_pb(shared: &Shared) -> pb::DiskSpace {
+    let (free_bytes, total_bytes, reserve_bytes) = shared.disk.figures();
+    pb::DiskSpace {
+        free_bytes,
+        total_bytes,
+        reserve_bytes,
     }
 }
 

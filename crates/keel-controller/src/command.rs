@@ -55,6 +55,22 @@ impl CommandKind {
         }
     }
 
+    /// A write an operator asked for (refused while the data dir is below
+    /// its free-space reserve; brokers' own commands are not).
+    pub fn is_admin_write(self) -> bool {
+        matches!(
+            self,
+            Self::CreateTopics
+                | Self::DeleteTopics
+                | Self::CreatePartitions
+                | Self::AlterReassignments
+                | Self::ElectLeaders
+                | Self::UnregisterBroker
+                | Self::AlterConfigs
+                | Self::AlterAcls
+        )
+    }
+
     /// A command whose decide step is bounded by its own request (one
     /// partition's ISR, the configs named in a request): a batch of only
     /// these is decided on the runtime's worker, skipping the hand-off to a

@@ -56,6 +56,10 @@ pub struct ControllerConfig {
     /// Linearizable reads (describes) this node serves per second; more
     /// are refused with THROTTLING_QUOTA_EXCEEDED.
     pub max_linearizable_reads_per_sec: u32,
+    /// Free bytes the data dir keeps; below it new admin writes are
+    /// refused. `None`: 1 GiB or 5% of the file system, whichever is
+    /// smaller.
+    pub disk_reserve_bytes: Option<u64>,
 }
 
 impl ControllerConfig {
@@ -96,6 +100,7 @@ impl ControllerConfig {
             max_concurrent_admin_requests: 4096,
             request_timeout_ms: 120_000,
             max_linearizable_reads_per_sec: 20_000,
+            disk_reserve_bytes: None,
         }
     }
 

@@ -13,6 +13,7 @@ pub mod budget;
 pub mod channel;
 pub mod command;
 pub mod config;
+pub mod disk;
 mod journal;
 mod leadership;
 pub mod node;

@@ -187,6 +187,12 @@ impl ControllerNode {
             }
         }
 
+        tokio::spawn(crate::disk::watch_disk(
+            config.data_dir.clone(),
+            config.disk_reserve_bytes,
+            shared.disk.clone(),
+            shutdown_rx.clone(),
+        ));
         tokio::spawn(keel_raft::election_watchdog(
             raft.clone(),
             watchdog_network,

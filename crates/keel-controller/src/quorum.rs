@@ -93,6 +93,7 @@ pub(crate) fn describe(shared: &Shared) -> pb::DescribeQuorumResponse {
         // commit index as far as an observer can tell.
         commit_index: m.last_applied.map(|l| l.index).unwrap_or(0),
         voters: out,
+        leader_disk: Some(crate::admin::disk_to_pb(shared)),
     }
 }
 

@@ -55,6 +55,8 @@ pub struct Shared {
     pub super_users: Arc<std::collections::BTreeSet<keel_metadata::acl::Principal>>,
     /// Admin requests served at once and linearizable reads per second.
     pub throttle: crate::throttle::Throttle,
+    /// The data dir's free space, as last measured.
+    pub disk: Arc<crate::disk::DiskWatch>,
 }
 
 impl Shared {
@@ -73,6 +75,7 @@ impl Shared {
             config.max_linearizable_reads_per_sec,
         );
         Self {
+            disk: Arc::default(),
             throttle,
             super_users,
             config,
@@ -205,6 +208,9 @@ impl Shared {
         let handle = self
             .active_handle()
             .map_err(|e| ApiError::new(ErrorCode::NotController, e.message))?;
+        if kind.is_admin_write() {
+            self.disk.check_write()?;
+        }
         let (tx, rx) = oneshot::channel();
         let cmd = Command::new(kind, decide, tx);
         let proposed = cmd.proposed_flag();

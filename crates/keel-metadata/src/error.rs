@@ -47,11 +47,13 @@ pub enum ErrorCode {
     ClusterAuthorizationFailed = 33,
     PolicyViolation = 34,
     ThrottlingQuotaExceeded = 35,
+    /// The active controller's data dir is below its free-space reserve.
+    StorageFull = 36,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 36] = [
+    pub const ALL: [ErrorCode; 37] = [
         ErrorCode::None,
         ErrorCode::NotController,
         ErrorCode::StaleControllerEpoch,
@@ -88,6 +90,7 @@ impl ErrorCode {
         ErrorCode::ClusterAuthorizationFailed,
         ErrorCode::PolicyViolation,
         ErrorCode::ThrottlingQuotaExceeded,
+        ErrorCode::StorageFull,
     ];
 
     pub fn as_i32(self) -> i32 {
@@ -140,6 +143,7 @@ impl ErrorCode {
             ErrorCode::ClusterAuthorizationFailed => "CLUSTER_AUTHORIZATION_FAILED",
             ErrorCode::PolicyViolation => "POLICY_VIOLATION",
             ErrorCode::ThrottlingQuotaExceeded => "THROTTLING_QUOTA_EXCEEDED",
+            ErrorCode::StorageFull => "STORAGE_FULL",
         }
     }
 }

@@ -102,6 +102,8 @@ pub struct Spec {
     /// [`crate::lazyfs`]), so [`Cluster::power_cut`] can drop what it has
     /// not fsynced.
     pub lazyfs: bool,
+    /// Every node's data dir on a tmpfs of this many bytes (to fill it).
+    pub tmpfs_bytes: Option<u64>,
 }
 
 impl Spec {
@@ -129,7 +131,14 @@ impl Spec {
             own_process_groups: false,
             tls: false,
             lazyfs: false,
+            tmpfs_bytes: None,
         }
+    }
+
+    /// Data dirs on tmpfs mounts of `bytes` each (see [`Spec::tmpfs_bytes`]).
+    pub fn tmpfs(mut self, bytes: u64) -> Self {
+        self.tmpfs_bytes = Some(bytes);
+        self
     }
 
     /// Data dirs on LazyFS (see [`Spec::lazyfs`]).
@@ -227,6 +236,8 @@ pub struct Node {
     pub process: Process,
     /// The LazyFS mount the data dir is on (dropped after the process).
     pub disk: Option<crate::lazyfs::LazyFs>,
+    /// The tmpfs the data dir is on (dropped after the process).
+    pub tmpfs: Option<crate::tmpfs::Tmpfs>,
 }
 
 impl Node {
@@ -325,6 +336,8 @@ pub struct Cluster {
     transport: Transport,
     /// The LazyFS binary, when data dirs are on LazyFS.
     lazyfs: Option<PathBuf>,
+    /// Size of each node's tmpfs, when data dirs are on tmpfs.
+    tmpfs_bytes: Option<u64>,
 }
 
 /// The user whose certificate the kit's clients present.
@@ -364,6 +377,7 @@ impl Cluster {
             own_process_groups: spec.own_process_groups,
             certs: None,
             transport: Transport::Plaintext,
+            tmpfs_bytes: spec.tmpfs_bytes,
             lazyfs: if spec.lazyfs {
                 Some(crate::lazyfs::binary()?)
             } else {
@@ -451,19 +465,32 @@ impl Cluster {
     }
 
     fn data_dir_of(&self, name: &str) -> PathBuf {
+        if self.tmpfs_bytes.is_some() {
+            return self.disk_dir_of(name).join("data");
+        }
         if self.lazyfs.is_some() {
             return self.disk_dir_of(name).join("mnt").join("data");
         }
         self.dir.path().join(&self.data_subdir).join(name)
     }
 
-    /// Where node `name`'s LazyFS lives (mount, backing dir, FIFO).
+    /// Where node `name`'s own file system lives (a tmpfs mount, or a
+    /// LazyFS mount with its backing dir and FIFO).
     fn disk_dir_of(&self, name: &str) -> PathBuf {
-        self.dir.path().join("lazyfs").join(name)
+        self.dir.path().join("disks").join(name)
     }
 
     /// Mounts node `i`'s LazyFS, when the cluster uses LazyFS.
     fn mount_disk(&mut self, i: usize) -> anyhow::Result<()> {
+        if let Some(bytes) = self.tmpfs_bytes {
+            if self.nodes[i].tmpfs.is_none() {
+                let dir = self.disk_dir_of(self.nodes[i].name());
+                let fs = crate::tmpfs::Tmpfs::mount(&dir, bytes)?;
+                std::fs::create_dir_all(&self.nodes[i].data_dir)?;
+                self.nodes[i].tmpfs = Some(fs);
+            }
+            return Ok(());
+        }
         let Some(exe) = self.lazyfs.clone() else {
             return Ok(());
         };
@@ -556,6 +583,7 @@ impl Cluster {
             ),
             data_dir,
             disk: None,
+            tmpfs: None,
         }
     }
 
@@ -592,6 +620,7 @@ impl Cluster {
             ),
             data_dir,
             disk: None,
+            tmpfs: None,
         }
     }
 
@@ -1248,6 +1277,7 @@ mod tests {
             data_dir: dir.path().join("b1"),
             process: Process::new("b1", launch, dir.path().join("b1.log")),
             disk: None,
+            tmpfs: None,
         };
         assert_eq!((n.pid(), n.rss_bytes(), n.cpu_ticks()), (None, 0, None));
         n.start().unwrap();

@@ -25,6 +25,7 @@ pub mod lazyfs;
 pub mod netfilter;
 pub mod probe;
 pub mod process;
+pub mod tmpfs;
 
 pub use cluster::{
     describe_node_at, describe_node_with, free_port, Addressing, Cluster, Naming, Node, Ports,

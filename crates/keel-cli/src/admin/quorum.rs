@@ -78,6 +78,11 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                     "leader_id": r.leader_id,
                     "term": r.term,
                     "commit_index": r.commit_index,
+                    "leader_disk": r.leader_disk.as_ref().map(|d| json!({
+                        "free_bytes": d.free_bytes,
+                        "total_bytes": d.total_bytes,
+                        "reserve_bytes": d.reserve_bytes,
+                    })),
                     "voters": r.voters.iter().map(|v| json!({
                         "id": v.id,
                         "address": v.address,
@@ -93,6 +98,14 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                     crate::outln!("LeaderId:     {}", r.leader_id);
                     crate::outln!("Term:         {}", r.term);
                     crate::outln!("CommitIndex:  {}", r.commit_index);
+                    if let Some(d) = &r.leader_disk {
+                        crate::outln!(
+                            "LeaderDisk:   {} MiB free of {} MiB (reserve {} MiB)",
+                            d.free_bytes >> 20,
+                            d.total_bytes >> 20,
+                            d.reserve_bytes >> 20
+                        );
+                    }
                     crate::outln!(
                         "Voters:       {:?}",
                         r.voters

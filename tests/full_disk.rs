@@ -1,0 +1,121 @@
+//! A controller whose disk fills up: every node's data dir on a small
+//! tmpfs. Below the free-space reserve the active controller refuses new
+//! admin writes with STORAGE_FULL and writes nothing, while reads and
+//! broker heartbeats go on (no broker is fenced, nothing crashes); once
+//! space is freed it takes writes again on its own.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use keel_metadata::ErrorCode;
+use keel_proto::pb;
+use keel_testkit::admin::{creatable, create_topics_request};
+
+const LONG: Duration = Duration::from_secs(90);
+const DISK: u64 = 96 << 20;
+const RESERVE: u64 = 32 << 20;
+
+async fn create(client: &keel_proto::client::ControllerClient, name: &str) -> ErrorCode {
+    let req = create_topics_request(vec![creatable(name, 1, 1)]);
+    let r = client
+        .admin_write(|mut c| {
+            let req = req.clone();
+            async move { c.create_topics(req).await }
+        })
+        .await
+        .expect("create answered");
+    let e = r
+        .error
+        .or_else(|| r.topics.first().and_then(|t| t.error.clone()));
+    e.and_then(|e| ErrorCode::from_i32(e.code))
+        .unwrap_or(ErrorCode::None)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn below_the_reserve_writes_are_refused_and_taken_again_once_space_is_back() {
+    let reserve = RESERVE.to_string();
+    let mut c = Cluster::start(
+        Spec::new(keel_bin(), CLUSTER_ID)
+            .brokers(1)
+            .tmpfs(DISK)
+            .controller_flags(&["--disk-reserve-bytes", &reserve])
+            .broker_flags(&[
+                "--heartbeat-interval-ms",
+                "300",
+                "--session-timeout-ms",
+                "3000",
+            ]),
+    )
+    .expect("start a cluster on tmpfs (needs root)");
+    let active = c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let client = client(&c);
+    assert_eq!(create(&client, "before").await, ErrorCode::None);
+
+    // Fill the active controller's disk to just under its reserve.
+    let data = c.controller(active).data_dir.clone();
+    let (free, _) = keel_controller::disk::space(&data).unwrap();
+    let filler = data.join("filler");
+    let fill = free.saturating_sub(RESERVE / 2);
+    std::fs::write(&filler, vec![0u8; fill as usize]).unwrap();
+    // Once the controller has measured it (once a second), writes are
+    // refused.
+    let deadline = Instant::now() + LONG;
+    loop {
+        let q = client
+            .admin(|mut cl| async move {
+                cl.describe_quorum(pb::DescribeQuorumRequest::default())
+                    .await
+            })
+            .await
+            .unwrap();
+        if q.leader_disk
+            .is_some_and(|d| d.free_bytes < d.reserve_bytes)
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the full disk was never measured"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(create(&client, "refused").await, ErrorCode::StorageFull);
+    // Refused means written nowhere; reads and heartbeats go on.
+    let names = topic_names(&client).await;
+    assert_eq!(names, ["before"]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let d = keel_testkit::admin::describe_cluster(&client)
+        .await
+        .unwrap();
+    assert!(keel_testkit::admin::brokers_unfenced(&d, 1), "{d:?}");
+    let q = client
+        .admin(|mut cl| async move {
+            cl.describe_quorum(pb::DescribeQuorumRequest::default())
+                .await
+        })
+        .await
+        .unwrap();
+    let disk = q.leader_disk.expect("the leader's disk");
+    assert!(disk.free_bytes < disk.reserve_bytes, "{disk:?}");
+    assert_eq!(disk.reserve_bytes, RESERVE);
+
+    // Space is back: writes are taken again, by the same controller.
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = Instant::now() + LONG;
+    loop {
+        match create(&client, "after").await {
+            ErrorCode::None => break,
+            ErrorCode::StorageFull => assert!(Instant::now() < deadline, "still refused"),
+            other => panic!("answered {other:?}"),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut names = topic_names(&client).await;
+    names.sort();
+    assert_eq!(names, ["after", "before"]);
+    assert_eq!(c.wait_active(LONG).await.unwrap(), active);
+    c.check_alive().unwrap();
+}

@@ -5,6 +5,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -104,6 +105,11 @@ pub struct Spec {
     pub lazyfs: bool,
     /// Every node's data dir on a tmpfs of this many bytes (to fill it).
     pub tmpfs_bytes: Option<u64>,
+    /// Run a binary built with a deliberately unsafe feature (its
+    /// `--version` says `UNSAFE`). Refused otherwise: such a build left
+    /// in `target/` by a feature test loses acknowledged writes, and every
+    /// other test run on it would report its failures as Keel's.
+    pub allow_unsafe_build: bool,
 }
 
 impl Spec {
@@ -132,7 +138,14 @@ impl Spec {
             tls: false,
             lazyfs: false,
             tmpfs_bytes: None,
+            allow_unsafe_build: false,
         }
+    }
+
+    /// Allows a deliberately unsafe build (see [`Spec::allow_unsafe_build`]).
+    pub fn allow_unsafe_build(mut self, on: bool) -> Self {
+        self.allow_unsafe_build = on;
+        self
     }
 
     /// Data dirs on tmpfs mounts of `bytes` each (see [`Spec::tmpfs_bytes`]).
@@ -205,23 +218,79 @@ impl Spec {
     }
 }
 
-/// A free TCP port on `ip`, never the same one twice in this process (the
-/// kernel may hand a just-released port out again, and two nodes given one
-/// address would make one quorum of two nodes).
+/// A free TCP port on `ip`, never the same one twice in this process (two
+/// nodes given one address would make one quorum of two nodes).
+///
+/// Ports come from below the kernel's ephemeral range: a port the kernel
+/// hands out for `bind(0)` is also one it hands out as the source port of
+/// any outgoing connection, so between picking it and the node binding it,
+/// another test's client could take it ("Address already in use"). Below
+/// the range nothing takes a port unless it asks for it by number.
 pub fn free_port(ip: IpAddr) -> anyhow::Result<u16> {
     static GIVEN: Mutex<Vec<(IpAddr, u16)>> = Mutex::new(Vec::new());
-    for _ in 0..1_000 {
-        let port = TcpListener::bind((ip, 0))
-            .and_then(|l| l.local_addr())
-            .with_context(|| format!("bind {ip}:0"))?
-            .port();
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let (low, high) = fixed_port_range();
+    let span = u32::from(high - low);
+    // Spread processes (test binaries, harnesses) over the range.
+    let base = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span.min(5_000) {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = low + ((base + n) % span) as u16;
         let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-        if !given.contains(&(ip, port)) {
+        if given.contains(&(ip, port)) {
+            continue;
+        }
+        if TcpListener::bind((ip, port)).is_ok() {
             given.push((ip, port));
             return Ok(port);
         }
     }
-    bail!("no free port on {ip} after 1,000 tries")
+    bail!("no free port on {ip} in {low}..{high}")
+}
+
+/// `[low, high)`: the ports below the kernel's ephemeral range (read from
+/// `/proc/sys/net/ipv4/ip_local_port_range`), from 10000 up.
+fn fixed_port_range() -> (u16, u16) {
+    const LOW: u16 = 10_000;
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_low > LOW + 1_000 {
+        (LOW, ephemeral_low)
+    } else {
+        // An unusual range: fall back to the top of the port space.
+        (61_000, 65_535)
+    }
+}
+
+/// Fails when `exe --version` names a deliberately unsafe build (checked
+/// once per binary and modification time).
+pub fn check_safe_build(exe: &Path) -> anyhow::Result<()> {
+    type Seen = Vec<(PathBuf, Option<std::time::SystemTime>, String)>;
+    static SEEN: Mutex<Seen> = Mutex::new(Vec::new());
+    let modified = std::fs::metadata(exe).and_then(|m| m.modified()).ok();
+    let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+    let version = match seen.iter().find(|(p, m, _)| p == exe && *m == modified) {
+        Some((_, _, v)) => v.clone(),
+        None => {
+            let out = std::process::Command::new(exe)
+                .arg("--version")
+                .output()
+                .with_context(|| format!("run {} --version", exe.display()))?;
+            let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            seen.push((exe.to_path_buf(), modified, v.clone()));
+            v
+        }
+    };
+    if version.contains("UNSAFE") {
+        bail!(
+            "{} is a deliberately unsafe build ({version}); rebuild it without the feature \
+             (`cargo build`) or allow it with Spec::allow_unsafe_build",
+            exe.display()
+        );
+    }
+    Ok(())
 }
 
 /// One node: its role, id, addresses and process.
@@ -413,6 +482,9 @@ impl Cluster {
 
     /// Lays the cluster out and starts every node.
     pub fn start(spec: Spec) -> anyhow::Result<Self> {
+        if !spec.allow_unsafe_build {
+            check_safe_build(&spec.exe)?;
+        }
         let mut c = Self::new(spec)?;
         c.start_all()?;
         Ok(c)
@@ -1190,6 +1262,41 @@ impl Drop for Cluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unsafe_build_is_refused_unless_allowed() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let fake = |name: &str, version: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, format!("#!/bin/sh\necho '{version}'\n")).unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+            p
+        };
+        let safe = fake("safe", "keel 0.1.0");
+        let unsafe_ = fake(
+            "unsafe",
+            "keel 0.1.0 UNSAFE build (a demonstration feature)",
+        );
+        check_safe_build(&safe).unwrap();
+        let e = check_safe_build(&unsafe_).unwrap_err().to_string();
+        assert!(e.contains("deliberately unsafe build"), "{e}");
+        let e = Cluster::start(Spec::new(&unsafe_, "kit"))
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(e.contains("deliberately unsafe build"), "{e}");
+    }
+
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range_and_never_repeat() {
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let (low, high) = fixed_port_range();
+        let ports: Vec<u16> = (0..50).map(|_| free_port(ip).unwrap()).collect();
+        assert!(ports.iter().all(|p| (low..high).contains(p)), "{ports:?}");
+        let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+        assert_eq!(distinct.len(), ports.len());
+    }
 
     #[test]
     fn a_subnet_layout_gives_each_node_its_own_address_and_the_standard_flags() {

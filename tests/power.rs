@@ -24,6 +24,7 @@ const LONG: Duration = Duration::from_secs(120);
 fn power_cluster(brokers: usize) -> Cluster {
     Cluster::start(
         Spec::new(keel_bin(), CLUSTER_ID)
+            .allow_unsafe_build(cfg!(feature = "unsafe-ack-before-fsync"))
             .brokers(brokers)
             .lazyfs(true)
             .controller_flags(&["--session-timeout-ms", "3000"])
@@ -152,9 +153,9 @@ impl Writes {
     }
 }
 
+// Not in the unsafe build: there it fails by design (see below).
+#[cfg(not(feature = "unsafe-ack-before-fsync"))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open bug: after power cuts the active controller's image hash can differ from its \
-            followers' at the same applied index; run with scripts/power.sh"]
 async fn power_cuts_of_one_node_the_leader_and_everyone_lose_no_acknowledged_write() {
     let mut c = power_cluster(2);
     c.wait_active(LONG).await.unwrap();

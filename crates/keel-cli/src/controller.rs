@@ -409,6 +409,10 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
         return code;
     }
     logging::raise_fd_limit();
+    let unsafe_features = crate::unsafe_features();
+    if !unsafe_features.is_empty() {
+        tracing::warn!(features = ?unsafe_features, "this is a deliberately unsafe build");
+    }
     crate::tls::reload_on_sighup(&config.transport, Role::Controller(config.node_id));
     let node = match ControllerNode::start(config).await {
         Ok(n) => n,

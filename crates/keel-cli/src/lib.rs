@@ -27,10 +27,38 @@ pub const EXIT_UNREACHABLE: u8 = 3;
 /// Exit code: a local failure (data dir, bind, config).
 pub const EXIT_LOCAL: u8 = 4;
 
+/// `keel --version`. A build with a deliberately unsafe feature says so
+/// here (test harnesses refuse to run it by mistake) and at every start.
+#[cfg(not(any(
+    feature = "unsafe-ack-before-fsync",
+    feature = "unsafe-skip-controller-epoch-check"
+)))]
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+#[cfg(any(
+    feature = "unsafe-ack-before-fsync",
+    feature = "unsafe-skip-controller-epoch-check"
+))]
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " UNSAFE build (a demonstration feature that breaks Keel's guarantees is on; for tests only)"
+);
+
+/// The deliberately unsafe features this build has.
+pub(crate) fn unsafe_features() -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if cfg!(feature = "unsafe-ack-before-fsync") {
+        v.push("unsafe-ack-before-fsync");
+    }
+    if cfg!(feature = "unsafe-skip-controller-epoch-check") {
+        v.push("unsafe-skip-controller-epoch-check");
+    }
+    v
+}
+
 #[derive(Parser, Debug)]
 #[command(
     name = "keel",
-    version,
+    version = VERSION,
     about = "Keel: a Kafka-style cluster controller on a Raft log"
 )]
 struct Cli {

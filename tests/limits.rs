@@ -1,7 +1,8 @@
 //! Limits on real processes: each one just below its value passes, just
 //! above it is refused with a typed error naming it, and nothing is
 //! written; a request far past the partition limits leaves the active
-//! controller's memory where it was.
+//! controller's memory where it was. A broker's listener limits take
+//! effect, and a zero one stops it at start.
 
 mod common;
 
@@ -296,5 +297,140 @@ async fn each_limit_holds_at_its_value_and_refuses_past_it_writing_nothing() {
         }
     }
     assert!(throttled > 0, "200 reads at once were never throttled");
+    c.check_alive().unwrap();
+}
+
+/// Everything a broker prints when refused at start.
+fn refused_at_start(mut p: Process) -> String {
+    let st = p
+        .wait_exit(LONG)
+        .unwrap_or_else(|| panic!("{} did not exit:\n{}", p.name, p.log_text()));
+    let log = p.log_text();
+    assert_eq!(st.code(), Some(2), "{log}");
+    log
+}
+
+/// The broker's listener limits are its own options (flag, `KEEL_BROKER_*`
+/// variable, TOML key): a controller request past `--max-message-bytes` is
+/// refused naming the size, a request the broker cannot finish is
+/// cancelled after `--request-timeout-ms`, the controller's own requests
+/// still get through, and a zero stops the broker at start naming the
+/// option.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_brokers_listener_limits_are_options_and_zero_is_refused() {
+    let mut c = Cluster::start(Spec::new(keel_bin(), CLUSTER_ID).brokers(1).broker_flags(&[
+        "--max-message-bytes",
+        "65536",
+        "--request-timeout-ms",
+        "3000",
+        "--max-concurrent-streams",
+        "16",
+    ]))
+    .expect("start a cluster");
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+
+    // The controller's requests fit: a new topic's leadership reaches the
+    // broker.
+    let client = client(&c);
+    create_topic(&client, "small", 3, 1).await;
+    let ch = keel_tls::transport::endpoint(&c.broker(0).address())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut ctl = pb::broker_control_service_client::BrokerControlServiceClient::new(ch.clone());
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        let d = ctl
+            .describe_broker(pb::DescribeBrokerRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        if d.cache.iter().filter(|p| p.topic == "small").count() == 3 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the broker never learned of topic small:\n{}",
+            c.log_tails(20)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Past --max-message-bytes: refused by the transport, naming the limit.
+    let big = pb::UpdateMetadataRequest {
+        partitions: (0..1_000)
+            .map(|i| pb::PartitionState {
+                topic: format!("{i:0>100}"),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let s = ctl.update_metadata(big).await.expect_err("too large");
+    assert_eq!(s.code(), tonic::Code::OutOfRange, "{s:?}");
+    assert!(s.message().contains("65536"), "{s:?}");
+
+    // A request whose body never ends is cancelled by the broker after
+    // --request-timeout-ms (the client sets no deadline of its own).
+    let mut grpc = tonic::client::Grpc::new(ch);
+    grpc.ready().await.unwrap();
+    let path = tonic::codegen::http::uri::PathAndQuery::from_static(
+        "/keel.v1.BrokerControlService/DescribeBroker",
+    );
+    let never = tokio_stream::pending::<pb::DescribeBrokerRequest>();
+    let call = grpc.client_streaming::<_, _, pb::DescribeBrokerResponse, _>(
+        tonic::Request::new(never),
+        path,
+        tonic_prost::ProstCodec::default(),
+    );
+    let s = tokio::time::timeout(LONG, call)
+        .await
+        .expect("the broker cancels the request")
+        .expect_err("a request without a body is not answered");
+    assert_eq!(s.code(), tonic::Code::Cancelled, "{s:?}");
+    assert!(s.message().contains("Timeout expired"), "{s:?}");
+
+    // Zero, as a flag, a variable or a key of the file: the broker does
+    // not start, and says which option. (Refused before it touches the
+    // data dir, so these twins of broker 1 never run.)
+    let node = c.broker(0);
+    let log = refused_at_start(stray(&c, node, "zero-streams", |args| {
+        set_flag(args, "--max-concurrent-streams", "0")
+    }));
+    assert!(log.contains("--max-concurrent-streams"), "{log}");
+
+    let mut launch = node.process.launch.clone();
+    let at = launch
+        .args
+        .iter()
+        .position(|a| a == "--request-timeout-ms")
+        .unwrap();
+    launch.args.drain(at..at + 2);
+    launch
+        .env
+        .push(("KEEL_BROKER_REQUEST_TIMEOUT_MS".into(), "0".into()));
+    let mut p = Process::new("zero-timeout", launch, c.dir().join("zero-timeout.log"));
+    p.start().unwrap();
+    let log = refused_at_start(p);
+    assert!(log.contains("--request-timeout-ms"), "{log}");
+
+    let file = c.dir().join("zero-bytes.toml");
+    std::fs::write(&file, "max_message_bytes = 0\n").unwrap();
+    let log = refused_at_start(stray(&c, node, "zero-bytes", |args| {
+        let at = args
+            .iter()
+            .position(|a| a == "--max-message-bytes")
+            .unwrap();
+        args.splice(
+            at..at + 2,
+            ["--config".to_string(), file.display().to_string()],
+        );
+    }));
+    assert!(
+        log.contains("max_message_bytes must be at least 1"),
+        "{log}"
+    );
     c.check_alive().unwrap();
 }

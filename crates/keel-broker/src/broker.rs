@@ -24,15 +24,6 @@ use crate::state::BrokerState;
 use crate::view::BrokerStateView;
 use crate::{isr, lifecycle, replica, BrokerConfig, BrokerError};
 
-/// Largest controller request the broker decodes.
-/// HTTP/2 streams one connection to the broker may have open at once (the
-/// controller's channel sends one request at a time; followers one fetch
-/// per leader).
-const MAX_CONCURRENT_STREAMS: u32 = 256;
-/// A request to the broker not answered within this is cancelled.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-const CONTROL_MAX_MESSAGE_BYTES: usize = 64 << 20;
-
 /// Upper bound on waiting for the controller to release a controlled shutdown.
 pub const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -95,17 +86,15 @@ impl Broker {
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
         let server = tonic::transport::Server::builder()
-            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-            .timeout(REQUEST_TIMEOUT)
+            .max_concurrent_streams(shared.config.max_concurrent_streams)
+            .timeout(Duration::from_millis(shared.config.request_timeout_ms))
             .http2_keepalive_interval(Some(keel_tls::transport::HTTP2_KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(keel_tls::transport::HTTP2_KEEPALIVE_TIMEOUT))
             .add_service(
                 BrokerControlServiceServer::new(ControlService {
                     shared: shared.clone(),
                 })
-                // A LeaderAndIsr or UpdateMetadata may carry thousands of
-                // partitions with long topic names.
-                .max_decoding_message_size(CONTROL_MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(shared.config.max_message_bytes),
             )
             .add_service(ReplicaServiceServer::new(ReplicaHandler {
                 shared: shared.clone(),

@@ -11,6 +11,16 @@ pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 9_000;
 pub const DEFAULT_REPLICA_LAG_TIME_MAX_MS: u64 = 30_000;
 /// How often followers report to their leaders by default.
 pub const DEFAULT_REPLICA_FETCH_INTERVAL_MS: u64 = 500;
+/// HTTP/2 streams one connection to the broker may have open at once by
+/// default: the controller's channel has a few requests in flight, a
+/// follower one fetch per leader.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
+/// A request to the broker not answered within this is cancelled, by
+/// default.
+pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 60_000;
+/// The largest LeaderAndIsr, UpdateMetadata or StopReplica decoded by
+/// default: one may carry thousands of partitions with long topic names.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 << 20;
 
 /// Everything one broker process needs to know at start.
 #[derive(Clone, Debug)]
@@ -42,6 +52,15 @@ pub struct BrokerConfig {
     pub replica_lag_time_max_ms: u64,
     /// Time between a follower's fetches from each leader.
     pub replica_fetch_interval_ms: u64,
+    /// HTTP/2 streams one connection to the listener may have open at once;
+    /// a client past it waits (flow control).
+    pub max_concurrent_streams: u32,
+    /// A request to the listener not answered within this is cancelled.
+    pub request_timeout_ms: u64,
+    /// The largest controller request (LeaderAndIsr, UpdateMetadata,
+    /// StopReplica) the listener decodes; a larger one is refused with
+    /// OUT_OF_RANGE naming the size.
+    pub max_message_bytes: usize,
     /// How the listener and every client speak: mutual TLS with this
     /// broker's certificate, or plaintext.
     pub transport: keel_tls::Transport,
@@ -68,11 +87,15 @@ impl BrokerConfig {
             session_timeout_ms: DEFAULT_SESSION_TIMEOUT_MS,
             replica_lag_time_max_ms: DEFAULT_REPLICA_LAG_TIME_MAX_MS,
             replica_fetch_interval_ms: DEFAULT_REPLICA_FETCH_INTERVAL_MS,
+            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
+            request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
+            max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             transport: keel_tls::Transport::Plaintext,
         }
     }
 
-    /// Refuses settings that would make the loops spin or never time out.
+    /// Refuses settings that would make the loops spin, never time out,
+    /// or the listener refuse everything.
     pub(crate) fn validate(&self) -> Result<(), crate::BrokerError> {
         let bad = |what: &str| Err(crate::BrokerError::Config(what.to_string()));
         if self.controllers.is_empty() {
@@ -87,6 +110,45 @@ impl BrokerConfig {
         if self.replica_lag_time_max_ms == 0 {
             return bad("replica lag time must be positive");
         }
+        if self.max_concurrent_streams == 0 {
+            return bad("max_concurrent_streams must be at least 1");
+        }
+        if self.request_timeout_ms == 0 {
+            return bad("request_timeout_ms must be at least 1");
+        }
+        if self.max_message_bytes == 0 {
+            return bad("max_message_bytes must be at least 1");
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zero_listener_limit_is_refused_naming_it() {
+        let ok = BrokerConfig::new(
+            1,
+            "127.0.0.1:0".parse().unwrap(),
+            vec!["c".into()],
+            "k",
+            "d",
+        );
+        assert!(ok.validate().is_ok());
+        let refused = |c: BrokerConfig| c.validate().expect_err("a zero").to_string();
+        let mut c = ok.clone();
+        c.max_concurrent_streams = 0;
+        assert!(refused(c).ends_with("max_concurrent_streams must be at least 1"));
+        let mut c = ok.clone();
+        c.request_timeout_ms = 0;
+        assert!(refused(c).ends_with("request_timeout_ms must be at least 1"));
+        let mut c = ok;
+        c.max_message_bytes = 0;
+        assert_eq!(
+            refused(c),
+            "invalid broker configuration: max_message_bytes must be at least 1"
+        );
     }
 }

@@ -52,6 +52,18 @@ pub struct BrokerArgs {
     /// replica.lag.time.max.ms [default: 30000].
     #[arg(long, env = "KEEL_REPLICA_LAG_TIME_MAX_MS")]
     replica_lag_time_max_ms: Option<u64>,
+    /// HTTP/2 streams one connection to this broker may have open at once;
+    /// a client past it waits [default: 256].
+    #[arg(long, env = "KEEL_BROKER_MAX_CONCURRENT_STREAMS", value_parser = clap::value_parser!(u32).range(1..))]
+    max_concurrent_streams: Option<u32>,
+    /// A request to this broker not answered within this many ms is
+    /// cancelled [default: 60000].
+    #[arg(long, env = "KEEL_BROKER_REQUEST_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..))]
+    request_timeout_ms: Option<u64>,
+    /// Largest LeaderAndIsr, UpdateMetadata or StopReplica decoded, in
+    /// bytes; a larger one is refused (OUT_OF_RANGE) [default: 67108864].
+    #[arg(long, env = "KEEL_BROKER_MAX_MESSAGE_BYTES")]
+    max_message_bytes: Option<usize>,
     /// Prometheus metrics address.
     #[arg(long, env = "KEEL_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
@@ -85,6 +97,9 @@ struct BrokerFile {
     heartbeat_interval_ms: Option<u64>,
     session_timeout_ms: Option<u64>,
     replica_lag_time_max_ms: Option<u64>,
+    max_concurrent_streams: Option<u32>,
+    request_timeout_ms: Option<u64>,
+    max_message_bytes: Option<usize>,
     metrics_listen: Option<SocketAddr>,
     log_format: Option<LogFormat>,
     tls_cert: Option<PathBuf>,
@@ -158,6 +173,24 @@ fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat)
     if let Some(v) = a.replica_lag_time_max_ms.or(f.replica_lag_time_max_ms) {
         c.replica_lag_time_max_ms = v;
     }
+    if let Some(v) = a.max_concurrent_streams.or(f.max_concurrent_streams) {
+        if v == 0 {
+            return Err("max_concurrent_streams must be at least 1".into());
+        }
+        c.max_concurrent_streams = v;
+    }
+    if let Some(v) = a.request_timeout_ms.or(f.request_timeout_ms) {
+        if v == 0 {
+            return Err("request_timeout_ms must be at least 1".into());
+        }
+        c.request_timeout_ms = v;
+    }
+    if let Some(v) = a.max_message_bytes.or(f.max_message_bytes) {
+        if v == 0 {
+            return Err("max_message_bytes must be at least 1".into());
+        }
+        c.max_message_bytes = v;
+    }
     Ok((
         c,
         a.metrics_listen.or(f.metrics_listen),
@@ -230,6 +263,112 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(EXIT_LOCAL)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        args: BrokerArgs,
+    }
+
+    fn parse<S: AsRef<str>>(args: &[S]) -> Result<BrokerArgs, clap::Error> {
+        Cmd::try_parse_from(std::iter::once("broker").chain(args.iter().map(AsRef::as_ref)))
+            .map(|c| c.args)
+    }
+
+    const BASE: [&str; 11] = [
+        "--broker-id",
+        "1",
+        "--listen",
+        "127.0.0.1:9092",
+        "--controllers",
+        "127.0.0.1:9093",
+        "--cluster-id",
+        "prod",
+        "--data-dir",
+        "/nonexistent",
+        "--allow-plaintext",
+    ];
+
+    /// The required options, plaintext, then `extra`.
+    fn with(extra: &[&str]) -> Vec<String> {
+        BASE.iter().chain(extra).map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn listener_limits_default_to_the_old_constants_and_come_from_flags_or_the_file() {
+        let (c, _, _) = build(&parse(&BASE).unwrap()).unwrap();
+        assert_eq!(c.max_concurrent_streams, 256);
+        assert_eq!(c.request_timeout_ms, 60_000);
+        assert_eq!(c.max_message_bytes, 64 << 20);
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("broker.toml");
+        std::fs::write(
+            &file,
+            "max_concurrent_streams = 8\nrequest_timeout_ms = 500\nmax_message_bytes = 4096\n",
+        )
+        .unwrap();
+        let file = file.to_str().unwrap();
+        let (c, _, _) = build(&parse(&with(&["--config", file])).unwrap()).unwrap();
+        assert_eq!(
+            (
+                c.max_concurrent_streams,
+                c.request_timeout_ms,
+                c.max_message_bytes
+            ),
+            (8, 500, 4096)
+        );
+        // Flags win over the file.
+        let flags = with(&[
+            "--config",
+            file,
+            "--max-concurrent-streams",
+            "9",
+            "--request-timeout-ms",
+            "700",
+            "--max-message-bytes",
+            "8192",
+        ]);
+        let (c, _, _) = build(&parse(&flags).unwrap()).unwrap();
+        assert_eq!(
+            (
+                c.max_concurrent_streams,
+                c.request_timeout_ms,
+                c.max_message_bytes
+            ),
+            (9, 700, 8192)
+        );
+    }
+
+    #[test]
+    fn a_zero_listener_limit_is_refused_naming_it() {
+        for flag in ["--max-concurrent-streams", "--request-timeout-ms"] {
+            let e = parse(&with(&[flag, "0"])).expect_err("0 refused by clap");
+            assert!(e.to_string().contains(flag), "{e}");
+        }
+        let e = build(&parse(&with(&["--max-message-bytes", "0"])).unwrap())
+            .expect_err("0 bytes refused");
+        assert_eq!(e, "max_message_bytes must be at least 1");
+        let dir = tempfile::tempdir().unwrap();
+        for key in [
+            "max_concurrent_streams",
+            "request_timeout_ms",
+            "max_message_bytes",
+        ] {
+            let file = dir.path().join(format!("{key}.toml"));
+            std::fs::write(&file, format!("{key} = 0\n")).unwrap();
+            let e = build(&parse(&with(&["--config", file.to_str().unwrap()])).unwrap())
+                .expect_err("0 in the file refused");
+            assert_eq!(e, format!("{key} must be at least 1"));
         }
     }
 }

@@ -17,6 +17,14 @@
 //! state instead. A channel whose broker does not answer only retries its
 //! connection, with backoff, and holds no memory per change.
 //!
+//! A request not answered within [`REQUEST_TIMEOUT`] (a stopped or hung
+//! broker) fails the connection like any transport error: the channel
+//! drops it and reconnects with backoff; HTTP/2 PINGs find a dead
+//! connection while idle. Each connection the broker answers on and each
+//! drop of one are counted (`keel_controller_channel_connects_total` and
+//! `keel_controller_channel_disconnects_total`, per broker); a working
+//! channel losing its broker, and getting it back, is logged once each.
+//!
 //! `StopReplica` cannot be expressed as state, so each broker's are kept
 //! apart, each tagged with the journal position it follows: it goes out
 //! after the changes that preceded it and before the ones that followed.
@@ -40,6 +48,7 @@ use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
 use keel_proto::render::{self, MetadataHead};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::task::JoinHandle;
+use tonic::codegen::http;
 use tonic::transport::Channel;
 
 use crate::journal::{Change, Journal};
@@ -53,6 +62,10 @@ const IN_FLIGHT: usize = 4;
 const RENDER_INLINE_MAX: usize = 2_000;
 /// Retry delays after a failed request: from the first to the cap.
 const SEND_BACKOFF: (Duration, Duration) = (Duration::from_millis(20), Duration::from_secs(2));
+/// Bound of a connection attempt (TCP, and the TLS handshake).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// A request to a broker not answered within this fails its connection.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Retry delays after a failed connection attempt. A registered broker
 /// listens before it registers, so a refused connection means it is down
 /// or cut off: back off further (thousands of such channels must cost
@@ -310,7 +323,54 @@ fn check(error: Option<pb::Error>) -> Result<(), Failed> {
     }
 }
 
-type Client = BrokerControlServiceClient<Channel>;
+type Client = BrokerControlServiceClient<Answered>;
+
+/// A connection to a broker that notes when the broker first answers on
+/// it. Only then does it count as made: over plaintext, connecting to a
+/// stopped (SIGSTOP) broker succeeds, since its kernel accepts the
+/// connection, and only the first request tells.
+#[derive(Clone)]
+struct Answered {
+    channel: Channel,
+    /// Set by the first response of any kind (a gRPC error too).
+    answered: Arc<AtomicBool>,
+}
+
+impl Answered {
+    fn new(channel: Channel) -> Self {
+        Self {
+            channel,
+            answered: Arc::default(),
+        }
+    }
+
+    fn answered(&self) -> bool {
+        self.answered.load(Ordering::Acquire)
+    }
+}
+
+impl tonic::codegen::Service<http::Request<tonic::body::Body>> for Answered {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = tonic::transport::Error;
+    type Future = futures::future::BoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.channel.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<tonic::body::Body>) -> Self::Future {
+        let answered = self.answered.clone();
+        let response = self.channel.call(req);
+        Box::pin(async move {
+            let r = response.await?;
+            answered.store(true, Ordering::Release);
+            Ok(r)
+        })
+    }
+}
 
 /// Renders requests one at a time (each on the blocking pool when large)
 /// while up to [`IN_FLIGHT`] rendered ones are on the wire; all must succeed.
@@ -502,17 +562,28 @@ impl ChannelTask {
             return;
         };
         let endpoint = endpoint
-            .connect_timeout(Duration::from_secs(1))
-            .timeout(Duration::from_secs(10));
+            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(REQUEST_TIMEOUT);
         // Leave from our own address, so a packet filter can cut this pair;
         // over TLS, only broker `self.broker`'s certificate is accepted.
         let local = Some(self.shared.config.listen.ip());
         let transport = self.shared.config.transport.clone();
         let mut backoff = Backoff::new(SEND_BACKOFF.0, SEND_BACKOFF.1);
         let mut reconnect = Backoff::new(CONNECT_BACKOFF.0, CONNECT_BACKOFF.1);
-        let mut client: Option<Client> = None;
+        // The connection in use, and whether the broker answered on it yet.
+        let mut client: Option<(Client, Answered)> = None;
+        let mut answered = false;
+        // The last round went through on a connection the broker answered
+        // on. Only a drop from here is logged at info, so a broker that
+        // answers each new connection and then fails it is not logged on
+        // every retry.
+        let mut up = false;
+        // A connection dropped or an attempt failed since the channel was
+        // last up: the next time it is, that is logged as the broker's
+        // return.
+        let mut lost = false;
         loop {
-            let c = match &client {
+            let (c, conn) = match &client {
                 Some(c) => c.clone(),
                 None => match transport
                     .connect(
@@ -524,14 +595,17 @@ impl ChannelTask {
                 {
                     Ok(ch) => {
                         reconnect.reset();
-                        let c = BrokerControlServiceClient::new(ch)
+                        let conn = Answered::new(ch);
+                        let c = BrokerControlServiceClient::new(conn.clone())
                             .max_decoding_message_size(64 << 20)
                             .max_encoding_message_size(64 << 20);
-                        client = Some(c.clone());
-                        c
+                        client = Some((c.clone(), conn.clone()));
+                        answered = false;
+                        (c, conn)
                     }
                     Err(e) => {
                         tracing::debug!(broker = self.broker.0, error = %e, "cannot connect; retrying");
+                        lost = true;
                         // A resync (unfence) or a stop retries at once.
                         tokio::select! {
                             _ = tokio::time::sleep(reconnect.step()) => {}
@@ -541,7 +615,16 @@ impl ChannelTask {
                     }
                 },
             };
-            match self.round(&c).await {
+            let outcome = self.round(&c).await;
+            if !answered && conn.answered() {
+                answered = true;
+                self.count("keel_controller_channel_connects_total");
+            }
+            if answered && !up && !matches!(outcome, Err(Failed::Transport(_))) {
+                up = true;
+                self.connected(std::mem::take(&mut lost));
+            }
+            match outcome {
                 Ok(true) => backoff.reset(),
                 Ok(false) => {
                     backoff.reset();
@@ -556,13 +639,39 @@ impl ChannelTask {
                     tokio::time::sleep(backoff.step()).await;
                 }
                 Err(Failed::Transport(why)) => {
-                    tracing::debug!(broker = self.broker.0, error = %why, "send failed; reconnecting");
+                    if answered {
+                        self.count("keel_controller_channel_disconnects_total");
+                    }
+                    if up {
+                        tracing::info!(broker = self.broker.0, address = %self.address, error = %why, "connection to broker dropped; reconnecting");
+                    } else {
+                        tracing::debug!(broker = self.broker.0, error = %why, "send failed; reconnecting");
+                    }
+                    up = false;
+                    lost = true;
                     // Reconnect from scratch: a dead connection costs one
                     // attempt per backoff step, and no rendering.
                     client = None;
+                    answered = false;
                     tokio::time::sleep(backoff.step()).await;
                 }
             }
+        }
+    }
+
+    /// Adds one to this broker's counter `name`.
+    fn count(&self, name: &'static str) {
+        metrics::counter!(name, "broker" => self.broker.0.to_string()).increment(1);
+    }
+
+    /// The channel is up (again): logged at info when the broker is back
+    /// after being `lost`, at debug otherwise (every channel connects once
+    /// per activation).
+    fn connected(&self, lost: bool) {
+        if lost {
+            tracing::info!(broker = self.broker.0, address = %self.address, "broker reachable again; channel reconnected");
+        } else {
+            tracing::debug!(broker = self.broker.0, address = %self.address, "channel connected");
         }
     }
 

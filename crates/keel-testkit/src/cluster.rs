@@ -110,6 +110,9 @@ pub struct Spec {
     /// in `target/` by a feature test loses acknowledged writes, and every
     /// other test run on it would report its failures as Keel's.
     pub allow_unsafe_build: bool,
+    /// Every node started with libfiu's POSIX preload, so
+    /// [`Cluster::disk_fault`] can fail its file system calls.
+    pub fiu: bool,
 }
 
 impl Spec {
@@ -139,7 +142,14 @@ impl Spec {
             lazyfs: false,
             tmpfs_bytes: None,
             allow_unsafe_build: false,
+            fiu: false,
         }
+    }
+
+    /// Nodes under libfiu (see [`Spec::fiu`] and [`crate::fiu`]).
+    pub fn fiu(mut self, on: bool) -> Self {
+        self.fiu = on;
+        self
     }
 
     /// Allows a deliberately unsafe build (see [`Spec::allow_unsafe_build`]).
@@ -389,6 +399,8 @@ pub struct Cluster {
     dir: Dir,
     pub cluster_id: String,
     spec_exe: PathBuf,
+    /// Environment of every node (libfiu's, when the spec asks for it).
+    node_env: Vec<(String, String)>,
     addressing: Addressing,
     data_subdir: String,
     logs_subdir: String,
@@ -429,11 +441,17 @@ impl Cluster {
                 Dir::At(p)
             }
         };
+        let node_env = if spec.fiu {
+            crate::fiu::env(&dir.path().join("fiu-ctrl"))?
+        } else {
+            Vec::new()
+        };
         let mut c = Cluster {
             nodes: Vec::new(),
             dir,
             cluster_id: spec.cluster_id,
             spec_exe: spec.exe,
+            node_env,
             addressing: spec.addressing,
             data_subdir: spec.data_subdir,
             logs_subdir: spec.logs_subdir,
@@ -588,6 +606,36 @@ impl Cluster {
         }
     }
 
+    /// Makes node `i`'s `calls` fail with `errno` until
+    /// [`Cluster::clear_disk_fault`] or its next start (needs [`Spec::fiu`]).
+    pub fn disk_fault(
+        &self,
+        i: usize,
+        calls: crate::fiu::Calls,
+        errno: crate::fiu::Errno,
+    ) -> anyhow::Result<()> {
+        let (prefix, pid) = self.fiu_target(i)?;
+        crate::fiu::enable(&prefix, pid, calls, errno)
+    }
+
+    /// Lets node `i`'s `calls` succeed again.
+    pub fn clear_disk_fault(&self, i: usize, calls: crate::fiu::Calls) -> anyhow::Result<()> {
+        let (prefix, pid) = self.fiu_target(i)?;
+        crate::fiu::disable(&prefix, pid, calls)
+    }
+
+    fn fiu_target(&self, i: usize) -> anyhow::Result<(PathBuf, u32)> {
+        let n = &self.nodes[i];
+        if self.node_env.iter().all(|(k, _)| k != "FIU_CTRL_FIFO") {
+            bail!("{} does not run under libfiu (Spec::fiu)", n.name());
+        }
+        let pid = n
+            .process
+            .pid()
+            .ok_or_else(|| anyhow!("{} is not running", n.name()))?;
+        Ok((self.dir.path().join("fiu-ctrl"), pid))
+    }
+
     fn log_of(&self, name: &str) -> PathBuf {
         self.dir
             .path()
@@ -600,7 +648,7 @@ impl Cluster {
             exe: self.spec_exe.clone(),
             args,
             rust_log: rust_log.clone(),
-            env: Vec::new(),
+            env: self.node_env.clone(),
             own_process_group: self.own_process_groups,
         }
     }

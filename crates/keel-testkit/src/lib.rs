@@ -21,6 +21,7 @@
 
 pub mod admin;
 pub mod cluster;
+pub mod fiu;
 pub mod lazyfs;
 pub mod netfilter;
 pub mod probe;

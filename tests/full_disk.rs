@@ -2,7 +2,8 @@
 //! tmpfs. Below the free-space reserve the active controller refuses new
 //! admin writes with STORAGE_FULL and writes nothing, while reads and
 //! broker heartbeats go on (no broker is fenced, nothing crashes); once
-//! space is freed it takes writes again on its own.
+//! space is freed it takes writes again on its own. Brokers report their
+//! own disks with every heartbeat.
 
 mod common;
 
@@ -91,6 +92,15 @@ async fn below_the_reserve_writes_are_refused_and_taken_again_once_space_is_back
         .await
         .unwrap();
     assert!(keel_testkit::admin::brokers_unfenced(&d, 1), "{d:?}");
+    // The broker reports its own data dir's file system (its tmpfs).
+    let broker_dir = c.broker(0).data_dir.display().to_string();
+    let disks = &d.brokers[0].disks;
+    let own = disks
+        .iter()
+        .find(|s| s.path == broker_dir)
+        .unwrap_or_else(|| panic!("no report of {broker_dir}: {disks:?}"));
+    assert_eq!(own.total_bytes, DISK, "{own:?}");
+    assert!(own.free_bytes > 0 && own.free_bytes <= DISK, "{own:?}");
     let q = client
         .admin(|mut cl| async move {
             cl.describe_quorum(pb::DescribeQuorumRequest::default())

@@ -172,6 +172,7 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
             want_fence: false,
             want_shutdown: shared.want_shutdown.load(Ordering::SeqCst),
             offline_log_dirs: offline,
+            disks: disk_spaces(&cfg.data_dir, &cfg.log_dirs),
         };
         let (addr, client) = shared.controller();
         let Some(mut client) = client else {
@@ -258,6 +259,28 @@ pub(crate) async fn run_watchdog(shared: Arc<Shared>, mut stop: watch::Receiver<
 
 /// Log dirs that are missing or not writable (a probe file is created and
 /// removed in each).
+/// Free and total bytes of the file systems of the data dir and each log
+/// dir (a dir that cannot be measured is left out; it shows up as offline),
+/// also set as gauges labelled `path`.
+pub(crate) fn disk_spaces(data_dir: &Path, log_dirs: &[String]) -> Vec<pb::DiskSpace> {
+    std::iter::once(data_dir.to_path_buf())
+        .chain(log_dirs.iter().map(std::path::PathBuf::from))
+        .filter_map(|dir| {
+            let free = fs2::available_space(&dir).ok()?;
+            let total = fs2::total_space(&dir).ok()?;
+            let path = dir.display().to_string();
+            ::metrics::gauge!(metrics::DISK_FREE, "path" => path.clone()).set(free as f64);
+            ::metrics::gauge!(metrics::DISK_TOTAL, "path" => path.clone()).set(total as f64);
+            Some(pb::DiskSpace {
+                free_bytes: free,
+                total_bytes: total,
+                reserve_bytes: 0,
+                path,
+            })
+        })
+        .collect()
+}
+
 pub(crate) fn offline_log_dirs(dirs: &[String]) -> Vec<String> {
     dirs.iter()
         .filter(|d| {

@@ -16,6 +16,11 @@ pub const HEARTBEAT_LATENCY: &str = "keel_broker_heartbeat_latency_seconds";
 pub const REGISTRATIONS: &str = "keel_broker_registrations_total";
 /// Counter: sessions given up after the session timeout.
 pub const SESSIONS_LOST: &str = "keel_broker_sessions_lost_total";
+/// Gauge with label `path` (data dir and each log dir): bytes free on its
+/// file system, measured at every heartbeat.
+pub const DISK_FREE: &str = "keel_broker_disk_free_bytes";
+/// Gauge with label `path`: size of its file system in bytes.
+pub const DISK_TOTAL: &str = "keel_broker_disk_total_bytes";
 /// Counter: AlterPartition requests sent.
 pub const ALTER_PARTITION_SENT: &str = "keel_broker_alter_partition_requests_total";
 

@@ -721,6 +721,12 @@ impl AdminService for AdminApi {
                 .collect(),
             Err(_) => BTreeMap::new(),
         };
+        let disks = self
+            .shared
+            .broker_disks
+            .lock()
+            .map(|d| d.clone())
+            .unwrap_or_default();
         let m = self.shared.raft.metrics().borrow().clone();
         let incarnations =
             Caller::of(&req).may_see_incarnations(&image, &self.shared.config.super_users);
@@ -741,6 +747,7 @@ impl AdminService for AdminApi {
                     } else {
                         Vec::new()
                     },
+                    disks: disks.get(&b.id).cloned().unwrap_or_default(),
                 })
                 .collect(),
         }))
@@ -1260,6 +1267,7 @@ pub(crate) fn disk_to_pb(shared: &Shared) -> pb::DiskSpace {
         free_bytes,
         total_bytes,
         reserve_bytes,
+        path: shared.config.data_dir.display().to_string(),
     }
 }
 

@@ -150,7 +150,8 @@ impl BrokerService for BrokerApi {
         req: Request<pb::BrokerHeartbeatRequest>,
     ) -> Result<Response<pb::BrokerHeartbeatResponse>, Status> {
         as_broker(&req, "BrokerHeartbeat", req.get_ref().broker_id)?;
-        let req = req.into_inner();
+        let mut req = req.into_inner();
+        let req_disks = std::mem::take(&mut req.disks);
         let handle = match self.shared.active_handle() {
             Ok(h) => h,
             Err(e) => {
@@ -194,6 +195,11 @@ impl BrokerService for BrokerApi {
         if registered.is_some() {
             if let Ok(mut t) = self.shared.heartbeats.lock() {
                 t.touch(hb.broker, hb.epoch, now_ms());
+            }
+            if let Ok(mut d) = self.shared.broker_disks.lock() {
+                // Bounded: one entry per registered broker, a few per entry.
+                let disks: Vec<pb::DiskSpace> = req_disks.into_iter().take(64).collect();
+                d.insert(hb.broker, disks);
             }
         }
         // Caught up once the broker has applied its own registration.

@@ -57,6 +57,10 @@ pub struct Shared {
     pub throttle: crate::throttle::Throttle,
     /// The data dir's free space, as last measured.
     pub disk: Arc<crate::disk::DiskWatch>,
+    /// Each broker's disks as its last heartbeat (of its current epoch)
+    /// reported them: soft state, like the sessions.
+    pub broker_disks:
+        Mutex<std::collections::BTreeMap<keel_metadata::BrokerId, Vec<keel_proto::pb::DiskSpace>>>,
 }
 
 impl Shared {
@@ -76,6 +80,7 @@ impl Shared {
         );
         Self {
             disk: Arc::default(),
+            broker_disks: Mutex::default(),
             throttle,
             super_users,
             config,

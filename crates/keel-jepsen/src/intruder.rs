@@ -630,6 +630,7 @@ impl Intruder {
                     want_fence: true,
                     want_shutdown: true,
                     offline_log_dirs: vec![],
+                    disks: vec![],
                 })
                 .await
             }

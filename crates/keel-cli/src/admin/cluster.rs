@@ -67,6 +67,11 @@ pub async fn cluster(a: ClusterArgs) -> ExitCode {
                             "last_heartbeat_ms": d.last_heartbeat_ms,
                             "log_dirs": d.log_dirs,
                             "offline_log_dirs": d.offline_log_dirs,
+                            "disks": d.disks.iter().map(|s| json!({
+                                "path": s.path,
+                                "free_bytes": s.free_bytes,
+                                "total_bytes": s.total_bytes,
+                            })).collect::<Vec<_>>(),
                         }))
                     }).collect::<Vec<_>>(),
                 })),
@@ -91,11 +96,20 @@ pub async fn cluster(a: ClusterArgs) -> ExitCode {
                                 d.last_heartbeat_ms
                                     .map(|m| format!("{m} ms ago"))
                                     .unwrap_or_else(|| "-".into()),
+                                least_free(&d.disks),
                             ])
                         })
                         .collect();
                     output::table(
-                        &["ID", "EPOCH", "ADDRESS", "RACK", "STATE", "LAST HEARTBEAT"],
+                        &[
+                            "ID",
+                            "EPOCH",
+                            "ADDRESS",
+                            "RACK",
+                            "STATE",
+                            "LAST HEARTBEAT",
+                            "DISK FREE",
+                        ],
                         &rows,
                     );
                 }
@@ -115,5 +129,46 @@ pub async fn cluster(a: ClusterArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+    }
+}
+
+/// The fullest of a broker's dirs: "37% (12.0 GiB)", or "-" before its
+/// first report.
+fn least_free(disks: &[pb::DiskSpace]) -> String {
+    disks
+        .iter()
+        .filter(|d| d.total_bytes > 0)
+        .min_by(|a, b| {
+            let share = |d: &pb::DiskSpace| d.free_bytes as f64 / d.total_bytes as f64;
+            share(a).total_cmp(&share(b))
+        })
+        .map(|d| {
+            format!(
+                "{}% ({:.1} GiB)",
+                d.free_bytes * 100 / d.total_bytes,
+                d.free_bytes as f64 / (1u64 << 30) as f64
+            )
+        })
+        .unwrap_or_else(|| "-".into())
+}
+
+#[cfg(test)]
+mod disk_tests {
+    use super::*;
+
+    #[test]
+    fn the_fullest_dir_is_shown() {
+        let d = |free: u64, total: u64| pb::DiskSpace {
+            free_bytes: free,
+            total_bytes: total,
+            reserve_bytes: 0,
+            path: String::new(),
+        };
+        assert_eq!(least_free(&[]), "-");
+        assert_eq!(
+            least_free(&[d(8 << 30, 16 << 30), d(1 << 30, 10 << 30)]),
+            "10% (1.0 GiB)"
+        );
+        assert_eq!(least_free(&[d(0, 0)]), "-");
     }
 }

@@ -82,6 +82,7 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                         "free_bytes": d.free_bytes,
                         "total_bytes": d.total_bytes,
                         "reserve_bytes": d.reserve_bytes,
+                        "path": d.path,
                     })),
                     "voters": r.voters.iter().map(|v| json!({
                         "id": v.id,

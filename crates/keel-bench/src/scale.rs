@@ -51,6 +51,14 @@ pub struct ScaleParams {
     pub replay_batch: usize,
     /// Repetitions of the in-process encode and decode (median reported).
     pub codec_repeats: usize,
+    /// Every data dir on LazyFS, and one more measurement: a standby that
+    /// loses power (SIGKILL and every unsynced write dropped) with log
+    /// entries past its snapshot, timed from its start until it serves
+    /// the current index. Needs root and /dev/fuse.
+    pub power_cut: bool,
+    /// Topics created after the snapshots, so the power-cut node has a
+    /// log tail to replay on top of its snapshot.
+    pub tail_topics: usize,
 }
 
 impl Default for ScaleParams {
@@ -66,6 +74,8 @@ impl Default for ScaleParams {
             replay_records: 1_000_000,
             replay_batch: 1_000,
             codec_repeats: 3,
+            power_cut: false,
+            tail_topics: 200,
         }
     }
 }
@@ -173,14 +183,63 @@ async fn wait_loaded(
     }
 }
 
+/// Writes `tail_topics` more topics (a log tail past the snapshots), cuts
+/// controller `i`'s power, starts it on the same LazyFS mount and times it
+/// until it serves the quorum's index; checks the quorum converges on one
+/// image and that nothing acknowledged went missing.
+async fn power_cut_restart(
+    c: &mut Cluster,
+    i: usize,
+    tail_topics: usize,
+    timeout: Duration,
+) -> anyhow::Result<Value> {
+    let client = c.client(Duration::from_secs(5), Duration::from_secs(30));
+    let mut acked = Vec::new();
+    for t in 0..tail_topics {
+        let name = format!("tail-{t}");
+        keel_testkit::admin::create_topic(&client, &name, 1, 3).await?;
+        acked.push(name);
+    }
+    let (index, _) = c.wait_converged(0, timeout).await?;
+    c.power_cut(i)?;
+    let spawned = Instant::now();
+    c.controller_mut(i).start()?;
+    let (serve_ms, d) = wait_loaded(c, i, index, spawned, timeout).await?;
+    let s = d.snapshot.clone().unwrap_or_default();
+    progress!(
+        "scale: power-cut node {} serves index {} after {serve_ms:.0} ms (snapshot load {:?} ms)",
+        i + 1,
+        d.last_applied_index,
+        s.load_ms
+    );
+    let (converged, _) = c.wait_converged(index, timeout).await?;
+    let names: std::collections::BTreeSet<String> = keel_testkit::admin::topic_names(&client)
+        .await?
+        .into_iter()
+        .collect();
+    let lost = acked.iter().filter(|n| !names.contains(*n)).count();
+    if lost > 0 {
+        bail!("{lost} acknowledged topics lost across the power cut");
+    }
+    Ok(json!({
+        "node": i + 1,
+        "tail_topics": tail_topics,
+        "index_before_cut": index,
+        "start_to_serving_ms": r1(serve_ms),
+        "snapshot_load_ms": s.load_ms.map(r1),
+        "snapshot_index": s.last_index,
+        "served_index": d.last_applied_index,
+        "converged_index": converged,
+        "acknowledged_lost": lost,
+    }))
+}
+
 /// The cluster part; returns its JSON section.
 async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
     progress!("scale: starting a 3-controller quorum on 127.0.{SUBNET}.11-13");
-    let mut c = cluster::start(cluster::spec(
-        env,
-        SUBNET,
-        &["--session-timeout-ms", "600000"],
-    ))?;
+    let mut c = cluster::start(
+        cluster::spec(env, SUBNET, &["--session-timeout-ms", "600000"]).lazyfs(p.power_cut),
+    )?;
     c.wait_active(Duration::from_secs(60)).await?;
     let leadership = cluster::Leadership::start(&c).await;
     for id in 1..=3 {
@@ -289,6 +348,13 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
         "hash_unchanged_by_restart": hash == hash2,
     });
 
+    let power_cut = if p.power_cut {
+        let other = standbys[1];
+        Some(power_cut_restart(&mut c, other, p.tail_topics, timeout).await?)
+    } else {
+        None
+    };
+
     let rss_active = c.controller(active).rss_bytes();
     let rss_standby = standbys
         .iter()
@@ -315,6 +381,7 @@ async fn run_cluster(env: &Env, p: &ScaleParams) -> anyhow::Result<Value> {
         "memory_after_snapshot": after_snapshot,
         "disk_bytes_after_compaction": disk,
         "snapshot_load": load,
+        "power_cut_restart": power_cut,
         "rss_bytes_per_partition_active": r1(rss_active as f64 / n.max(1) as f64),
         "rss_bytes_per_partition_standby": r1(rss_standby as f64 / n.max(1) as f64),
     }))
@@ -515,6 +582,12 @@ pub async fn run(env: &Env, p: &ScaleParams) -> anyhow::Result<Report> {
         "restarted standby: start to serving (ms)",
         cell(&c["snapshot_load"]["start_to_serving_ms"]),
     );
+    if !c["power_cut_restart"].is_null() {
+        table += &row(
+            "power-cut standby: start to serving (ms)",
+            cell(&c["power_cut_restart"]["start_to_serving_ms"]),
+        );
+    }
     table += &row(
         "sled disk after compaction, per node (MB)",
         c["disk_bytes_after_compaction"]

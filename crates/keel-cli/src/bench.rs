@@ -87,6 +87,11 @@ pub struct BenchArgs {
     /// create-topics and scale: calls in flight at once [default: 4].
     #[arg(long)]
     create_concurrency: Option<usize>,
+    /// scale: data dirs on LazyFS, and a standby's restart after a power
+    /// cut (SIGKILL + unsynced writes dropped) timed too. Needs root and
+    /// /dev/fuse; LazyFS is built on first use.
+    #[arg(long)]
+    power_cut: bool,
     /// failover: seconds allowed for creating the large image.
     #[arg(long, default_value_t = 240.0)]
     create_budget_secs: f64,
@@ -287,6 +292,7 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 partitions: a.partitions.unwrap_or(d.partitions),
                 topics_per_request: a.topics_per_request.unwrap_or(d.topics_per_request),
                 create_concurrency: a.create_concurrency.unwrap_or(d.create_concurrency),
+                power_cut: a.power_cut,
                 ..d
             };
             keel_bench::scale::run(env, &p).await

@@ -302,6 +302,42 @@ fn bulk_entry_bytes(p: &CommitParams) -> anyhow::Result<Vec<u8>> {
     )?)
 }
 
+/// CRC-32s of every stored entry on the cluster, at most: one when each of
+/// the three nodes encodes it for its log and one when each reads it back.
+const CHECKSUMS_PER_ENTRY: f64 = 6.0;
+
+/// What the per-value CRC-32 (codec format 3) costs at the bulk level,
+/// measured in this run: the checksum of one bulk entry's stored bytes,
+/// timed here (median of 5 rounds of 200), as CPU per record on the whole
+/// cluster (at most [`CHECKSUMS_PER_ENTRY`] per entry) and as a share of
+/// the servers' CPU per record the bulk level just measured.
+fn checksum_cost(p: &CommitParams, server_us_per_record: Option<f64>) -> anyhow::Result<Value> {
+    let entry = bulk_entry_bytes(p)?;
+    let rounds = 200u32;
+    let mut per_entry_us = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let mut acc = 0u32;
+        for _ in 0..rounds {
+            acc ^= keel_raft::checksum(std::hint::black_box(&entry));
+        }
+        std::hint::black_box(acc);
+        per_entry_us.push(t.elapsed().as_secs_f64() * 1e6 / f64::from(rounds));
+    }
+    let entry_us = median(&per_entry_us);
+    let cluster_us_per_record = entry_us * CHECKSUMS_PER_ENTRY / p.bulk_keys.max(1) as f64;
+    Ok(json!({
+        "entry_bytes": entry.len(),
+        "crc_us_per_entry": r3(entry_us),
+        "crc_gb_per_s": r3(entry.len() as f64 / entry_us / 1e3),
+        "checksums_per_entry_on_the_cluster_at_most": CHECKSUMS_PER_ENTRY,
+        "cluster_cpu_us_per_record": r3(cluster_us_per_record),
+        "share_of_server_cpu_per_record": server_us_per_record
+            .filter(|s| *s > 0.0)
+            .map(|s| r3(cluster_us_per_record / s)),
+    }))
+}
+
 /// One level of the TLS comparison on `c` (plaintext or TLS, as its
 /// transport is): the level's figures with the servers' CPU per op, and
 /// its latencies; a failure is recorded, not returned.
@@ -620,6 +656,7 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         "server_cpu_us_per_record": bulk_cpu.0,
         "client_cpu_us_per_record": bulk_cpu.1,
         "first_error": bulk.first_error,
+        "checksum": checksum_cost(p, bulk_cpu.0)?,
     });
     let mut json = json!({
         "scenario": "commit",
@@ -708,6 +745,15 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         disk_delta,
         per_record,
         per_record / 3.0
+    );
+    let sum = &bulk_json["checksum"];
+    table += &format!(
+        "entry checksums (CRC-32): {} us per {}-byte bulk entry ({} GB/s), at most {} us of cluster CPU per record = {} of the servers' CPU per record\n",
+        cell(&sum["crc_us_per_entry"]),
+        cell(&sum["entry_bytes"]),
+        cell(&sum["crc_gb_per_s"]),
+        cell(&sum["cluster_cpu_us_per_record"]),
+        cell(&sum["share_of_server_cpu_per_record"])
     );
     table += &disk_probe_line(&json["disk_probe"]);
     if let Some(ceiling) = json.get("storage_ceiling") {

@@ -80,6 +80,12 @@ thread_local! {
     static LAST_ENCODED_LEN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
+/// The checksum every stored or sent value ends with (CRC-32, IEEE), over
+/// the version and the encoding.
+pub fn checksum(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes)
+}
+
 /// Encodes `value` behind the format version, in one buffer.
 pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
     let hint = LAST_ENCODED_LEN.with(|l| l.get()).min(MAX_RESERVE_BYTES);
@@ -87,7 +93,7 @@ pub(crate) fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError> {
     out.extend_from_slice(&STORAGE_FORMAT_VERSION.to_le_bytes());
     bincode::serde::encode_into_std_write(value, &mut out, bincode::config::standard())
         .map_err(|e| CodecError::Encode(e.to_string()))?;
-    let sum = crc32fast::hash(&out);
+    let sum = checksum(&out);
     out.extend_from_slice(&sum.to_le_bytes());
     LAST_ENCODED_LEN.with(|l| l.set(out.len()));
     Ok(out)

@@ -21,6 +21,7 @@ mod service;
 mod state_machine;
 mod watchdog;
 
+pub use codec::checksum;
 pub use codec::{CodecError, STORAGE_FORMAT_VERSION};
 pub use config::default_config;
 pub use dump::{dump, DumpError};

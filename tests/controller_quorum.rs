@@ -10,7 +10,12 @@ use common::*;
 const LONG: Duration = Duration::from_secs(60);
 
 /// Long broker sessions: these tests use stand-in brokers that heartbeat once.
-const FLAGS: &[&str] = &["--session-timeout-ms", "600000"];
+// Writes in these tests set many distinct config keys (`piped.k<n>`).
+const FLAGS: &[&str] = &[
+    "--session-timeout-ms",
+    "600000",
+    "--allow-unknown-topic-configs",
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_the_active_controller_elects_a_new_one_and_loses_no_acknowledged_write() {
@@ -637,6 +642,7 @@ async fn a_small_write_budget_holds_writes_back_without_losing_any() {
         "1",
         "--max-config-value-bytes",
         "2097152",
+        "--allow-unknown-topic-configs",
     ]);
     let client = client(&q);
     let active = q.wait_active(LONG).await.unwrap();

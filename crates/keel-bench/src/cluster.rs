@@ -56,6 +56,8 @@ pub fn spec(env: &Env, subnet: u8, flags: &[&str]) -> Spec {
             keep: env_on("KEEL_BENCH_KEEP") || env_on("KEEL_BENCH_KEEP_DIR"),
         })
         .controller_flags(flags)
+        // The workloads write many distinct config keys (`bench.k<w>`).
+        .controller_flags(&["--allow-unknown-topic-configs"])
         .controller_flags(&extra)
         .logs(
             Some(log.as_deref().unwrap_or("warn,openraft=error")),

@@ -120,6 +120,11 @@ pub struct ControllerArgs {
     /// whichever is smaller].
     #[arg(long, env = "KEEL_DISK_RESERVE_BYTES")]
     disk_reserve_bytes: Option<u64>,
+    /// Carry topic config names Kafka's schema does not know instead of
+    /// refusing them with INVALID_CONFIG (as Kafka does). For tests and
+    /// benchmarks that need many distinct keys, or configs of a newer Kafka.
+    #[arg(long, env = "KEEL_ALLOW_UNKNOWN_TOPIC_CONFIGS")]
+    allow_unknown_topic_configs: bool,
     /// Principals allowed every admin operation whatever the ACLs say,
     /// comma separated: e.g. User:admin. Controllers always are.
     #[arg(long, env = "KEEL_SUPER_USERS")]
@@ -155,6 +160,7 @@ struct ControllerFile {
     allow_plaintext: Option<bool>,
     super_users: Option<Vec<String>>,
     disk_reserve_bytes: Option<u64>,
+    allow_unknown_topic_configs: Option<bool>,
     max_topics_per_request: Option<usize>,
     max_partitions_per_request: Option<u64>,
     max_partitions: Option<u64>,
@@ -367,6 +373,8 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
     if let Some(v) = a.disk_reserve_bytes.or(file.disk_reserve_bytes) {
         c.disk_reserve_bytes = Some(v);
     }
+    c.allow_unknown_topic_configs =
+        a.allow_unknown_topic_configs || file.allow_unknown_topic_configs.unwrap_or(false);
     if c.election_timeout_min_ms >= c.election_timeout_max_ms
         || c.raft_heartbeat_ms * 2 > c.election_timeout_min_ms
     {

@@ -348,6 +348,11 @@ impl AdminService for AdminApi {
         }
         let limits = self.shared.config.limits.clone();
         let validate_only = req.validate_only;
+        let unknown = if self.shared.config.allow_unknown_topic_configs {
+            keel_metadata::topic_config::UnknownConfigs::Allow
+        } else {
+            keel_metadata::topic_config::UnknownConfigs::Refuse
+        };
         let r = self
             .shared
             .submit(CommandKind::CreateTopics, move |image, env| {
@@ -369,7 +374,7 @@ impl AdminService for AdminApi {
                             .flatten()
                     },
                     |t| t.name.clone(),
-                    |ts| image.decide_create_topics(ts, validate_only, &mut env.rng),
+                    |ts| image.decide_create_topics_with(ts, validate_only, unknown, &mut env.rng),
                 );
                 Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
             })
@@ -906,6 +911,11 @@ impl AdminService for AdminApi {
         }
         let limits = self.shared.config.limits.clone();
         let validate_only = req.validate_only;
+        let unknown = if self.shared.config.allow_unknown_topic_configs {
+            keel_metadata::topic_config::UnknownConfigs::Allow
+        } else {
+            keel_metadata::topic_config::UnknownConfigs::Refuse
+        };
         let r = self
             .shared
             .submit(CommandKind::AlterConfigs, move |image, _| {
@@ -921,7 +931,7 @@ impl AdminService for AdminApi {
                             .err()
                     },
                     |(t, _)| t.clone(),
-                    |items| image.decide_alter_configs(items, validate_only),
+                    |items| image.decide_alter_configs_with(items, validate_only, unknown),
                 );
                 Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
             })

@@ -60,6 +60,9 @@ pub struct ControllerConfig {
     /// refused. `None`: 1 GiB or 5% of the file system, whichever is
     /// smaller.
     pub disk_reserve_bytes: Option<u64>,
+    /// Topic config names Kafka's schema does not know are carried instead
+    /// of refused with INVALID_CONFIG.
+    pub allow_unknown_topic_configs: bool,
 }
 
 impl ControllerConfig {
@@ -101,6 +104,7 @@ impl ControllerConfig {
             request_timeout_ms: 120_000,
             max_linearizable_reads_per_sec: 20_000,
             disk_reserve_bytes: None,
+            allow_unknown_topic_configs: false,
         }
     }
 

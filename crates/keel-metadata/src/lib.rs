@@ -27,6 +27,7 @@ pub mod records;
 pub mod selectors;
 pub mod state;
 pub mod synthetic;
+pub mod topic_config;
 pub mod validation;
 
 pub use control::{BrokerInfo, ControllerStamp, PartitionLeadership};

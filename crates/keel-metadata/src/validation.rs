@@ -1,8 +1,10 @@
 //! Input validation shared by the decide functions: topic names (Kafka's
-//! rules) and the topic configs the controller interprets. Other config keys
-//! are opaque: carried for brokers, never interpreted here.
+//! rules) and topic configs (Kafka's schema, see [`crate::topic_config`],
+//! plus what depends on the topic, like `min.insync.replicas` against the
+//! replication factor).
 
 use crate::error::{ApiError, ErrorCode};
+use crate::topic_config::UnknownConfigs;
 use crate::{MIN_INSYNC_REPLICAS, UNCLEAN_LEADER_ELECTION};
 
 /// Longest topic name Kafka accepts (a partition dir name must fit 255 bytes).
@@ -35,11 +37,13 @@ pub fn validate_topic_name(name: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Checks the config keys the controller interprets, for a topic whose
-/// partitions have `replication_factor` replicas.
+/// Checks topic configs against Kafka's schema (unknown names as
+/// `unknown` says), for a topic whose partitions have `replication_factor`
+/// replicas.
 pub fn validate_topic_configs<K: AsRef<str>, V: AsRef<str>>(
     configs: impl IntoIterator<Item = (K, V)>,
     replication_factor: u32,
+    unknown: UnknownConfigs,
 ) -> Result<(), ApiError> {
     let bad = |why: String| Err(ApiError::new(ErrorCode::InvalidConfig, why));
     for (key, value) in configs {
@@ -47,6 +51,7 @@ pub fn validate_topic_configs<K: AsRef<str>, V: AsRef<str>>(
         if key.is_empty() {
             return bad("config key is empty".into());
         }
+        crate::topic_config::check(key, value, unknown)?;
         if key == UNCLEAN_LEADER_ELECTION
             && !(value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("false"))
         {
@@ -85,16 +90,21 @@ mod tests {
     }
 
     #[test]
-    fn interpreted_configs_are_checked_and_others_pass_through() {
+    fn configs_follow_the_schema_and_unknown_names_only_pass_when_allowed() {
         let cfg = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
-        assert!(validate_topic_configs(&cfg(UNCLEAN_LEADER_ELECTION, "TRUE"), 3).is_ok());
-        assert!(validate_topic_configs(&cfg(UNCLEAN_LEADER_ELECTION, "yes"), 3).is_err());
-        assert!(validate_topic_configs(&cfg(MIN_INSYNC_REPLICAS, "2"), 3).is_ok());
+        let refuse = UnknownConfigs::Refuse;
+        assert!(validate_topic_configs(&cfg(UNCLEAN_LEADER_ELECTION, "TRUE"), 3, refuse).is_ok());
+        assert!(validate_topic_configs(&cfg(UNCLEAN_LEADER_ELECTION, "yes"), 3, refuse).is_err());
+        assert!(validate_topic_configs(&cfg(MIN_INSYNC_REPLICAS, "2"), 3, refuse).is_ok());
         for v in ["0", "4", "-1", "two"] {
-            let e = validate_topic_configs(&cfg(MIN_INSYNC_REPLICAS, v), 3).unwrap_err();
+            let e = validate_topic_configs(&cfg(MIN_INSYNC_REPLICAS, v), 3, refuse).unwrap_err();
             assert_eq!(e.code, ErrorCode::InvalidConfig, "{v}");
         }
-        assert!(validate_topic_configs(&cfg("retention.ms", "anything"), 1).is_ok());
-        assert!(validate_topic_configs(&cfg("", "x"), 1).is_err());
+        assert!(validate_topic_configs(&cfg("retention.ms", "anything"), 1, refuse).is_err());
+        assert!(validate_topic_configs(&cfg("retention.ms", "1000"), 1, refuse).is_ok());
+        assert!(validate_topic_configs(&cfg("custom.key", "x"), 1, refuse).is_err());
+        let allow = UnknownConfigs::Allow;
+        assert!(validate_topic_configs(&cfg("custom.key", "x"), 1, allow).is_ok());
+        assert!(validate_topic_configs(&cfg("", "x"), 1, allow).is_err());
     }
 }

@@ -217,10 +217,10 @@ fn alter_configs_writes_only_real_changes_and_validates_the_result() {
                 vec![
                     set("retention.ms", "1000"),
                     set(MIN_INSYNC_REPLICAS, "2"),
-                    ConfigOp::Delete("absent".into()),
+                    ConfigOp::Delete("cleanup.policy".into()),
                 ],
             ),
-            ("missing".into(), vec![set("a", "b")]),
+            ("missing".into(), vec![set("retention.ms", "5")]),
         ],
         false,
     );
@@ -256,9 +256,9 @@ fn alter_configs_writes_only_real_changes_and_validates_the_result() {
             "t".into(),
             vec![
                 set(MIN_INSYNC_REPLICAS, "9"),
-                set("x", "1"),
+                set("segment.ms", "1"),
                 ConfigOp::Delete(MIN_INSYNC_REPLICAS.into()),
-                set("x", "2"),
+                set("segment.ms", "2"),
             ],
         )],
         false,
@@ -274,11 +274,78 @@ fn alter_configs_writes_only_real_changes_and_validates_the_result() {
             },
             MetadataRecord::TopicConfig {
                 topic_id: t,
-                key: "x".into(),
+                key: "segment.ms".into(),
                 value: Some("2".into())
             },
         ]
     );
+}
+
+#[test]
+fn configs_follow_kafkas_schema_per_topic_and_unknown_names_only_when_allowed() {
+    use keel_metadata::topic_config::UnknownConfigs;
+    let mut c = Cluster::with_brokers(2);
+    c.create("t", &[&[1, 2]], &[]);
+    c.create("u", &[&[2, 1]], &[]);
+    let set = |k: &str, v: &str| ConfigOp::Set(k.into(), v.into());
+    let items = vec![
+        ("t".to_string(), vec![set("retention.ms", "abc")]),
+        ("u".to_string(), vec![set("retention.ms", "60000")]),
+    ];
+    let d = c.image.decide_alter_configs(&items, false);
+    let e = d.reply[0].1.clone().unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert!(e.message.contains("retention.ms"), "{}", e.message);
+    assert_eq!(d.reply[1].1, Ok(()), "the other topic is not held back");
+    assert_eq!(d.records.len(), 1);
+
+    let unknown = vec![("t".to_string(), vec![set("retention.msec", "1")])];
+    let d = c.image.decide_alter_configs(&unknown, false);
+    assert_eq!(code(&d.reply[0].1), ErrorCode::InvalidConfig);
+    assert!(d.records.is_empty());
+    let removal = vec![(
+        "t".to_string(),
+        vec![ConfigOp::Delete("retention.msec".into())],
+    )];
+    assert_eq!(
+        code(&c.image.decide_alter_configs(&removal, false).reply[0].1),
+        ErrorCode::InvalidConfig
+    );
+    let d = c
+        .image
+        .decide_alter_configs_with(&unknown, false, UnknownConfigs::Allow);
+    assert_eq!(d.reply[0].1, Ok(()));
+    assert_eq!(d.records.len(), 1);
+    let bad = vec![("t".to_string(), vec![set("cleanup.policy", "forever")])];
+    let d = c
+        .image
+        .decide_alter_configs_with(&bad, false, UnknownConfigs::Allow);
+    assert_eq!(
+        code(&d.reply[0].1),
+        ErrorCode::InvalidConfig,
+        "known keys stay checked"
+    );
+
+    // CreateTopics: the same schema, per topic.
+    let req = |name: &str, k: &str, v: &str| CreateTopic {
+        name: name.into(),
+        partitions: 1,
+        replication_factor: 1,
+        assignments: None,
+        configs: [(k.to_string(), v.to_string())].into(),
+    };
+    let d = c.image.decide_create_topics(
+        &[
+            req("a", "segment.bytes", "13"),
+            req("b", "custom.key", "x"),
+            req("c", "cleanup.policy", "compact"),
+        ],
+        false,
+        &mut c.rng,
+    );
+    assert_eq!(code(&d.reply[0].1), ErrorCode::InvalidConfig);
+    assert_eq!(code(&d.reply[1].1), ErrorCode::InvalidConfig);
+    assert!(d.reply[2].1.is_ok());
 }
 
 #[test]

@@ -12,6 +12,7 @@ use crate::image::MetadataImage;
 use crate::placement::{place_replicas, PlacementBroker};
 use crate::records::{MetadataRecord, PartitionRecord, TopicRecord};
 use crate::selectors;
+use crate::topic_config::UnknownConfigs;
 use crate::validation::{validate_topic_configs, validate_topic_name};
 
 /// One topic of a CreateTopics request.
@@ -190,12 +191,24 @@ impl MetadataImage {
         validate_only: bool,
         rng: &mut impl rand::Rng,
     ) -> Decision<Vec<(String, Result<CreatedTopic, ApiError>)>> {
+        self.decide_create_topics_with(topics, validate_only, UnknownConfigs::Refuse, rng)
+    }
+
+    /// [`Self::decide_create_topics`], with config names the schema does
+    /// not know handled as `unknown` says.
+    pub fn decide_create_topics_with(
+        &self,
+        topics: &[CreateTopic],
+        validate_only: bool,
+        unknown: UnknownConfigs,
+        rng: &mut impl rand::Rng,
+    ) -> Decision<Vec<(String, Result<CreatedTopic, ApiError>)>> {
         let dup = duplicated(topics.iter().map(|t| t.name.as_str()));
         let mut w = Working::new(self);
         let mut taken = BTreeSet::new();
         let mut replies = Vec::with_capacity(topics.len());
         for t in topics {
-            let outcome = self.plan_topic(t, &dup, rng).map(|rows| {
+            let outcome = self.plan_topic(t, &dup, unknown, rng).map(|rows| {
                 let topic_id = fresh_topic_id(self, &taken, rng);
                 taken.insert(topic_id);
                 let created = CreatedTopic {
@@ -227,6 +240,7 @@ impl MetadataImage {
         &self,
         t: &CreateTopic,
         dup: &BTreeSet<&str>,
+        unknown: UnknownConfigs,
         rng: &mut impl rand::Rng,
     ) -> Result<Vec<Vec<BrokerId>>, ApiError> {
         validate_topic_name(&t.name)?;
@@ -265,7 +279,7 @@ impl MetadataImage {
                     ));
                 }
                 check_assignment(self, rows, None)?;
-                validate_topic_configs(&t.configs, width)?;
+                validate_topic_configs(&t.configs, width, unknown)?;
                 rows.clone()
             }
             None => {
@@ -289,7 +303,7 @@ impl MetadataImage {
                         ),
                     ));
                 }
-                validate_topic_configs(&t.configs, t.replication_factor)?;
+                validate_topic_configs(&t.configs, t.replication_factor, unknown)?;
                 place_replicas(&brokers, t.partitions, t.replication_factor, rng)?
             }
         };
@@ -397,12 +411,23 @@ impl MetadataImage {
         items: &[(String, Vec<ConfigOp>)],
         validate_only: bool,
     ) -> Decision<Vec<(String, Result<(), ApiError>)>> {
+        self.decide_alter_configs_with(items, validate_only, UnknownConfigs::Refuse)
+    }
+
+    /// [`Self::decide_alter_configs`], with config names the schema does
+    /// not know handled as `unknown` says.
+    pub fn decide_alter_configs_with(
+        &self,
+        items: &[(String, Vec<ConfigOp>)],
+        validate_only: bool,
+        unknown: UnknownConfigs,
+    ) -> Decision<Vec<(String, Result<(), ApiError>)>> {
         let dup = duplicated(items.iter().map(|(n, _)| n.as_str()));
         let mut w = Working::new(self);
         let mut replies = Vec::with_capacity(items.len());
         for (name, ops) in items {
             let outcome = self
-                .plan_configs(name, ops, &dup)
+                .plan_configs(name, ops, &dup, unknown)
                 .map(|(topic_id, changes)| {
                     if validate_only {
                         return;
@@ -448,6 +473,7 @@ impl MetadataImage {
         name: &str,
         ops: &'a [ConfigOp],
         dup: &BTreeSet<&str>,
+        unknown: UnknownConfigs,
     ) -> Result<(TopicId, ConfigChanges<'a>), ApiError> {
         if dup.contains(name) {
             return Err(api(
@@ -486,7 +512,10 @@ impl MetadataImage {
         } else {
             u32::MAX
         };
-        validate_topic_configs(set(), rf)?;
+        for k in last.iter().filter_map(|(k, v)| v.is_none().then_some(*k)) {
+            crate::topic_config::check_name(k, unknown)?;
+        }
+        validate_topic_configs(set(), rf, unknown)?;
         let changes = last
             .into_iter()
             .filter(|(k, v)| t.configs.get(*k).map(|c| &**c) != *v)

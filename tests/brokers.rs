@@ -244,6 +244,14 @@ async fn bad_registrations_and_heartbeats_get_typed_errors_and_write_nothing() {
         register(bad_address).await,
         Some(pb::ErrorCode::InvalidRequest as i32)
     );
+    let bad_kafka_address = pb::RegisterBrokerRequest {
+        kafka_address: Some("localhost:9094".into()),
+        ..good.clone()
+    };
+    assert_eq!(
+        register(bad_kafka_address).await,
+        Some(pb::ErrorCode::InvalidRequest as i32)
+    );
 
     let hb = pb::BrokerHeartbeatRequest {
         broker_id: 42,

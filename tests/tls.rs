@@ -350,6 +350,7 @@ async fn brokers_and_controllers_accept_requests_only_from_the_certificate_they_
             rack: None,
             log_dirs: vec![],
             previous_broker_epoch: 0,
+            kafka_address: None,
         })
         .await
         .expect_err("broker 2 cannot register as broker 1");

@@ -123,6 +123,7 @@ async fn simulated_broker(
             rack: None,
             log_dirs: vec![],
             previous_broker_epoch: 0,
+            kafka_address: None,
         };
         let epoch = match c.register_broker(reg).await {
             Ok(r) if r.get_ref().error.is_none() => r.get_ref().broker_epoch,

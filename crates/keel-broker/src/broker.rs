@@ -17,6 +17,7 @@ use crate::control::ControlService;
 use crate::controller_link::ControllerLink;
 use crate::data_dir::DataDir;
 use crate::history::HistoryLog;
+use crate::kafka::CacheViews;
 use crate::net::Dialer;
 use crate::replica::ReplicaHandler;
 use crate::shared::{lock, Shared};
@@ -62,11 +63,25 @@ impl Broker {
                 message: e.to_string(),
             })?;
         let local_addr = listener.local_addr()?;
+        let kafka_listener = match config.kafka_listen {
+            None => None,
+            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+                BrokerError::Listen {
+                    addr: addr.to_string(),
+                    message: format!("Kafka listener: {e}"),
+                }
+            })?),
+        };
+        let kafka_address = match &kafka_listener {
+            Some(l) => Some(l.local_addr()?),
+            None => None,
+        };
         let rpc_timeout = Duration::from_millis((config.session_timeout_ms / 3).clamp(200, 5_000));
         let incarnation = data_dir.incarnation_id();
         let shared = Arc::new(Shared {
             id,
             address: local_addr,
+            kafka_address,
             incarnation,
             state: Mutex::new(BrokerState::new(id, history, crate::shared::wall_ms)),
             data_dir: Mutex::new(data_dir),
@@ -81,7 +96,7 @@ impl Broker {
             shutdown_allowed: watch::Sender::new(false),
             config,
         });
-        info!(broker = id.0, address = %local_addr, %incarnation, transport = %shared.config.transport, "broker starting");
+        info!(broker = id.0, address = %local_addr, kafka = ?kafka_address, %incarnation, transport = %shared.config.transport, "broker starting");
 
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
@@ -109,6 +124,28 @@ impl Broker {
                 error!(error = %e, "broker gRPC server failed");
             }
         }));
+        if let Some(l) = kafka_listener {
+            if !matches!(shared.config.transport, keel_tls::Transport::Plaintext) {
+                warn!(
+                    kafka = ?kafka_address,
+                    "the Kafka listener speaks plaintext and authenticates nobody: whoever reaches it reads the cluster's metadata (brokers, topic names, partitions), though it changes nothing"
+                );
+            }
+            let views = Arc::new(CacheViews {
+                shared: shared.clone(),
+                last: Mutex::new(None),
+            });
+            let limits = keel_kafka::ListenerConfig {
+                max_request_bytes: shared.config.kafka_max_request_bytes,
+                ..keel_kafka::ListenerConfig::default()
+            };
+            tasks.push(tokio::spawn(keel_kafka::serve(
+                l,
+                views,
+                limits,
+                stop_rx.clone(),
+            )));
+        }
         tasks.push(tokio::spawn(replica::run_fetcher(
             shared.clone(),
             stop_rx.clone(),
@@ -143,6 +180,11 @@ impl Broker {
     /// The bound address (differs from the configured one when its port was 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// The bound Kafka listener, when the broker has one.
+    pub fn kafka_addr(&self) -> Option<SocketAddr> {
+        self.shared.kafka_address
     }
 
     /// This data dir's incarnation id.

@@ -21,6 +21,9 @@ pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 60_000;
 /// The largest LeaderAndIsr, UpdateMetadata or StopReplica decoded by
 /// default: one may carry thousands of partitions with long topic names.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 << 20;
+/// The largest Kafka request read by default: Kafka's
+/// `socket.request.max.bytes` (100 MiB).
+pub const DEFAULT_KAFKA_MAX_REQUEST_BYTES: usize = keel_kafka::DEFAULT_MAX_REQUEST_BYTES;
 
 /// Everything one broker process needs to know at start.
 #[derive(Clone, Debug)]
@@ -64,6 +67,13 @@ pub struct BrokerConfig {
     /// How the listener and every client speak: mutual TLS with this
     /// broker's certificate, or plaintext.
     pub transport: keel_tls::Transport,
+    /// Where the Kafka listener binds (`None`: no Kafka listener). Port 0
+    /// picks a free port; the bound address is what gets registered, and
+    /// what other brokers' Metadata answers name.
+    pub kafka_listen: Option<SocketAddr>,
+    /// A Kafka request whose length prefix claims more closes its
+    /// connection.
+    pub kafka_max_request_bytes: usize,
 }
 
 impl BrokerConfig {
@@ -91,6 +101,8 @@ impl BrokerConfig {
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             transport: keel_tls::Transport::Plaintext,
+            kafka_listen: None,
+            kafka_max_request_bytes: DEFAULT_KAFKA_MAX_REQUEST_BYTES,
         }
     }
 
@@ -118,6 +130,9 @@ impl BrokerConfig {
         }
         if self.max_message_bytes == 0 {
             return bad("max_message_bytes must be at least 1");
+        }
+        if self.kafka_max_request_bytes == 0 {
+            return bad("kafka_max_request_bytes must be at least 1");
         }
         Ok(())
     }

@@ -13,6 +13,7 @@ mod data_dir;
 mod error;
 mod history;
 mod isr;
+mod kafka;
 mod lifecycle;
 pub mod metrics;
 mod net;
@@ -23,8 +24,8 @@ mod view;
 
 pub use broker::{Broker, CONTROLLED_SHUTDOWN_TIMEOUT};
 pub use config::{
-    BrokerConfig, DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_REPLICA_FETCH_INTERVAL_MS,
-    DEFAULT_REPLICA_LAG_TIME_MAX_MS, DEFAULT_SESSION_TIMEOUT_MS,
+    BrokerConfig, DEFAULT_HEARTBEAT_INTERVAL_MS, DEFAULT_KAFKA_MAX_REQUEST_BYTES,
+    DEFAULT_REPLICA_FETCH_INTERVAL_MS, DEFAULT_REPLICA_LAG_TIME_MAX_MS, DEFAULT_SESSION_TIMEOUT_MS,
 };
 pub use data_dir::HISTORY_FILE;
 pub use error::BrokerError;

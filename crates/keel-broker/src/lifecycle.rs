@@ -73,6 +73,7 @@ async fn register(
             rack: cfg.rack.clone(),
             log_dirs: cfg.log_dirs.clone(),
             previous_broker_epoch: previous.0,
+            kafka_address: shared.kafka_address.map(|a| a.to_string()),
         };
         let (addr, client) = shared.controller();
         let delay = match client {

@@ -24,6 +24,8 @@ pub(crate) struct Shared {
     pub id: BrokerId,
     /// The bound listen address: what the controller is told.
     pub address: SocketAddr,
+    /// The bound Kafka listener, if any: registered with the controller.
+    pub kafka_address: Option<SocketAddr>,
     pub incarnation: IncarnationId,
     /// One lock for the whole broker state: see [`BrokerState`] for why.
     pub state: Mutex<BrokerState>,

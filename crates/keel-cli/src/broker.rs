@@ -64,6 +64,16 @@ pub struct BrokerArgs {
     /// bytes; a larger one is refused (OUT_OF_RANGE) [default: 67108864].
     #[arg(long, env = "KEEL_BROKER_MAX_MESSAGE_BYTES")]
     max_message_bytes: Option<usize>,
+    /// Kafka listener address, e.g. 127.0.0.21:9094: Kafka clients (kcat,
+    /// AdminClients) read the cluster's metadata there (no TLS; off when
+    /// not given).
+    #[arg(long, env = "KEEL_BROKER_KAFKA_LISTEN")]
+    kafka_listen: Option<SocketAddr>,
+    /// Largest Kafka request read, in bytes (Kafka's
+    /// socket.request.max.bytes); a larger one closes its connection
+    /// [default: 104857600].
+    #[arg(long, env = "KEEL_BROKER_KAFKA_MAX_REQUEST_BYTES")]
+    kafka_max_request_bytes: Option<usize>,
     /// Prometheus metrics address.
     #[arg(long, env = "KEEL_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
@@ -100,6 +110,8 @@ struct BrokerFile {
     max_concurrent_streams: Option<u32>,
     request_timeout_ms: Option<u64>,
     max_message_bytes: Option<usize>,
+    kafka_listen: Option<SocketAddr>,
+    kafka_max_request_bytes: Option<usize>,
     metrics_listen: Option<SocketAddr>,
     log_format: Option<LogFormat>,
     tls_cert: Option<PathBuf>,
@@ -191,6 +203,13 @@ fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat)
         }
         c.max_message_bytes = v;
     }
+    c.kafka_listen = a.kafka_listen.or(f.kafka_listen);
+    if let Some(v) = a.kafka_max_request_bytes.or(f.kafka_max_request_bytes) {
+        if v == 0 {
+            return Err("kafka_max_request_bytes must be at least 1".into());
+        }
+        c.kafka_max_request_bytes = v;
+    }
     Ok((
         c,
         a.metrics_listen.or(f.metrics_listen),
@@ -236,6 +255,8 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
     if let Err(code) = logging::setup(format, metrics) {
         return code;
     }
+    keel_broker::metrics::describe();
+    logging::build_info("broker");
     logging::raise_fd_limit();
     crate::tls::reload_on_sighup(&config.transport, keel_tls::Role::Broker(config.broker_id));
     let broker = match Broker::start(config).await {
@@ -347,6 +368,38 @@ mod tests {
             ),
             (9, 700, 8192)
         );
+    }
+
+    #[test]
+    fn the_kafka_listener_is_off_by_default_and_comes_from_flags_or_the_file() {
+        let (c, _, _) = build(&parse(&BASE).unwrap()).unwrap();
+        assert_eq!(c.kafka_listen, None);
+        assert_eq!(c.kafka_max_request_bytes, 100 << 20);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("broker.toml");
+        std::fs::write(
+            &file,
+            "kafka_listen = \"127.0.0.1:9094\"\nkafka_max_request_bytes = 4096\n",
+        )
+        .unwrap();
+        let file = file.to_str().unwrap();
+        let (c, _, _) = build(&parse(&with(&["--config", file])).unwrap()).unwrap();
+        assert_eq!(c.kafka_listen, Some("127.0.0.1:9094".parse().unwrap()));
+        assert_eq!(c.kafka_max_request_bytes, 4096);
+        let flags = with(&[
+            "--config",
+            file,
+            "--kafka-listen",
+            "127.0.0.2:9095",
+            "--kafka-max-request-bytes",
+            "8192",
+        ]);
+        let (c, _, _) = build(&parse(&flags).unwrap()).unwrap();
+        assert_eq!(c.kafka_listen, Some("127.0.0.2:9095".parse().unwrap()));
+        assert_eq!(c.kafka_max_request_bytes, 8192);
+        let e = build(&parse(&with(&["--kafka-max-request-bytes", "0"])).unwrap())
+            .expect_err("0 bytes refused");
+        assert_eq!(e, "kafka_max_request_bytes must be at least 1");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `keel dev`: a local cluster in one command — three controllers on
-//! 127.0.0.11-13:9093 and brokers on 127.0.0.21-:9092, as child processes of
-//! this one, with data and logs under one directory. Ctrl-C stops the
-//! brokers by controlled shutdown, then the controllers.
+//! 127.0.0.11-13:9093 and brokers on 127.0.0.21-:9092 (Kafka listeners on
+//! :9094), as child processes of this one, with data and logs under one
+//! directory. Ctrl-C stops the brokers by controlled shutdown, then the
+//! controllers.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use keel_proto::client::ControllerClient;
 use keel_proto::pb;
-use keel_testkit::{Addressing, Cluster, Naming, Ports, Role, Root, Spec};
+use keel_testkit::{Addressing, Cluster, KafkaPorts, Naming, Ports, Role, Root, Spec};
 
 use crate::EXIT_LOCAL;
 
@@ -37,6 +38,8 @@ const CONTROLLER_PORT: u16 = 9093;
 const BROKER_PORT: u16 = 9092;
 const CONTROLLER_METRICS_PORT: u16 = 9100;
 const BROKER_METRICS_PORT: u16 = 9101;
+/// Each broker's Kafka listener, on the broker's own address.
+const BROKER_KAFKA_PORT: u16 = 9094;
 
 /// Where `keel dev` notes its certificates directory while it runs, so the
 /// admin commands (which default to the dev cluster's addresses) find the
@@ -76,6 +79,7 @@ fn spec(exe: PathBuf, a: &DevArgs) -> Spec {
             },
         })
         .root(Root::At(a.dir.clone()))
+        .kafka(KafkaPorts::Fixed(BROKER_KAFKA_PORT))
         .metrics(true)
         .tls(true)
         .logs(None, None);
@@ -220,6 +224,10 @@ pub async fn run(a: DevArgs) -> ExitCode {
     println!();
     println!("  controllers  {}", controllers_list);
     println!("  brokers      {}", c.broker_addrs().join(","));
+    println!(
+        "  Kafka        {} (plaintext; Metadata, ApiVersions, DescribeCluster)",
+        c.kafka_addrs().join(",")
+    );
     println!("  metrics      http://127.0.0.1{{1,2,3}}:9100/metrics (controllers), http://127.0.0.2X:9101/metrics (brokers)");
     println!("  data + logs  {}", a.dir.display());
     println!(
@@ -233,6 +241,10 @@ pub async fn run(a: DevArgs) -> ExitCode {
     println!("  keel topics create orders --partitions 6 --replication-factor 3");
     println!("  keel topics describe --topic orders");
     println!("  keel elect-leaders --preferred --all");
+    println!(
+        "  kcat -L -b {}",
+        c.kafka_addrs().first().map_or("", String::as_str)
+    );
     println!("(`cargo run --release --` in place of `keel` from the source tree.)");
     println!();
     if a.exit_when_ready {

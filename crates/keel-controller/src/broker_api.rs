@@ -101,6 +101,18 @@ impl BrokerService for BrokerApi {
                 0,
             );
         }
+        let kafka_address = req.kafka_address.filter(|a| !a.is_empty());
+        if let Some(a) = kafka_address.as_deref() {
+            if a.parse::<std::net::SocketAddr>().is_err() {
+                return reply(
+                    Some(error_to_pb(&ApiError::new(
+                        ErrorCode::InvalidRequest,
+                        format!("Kafka listener address {a:?} is not HOST:PORT"),
+                    ))),
+                    0,
+                );
+            }
+        }
         let broker = BrokerId(req.broker_id);
         let reg = RegisterBroker {
             broker,
@@ -109,6 +121,7 @@ impl BrokerService for BrokerApi {
             rack: req.rack.filter(|r| !r.is_empty()),
             log_dirs: req.log_dirs,
             previous_epoch: BrokerEpoch(req.previous_broker_epoch),
+            kafka_address,
         };
         let shared = self.shared.clone();
         let r = self

@@ -577,6 +577,7 @@ impl Intruder {
             rack: None,
             log_dirs: vec![],
             previous_broker_epoch: previous_epoch,
+            kafka_address: None,
         }
     }
 

@@ -59,4 +59,6 @@ pub struct BrokerInfo {
     pub fenced: bool,
     /// In controlled shutdown: may not become leader or join an ISR.
     pub shutting_down: bool,
+    /// `host:port` of its Kafka listener; `None` when it has none.
+    pub kafka_address: Option<String>,
 }

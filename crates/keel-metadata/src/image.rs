@@ -47,6 +47,40 @@ pub struct BrokerRegistration {
     pub fenced: bool,
     /// In controlled shutdown: may not become leader or join an ISR.
     pub shutting_down: bool,
+    /// `host:port` of its Kafka listener; `None` when it registered none.
+    pub kafka_address: Option<String>,
+}
+
+/// A registration as format versions 1 and 2 wrote it (before Kafka
+/// listeners), read only to decode an old snapshot.
+#[derive(Clone, Deserialize)]
+struct BrokerRegistrationV2 {
+    id: BrokerId,
+    epoch: BrokerEpoch,
+    incarnation: IncarnationId,
+    address: String,
+    rack: Option<String>,
+    log_dirs: Vec<String>,
+    offline_log_dirs: Vec<String>,
+    fenced: bool,
+    shutting_down: bool,
+}
+
+impl From<BrokerRegistrationV2> for BrokerRegistration {
+    fn from(b: BrokerRegistrationV2) -> Self {
+        Self {
+            id: b.id,
+            epoch: b.epoch,
+            incarnation: b.incarnation,
+            address: b.address,
+            rack: b.rack,
+            log_dirs: b.log_dirs,
+            offline_log_dirs: b.offline_log_dirs,
+            fenced: b.fenced,
+            shutting_down: b.shutting_down,
+            kafka_address: None,
+        }
+    }
 }
 
 impl BrokerRegistration {
@@ -191,12 +225,37 @@ pub struct MetadataImage {
 struct ImageV1 {
     offset: u64,
     #[serde(deserialize_with = "sorted_map::deserialize")]
-    brokers: OrdMap<BrokerId, BrokerRegistration>,
+    brokers: OrdMap<BrokerId, BrokerRegistrationV2>,
     #[serde(deserialize_with = "sorted_map::deserialize")]
     topics: OrdMap<TopicId, Arc<TopicImage>>,
     #[serde(deserialize_with = "sorted_map::deserialize")]
     topic_names: OrdMap<String, TopicId>,
     partitions: PartitionTable,
+}
+
+/// The image as format version 2 wrote it (registrations without a Kafka
+/// listener), read only to decode an old snapshot.
+#[derive(Deserialize)]
+struct ImageV2 {
+    offset: u64,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    brokers: OrdMap<BrokerId, BrokerRegistrationV2>,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    topics: OrdMap<TopicId, Arc<TopicImage>>,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    topic_names: OrdMap<String, TopicId>,
+    partitions: PartitionTable,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    acls: OrdMap<AclBinding, ()>,
+}
+
+/// Registrations of a legacy image in today's shape.
+fn upgrade_brokers(
+    old: OrdMap<BrokerId, BrokerRegistrationV2>,
+) -> OrdMap<BrokerId, BrokerRegistration> {
+    old.iter()
+        .map(|(id, b)| (*id, BrokerRegistration::from(b.clone())))
+        .collect()
 }
 
 /// A transaction whose records replay holds back.
@@ -545,6 +604,13 @@ impl MetadataImage {
                 }
                 Ok(())
             }
+            MetadataRecord::BrokerKafkaListener { broker, address } => {
+                // Only the registration of this very entry: its epoch is
+                // this entry's index.
+                let b = self.broker_mut(*broker, BrokerEpoch(offset), offset)?;
+                b.kafka_address = Some(address.clone());
+                Ok(())
+            }
             // Markers are handled by `replay` and never held.
             MetadataRecord::BeginTransaction { .. }
             | MetadataRecord::EndTransaction
@@ -594,6 +660,8 @@ impl MetadataImage {
                 offline_log_dirs: Vec::new(),
                 fenced: true,
                 shutting_down: false,
+                // Set by the `BrokerKafkaListener` record that follows, if any.
+                kafka_address: None,
             },
         );
         Ok(())
@@ -1093,11 +1161,22 @@ impl MetadataImage {
             let v1: ImageV1 = decode_versioned(bytes)?;
             Self {
                 offset: v1.offset,
-                brokers: v1.brokers,
+                brokers: upgrade_brokers(v1.brokers),
                 topics: v1.topics,
                 topic_names: v1.topic_names,
                 partitions: v1.partitions,
                 acls: OrdMap::new(),
+                transaction: None,
+            }
+        } else if bytes.starts_with(&2u16.to_le_bytes()) {
+            let v2: ImageV2 = decode_versioned(bytes)?;
+            Self {
+                offset: v2.offset,
+                brokers: upgrade_brokers(v2.brokers),
+                topics: v2.topics,
+                topic_names: v2.topic_names,
+                partitions: v2.partitions,
+                acls: v2.acls,
                 transaction: None,
             }
         } else {

@@ -88,7 +88,8 @@ pub fn plan<'a>(
                 p.updates.changed_brokers.insert(*broker);
             }
             MetadataRecord::BrokerShuttingDown { broker, .. }
-            | MetadataRecord::LogDirsOffline { broker, .. } => {
+            | MetadataRecord::LogDirsOffline { broker, .. }
+            | MetadataRecord::BrokerKafkaListener { broker, .. } => {
                 p.updates.changed_brokers.insert(*broker);
             }
             MetadataRecord::Partition(r) => {

@@ -15,7 +15,12 @@ use crate::state::ReplicaState;
 /// 2: the image carries ACL bindings. Records only gained variants at the
 /// end of the enum, so version 1 batches decode unchanged; a version 1
 /// image is read through its own legacy shape.
-pub const RECORD_FORMAT_VERSION: u16 = 2;
+///
+/// 3: a broker registration may name a Kafka listener (the
+/// `BrokerKafkaListener` record, in the image `kafka_address`). Again only
+/// a variant at the end of the enum; version 1 and 2 images are read
+/// through legacy shapes whose registrations have no listener.
+pub const RECORD_FORMAT_VERSION: u16 = 3;
 /// The oldest version still decoded.
 pub const OLDEST_RECORD_FORMAT_VERSION: u16 = 1;
 
@@ -94,6 +99,16 @@ pub enum MetadataRecord {
     AclAdded(crate::acl::AclBinding),
     /// An ACL binding is removed.
     AclRemoved(crate::acl::AclBinding),
+    /// The Kafka listener of the registration made in this same entry: it
+    /// follows that registration's `RegisterBroker` record (Kafka keeps
+    /// endpoints in `RegisterBrokerRecord`; here they came later, as a
+    /// record of their own, so older records keep their shape). A
+    /// registration without one has no Kafka listener.
+    BrokerKafkaListener {
+        broker: BrokerId,
+        /// `host:port` where Kafka clients reach the broker.
+        address: String,
+    },
 }
 
 impl MetadataRecord {

@@ -156,6 +156,10 @@ impl Sim {
                     } else {
                         BrokerEpoch(0)
                     },
+                    kafka_address: op
+                        .c
+                        .is_multiple_of(2)
+                        .then(|| format!("127.0.0.{}:9094", broker.0)),
                 };
                 self.image
                     .decide_register_broker(&req, op.seed & 1 != 0)
@@ -355,6 +359,7 @@ fn run(ops: &[Op]) -> Sim {
             rack: Some(format!("rack-{}", id % 2)),
             log_dirs: DIRS.iter().map(|d| d.to_string()).collect(),
             previous_epoch: BrokerEpoch(0),
+            kafka_address: None,
         };
         sim.commit(sim.image.decide_register_broker(&req, false).records);
         let epoch = sim.epoch(BrokerId(id));

@@ -138,6 +138,7 @@ pub fn broker_to_pb(b: &BrokerRegistration) -> pb::BrokerInfo {
         rack: b.rack.clone(),
         fenced: b.fenced,
         shutting_down: b.shutting_down,
+        kafka_address: b.kafka_address.clone(),
     }
 }
 
@@ -251,6 +252,7 @@ pub fn broker_info_from_pb(b: pb::BrokerInfo) -> BrokerInfo {
         rack: b.rack,
         fenced: b.fenced,
         shutting_down: b.shutting_down,
+        kafka_address: b.kafka_address,
     }
 }
 
@@ -262,6 +264,7 @@ pub fn broker_info_to_pb(b: &BrokerInfo) -> pb::BrokerInfo {
         rack: b.rack.clone(),
         fenced: b.fenced,
         shutting_down: b.shutting_down,
+        kafka_address: b.kafka_address.clone(),
     }
 }
 
@@ -423,6 +426,7 @@ mod broker_side_tests {
             rack: Some("r1".into()),
             fenced: true,
             shutting_down: false,
+            kafka_address: Some("127.0.0.3:9094".into()),
         };
         let b = broker_info_from_pb(sent.clone());
         assert_eq!(
@@ -434,6 +438,7 @@ mod broker_side_tests {
                 rack: Some("r1".into()),
                 fenced: true,
                 shutting_down: false,
+                kafka_address: Some("127.0.0.3:9094".into()),
             }
         );
         assert_eq!(broker_info_to_pb(&b), sent);

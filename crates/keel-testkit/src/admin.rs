@@ -200,6 +200,7 @@ pub async fn register_stand_in(
         rack: None,
         log_dirs: vec![],
         previous_broker_epoch: 0,
+        kafka_address: None,
     };
     let r = client
         .broker(|mut c| {

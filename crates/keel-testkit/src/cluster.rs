@@ -51,6 +51,16 @@ pub enum Ports {
     },
 }
 
+/// Where brokers' Kafka listeners (`--kafka-listen`) listen: on each
+/// broker's own address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KafkaPorts {
+    /// A free port per broker, picked at layout.
+    Free,
+    /// This port on every broker (they have addresses of their own).
+    Fixed(u16),
+}
+
 /// Names of node directories and logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Naming {
@@ -113,6 +123,8 @@ pub struct Spec {
     /// Every node started with libfiu's POSIX preload, so
     /// [`Cluster::disk_fault`] can fail its file system calls.
     pub fiu: bool,
+    /// A Kafka listener on every broker (`None`: none).
+    pub kafka: Option<KafkaPorts>,
 }
 
 impl Spec {
@@ -143,7 +155,14 @@ impl Spec {
             tmpfs_bytes: None,
             allow_unsafe_build: false,
             fiu: false,
+            kafka: None,
         }
+    }
+
+    /// A Kafka listener on every broker (see [`Spec::kafka`]).
+    pub fn kafka(mut self, ports: KafkaPorts) -> Self {
+        self.kafka = Some(ports);
+        self
     }
 
     /// Nodes under libfiu (see [`Spec::fiu`] and [`crate::fiu`]).
@@ -311,6 +330,8 @@ pub struct Node {
     pub addr: SocketAddr,
     /// The Prometheus listener, when the spec asks for one.
     pub metrics_addr: Option<SocketAddr>,
+    /// A broker's Kafka listener, when the spec asks for one.
+    pub kafka_addr: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub process: Process,
     /// The LazyFS mount the data dir is on (dropped after the process).
@@ -419,6 +440,8 @@ pub struct Cluster {
     lazyfs: Option<PathBuf>,
     /// Size of each node's tmpfs, when data dirs are on tmpfs.
     tmpfs_bytes: Option<u64>,
+    /// Brokers' Kafka listeners, when the spec asks for them.
+    kafka: Option<KafkaPorts>,
 }
 
 /// The user whose certificate the kit's clients present.
@@ -465,6 +488,7 @@ impl Cluster {
             certs: None,
             transport: Transport::Plaintext,
             tmpfs_bytes: spec.tmpfs_bytes,
+            kafka: spec.kafka,
             lazyfs: if spec.lazyfs {
                 Some(crate::lazyfs::binary()?)
             } else {
@@ -489,7 +513,12 @@ impl Cluster {
         }
         for i in 0..spec.brokers {
             let (addr, metrics) = c.addresses(Role::Broker, i)?;
-            let node = c.broker_node(i as u32 + 1, addr, metrics);
+            let kafka = match c.kafka {
+                None => None,
+                Some(KafkaPorts::Fixed(port)) => Some(SocketAddr::new(addr.ip(), port)),
+                Some(KafkaPorts::Free) => Some(SocketAddr::new(addr.ip(), free_port(addr.ip())?)),
+            };
+            let node = c.broker_node(i as u32 + 1, addr, metrics, kafka);
             c.nodes.push(node);
         }
         for i in 0..c.nodes.len() {
@@ -696,6 +725,7 @@ impl Cluster {
             id,
             addr,
             metrics_addr: metrics,
+            kafka_addr: None,
             process: Process::new(
                 name.clone(),
                 self.launch(args, &self.controller_log),
@@ -707,7 +737,13 @@ impl Cluster {
         }
     }
 
-    fn broker_node(&self, id: u32, addr: SocketAddr, metrics: Option<SocketAddr>) -> Node {
+    fn broker_node(
+        &self,
+        id: u32,
+        addr: SocketAddr,
+        metrics: Option<SocketAddr>,
+        kafka: Option<SocketAddr>,
+    ) -> Node {
         let name = self.node_name(Role::Broker, id);
         let data_dir = self.data_dir_of(&name);
         let mut args = vec![
@@ -726,6 +762,9 @@ impl Cluster {
         if let Some(m) = metrics {
             args.extend(["--metrics-listen".into(), m.to_string()]);
         }
+        if let Some(k) = kafka {
+            args.extend(["--kafka-listen".into(), k.to_string()]);
+        }
         args.extend(self.tls_flags(&keel_tls::Identity::broker(&self.cluster_id, id)));
         args.extend(self.broker_flags.iter().cloned());
         Node {
@@ -733,6 +772,7 @@ impl Cluster {
             id,
             addr,
             metrics_addr: metrics,
+            kafka_addr: kafka,
             process: Process::new(
                 name.clone(),
                 self.launch(args, &self.broker_log),
@@ -853,7 +893,11 @@ impl Cluster {
         let taken: Vec<String> = self
             .nodes
             .iter()
-            .flat_map(|n| std::iter::once(n.addr).chain(n.metrics_addr))
+            .flat_map(|n| {
+                std::iter::once(n.addr)
+                    .chain(n.metrics_addr)
+                    .chain(n.kafka_addr)
+            })
             .filter(|a| TcpListener::bind(a).is_err())
             .map(|a| a.to_string())
             .collect();
@@ -913,6 +957,14 @@ impl Cluster {
     /// `ip:port` of every broker, in id order.
     pub fn broker_addrs(&self) -> Vec<String> {
         self.brokers().map(Node::address).collect()
+    }
+
+    /// `ip:port` of every broker's Kafka listener, in id order (brokers
+    /// without one are left out).
+    pub fn kafka_addrs(&self) -> Vec<String> {
+        self.brokers()
+            .filter_map(|n| n.kafka_addr.map(|a| a.to_string()))
+            .collect()
     }
 
     /// `1@ip:port,2@...`, as `--voters` takes it.
@@ -1405,7 +1457,11 @@ mod tests {
             .nodes
             .iter()
             .chain(b.nodes.iter())
-            .flat_map(|n| std::iter::once(n.addr).chain(n.metrics_addr))
+            .flat_map(|n| {
+                std::iter::once(n.addr)
+                    .chain(n.metrics_addr)
+                    .chain(n.kafka_addr)
+            })
             .collect();
         let n = all.len();
         assert_eq!(n, 12 + 6);
@@ -1429,6 +1485,7 @@ mod tests {
             id: 1,
             addr: "127.0.0.1:9".parse().unwrap(),
             metrics_addr: None,
+            kafka_addr: None,
             data_dir: dir.path().join("b1"),
             process: Process::new("b1", launch, dir.path().join("b1.log")),
             disk: None,

@@ -29,7 +29,7 @@ pub mod process;
 pub mod tmpfs;
 
 pub use cluster::{
-    describe_node_at, describe_node_with, free_port, Addressing, Cluster, Naming, Node, Ports,
-    Role, Root, Spec,
+    describe_node_at, describe_node_with, free_port, Addressing, Cluster, KafkaPorts, Naming, Node,
+    Ports, Role, Root, Spec,
 };
 pub use process::{Launch, Process};

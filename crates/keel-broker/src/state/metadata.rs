@@ -37,11 +37,19 @@ pub(crate) struct MetadataCache {
     partitions: BTreeMap<TopicPartition, PartitionLeadership>,
     /// Leader addresses from LeaderAndIsr `leaders` (fresher than the cache).
     leader_addresses: BTreeMap<BrokerId, String>,
+    /// Counts the UpdateMetadata requests applied: a view made of the cache
+    /// at one generation is current while the generation is.
+    generation: u64,
 }
 
 impl MetadataCache {
     pub(crate) fn offset(&self) -> u64 {
         self.offset
+    }
+
+    /// How many UpdateMetadata requests were applied.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Cached partitions, in partition order.
@@ -55,6 +63,7 @@ impl MetadataCache {
     }
 
     pub(crate) fn apply(&mut self, u: MetadataUpdate) {
+        self.generation += 1;
         if u.full {
             self.brokers.clear();
             self.partitions.clear();

@@ -307,6 +307,7 @@ pub fn leader_info(broker_id: u32, addr: SocketAddr) -> pb::BrokerInfo {
         rack: None,
         fenced: false,
         shutting_down: false,
+        kafka_address: None,
     }
 }
 

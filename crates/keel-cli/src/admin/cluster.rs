@@ -62,6 +62,7 @@ pub async fn cluster(a: ClusterArgs) -> ExitCode {
                             "id": b.broker_id,
                             "epoch": b.broker_epoch,
                             "address": b.address,
+                            "kafka_address": b.kafka_address,
                             "rack": b.rack,
                             "state": broker_state(b),
                             "last_heartbeat_ms": d.last_heartbeat_ms,
@@ -91,6 +92,7 @@ pub async fn cluster(a: ClusterArgs) -> ExitCode {
                                 b.broker_id.to_string(),
                                 b.broker_epoch.to_string(),
                                 b.address.clone(),
+                                b.kafka_address.clone().unwrap_or_else(|| "-".into()),
                                 b.rack.clone().unwrap_or_else(|| "-".into()),
                                 broker_state(b).to_string(),
                                 d.last_heartbeat_ms
@@ -105,6 +107,7 @@ pub async fn cluster(a: ClusterArgs) -> ExitCode {
                             "ID",
                             "EPOCH",
                             "ADDRESS",
+                            "KAFKA",
                             "RACK",
                             "STATE",
                             "LAST HEARTBEAT",

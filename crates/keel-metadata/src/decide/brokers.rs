@@ -25,6 +25,8 @@ pub struct RegisterBroker {
     /// The epoch the broker held before this attempt (0 if none): a
     /// registration newer than it was made by this very attempt.
     pub previous_epoch: BrokerEpoch,
+    /// `host:port` of the broker's Kafka listener; `None` when it has none.
+    pub kafka_address: Option<String>,
 }
 
 /// How a registration was answered.
@@ -298,7 +300,8 @@ impl MetadataImage {
             // replaced rather than handed to this broker.
             let same_registration = existing.address == req.address
                 && existing.rack == req.rack
-                && existing.log_dirs == req.log_dirs;
+                && existing.log_dirs == req.log_dirs
+                && existing.kafka_address == req.kafka_address;
             if existing.incarnation == req.incarnation
                 && req.previous_epoch < existing.epoch
                 && same_registration
@@ -314,6 +317,14 @@ impl MetadataImage {
             rack: req.rack.clone(),
             log_dirs: req.log_dirs.clone(),
         }));
+        if let Some(address) = &req.kafka_address {
+            // In the same entry as the registration: the command is never
+            // split.
+            w.push(MetadataRecord::BrokerKafkaListener {
+                broker: req.broker,
+                address: address.clone(),
+            });
+        }
         w.finish(Ok(RegisterReply::New))
     }
 

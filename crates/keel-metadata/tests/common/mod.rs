@@ -61,6 +61,7 @@ impl Cluster {
             rack: None,
             log_dirs: vec!["/data/a".into(), "/data/b".into()],
             previous_epoch: previous,
+            kafka_address: None,
         }
     }
 

@@ -88,3 +88,78 @@ pub(crate) fn view_of<'a>(
         topics,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use keel_metadata::{BrokerEpoch, LeaderEpoch, PartitionEpoch, TopicId, TopicPartition};
+
+    use super::*;
+
+    fn broker(id: u32, kafka: Option<&str>, fenced: bool) -> BrokerInfo {
+        BrokerInfo {
+            id: BrokerId(id),
+            epoch: BrokerEpoch(u64::from(id)),
+            address: format!("127.0.0.{id}:9092"),
+            rack: None,
+            fenced,
+            shutting_down: false,
+            kafka_address: kafka.map(str::to_string),
+        }
+    }
+
+    fn partition(topic: &str, id: u128, p: u32, leader: Option<u32>) -> PartitionLeadership {
+        PartitionLeadership {
+            tp: TopicPartition::new(TopicId(id), p),
+            topic: topic.into(),
+            leader: leader.map(BrokerId),
+            leader_epoch: LeaderEpoch(4),
+            partition_epoch: PartitionEpoch(7),
+            replicas: vec![BrokerId(1), BrokerId(2)],
+            isr: vec![BrokerId(1)],
+            adding: vec![],
+            removing: vec![],
+        }
+    }
+
+    #[test]
+    fn the_cache_becomes_topics_with_their_partitions_and_brokers_with_listeners() {
+        let brokers = [
+            broker(1, Some("127.0.0.1:9094"), false),
+            broker(2, None, false),
+            broker(3, Some("127.0.0.3:9094"), true),
+        ];
+        let partitions = [
+            partition("b", 1, 0, Some(1)),
+            partition("b", 1, 1, None),
+            partition("a", 2, 0, Some(2)),
+        ];
+        let v = view_of("k", BrokerId(1), brokers.iter(), partitions.iter());
+        assert_eq!((v.cluster_id.as_str(), v.broker_id), ("k", 1));
+        assert_eq!(v.alive(1), Some("127.0.0.1:9094".parse().unwrap()));
+        assert_eq!(v.alive(2), None, "no listener");
+        assert_eq!(v.alive(3), None, "fenced");
+        assert_eq!(v.controller_id(), 1);
+        assert_eq!(v.topics.keys().collect::<Vec<_>>(), ["a", "b"]);
+        let b = &v.topics["b"];
+        assert_eq!(b.id, 1);
+        assert_eq!(
+            b.partitions,
+            vec![
+                PartitionView {
+                    index: 0,
+                    leader: Some(1),
+                    leader_epoch: 4,
+                    replicas: vec![1, 2],
+                    isr: vec![1],
+                },
+                PartitionView {
+                    index: 1,
+                    leader: None,
+                    leader_epoch: 4,
+                    replicas: vec![1, 2],
+                    isr: vec![1],
+                },
+            ]
+        );
+    }
+}

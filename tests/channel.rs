@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use keel_proto::pb;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const LONG: Duration = Duration::from_secs(90);
 const DISCONNECTS: &str = "keel_controller_channel_disconnects_total";
@@ -20,17 +19,7 @@ const CONNECTS: &str = "keel_controller_channel_connects_total";
 /// of `addr` (0 when absent: nothing counted yet); `None` when the scrape
 /// fails.
 async fn counter(addr: SocketAddr, name: &str, broker: u32) -> Option<f64> {
-    let scrape = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        let req = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        s.write_all(req.as_bytes()).await.ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).await.ok()?;
-        Some(text)
-    };
-    let text = tokio::time::timeout(Duration::from_secs(5), scrape)
-        .await
-        .ok()??;
+    let text = keel_testkit::probe::scrape_metrics(addr).await?;
     let label = format!("broker=\"{broker}\"");
     Some(
         text.lines()

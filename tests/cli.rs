@@ -347,7 +347,11 @@ fn dev_cluster_and_every_admin_command() {
         "INVALID_CONFIG",
     );
     // Kafka's schema: a bad value or an unknown name, refused naming the key.
-    for set in ["retention.ms=abc", "retention.msec=1000", "cleanup.policy=forever"] {
+    for set in [
+        "retention.ms=abc",
+        "retention.msec=1000",
+        "cleanup.policy=forever",
+    ] {
         refused(
             &["topics", "alter-config", "clicks", "--set", set],
             "INVALID_CONFIG",

@@ -28,3 +28,59 @@ pub const ALTER_PARTITION_SENT: &str = "keel_broker_alter_partition_requests_tot
 pub(crate) fn rejected(code: keel_metadata::ErrorCode) {
     ::metrics::counter!(REJECTED_REQUESTS, "reason" => code.name()).increment(1);
 }
+
+/// (name, help) of every broker metric: gauges, counters, then the one
+/// histogram.
+const GAUGES: &[(&str, &str)] = &[
+    (
+        CONTROLLER_EPOCH_SEEN,
+        "Highest controller epoch this broker has seen.",
+    ),
+    (LEADERS, "Partitions this broker leads."),
+    (FOLLOWERS, "Partitions this broker follows."),
+    (FENCED, "1 while this broker is fenced or not registered."),
+    (
+        DISK_FREE,
+        "Free bytes on the file system of a data or log dir (label path).",
+    ),
+    (
+        DISK_TOTAL,
+        "Size in bytes of the file system of a data or log dir (label path).",
+    ),
+];
+const COUNTERS: &[(&str, &str)] = &[
+    (
+        REJECTED_REQUESTS,
+        "Controller requests or items this broker refused (label reason: the error code).",
+    ),
+    (
+        REGISTRATIONS,
+        "Successful registrations with the active controller.",
+    ),
+    (
+        SESSIONS_LOST,
+        "Sessions given up after the session timeout without a heartbeat answer.",
+    ),
+    (
+        ALTER_PARTITION_SENT,
+        "AlterPartition (ISR change) requests sent to the active controller.",
+    ),
+];
+
+/// Gives every broker metric its help text (on the installed recorder).
+pub fn describe() {
+    for (name, help) in GAUGES {
+        ::metrics::describe_gauge!(*name, *help);
+    }
+    for (name, help) in COUNTERS {
+        ::metrics::describe_counter!(*name, *help);
+    }
+    ::metrics::describe_histogram!(
+        HEARTBEAT_LATENCY,
+        "Round trip of a heartbeat to the active controller."
+    );
+    ::metrics::describe_gauge!(
+        "keel_build_info",
+        "Always 1; labels name the version and the role of this process."
+    );
+}

@@ -416,6 +416,8 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     if let Err(code) = logging::setup(format, metrics) {
         return code;
     }
+    keel_controller::metric_names::describe();
+    logging::build_info("controller");
     logging::raise_fd_limit();
     let unsafe_features = crate::unsafe_features();
     if !unsafe_features.is_empty() {

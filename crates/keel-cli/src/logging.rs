@@ -25,11 +25,21 @@ pub fn init(format: LogFormat) {
     };
 }
 
+/// Bucket bounds (seconds) of every latency histogram: 100 µs to 30 s.
+/// Real histograms, so any quantile over any window can be computed by
+/// Prometheus (a summary's quantiles decay to 0 between events).
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+
 /// Serves Prometheus text on `addr` (`/metrics`).
 pub fn metrics(addr: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
     if let Some(addr) = addr {
         metrics_exporter_prometheus::PrometheusBuilder::new()
             .with_http_listener(addr)
+            .set_buckets(LATENCY_BUCKETS)
+            .map_err(|e| anyhow::anyhow!("metric buckets: {e}"))?
             .install()
             .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
         tracing::info!(%addr, "metrics endpoint up");
@@ -48,6 +58,16 @@ pub fn setup(
         eprintln!("error: {e}");
         std::process::ExitCode::from(crate::EXIT_LOCAL)
     })
+}
+
+/// `keel_build_info{version, role} 1`.
+pub fn build_info(role: &'static str) {
+    metrics::gauge!(
+        "keel_build_info",
+        "version" => crate::VERSION,
+        "role" => role
+    )
+    .set(1.0);
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

@@ -116,6 +116,8 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
     let mut data = shared.raft.data_metrics();
     let me = shared.config.node_id;
     let mut running: Option<Running> = None;
+    // Every node says whether it is active, standbys from their start.
+    metrics::gauge!("keel_controller_active").set(0.0);
     // A membership change binding voters' directory ids, while one runs.
     let mut binding: Option<JoinHandle<()>> = None;
     // Also the period of the gauges, and of the re-check of a loop that may

@@ -16,6 +16,7 @@ pub mod config;
 pub mod disk;
 mod journal;
 mod leadership;
+pub mod metric_names;
 pub mod node;
 pub mod quorum;
 pub mod shared;

@@ -148,6 +148,23 @@ pub fn disk_bytes(path: &Path) -> u64 {
     total
 }
 
+/// The Prometheus text a node serves at `http://addr/metrics` (`None` if
+/// it does not answer within 5 s).
+pub async fn scrape_metrics(addr: std::net::SocketAddr) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let scrape = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+        let req = format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).await.ok()?;
+        Some(text)
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(5), scrape)
+        .await
+        .ok()?
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,7 +32,12 @@ mkdir -p "$work"
 cp -r "$src/lazyfs" "$src/libs" "$work/"
 (cd "$work/libs/libpcache" && cmake -S . -B build >/dev/null && cmake --build build -j"$(nproc)" >/dev/null)
 (cd "$work/lazyfs" && cmake -S . -B build -DLAZYFS_BUILD_TESTS=OFF >/dev/null && cmake --build build -j"$(nproc)" >/dev/null)
-cp "$work/lazyfs/build/lazyfs" "$out/lazyfs"
-cp "$work/libs/libpcache/build/libpcache.so" "$out/libpcache.so"
+# Copied beside, then renamed over: a LazyFS still running from the old
+# binary (another test's mount) keeps it, and `cp` onto a running binary
+# would fail ("Text file busy").
+for f in lazyfs/build/lazyfs libs/libpcache/build/libpcache.so; do
+  cp "$work/$f" "$out/.$(basename "$f").new"
+  mv -f "$out/.$(basename "$f").new" "$out/$(basename "$f")"
+done
 echo "$sum" > "$stamp"
 echo "$out/lazyfs"

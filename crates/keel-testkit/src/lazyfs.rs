@@ -3,6 +3,10 @@
 //! until it is fsynced, and drops everything unsynced on
 //! `lazyfs::clear-cache`. A power cut of a node is SIGKILL plus that
 //! command; the node then restarts on what a real disk would have kept.
+//! LazyFS's own faults (`crash`, `torn-op`, `torn-seq`, sent with
+//! [`LazyFs::command`] and naming files by [`LazyFs::inner_path`]) end
+//! with LazyFS killing itself: [`LazyFs::crashed`] says so, and
+//! [`crate::Cluster::remount_disk`] mounts the same backing dir again.
 //!
 //! The LazyFS binary is found at `$KEEL_LAZYFS` or `target/lazyfs/lazyfs`
 //! under the working directory (`scripts/build-lazyfs.sh` builds the
@@ -17,6 +21,11 @@ use anyhow::{anyhow, bail, Context};
 
 /// How long a mount may take to appear, and an unmount to finish.
 const MOUNT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The longest fault command LazyFS reads in one piece, newline included
+/// (its `MAX_READ_CHUNK`, raised from upstream's 100 by the vendored copy's
+/// patch 2).
+const MAX_COMMAND_BYTES: usize = 4096;
 
 /// The repository this kit was built from.
 fn repository() -> PathBuf {
@@ -59,10 +68,40 @@ pub fn binary() -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
+/// Why LazyFS mounts cannot be made here, if they cannot: they need root,
+/// `/dev/fuse`, `fusermount3` and a built LazyFS ([`binary`], which builds
+/// the vendored copy when it is missing).
+pub fn unavailable_reason() -> Option<String> {
+    let uid = nix::unistd::geteuid().as_raw();
+    if uid != 0 {
+        return Some(format!(
+            "power cuts need root (every node's data dir goes on a LazyFS FUSE mount); running as uid {uid}"
+        ));
+    }
+    let fusermount = Command::new("fusermount3")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if fusermount.is_err() {
+        return Some("fusermount3 not found (apt-get install -y fuse3)".into());
+    }
+    binary().err().map(|e| format!("{e:#}"))
+}
+
 /// One mounted LazyFS file system, unmounted when dropped.
 pub struct LazyFs {
     mountpoint: PathBuf,
+    /// The directory LazyFS stores files in: the paths its faults name
+    /// (`file=`, `from_rgx=`) are the paths under here, not the mount's.
+    backing: PathBuf,
     fifo: PathBuf,
+    /// LazyFS's own output, appended across remounts.
+    log: PathBuf,
+    /// The LazyFS binary and the directory given to [`LazyFs::mount`], for
+    /// [`LazyFs::remount`].
+    exe: PathBuf,
+    dir: PathBuf,
     child: Option<Child>,
 }
 
@@ -81,20 +120,10 @@ impl LazyFs {
     /// created), its fault FIFO at `<dir>/faults.fifo`, its own output in
     /// `<dir>/lazyfs.log`; waits (bounded) until the mount is there.
     pub fn mount(exe: &Path, dir: &Path) -> anyhow::Result<Self> {
-        // LazyFS now and then aborts while it starts (before it mounts
-        // anything); a fresh start then mounts. Bounded: three tries.
-        let mut last = None;
-        for _ in 0..3 {
-            match Self::mount_once(exe, dir) {
-                Ok(fs) => return Ok(fs),
-                Err(e) => last = Some(e),
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        Err(last.unwrap_or_else(|| anyhow!("LazyFS did not mount")))
-    }
-
-    fn mount_once(exe: &Path, dir: &Path) -> anyhow::Result<Self> {
+        // Absolute: /proc/mounts and LazyFS's own fault paths name the
+        // mount and backing dirs so.
+        let dir = &std::path::absolute(dir)
+            .with_context(|| format!("make {} absolute", dir.display()))?;
         let backing = dir.join("backing");
         let mountpoint = dir.join("mnt");
         std::fs::create_dir_all(&backing)?;
@@ -104,59 +133,92 @@ impl LazyFs {
             nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600))
                 .with_context(|| format!("mkfifo {}", fifo.display()))?;
         }
-        let config = dir.join("lazyfs.toml");
+        let mut fs = Self {
+            mountpoint,
+            backing,
+            fifo,
+            log: dir.join("lazyfs.log"),
+            exe: exe.to_path_buf(),
+            dir: dir.to_path_buf(),
+            child: None,
+        };
+        fs.start()?;
+        Ok(fs)
+    }
+
+    /// Starts LazyFS on the mountpoint (not mounted) and waits until it is
+    /// mounted.
+    fn start(&mut self) -> anyhow::Result<()> {
+        // LazyFS now and then aborts while it starts (before it mounts
+        // anything); a fresh start then mounts. Bounded: three tries.
+        let mut last = None;
+        for _ in 0..3 {
+            match self.start_once() {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    self.unmount();
+                    last = Some(e);
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Err(last.unwrap_or_else(|| anyhow!("LazyFS did not mount")))
+    }
+
+    fn start_once(&mut self) -> anyhow::Result<()> {
+        let config = self.dir.join("lazyfs.toml");
         std::fs::write(
             &config,
             format!(
                 "[faults]\nfifo_path=\"{}\"\n[cache]\napply_eviction=false\n\
                  [cache.simple]\ncustom_size=\"512mb\"\nblocks_per_page=1\n\
                  [filesystem]\nlog_all_operations=false\nlogfile=\"\"\n",
-                fifo.display()
+                self.fifo.display()
             ),
         )?;
-        let log = std::fs::File::create(dir.join("lazyfs.log"))?;
-        let lib_dir = exe.parent().unwrap_or(Path::new("."));
-        let child = Command::new(exe)
-            .arg(&mountpoint)
+        // Appended: a remount after a crash fault keeps what LazyFS said
+        // when it crashed.
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)?;
+        writeln!(log, "=== mount {} ===", self.mountpoint.display())?;
+        let lib_dir = self.exe.parent().unwrap_or(Path::new("."));
+        let child = Command::new(&self.exe)
+            .arg(&self.mountpoint)
             .arg("--config-path")
             .arg(&config)
             .args(["-o", "allow_other", "-o", "modules=subdir", "-o"])
-            .arg(format!("subdir={}", backing.display()))
+            .arg(format!("subdir={}", self.backing.display()))
             .arg("-f")
             .env("LD_LIBRARY_PATH", lib_dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
-            .with_context(|| format!("start {}", exe.display()))?;
-        let mut fs = Self {
-            mountpoint,
-            fifo,
-            child: Some(child),
-        };
+            .with_context(|| format!("start {}", self.exe.display()))?;
+        self.child = Some(child);
         let deadline = Instant::now() + MOUNT_TIMEOUT;
-        while !mounted(&fs.mountpoint) {
-            if let Some(c) = fs.child.as_mut() {
+        while !mounted(&self.mountpoint) {
+            if let Some(c) = self.child.as_mut() {
                 if let Ok(Some(st)) = c.try_wait() {
-                    fs.child = None;
-                    let log = std::fs::read_to_string(dir.join("lazyfs.log")).unwrap_or_default();
-                    let tail: Vec<&str> = log.lines().rev().take(15).collect();
+                    self.child = None;
                     bail!(
                         "LazyFS exited ({st}) before mounting {}; its output ends:\n{}",
-                        fs.mountpoint.display(),
-                        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                        self.mountpoint.display(),
+                        self.log_tail(15)
                     );
                 }
             }
             if Instant::now() > deadline {
                 bail!(
                     "LazyFS did not mount {} within {MOUNT_TIMEOUT:?}",
-                    fs.mountpoint.display()
+                    self.mountpoint.display()
                 );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Ok(fs)
+        Ok(())
     }
 
     /// Where the file system is mounted (the node's data dir goes inside).
@@ -164,9 +226,40 @@ impl LazyFs {
         &self.mountpoint
     }
 
+    /// The path LazyFS sees for `path` on the mount (its faults name files
+    /// by these paths); `None` for a path outside the mount.
+    pub fn inner_path(&self, path: &Path) -> Option<PathBuf> {
+        let path = std::path::absolute(path).ok()?;
+        let rel = path.strip_prefix(&self.mountpoint).ok()?;
+        Some(self.backing.join(rel))
+    }
+
+    /// Whether LazyFS has exited by itself: a `crash`, `torn-op` or
+    /// `torn-seq` fault fired (or it failed). The mount is then dead
+    /// (every access fails) until [`crate::Cluster::remount_disk`].
+    pub fn crashed(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+    }
+
+    /// The last `n` lines LazyFS wrote (across remounts).
+    pub fn log_tail(&self, n: usize) -> String {
+        crate::process::tail(&self.log, n)
+    }
+
     /// Sends one fault command (`lazyfs::clear-cache`, `lazyfs::checkpoint`,
     /// `lazyfs::torn-op::...`, `lazyfs::crash::...`).
     pub fn command(&self, cmd: &str) -> anyhow::Result<()> {
+        // LazyFS takes each read of its FIFO as one command: a longer one
+        // would be cut in two (vendored PATCHES.md, patch 2).
+        if cmd.len() + 1 > MAX_COMMAND_BYTES {
+            bail!(
+                "LazyFS command of {} bytes (at most {}): {cmd}",
+                cmd.len() + 1,
+                MAX_COMMAND_BYTES
+            );
+        }
         // LazyFS holds the FIFO open for reading while it runs, so opening
         // it for writing does not block; refuse to wait if it is gone.
         if self.child.is_none() || !mounted(&self.mountpoint) {
@@ -188,6 +281,17 @@ impl LazyFs {
         // before anything reads the file system again.
         std::thread::sleep(Duration::from_millis(200));
         Ok(())
+    }
+
+    /// Unmounts and mounts again on the same backing dir: what a node's
+    /// disk needs after LazyFS crashed itself (a `crash`, `torn-op` or
+    /// `torn-seq` fault), and a way to drop faults armed but not fired.
+    /// Unsynced data in the cache is lost, as in a power cut. Stop the
+    /// node on it first: a process with files open keeps the old mount
+    /// busy.
+    pub fn remount(&mut self) -> anyhow::Result<()> {
+        self.unmount();
+        self.start()
     }
 
     fn unmount(&mut self) {
@@ -223,6 +327,34 @@ impl LazyFs {
     }
 }
 
+impl crate::Cluster {
+    /// Mounts node `i`'s LazyFS again (see [`LazyFs::remount`]) after a
+    /// crash or torn-write fault killed it; the node must be stopped.
+    /// Start it again with [`crate::Node::start`]. Needs
+    /// [`crate::Spec::lazyfs`].
+    pub fn remount_disk(&mut self, i: usize) -> anyhow::Result<()> {
+        let n = &mut self.nodes[i];
+        if n.running() {
+            bail!(
+                "{} is running: stop it before remounting its disk",
+                n.name()
+            );
+        }
+        let name = n.name().to_string();
+        match n.disk.as_mut() {
+            Some(d) => d
+                .remount()
+                .with_context(|| format!("remount the disk of {name}")),
+            None => bail!("{name} has no LazyFS disk (Spec::lazyfs)"),
+        }
+    }
+
+    /// Whether node `i`'s LazyFS exited by itself (see [`LazyFs::crashed`]).
+    pub fn disk_crashed(&mut self, i: usize) -> bool {
+        self.nodes[i].disk.as_mut().is_some_and(LazyFs::crashed)
+    }
+}
+
 impl Drop for LazyFs {
     fn drop(&mut self) {
         self.unmount();
@@ -238,5 +370,71 @@ impl NonBlock for std::fs::OpenOptions {
     fn custom_flags_nonblock(&mut self) -> &mut Self {
         use std::os::unix::fs::OpenOptionsExt;
         self.custom_flags(nix::libc::O_NONBLOCK)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Needs root, /dev/fuse and LazyFS (built on first use).
+    #[test]
+    fn a_disk_that_crashed_at_an_fsync_mounts_again_with_only_what_was_synced() {
+        let exe = binary().expect("LazyFS (root, /dev/fuse, scripts/build-lazyfs.sh)");
+        let dir = tempfile::tempdir().unwrap();
+        let mut fs = LazyFs::mount(&exe, dir.path()).unwrap();
+        // Deep enough that the fault command runs past upstream's 100-byte
+        // reads.
+        let deep = fs
+            .mountpoint()
+            .join("a-directory-with-a-long-name/and-another-one-below-it/raft");
+        std::fs::create_dir_all(&deep).unwrap();
+        let synced = deep.join("synced");
+        let log = deep.join("db");
+        let mut f = std::fs::File::create(&synced).unwrap();
+        f.write_all(b"kept").unwrap();
+        f.sync_all().unwrap();
+        drop(f);
+        let mut f = std::fs::File::create(&log).unwrap();
+        f.write_all(b"never synced").unwrap();
+
+        // LazyFS names files by their backing path.
+        let inner = fs.inner_path(&log).unwrap();
+        assert_eq!(
+            inner,
+            dir.path()
+                .join("backing/a-directory-with-a-long-name/and-another-one-below-it/raft/db")
+        );
+        let cmd = format!(
+            "lazyfs::crash::timing=before::op=fsync::from_rgx={}$",
+            inner.display()
+        );
+        assert!(cmd.len() > 100, "{cmd}");
+        fs.command(&cmd).unwrap();
+        // Only that file: another one's fsync goes through.
+        let mut other = std::fs::File::create(deep.join("conf")).unwrap();
+        other.write_all(b"x").unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        other.sync_all().unwrap();
+        assert!(!fs.crashed());
+        assert!(!fs.log_tail(100).contains("command unknown"));
+        assert!(fs.command(&"x".repeat(MAX_COMMAND_BYTES)).is_err());
+        assert!(f.sync_all().is_err(), "the fsync crashes LazyFS");
+        drop(f);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !fs.crashed() {
+            assert!(Instant::now() < deadline, "LazyFS did not crash");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(fs.log_tail(100).contains("Triggered fault condition"));
+
+        fs.remount().unwrap();
+        assert!(!fs.crashed());
+        assert_eq!(std::fs::read(&synced).unwrap(), b"kept");
+        let lost = std::fs::read(&log).unwrap_or_default();
+        assert!(lost.is_empty(), "{lost:?}");
+        // The new LazyFS takes commands, and its log follows the old one's.
+        fs.clear_cache().unwrap();
+        assert_eq!(fs.log_tail(1000).matches("=== mount").count(), 2);
     }
 }

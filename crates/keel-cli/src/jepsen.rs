@@ -1,5 +1,6 @@
 //! `keel jepsen`: Jepsen-style fault testing of a real local cluster (see
-//! the `keel-jepsen` crate). Needs root for network partitions (iptables).
+//! the `keel-jepsen` crate). Needs root for network partitions (iptables)
+//! and power cuts (LazyFS mounts).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,7 +16,7 @@ pub struct JepsenArgs {
     #[arg(long, default_value_t = 60)]
     time_limit: u64,
     /// Fault families, comma separated: partition, kill, pause, zombie,
-    /// intruder, or all.
+    /// intruder, power, or all. `partition` and `power` need root.
     #[arg(long, default_value = "all")]
     nemesis: String,
     /// Seed of the nemesis and workload choices (default: from the clock).

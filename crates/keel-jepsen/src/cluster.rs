@@ -23,11 +23,14 @@ pub const CLUSTER_ID: &str = "keel-jepsen";
 /// The layout of a run's cluster (nothing started). With `tls`, the kit
 /// makes a CA and every node's certificate under `<run dir>/certs`, every
 /// node speaks mutual TLS, and the kit's clients present the certificate
-/// of `User:admin` (a super user).
-pub fn spec(exe: PathBuf, run_dir: &Path, brokers: usize, tls: bool) -> Spec {
+/// of `User:admin` (a super user). With `lazyfs`, every node's data dir
+/// is on a LazyFS mount of its own under `<run dir>/disks/<node>/` (the
+/// power nemesis).
+pub fn spec(exe: PathBuf, run_dir: &Path, brokers: usize, tls: bool, lazyfs: bool) -> Spec {
     let session = SESSION_TIMEOUT_MS.to_string();
     Spec::new(exe, CLUSTER_ID)
         .tls(tls)
+        .lazyfs(lazyfs)
         .brokers(brokers)
         .addressing(Addressing::Subnet {
             net: 2,
@@ -75,7 +78,7 @@ mod tests {
     #[test]
     fn every_node_has_its_own_address_under_the_run_dir() {
         let dir = tempfile::tempdir().unwrap();
-        let c = Cluster::new(spec("/bin/keel".into(), dir.path(), 3, false)).unwrap();
+        let c = Cluster::new(spec("/bin/keel".into(), dir.path(), 3, false, false)).unwrap();
         assert_eq!(
             c.controller_addrs(),
             ["127.0.2.11:9093", "127.0.2.12:9093", "127.0.2.13:9093"]
@@ -93,14 +96,20 @@ mod tests {
     #[test]
     fn a_tls_run_has_certificates_and_an_admin_transport() {
         let dir = tempfile::tempdir().unwrap();
-        let c = Cluster::new(spec("/bin/keel".into(), dir.path(), 2, true)).unwrap();
+        let c = Cluster::new(spec("/bin/keel".into(), dir.path(), 2, true, false)).unwrap();
         let certs = c.certs_dir().expect("a TLS layout has certificates");
         assert!(certs.join("ca.pem").exists());
         assert!(c.transport().is_tls());
         let admin = c.transport().identity().unwrap();
         assert_eq!(admin.principal().to_string(), "User:admin");
-        let plain =
-            Cluster::new(spec("/bin/keel".into(), &dir.path().join("p"), 2, false)).unwrap();
+        let plain = Cluster::new(spec(
+            "/bin/keel".into(),
+            &dir.path().join("p"),
+            2,
+            false,
+            false,
+        ))
+        .unwrap();
         assert!(!plain.transport().is_tls());
     }
 }

@@ -12,7 +12,10 @@
 //! * (d) convergence of controllers and broker caches, (e) recovery ([`probes`]);
 //! * zombie probes refused, and no node process exiting by itself;
 //! * with the `intruder` nemesis, no request with bad credentials accepted
-//!   and none of them leaving a trace in the cluster state ([`intruder`]).
+//!   and none of them leaving a trace in the cluster state ([`intruder`]);
+//! * with the `power` nemesis (data dirs on LazyFS), every node back after
+//!   each power cut and brokers' epochs never going back across their own
+//!   power cuts ([`power`]).
 //!
 //! Every node and every harness client speaks mutual TLS (the kit's
 //! certificates; the harness's clients are the super user `User:admin`,
@@ -33,6 +36,7 @@ pub mod lost;
 pub mod nemesis;
 pub mod net;
 pub mod partitions;
+pub mod power;
 pub mod probes;
 pub mod report;
 
@@ -59,6 +63,9 @@ pub const EXIT_USAGE: u8 = 2;
 pub const EXIT_LOCAL: u8 = 4;
 /// Partitions requested but no root / no iptables.
 pub const EXIT_NO_PACKET_FILTER: u8 = 5;
+/// Power cuts requested but no root / no FUSE / no LazyFS: the same code
+/// as [`EXIT_NO_PACKET_FILTER`] (both say "run as root").
+pub const EXIT_NEEDS_ROOT: u8 = EXIT_NO_PACKET_FILTER;
 pub const EXIT_INTERRUPTED: u8 = 130;
 
 /// One run's settings.
@@ -301,6 +308,23 @@ pub async fn run(cfg: Config) -> u8 {
             return EXIT_NO_PACKET_FILTER;
         }
     }
+    if cfg.families.contains(&Family::Power) {
+        if let Some(why) = keel_testkit::lazyfs::unavailable_reason() {
+            eprintln!("keel jepsen: {why}.");
+            eprintln!("The power nemesis puts every node's data dir on a LazyFS (FUSE) mount, which needs root and /dev/fuse; run as root (CI does), or choose --nemesis without `power`.");
+            return EXIT_NEEDS_ROOT;
+        }
+    }
+    // Listening from here on: a Ctrl-C while the disks mount (seconds, on
+    // LazyFS) is seen once they are, and then unmounts them.
+    let mut interrupt =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("keel jepsen: cannot listen for Ctrl-C: {e}");
+                return EXIT_LOCAL;
+            }
+        };
     let run_dir = cfg
         .results_dir
         .join(format!("{}-seed{}", timestamp(), cfg.seed));
@@ -308,11 +332,14 @@ pub async fn run(cfg: Config) -> u8 {
         eprintln!("keel jepsen: cannot create {}: {e}", run_dir.display());
         return EXIT_LOCAL;
     }
+    // Cluster::new, unlike Cluster::start, runs a deliberately unsafe
+    // build too: showing that the checkers catch one is part of the job.
     let cluster = match Cluster::new(cluster::spec(
         cfg.exe.clone(),
         &run_dir,
         cfg.brokers,
         cfg.tls,
+        cfg.families.contains(&Family::Power),
     )) {
         Ok(c) => Arc::new(Mutex::new(c)),
         Err(e) => {
@@ -323,10 +350,15 @@ pub async fn run(cfg: Config) -> u8 {
     let body = body(cfg.clone(), run_dir.clone(), cluster.clone());
     tokio::select! {
         code = body => code,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("\nkeel jepsen: interrupted; removing packet filter rules and stopping nodes");
+        _ = interrupt.recv() => {
+            eprintln!("\nkeel jepsen: interrupted; removing packet filter rules, stopping nodes and unmounting their disks");
             net::teardown();
-            cluster.lock().unwrap().kill_all();
+            let mut c = cluster.lock().unwrap();
+            c.kill_all();
+            // Other tasks may still hold the cluster: unmount now.
+            for n in c.nodes.iter_mut() {
+                n.disk = None;
+            }
             EXIT_INTERRUPTED
         }
     }
@@ -449,6 +481,10 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     let mut nemesis = Nemesis {
         big_create: Some(big_tx),
         killed_mid_decision: false,
+        cut_all_controllers: false,
+        restarts: Vec::new(),
+        epochs: Vec::new(),
+        restart_bound: cfg.recovery_bound,
         cluster: cluster.clone(),
         net,
         families: cfg.families.iter().copied().collect(),
@@ -504,15 +540,27 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         tokio::time::sleep(Duration::from_millis(500)).await;
         {
             let mut c = cluster.lock().unwrap();
-            for n in c.nodes.iter_mut() {
-                if let Some(st) = n.process.exited().map(|st| st.to_string()) {
-                    crashes.push(json!({"node": n.name(), "at_ms": shared.ms(), "status": st}));
+            for i in 0..c.nodes.len() {
+                let Some(st) = c.nodes[i].process.exited().map(|st| st.to_string()) else {
+                    continue;
+                };
+                // LazyFS crashed under it (the power nemesis's disk fault,
+                // which then restarts it): not an exit of its own. LazyFS
+                // died first, so this is already visible.
+                if c.disk_crashed(i) {
                     eprintln!(
-                        "\nkeel jepsen: {} exited by itself ({st}); see {}",
-                        n.name(),
-                        n.process.log.display()
+                        "\nkeel jepsen: {} exited ({st}) after its LazyFS disk crashed",
+                        c.nodes[i].name()
                     );
+                    continue;
                 }
+                let n = &c.nodes[i];
+                crashes.push(json!({"node": n.name(), "at_ms": shared.ms(), "status": st}));
+                eprintln!(
+                    "\nkeel jepsen: {} exited by itself ({st}); see {}",
+                    n.name(),
+                    n.process.log.display()
+                );
             }
         }
         let every = if tty {
@@ -702,6 +750,9 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     }
     let probes_v = probes.lock().unwrap().clone();
     let zombie_valid = nemesis::zombie_check(&probes_v);
+    let powered = cfg.families.contains(&Family::Power);
+    let restarts = std::mem::take(&mut nemesis.restarts);
+    let epochs = std::mem::take(&mut nemesis.epochs);
     let faults_v = faults.lock().unwrap().clone();
 
     let count = |o: Outcome| ops.iter().filter(|x| x.outcome == o).count();
@@ -731,6 +782,12 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     if let Some((v, detail)) = intruder_result {
         put("intruder", b(v), detail);
     }
+    if powered {
+        let (v, detail) = power::restart_check(&restarts, cfg.recovery_bound);
+        put("back_after_power_cuts", b(v), detail);
+        let (v, detail) = power::epoch_check(&epochs);
+        put("broker_epochs_across_power_cuts", b(v), detail);
+    }
     put(
         "no_process_crashes",
         b(crashes.is_empty()),
@@ -746,6 +803,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         "info": count(Outcome::Info),
         "faults": faults_v.len(),
         "intruder_attempts": attempts.len(),
+        "power_cuts": restarts.len(),
         "final_heal_ms": healed_ms.round(),
         "end_ms": end_ms.round(),
     });

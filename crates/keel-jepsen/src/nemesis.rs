@@ -16,6 +16,7 @@ use serde::Serialize;
 use crate::client;
 use crate::cluster::{indexes, ip, Cluster, Role, CLIENT_IP};
 use crate::net::Net;
+use crate::power::{EpochSample, PowerKind, PowerUndo, Restart};
 
 /// Fault families.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -32,10 +33,13 @@ pub enum Family {
     /// [`crate::intruder`]. Needs TLS. Not a scheduled fault: it runs
     /// alongside the others.
     Intruder,
+    /// Power cuts and disk faults on LazyFS mounts (see [`crate::power`]).
+    /// Needs root and /dev/fuse.
+    Power,
 }
 
 impl Family {
-    /// Parses `partition,kill,pause,zombie` or `all`.
+    /// Parses `partition,kill,pause,zombie,intruder,power` or `all`.
     pub fn parse_list(s: &str) -> Result<BTreeSet<Family>, String> {
         let mut out = BTreeSet::new();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -46,6 +50,7 @@ impl Family {
                     Family::Pause,
                     Family::Zombie,
                     Family::Intruder,
+                    Family::Power,
                 ]),
                 "partition" => {
                     out.insert(Family::Partition);
@@ -62,10 +67,13 @@ impl Family {
                 "intruder" => {
                     out.insert(Family::Intruder);
                 }
+                "power" => {
+                    out.insert(Family::Power);
+                }
                 "none" => {}
                 other => {
                     return Err(format!(
-                    "unknown nemesis family {other:?} (partition, kill, pause, zombie, intruder, all, none)"
+                    "unknown nemesis family {other:?} (partition, kill, pause, zombie, intruder, power, all, none)"
                 ))
                 }
             }
@@ -96,6 +104,7 @@ impl Family {
             ],
             Family::Zombie => &["stale-controller-request"],
             Family::Intruder => &[],
+            Family::Power => PowerKind::NAMES,
         }
     }
 }
@@ -150,6 +159,16 @@ pub struct Nemesis {
     /// Whether this run killed the active controller in the middle of a
     /// large decision yet (the first kill of a run always does).
     pub killed_mid_decision: bool,
+    /// Whether this run cut the power of every controller at once yet (the
+    /// first power window always does: the loss an unsafe store shows).
+    pub cut_all_controllers: bool,
+    /// Every node's restart after each power cut (the restart checker's
+    /// input).
+    pub restarts: Vec<Restart>,
+    /// Brokers' epochs around their power cuts (the epoch checker's input).
+    pub epochs: Vec<EpochSample>,
+    /// How long a node may take to come back after its power cut.
+    pub restart_bound: Duration,
     /// How the nemesis's own probes speak (the admin user over TLS).
     pub transport: client::Transport,
     /// How a zombie controller's request speaks: with the certificate of
@@ -171,21 +190,23 @@ pub const ZOMBIE_WRONG_CERTIFICATE: &str = "GRPC_PERMISSIONDENIED";
 pub const BIG_PARTITIONS: u32 = 20_000;
 
 /// What to undo at heal.
-enum Undo {
+pub(crate) enum Undo {
     Net,
     Restart(usize),
     Resume(usize),
+    /// Start the nodes a power fault cut and wait until they are back.
+    Power(PowerUndo),
     Nothing,
 }
 
 const LOOPBACK: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 
 impl Nemesis {
-    fn ms(&self) -> f64 {
+    pub(crate) fn ms(&self) -> f64 {
         self.start.elapsed().as_secs_f64() * 1000.0
     }
 
-    async fn active_index(&self) -> Option<usize> {
+    pub(crate) async fn active_index(&self) -> Option<usize> {
         let addrs: Vec<(usize, String)> = {
             let c = self.cluster.lock().unwrap();
             indexes(&c, Role::Controller)
@@ -205,7 +226,7 @@ impl Nemesis {
         None
     }
 
-    fn pick(&mut self, role: Role) -> usize {
+    pub(crate) fn pick(&mut self, role: Role) -> usize {
         let c = self.cluster.lock().unwrap();
         let v = indexes(&c, role);
         v[self.rng.random_range(0..v.len())]
@@ -239,7 +260,7 @@ impl Nemesis {
         (0..n).filter(|&j| j != i).map(|j| (i, j)).collect()
     }
 
-    fn name(&self, i: usize) -> String {
+    pub(crate) fn name(&self, i: usize) -> String {
         self.cluster.lock().unwrap().nodes[i].name().to_string()
     }
 
@@ -367,27 +388,12 @@ impl Nemesis {
             }
             "kill-active-controller-mid-decision" => {
                 self.killed_mid_decision = true;
-                let started = match self.big_create.clone() {
-                    Some(big) => {
-                        let (tx, rx) = tokio::sync::oneshot::channel();
-                        let asked = big.send(tx).await.is_ok();
-                        match tokio::time::timeout(Duration::from_secs(10), rx).await {
-                            Ok(Ok(name)) if asked => Some(name),
-                            _ => None,
-                        }
-                    }
-                    None => None,
-                };
-                match started {
+                match self.big_create_under_way().await {
                     None => {
                         ev.detail.push("no large create could be started".into());
                         Undo::Nothing
                     }
-                    Some(name) => {
-                        // Somewhere in deciding, storing or replicating its
-                        // entries, depending on the machine.
-                        let delay = self.rng.random_range(30..1_500u64);
-                        tokio::time::sleep(Duration::from_millis(delay)).await;
+                    Some((name, delay)) => {
                         let i = match self.active_index().await {
                             Some(i) => i,
                             None => self.pick(Role::Controller),
@@ -408,6 +414,34 @@ impl Nemesis {
             _ => Undo::Nothing,
         };
         (ev, undo)
+    }
+
+    /// Asks the big-create worker for a create of [`BIG_PARTITIONS`]
+    /// partitions and returns once it is a random 30-1500 ms under way:
+    /// somewhere in deciding, storing or replicating its entries, depending
+    /// on the machine. `None` if no create could be started.
+    pub(crate) async fn big_create_under_way(&mut self) -> Option<(String, u64)> {
+        let big = self.big_create.clone()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let asked = big.send(tx).await.is_ok();
+        let name = match tokio::time::timeout(Duration::from_secs(10), rx).await {
+            Ok(Ok(name)) if asked => name,
+            _ => return None,
+        };
+        let delay = self.rng.random_range(30..1_500u64);
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        Some((name, delay))
+    }
+
+    /// Asks the big-create worker for a create of [`BIG_PARTITIONS`]
+    /// partitions unless it is busy with one; returns the topic's name
+    /// once the request is on its way (`None` if busy or not within
+    /// `within`).
+    pub(crate) async fn start_big_create(&self, within: Duration) -> Option<String> {
+        let big = self.big_create.as_ref()?;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        big.try_send(tx).ok()?;
+        tokio::time::timeout(within, rx).await.ok()?.ok()
     }
 
     fn cut(&mut self, cuts: &[(usize, usize)], ev: &mut FaultEvent) -> Undo {
@@ -519,8 +553,9 @@ impl Nemesis {
         }
     }
 
-    fn heal(&mut self, undo: Undo) -> Vec<String> {
+    async fn heal(&mut self, undo: Undo) -> Vec<String> {
         match undo {
+            Undo::Power(p) => self.restore_power(p).await,
             Undo::Net => match self.net.as_mut().map(|n| n.heal()) {
                 Some(Err(e)) => vec![format!("heal failed: {e}")],
                 _ => vec![],
@@ -540,7 +575,7 @@ impl Nemesis {
         }
     }
 
-    /// Heals everything: rules, paused and dead processes.
+    /// Heals everything: rules, crashed disks, paused and dead processes.
     pub fn heal_all(&mut self) -> Vec<String> {
         let mut out = Vec::new();
         if let Some(net) = self.net.as_mut() {
@@ -548,7 +583,17 @@ impl Nemesis {
                 out.push(format!("heal failed: {e}"));
             }
         }
-        out.extend(self.cluster.lock().unwrap().heal_processes());
+        let mut c = self.cluster.lock().unwrap();
+        for i in 0..c.nodes.len() {
+            if c.disk_crashed(i) {
+                c.nodes[i].kill();
+                match c.remount_disk(i) {
+                    Ok(()) => out.push(format!("remounted the disk of {}", c.nodes[i].name())),
+                    Err(e) => out.push(format!("{e:#}")),
+                }
+            }
+        }
+        out.extend(c.heal_processes());
         out
     }
 
@@ -569,30 +614,53 @@ impl Nemesis {
                 break;
             }
             let family = scheduled[self.rng.random_range(0..scheduled.len())];
-            let kinds = family.kinds();
-            let kind = if family == Family::Kill && !self.killed_mid_decision {
-                "kill-active-controller-mid-decision"
+            let injected = Instant::now();
+            let (mut ev, undo) = if family == Family::Power {
+                let kind = self.pick_power();
+                let mut ev = FaultEvent {
+                    family,
+                    kind: kind.name().to_string(),
+                    targets: Vec::new(),
+                    start_ms: self.ms(),
+                    end_ms: None,
+                    detail: Vec::new(),
+                };
+                *self.current.lock().unwrap() = kind.name().to_string();
+                let undo = self.inject_power(kind, fault, &mut ev).await;
+                (ev, undo)
             } else {
-                kinds[self.rng.random_range(0..kinds.len())]
+                let kinds = family.kinds();
+                let kind = if family == Family::Kill && !self.killed_mid_decision {
+                    "kill-active-controller-mid-decision"
+                } else {
+                    kinds[self.rng.random_range(0..kinds.len())]
+                };
+                self.inject(family, kind).await
             };
-            let (mut ev, undo) = self.inject(family, kind).await;
-            *self.current.lock().unwrap() = format!("{kind} {}", ev.targets.join(" "));
+            *self.current.lock().unwrap() = format!("{} {}", ev.kind, ev.targets.join(" "));
             let idx = {
                 let mut f = self.faults.lock().unwrap();
                 f.push(ev.clone());
                 f.len() - 1
             };
-            let hold = if family == Family::Zombie {
-                Duration::from_secs(1)
-            } else {
-                fault
+            let hold = match family {
+                Family::Zombie => Duration::from_secs(1),
+                // A disk fault may have waited in the window for its
+                // operation already.
+                Family::Power => fault.saturating_sub(injected.elapsed()),
+                _ => fault,
             };
             tokio::time::sleep(hold).await;
-            let notes = self.heal(undo);
+            *self.current.lock().unwrap() = "healing".into();
+            let healing = Instant::now();
+            let notes = self.heal(undo).await;
             ev.end_ms = Some(self.ms());
             ev.detail.extend(notes);
             self.faults.lock().unwrap()[idx] = ev;
             *self.current.lock().unwrap() = "healed".into();
+            // Waiting for power-cut nodes to come back is part of the heal
+            // window.
+            let heal = heal.saturating_sub(healing.elapsed());
             if self.start.elapsed() + heal > until {
                 break;
             }

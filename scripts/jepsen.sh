@@ -6,8 +6,9 @@
 #   scripts/jepsen.sh <any keel jepsen flags>      # e.g. --plaintext (no TLS, no intruder)
 #
 # Builds the binary first (release; KEEL_JEPSEN_PROFILE=debug for a debug
-# build). Network partitions need root and iptables: without them the run
-# exits with code 5 (use --nemesis kill,pause to run without partitions).
+# build). Network partitions need root and iptables, power cuts root,
+# /dev/fuse and LazyFS (target/lazyfs, built on first use): without them
+# the run exits with code 5 (use --nemesis kill,pause to run without).
 # Exit code 0 only when every run is valid.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,8 +41,9 @@ seed="${KEEL_JEPSEN_SEED:-$(( $(date +%s) % 100000 ))}"
 failed=()
 # Every run speaks mutual TLS (the default of keel jepsen). The intruder
 # (bad certificates, a user without ACLs) rides along with the zombie run:
-# it needs no fault window of its own.
-for family in partition kill pause zombie,intruder; do
+# it needs no fault window of its own. The power run's first window cuts
+# every controller at once.
+for family in partition kill pause zombie,intruder power; do
   # Shorter fault/heal windows so each 40 s run sees at least two faults.
   echo "=== jepsen: nemesis $family (seed $seed) ==="
   if ! "$bin" jepsen --time-limit 40 --fault-secs 8 --heal-secs 6 --nemesis "$family" \

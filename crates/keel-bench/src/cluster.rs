@@ -55,9 +55,9 @@ pub fn spec(env: &Env, subnet: u8, flags: &[&str]) -> Spec {
             prefix: "keel-bench-".into(),
             keep: env_on("KEEL_BENCH_KEEP") || env_on("KEEL_BENCH_KEEP_DIR"),
         })
-        .controller_flags(flags)
         // The workloads write many distinct config keys (`bench.k<w>`).
         .controller_flags(&["--allow-unknown-topic-configs"])
+        .controller_flags(flags)
         .controller_flags(&extra)
         .logs(
             Some(log.as_deref().unwrap_or("warn,openraft=error")),
@@ -404,5 +404,6 @@ mod tests {
         let args = &c.controller(0).process.launch.args;
         assert!(args.windows(2).any(|w| w == ["--cluster-id", CLUSTER_ID]));
         assert!(args.ends_with(&["--session-timeout-ms".into(), "600000".into()]));
+        assert!(args.iter().any(|a| a == "--allow-unknown-topic-configs"));
     }
 }

@@ -50,6 +50,10 @@ pub fn default_config(cluster_name: &str) -> Config {
         enable_elect: false,
         // A leader cut off from its majority steps down (PATCHES.md §5).
         enable_check_quorum: true,
+        // A leader that restarts stands for a new term instead of resuming
+        // its old one: its unflushed tail may be gone while its followers
+        // kept it (PATCHES.md §9).
+        start_as_follower: true,
         ..Config::default()
     };
     // These constants satisfy every rule `validate` checks (pinned by a test).
@@ -78,6 +82,8 @@ mod tests {
             "openraft's timer would elect without a pre-vote"
         );
         assert!(c.enable_check_quorum);
+        assert!(c.start_as_follower);
+        assert!(!Config::default().start_as_follower, "openraft's default");
         assert!(!Config::default().enable_check_quorum, "openraft's default");
     }
 

@@ -166,6 +166,11 @@ async fn whole_cluster_restart_recovers_state_from_disk() {
             .unwrap();
     }
 
+    let term = nodes[leader_id as usize - 1]
+        .raft
+        .metrics()
+        .borrow()
+        .current_term;
     let mut stopped = Vec::new();
     for n in nodes {
         stopped.push(n.stop().await);
@@ -183,6 +188,17 @@ async fn whole_cluster_restart_recovers_state_from_disk() {
         nodes.push(node);
     }
     let leader_id = wait_leader(&nodes).await;
+    // No node resumed the old leadership (its unflushed tail could be gone
+    // while followers kept it): the leader now was elected in a new term.
+    let now = nodes[leader_id as usize - 1]
+        .raft
+        .metrics()
+        .borrow()
+        .current_term;
+    assert!(
+        now > term,
+        "leader {leader_id} leads term {now}, as before the restart"
+    );
     let more = write_batches(&nodes[leader_id as usize - 1].raft, 1_000..1_100, 16).await;
     assert_converged(&nodes, more).await;
     for n in &nodes {

@@ -278,6 +278,26 @@ pub struct Config {
     #[clap(long, default_value = "0")]
     #[cfg_attr(feature = "serde", serde(default))]
     pub append_entries_timeout_ms: u64,
+
+    /// Patched (Keel): whether a node whose stored vote is its own committed leadership starts
+    /// as a follower instead of resuming that leadership.
+    ///
+    /// Upstream restores such a node as leader of the same term at once. That is safe only if
+    /// everything it ever replicated in that term is in its durable log; a leader that sends
+    /// its entries while it flushes them (patch 1) can lose an unflushed tail to a power cut
+    /// that its followers kept, and a leader resuming the term would then append different
+    /// entries under the same log ids. Starting as a follower, it takes part in a new election
+    /// for a higher term instead, as Raft's leaders do after a crash.
+    ///
+    /// `false`, the default, is upstream's behaviour.
+    #[clap(long,
+           default_value_t = false,
+           action = clap::ArgAction::Set,
+           num_args = 0..=1,
+           default_missing_value = "true"
+    )]
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub start_as_follower: bool,
 }
 
 /// Updatable config for a raft runtime.

@@ -26,6 +26,9 @@ pub(crate) struct EngineConfig<NID: NodeId> {
     pub(crate) max_payload_entries: u64,
 
     pub(crate) timer_config: time_state::Config,
+
+    /// Patched (Keel): see [`Config::start_as_follower`].
+    pub(crate) start_as_follower: bool,
 }
 
 impl<NID: NodeId> Default for EngineConfig<NID> {
@@ -35,6 +38,7 @@ impl<NID: NodeId> Default for EngineConfig<NID> {
             snapshot_policy: SnapshotPolicy::LogsSinceLast(5000),
             max_in_snapshot_log_to_keep: 1000,
             purge_batch_size: 256,
+            start_as_follower: false,
             max_payload_entries: 300,
             timer_config: time_state::Config::default(),
         }
@@ -55,6 +59,7 @@ impl<NID: NodeId> EngineConfig<NID> {
                 smaller_log_timeout: Duration::from_millis(config.election_timeout_max * 2),
                 leader_lease: Duration::from_millis(config.election_timeout_max),
             },
+            start_as_follower: config.start_as_follower,
         }
     }
 }

@@ -156,7 +156,8 @@ where C: RaftTypeConfig
         );
 
         // Previously it is a leader. restore it as leader at once
-        if self.state.is_leader(&self.config.id) {
+        // (Patched (Keel): unless `start_as_follower`.)
+        if self.state.is_leader(&self.config.id) && !self.config.start_as_follower {
             self.vote_handler().update_internal_server_state();
 
             let mut rh = self.replication_handler();

@@ -246,6 +246,26 @@ fn regex_escape(s: &str) -> String {
     out
 }
 
+/// `s` without terminal colour sequences (`ESC [ ... m`): node logs carry
+/// them, the report shows their tails as text.
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars().peekable();
+    while let Some(ch) = chars.next() {
+        if ch == '\u{1b}' && chars.peek() == Some(&'[') {
+            // Parameters and intermediates, up to the final letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
 /// The LazyFS command of a disk-fault schedule against `file` (the path
 /// LazyFS sees), with its parameters drawn from `rng`.
 pub fn lazyfs_command(kind: PowerKind, file: &Path, rng: &mut impl Rng) -> Option<String> {
@@ -559,7 +579,7 @@ impl Nemesis {
                     Ok(()) => r.restarted_ms = Some(self.ms().round()),
                     Err(e) => {
                         r.problem = Some(format!("cannot start: {e:#}"));
-                        r.log_tail = Some(c.nodes[i].process.log_tail(20));
+                        r.log_tail = Some(strip_ansi(&c.nodes[i].process.log_tail(20)));
                     }
                 }
                 pending.push((i, r));
@@ -649,7 +669,7 @@ impl Nemesis {
                         ));
                     }
                     if r.log_tail.is_none() {
-                        r.log_tail = Some(c.nodes[*i].process.log_tail(20));
+                        r.log_tail = Some(strip_ansi(&c.nodes[*i].process.log_tail(20)));
                     }
                     notes.push(format!(
                         "{} NOT back: {}",
@@ -791,6 +811,14 @@ mod tests {
             r"lazyfs::crash::timing=after::op=fsync::from_rgx=/r/x\.y/raft/db$"
         );
         assert_eq!(lazyfs_command(PowerKind::AllBrokers, file, &mut rng), None);
+    }
+
+    #[test]
+    fn log_tails_lose_their_colours() {
+        assert_eq!(
+            strip_ansi("\u{1b}[2m2026\u{1b}[0m \u{1b}[31mERROR\u{1b}[0m replay failed"),
+            "2026 ERROR replay failed"
+        );
     }
 
     #[test]

@@ -8,7 +8,8 @@
 # Builds the binary first (release; KEEL_JEPSEN_PROFILE=debug for a debug
 # build). Network partitions need root and iptables, power cuts root,
 # /dev/fuse and LazyFS (target/lazyfs, built on first use): without them
-# the run exits with code 5 (use --nemesis kill,pause to run without).
+# the run exits with code 5 (use --nemesis kill,pause to run without);
+# disk faults need libfiu (apt-get install -y fiu-utils).
 # Exit code 0 only when every run is valid.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,7 +44,7 @@ failed=()
 # (bad certificates, a user without ACLs) rides along with the zombie run:
 # it needs no fault window of its own. The power run's first window cuts
 # every controller at once.
-for family in partition kill pause zombie,intruder power; do
+for family in partition kill pause zombie,intruder power disk; do
   # Shorter fault/heal windows so each 40 s run sees at least two faults.
   echo "=== jepsen: nemesis $family (seed $seed) ==="
   if ! "$bin" jepsen --time-limit 40 --fault-secs 8 --heal-secs 6 --nemesis "$family" \

@@ -334,13 +334,16 @@ pub async fn run(cfg: Config) -> u8 {
     }
     // Cluster::new, unlike Cluster::start, runs a deliberately unsafe
     // build too: showing that the checkers catch one is part of the job.
-    let cluster = match Cluster::new(cluster::spec(
-        cfg.exe.clone(),
-        &run_dir,
-        cfg.brokers,
-        cfg.tls,
-        cfg.families.contains(&Family::Power),
-    )) {
+    let cluster = match Cluster::new(
+        cluster::spec(
+            cfg.exe.clone(),
+            &run_dir,
+            cfg.brokers,
+            cfg.tls,
+            cfg.families.contains(&Family::Power),
+        )
+        .fiu(cfg.families.contains(&Family::Disk)),
+    ) {
         Ok(c) => Arc::new(Mutex::new(c)),
         Err(e) => {
             eprintln!("keel jepsen: cannot lay out the cluster: {e:#}");
@@ -478,6 +481,8 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         shared.clone(),
         big_rx,
     ));
+    let disk_faulted = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+    let disk_stops = Arc::new(Mutex::new(Vec::new()));
     let mut nemesis = Nemesis {
         big_create: Some(big_tx),
         killed_mid_decision: false,
@@ -485,6 +490,8 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         restarts: Vec::new(),
         epochs: Vec::new(),
         restart_bound: cfg.recovery_bound,
+        disk_faulted: disk_faulted.clone(),
+        disk_stops: disk_stops.clone(),
         cluster: cluster.clone(),
         net,
         families: cfg.families.iter().copied().collect(),
@@ -541,9 +548,25 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         {
             let mut c = cluster.lock().unwrap();
             for i in 0..c.nodes.len() {
-                let Some(st) = c.nodes[i].process.exited().map(|st| st.to_string()) else {
+                let Some(status) = c.nodes[i].process.exited() else {
                     continue;
                 };
+                let st = status.to_string();
+                // Its disk was failing: stopping is what it must do (the
+                // disk checker looks at how).
+                if disk_faulted.lock().unwrap().contains(&i) {
+                    eprintln!(
+                        "\nkeel jepsen: {} stopped ({st}) while its disk was failing",
+                        c.nodes[i].name()
+                    );
+                    disk_stops.lock().unwrap().push(nemesis::DiskStop {
+                        node: c.nodes[i].name().to_string(),
+                        at_ms: shared.ms(),
+                        status: st,
+                        code: status.code(),
+                    });
+                    continue;
+                }
                 // LazyFS crashed under it (the power nemesis's disk fault,
                 // which then restarts it): not an exit of its own. LazyFS
                 // died first, so this is already visible.
@@ -781,6 +804,11 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     );
     if let Some((v, detail)) = intruder_result {
         put("intruder", b(v), detail);
+    }
+    if cfg.families.contains(&Family::Disk) {
+        let stops = disk_stops.lock().unwrap().clone();
+        let (v, detail) = nemesis::disk_stop_check(&stops);
+        put("disk_faults_stop_cleanly", b(v), detail);
     }
     if powered {
         let (v, detail) = power::restart_check(&restarts, cfg.recovery_bound);

@@ -36,6 +36,11 @@ pub enum Family {
     /// Power cuts and disk faults on LazyFS mounts (see [`crate::power`]).
     /// Needs root and /dev/fuse.
     Power,
+    /// A controller's file system calls fail (libfiu): `fsync`/`fdatasync`
+    /// with EIO, or `pwrite` with EIO or ENOSPC, for the fault window. The
+    /// node must stop (exit code 4, naming the error) rather than answer
+    /// from memory; it is started again at heal. Needs `fiu-utils`.
+    Disk,
 }
 
 impl Family {
@@ -51,6 +56,7 @@ impl Family {
                     Family::Zombie,
                     Family::Intruder,
                     Family::Power,
+                    Family::Disk,
                 ]),
                 "partition" => {
                     out.insert(Family::Partition);
@@ -70,10 +76,13 @@ impl Family {
                 "power" => {
                     out.insert(Family::Power);
                 }
+                "disk" => {
+                    out.insert(Family::Disk);
+                }
                 "none" => {}
                 other => {
                     return Err(format!(
-                    "unknown nemesis family {other:?} (partition, kill, pause, zombie, intruder, power, all, none)"
+                    "unknown nemesis family {other:?} (partition, kill, pause, zombie, intruder, power, disk, all, none)"
                 ))
                 }
             }
@@ -105,6 +114,12 @@ impl Family {
             Family::Zombie => &["stale-controller-request"],
             Family::Intruder => &[],
             Family::Power => PowerKind::NAMES,
+            Family::Disk => &[
+                "disk-eio-sync-active-controller",
+                "disk-eio-sync-controller",
+                "disk-enospc-write-active-controller",
+                "disk-eio-write-controller",
+            ],
         }
     }
 }
@@ -171,11 +186,42 @@ pub struct Nemesis {
     pub restart_bound: Duration,
     /// How the nemesis's own probes speak (the admin user over TLS).
     pub transport: client::Transport,
+    /// Nodes whose disk is failing now (the crash watch expects them to
+    /// stop, with exit code 4).
+    pub disk_faulted: Arc<Mutex<BTreeSet<usize>>>,
+    /// How each node under a disk fault stopped.
+    pub disk_stops: Arc<Mutex<Vec<DiskStop>>>,
     /// How a zombie controller's request speaks: with the certificate of
     /// controller [`ZOMBIE_CONTROLLER`] (over TLS a broker accepts
     /// LeaderAndIsr only from a controller; the stale epoch must be what
     /// refuses it).
     pub zombie_transport: client::Transport,
+}
+
+/// How a node whose disk was failing stopped.
+#[derive(Clone, Debug, Serialize)]
+pub struct DiskStop {
+    pub node: String,
+    pub at_ms: f64,
+    pub status: String,
+    pub code: Option<i32>,
+}
+
+/// Exit code of a node that stops on a storage error it cannot get past
+/// (`keel controller`: "raft stopped").
+pub const DISK_STOP_CODE: i32 = 4;
+
+/// The disk checker: every node that stopped under a disk fault stopped
+/// with [`DISK_STOP_CODE`] (a panic is 101, a signal has no code).
+pub fn disk_stop_check(stops: &[DiskStop]) -> (bool, serde_json::Value) {
+    let bad: Vec<&DiskStop> = stops
+        .iter()
+        .filter(|s| s.code != Some(DISK_STOP_CODE))
+        .collect();
+    (
+        bad.is_empty(),
+        serde_json::json!({"stops": stops, "not_clean": bad}),
+    )
 }
 
 /// The controller whose identity the zombie requests carry.
@@ -196,6 +242,9 @@ pub(crate) enum Undo {
     Resume(usize),
     /// Start the nodes a power fault cut and wait until they are back.
     Power(PowerUndo),
+    /// Let a node's failing calls succeed again, or start it again if it
+    /// stopped.
+    Disk(usize, keel_testkit::fiu::Calls),
     Nothing,
 }
 
@@ -411,6 +460,38 @@ impl Nemesis {
                 self.zombie(&mut ev).await;
                 Undo::Nothing
             }
+            k if k.starts_with("disk-") => {
+                use keel_testkit::fiu::{Calls, Errno};
+                let i = if k.ends_with("active-controller") {
+                    match self.active_index().await {
+                        Some(i) => i,
+                        None => self.pick(Role::Controller),
+                    }
+                } else {
+                    self.pick(Role::Controller)
+                };
+                let calls = if k.contains("-sync-") {
+                    Calls::Sync
+                } else {
+                    Calls::Pwrite
+                };
+                let errno = if k.contains("enospc") {
+                    Errno::Enospc
+                } else {
+                    Errno::Eio
+                };
+                ev.targets.push(self.name(i));
+                self.disk_faulted.lock().unwrap().insert(i);
+                let r = self.cluster.lock().unwrap().disk_fault(i, calls, errno);
+                match r {
+                    Ok(()) => Undo::Disk(i, calls),
+                    Err(e) => {
+                        self.disk_faulted.lock().unwrap().remove(&i);
+                        ev.detail.push(format!("fiu-ctrl failed: {e:#}"));
+                        Undo::Nothing
+                    }
+                }
+            }
             _ => Undo::Nothing,
         };
         (ev, undo)
@@ -571,6 +652,38 @@ impl Nemesis {
                 self.cluster.lock().unwrap().nodes[i].process.resume();
                 vec![]
             }
+            Undo::Disk(i, calls) => {
+                let mut c = self.cluster.lock().unwrap();
+                // The crash watch may have seen (and reaped) the stop
+                // already; if not, it is recorded here.
+                if let Some(st) = c.nodes[i].process.exited() {
+                    self.disk_stops.lock().unwrap().push(DiskStop {
+                        node: c.nodes[i].name().to_string(),
+                        at_ms: self.start.elapsed().as_secs_f64() * 1000.0,
+                        status: st.to_string(),
+                        code: st.code(),
+                    });
+                }
+                let out = match c.nodes[i].running() {
+                    false => match c.nodes[i].start() {
+                        Ok(()) => vec![format!("{} had stopped; started again", c.nodes[i].name())],
+                        Err(e) => vec![format!("cannot restart {}: {e:#}", c.nodes[i].name())],
+                    },
+                    true => match c.clear_disk_fault(i, calls) {
+                        Ok(()) => vec![format!(
+                            "{} kept running; its disk works again",
+                            c.nodes[i].name()
+                        )],
+                        Err(e) => vec![format!(
+                            "cannot clear the fault of {}: {e:#}",
+                            c.nodes[i].name()
+                        )],
+                    },
+                };
+                drop(c);
+                self.disk_faulted.lock().unwrap().remove(&i);
+                out
+            }
             Undo::Nothing => vec![],
         }
     }
@@ -667,5 +780,27 @@ impl Nemesis {
             tokio::time::sleep(heal).await;
         }
         *self.current.lock().unwrap() = "healed".into();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_disk_fault_stop_other_than_the_clean_exit_is_a_violation() {
+        let stop = |code: Option<i32>| DiskStop {
+            node: "c1".into(),
+            at_ms: 1.0,
+            status: format!("{code:?}"),
+            code,
+        };
+        assert!(disk_stop_check(&[]).0);
+        assert!(disk_stop_check(&[stop(Some(4)), stop(Some(4))]).0);
+        assert!(
+            !disk_stop_check(&[stop(Some(4)), stop(Some(101))]).0,
+            "a panic"
+        );
+        assert!(!disk_stop_check(&[stop(None)]).0, "killed by a signal");
     }
 }

@@ -465,7 +465,10 @@ impl Cluster {
             }
         };
         let node_env = if spec.fiu {
-            crate::fiu::env(&dir.path().join("fiu-ctrl"))?
+            let fifos = dir.path().join("fiu");
+            std::fs::create_dir_all(&fifos)
+                .with_context(|| format!("create {}", fifos.display()))?;
+            crate::fiu::env(&fifos.join("ctrl"))?
         } else {
             Vec::new()
         };
@@ -662,7 +665,7 @@ impl Cluster {
             .process
             .pid()
             .ok_or_else(|| anyhow!("{} is not running", n.name()))?;
-        Ok((self.dir.path().join("fiu-ctrl"), pid))
+        Ok((self.dir.path().join("fiu").join("ctrl"), pid))
     }
 
     fn log_of(&self, name: &str) -> PathBuf {

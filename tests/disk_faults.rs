@@ -9,69 +9,18 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use keel_proto::client::ControllerClient;
 use keel_testkit::fiu::{Calls, Errno};
 
 const LONG: Duration = Duration::from_secs(90);
 
-type Acked = Arc<Mutex<BTreeSet<String>>>;
-
-/// Creates topics `<prefix>-0..` until `stop`, recording acknowledged ones.
-async fn writer(
-    client: Arc<ControllerClient>,
-    prefix: String,
-    acked: Acked,
-    stop: Arc<AtomicBool>,
-) {
-    let mut i = 0u32;
-    while !stop.load(Ordering::Acquire) && i < 5_000 {
-        let name = format!("{prefix}-{i}");
-        i += 1;
-        if keel_testkit::admin::create_topic(&client, &name, 1, 1)
-            .await
-            .is_ok()
-        {
-            acked.lock().unwrap().insert(name);
-        }
-    }
-}
-
-fn count(acked: &Acked) -> usize {
-    acked.lock().unwrap().len()
-}
-
-async fn wait_acked(c: &Cluster, acked: &Acked, n: usize, when: &str) {
-    let deadline = Instant::now() + LONG;
-    while count(acked) < n {
-        assert!(
-            Instant::now() < deadline,
-            "{when}: only {} writes acknowledged\n{}",
-            count(acked),
-            c.log_tails(30)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_whose_disk_fails_stops_acknowledging_and_restarts_cleanly() {
-    let mut c = Cluster::start(
-        Spec::new(keel_bin(), CLUSTER_ID)
-            .brokers(1)
-            .fiu(true)
-            .broker_flags(&[
-                "--heartbeat-interval-ms",
-                "300",
-                "--session-timeout-ms",
-                "3000",
-            ]),
-    )
-    .expect("start a cluster under libfiu (apt-get install -y fiu-utils)");
+    let mut c = Cluster::start(fast_spec(1).fiu(true))
+        .expect("start a cluster under libfiu (apt-get install -y fiu-utils)");
     c.wait_active(LONG).await.unwrap();
     c.wait_all_brokers_active(LONG).await.unwrap();
     let client = Arc::new(client(&c));
@@ -85,15 +34,9 @@ async fn a_controller_whose_disk_fails_stops_acknowledging_and_restarts_cleanly(
     ];
     for (round, (who, calls, errno)) in faults.into_iter().enumerate() {
         let when = format!("round {round}: {who}'s {calls:?} failing with {errno:?}");
-        let stop = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(writer(
-            client.clone(),
-            format!("r{round}"),
-            acked.clone(),
-            stop.clone(),
-        ));
+        let writes = Writes::start(&client, format!("r{round}"), 1, &acked);
         let n = count(&acked);
-        wait_acked(&c, &acked, n + 3, &when).await;
+        wait_acked(&c, &acked, n + 3, LONG, &when).await;
         let active = c.wait_active(LONG).await.unwrap();
         let target = if who == "active" {
             active
@@ -131,12 +74,11 @@ async fn a_controller_whose_disk_fails_stops_acknowledging_and_restarts_cleanly(
 
         // The other two keep taking writes.
         let n = count(&acked);
-        wait_acked(&c, &acked, n + 5, &when).await;
+        wait_acked(&c, &acked, n + 5, LONG, &when).await;
 
         // Started again (a new process has no fault), it catches up.
         c.controller_mut(target).start().unwrap();
-        stop.store(true, Ordering::Release);
-        task.await.unwrap();
+        writes.stop().await;
         c.wait_converged(1, LONG)
             .await
             .unwrap_or_else(|e| panic!("{when}: {e}"));

@@ -38,16 +38,9 @@ async fn create(client: &keel_proto::client::ControllerClient, name: &str) -> Er
 async fn below_the_reserve_writes_are_refused_and_taken_again_once_space_is_back() {
     let reserve = RESERVE.to_string();
     let mut c = Cluster::start(
-        Spec::new(keel_bin(), CLUSTER_ID)
-            .brokers(1)
+        fast_spec(1)
             .tmpfs(DISK)
-            .controller_flags(&["--disk-reserve-bytes", &reserve])
-            .broker_flags(&[
-                "--heartbeat-interval-ms",
-                "300",
-                "--session-timeout-ms",
-                "3000",
-            ]),
+            .controller_flags(&["--disk-reserve-bytes", &reserve]),
     )
     .expect("start a cluster on tmpfs (needs root)");
     let active = c.wait_active(LONG).await.unwrap();

@@ -21,21 +21,8 @@ const LONG: Duration = Duration::from_secs(60);
 
 /// Three controllers and three brokers with Kafka listeners, fast timings.
 fn kafka_cluster() -> Cluster {
-    Cluster::start(
-        Spec::new(keel_bin(), CLUSTER_ID)
-            .brokers(3)
-            .kafka(KafkaPorts::Free)
-            .controller_flags(&["--session-timeout-ms", "3000"])
-            .broker_flags(&[
-                "--heartbeat-interval-ms",
-                "300",
-                "--session-timeout-ms",
-                "3000",
-                "--replica-lag-time-max-ms",
-                "3000",
-            ]),
-    )
-    .expect("start a cluster with Kafka listeners")
+    Cluster::start(fast_spec(3).kafka(KafkaPorts::Free))
+        .expect("start a cluster with Kafka listeners")
 }
 
 /// One partition as both sides describe it: leader (-1: none), replicas,

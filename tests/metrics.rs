@@ -43,18 +43,7 @@ fn without_help(text: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_exports_described_histograms_its_role_and_its_version() {
-    let mut c = Cluster::start(
-        Spec::new(keel_bin(), CLUSTER_ID)
-            .brokers(1)
-            .metrics(true)
-            .broker_flags(&[
-                "--heartbeat-interval-ms",
-                "300",
-                "--session-timeout-ms",
-                "3000",
-            ]),
-    )
-    .unwrap();
+    let mut c = Cluster::start(fast_spec(1).metrics(true)).unwrap();
     let active = c.wait_active(LONG).await.unwrap();
     c.wait_all_brokers_active(LONG).await.unwrap();
     let client = client(&c);

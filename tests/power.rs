@@ -12,7 +12,6 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,58 +22,11 @@ const LONG: Duration = Duration::from_secs(120);
 
 fn power_cluster(brokers: usize) -> Cluster {
     Cluster::start(
-        Spec::new(keel_bin(), CLUSTER_ID)
+        fast_spec(brokers)
             .allow_unsafe_build(cfg!(feature = "unsafe-ack-before-fsync"))
-            .brokers(brokers)
-            .lazyfs(true)
-            .controller_flags(&["--session-timeout-ms", "3000"])
-            .broker_flags(&[
-                "--heartbeat-interval-ms",
-                "300",
-                "--session-timeout-ms",
-                "3000",
-            ]),
+            .lazyfs(true),
     )
     .expect("start a cluster on LazyFS (needs root, /dev/fuse and target/lazyfs/lazyfs)")
-}
-
-/// Creates topics `prefix-0..` one after another until `stop`, recording
-/// each one the cluster acknowledged.
-async fn writer(
-    client: Arc<ControllerClient>,
-    prefix: &'static str,
-    acked: Arc<Mutex<BTreeSet<String>>>,
-    stop: Arc<AtomicBool>,
-) {
-    let mut i = 0u32;
-    while !stop.load(Ordering::Acquire) && i < 10_000 {
-        let name = format!("{prefix}-{i}");
-        i += 1;
-        if keel_testkit::admin::create_topic(&client, &name, 1, 2)
-            .await
-            .is_ok()
-        {
-            acked.lock().unwrap().insert(name);
-        }
-    }
-}
-
-fn count(acked: &Mutex<BTreeSet<String>>) -> usize {
-    acked.lock().unwrap().len()
-}
-
-/// Waits (bounded) until `acked` holds at least `n` names.
-async fn wait_acked(c: &Cluster, acked: &Mutex<BTreeSet<String>>, n: usize) {
-    let deadline = std::time::Instant::now() + LONG;
-    while count(acked) < n {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the writer got only {} acknowledgements\n{}",
-            count(acked),
-            c.log_tails(40)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Waits until the controllers converge; on failure, says what each one
@@ -128,31 +80,6 @@ async fn broker_epochs(client: &ControllerClient, n: u32) -> Vec<u64> {
         .collect()
 }
 
-/// A writer running until [`Writes::stop`].
-struct Writes {
-    stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Writes {
-    fn start(
-        client: &Arc<ControllerClient>,
-        prefix: &'static str,
-        acked: &Arc<Mutex<BTreeSet<String>>>,
-    ) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(writer(client.clone(), prefix, acked.clone(), stop.clone()));
-        Self { stop, task }
-    }
-
-    /// Stops the writer and waits for its last call to end (so the
-    /// quorum can settle on one index).
-    async fn stop(self) {
-        self.stop.store(true, Ordering::Release);
-        self.task.await.unwrap();
-    }
-}
-
 // Not in the unsafe build: there it fails by design (see below).
 #[cfg(not(feature = "unsafe-ack-before-fsync"))]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -161,40 +88,40 @@ async fn power_cuts_of_one_node_the_leader_and_everyone_lose_no_acknowledged_wri
     c.wait_active(LONG).await.unwrap();
     c.wait_all_brokers_active(LONG).await.unwrap();
     let client = Arc::new(client(&c));
-    let acked = Arc::new(Mutex::new(BTreeSet::new()));
+    let acked: Acked = Arc::default();
 
     // One follower controller, while writes stream in.
-    let w = Writes::start(&client, "f", &acked);
-    wait_acked(&c, &acked, 5).await;
+    let w = Writes::start(&client, "f".into(), 2, &acked);
+    wait_acked(&c, &acked, 5, LONG, "power").await;
     let active = c.wait_active(LONG).await.unwrap();
     let follower = (active + 1) % 3;
     c.power_cut(follower).unwrap();
     let n = count(&acked);
-    wait_acked(&c, &acked, n + 5).await;
+    wait_acked(&c, &acked, n + 5, LONG, "power").await;
     c.controller_mut(follower).start().unwrap();
     w.stop().await;
     converge(&mut c).await;
     check_no_loss(&client, &acked, "after a follower's power cut").await;
 
     // The active controller, while writes stream in.
-    let w = Writes::start(&client, "a", &acked);
+    let w = Writes::start(&client, "a".into(), 2, &acked);
     let n = count(&acked);
-    wait_acked(&c, &acked, n + 5).await;
+    wait_acked(&c, &acked, n + 5, LONG, "power").await;
     let active = c.wait_active(LONG).await.unwrap();
     c.power_cut(active).unwrap();
     let next = c.wait_active(LONG).await.unwrap();
     assert_ne!(next, active);
     let n = count(&acked);
-    wait_acked(&c, &acked, n + 5).await;
+    wait_acked(&c, &acked, n + 5, LONG, "power").await;
     c.controller_mut(active).start().unwrap();
     w.stop().await;
     converge(&mut c).await;
     check_no_loss(&client, &acked, "after the active controller's power cut").await;
 
     // Every controller at once, while writes stream in.
-    let w = Writes::start(&client, "all", &acked);
+    let w = Writes::start(&client, "all".into(), 2, &acked);
     let n = count(&acked);
-    wait_acked(&c, &acked, n + 5).await;
+    wait_acked(&c, &acked, n + 5, LONG, "power").await;
     for i in 0..3 {
         c.controller_mut(i).kill();
     }
@@ -206,7 +133,7 @@ async fn power_cuts_of_one_node_the_leader_and_everyone_lose_no_acknowledged_wri
     }
     c.wait_active(LONG).await.unwrap();
     let n = count(&acked);
-    wait_acked(&c, &acked, n + 5).await;
+    wait_acked(&c, &acked, n + 5, LONG, "power").await;
     w.stop().await;
     converge(&mut c).await;
     check_no_loss(&client, &acked, "after every controller's power cut").await;

@@ -22,19 +22,7 @@ const LONG: Duration = Duration::from_secs(90);
 
 /// Three controllers and `brokers` brokers over mutual TLS, fast timings.
 fn tls_cluster(brokers: usize) -> Cluster {
-    Cluster::start(
-        Spec::new(keel_bin(), CLUSTER_ID)
-            .brokers(brokers)
-            .tls(true)
-            .controller_flags(&["--session-timeout-ms", "3000"])
-            .broker_flags(&[
-                "--heartbeat-interval-ms",
-                "300",
-                "--session-timeout-ms",
-                "3000",
-            ]),
-    )
-    .expect("start a TLS cluster")
+    Cluster::start(fast_spec(brokers).tls(true)).expect("start a TLS cluster")
 }
 
 /// A client of `c`'s controllers speaking over `transport`, giving up fast.

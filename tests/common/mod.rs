@@ -39,23 +39,87 @@ pub fn cluster(n: usize) -> Cluster {
     cluster_with(n, &[])
 }
 
+/// Three controllers and `n` brokers with fast timings (heartbeat 300 ms,
+/// session 3 s, replica lag 3 s), not started: tests add what they need.
+pub fn fast_spec(n: usize) -> Spec {
+    Spec::new(keel_bin(), CLUSTER_ID)
+        .brokers(n)
+        .controller_flags(&["--session-timeout-ms", "3000"])
+        .broker_flags(&[
+            "--heartbeat-interval-ms",
+            "300",
+            "--session-timeout-ms",
+            "3000",
+            "--replica-lag-time-max-ms",
+            "3000",
+        ])
+}
+
 /// As [`cluster`], with extra controller flags.
 pub fn cluster_with(n: usize, controller_flags: &[&str]) -> Cluster {
-    Cluster::start(
-        Spec::new(keel_bin(), CLUSTER_ID)
-            .brokers(n)
-            .controller_flags(&["--session-timeout-ms", "3000"])
-            .controller_flags(controller_flags)
-            .broker_flags(&[
-                "--heartbeat-interval-ms",
-                "300",
-                "--session-timeout-ms",
-                "3000",
-                "--replica-lag-time-max-ms",
-                "3000",
-            ]),
-    )
-    .expect("start a cluster")
+    Cluster::start(fast_spec(n).controller_flags(controller_flags)).expect("start a cluster")
+}
+
+/// Acknowledged topic names, shared with a [`Writes`] task.
+pub type Acked = std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>;
+
+/// How many names `acked` holds.
+pub fn count(acked: &Acked) -> usize {
+    acked.lock().unwrap().len()
+}
+
+/// Waits (bounded by `within`) until `acked` holds at least `n` names.
+pub async fn wait_acked(c: &Cluster, acked: &Acked, n: usize, within: Duration, when: &str) {
+    let deadline = std::time::Instant::now() + within;
+    while count(acked) < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{when}: the writer got only {} acknowledgements\n{}",
+            count(acked),
+            c.log_tails(40)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A writer creating topics `<prefix>-0..` (1 partition, replication
+/// factor `rf`) one after another until [`Writes::stop`] (at most 10,000),
+/// recording each one the cluster acknowledged.
+pub struct Writes {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Writes {
+    pub fn start(
+        client: &std::sync::Arc<ControllerClient>,
+        prefix: String,
+        rf: u32,
+        acked: &Acked,
+    ) -> Self {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (client, acked, halt) = (client.clone(), acked.clone(), stop.clone());
+        let task = tokio::spawn(async move {
+            for i in 0..10_000u32 {
+                if halt.load(Ordering::Acquire) {
+                    break;
+                }
+                let name = format!("{prefix}-{i}");
+                if admin::create_topic(&client, &name, 1, rf).await.is_ok() {
+                    acked.lock().unwrap().insert(name);
+                }
+            }
+        });
+        Self { stop, task }
+    }
+
+    /// Stops the writer and waits for its last call to end (so the
+    /// quorum can settle on one index).
+    pub async fn stop(self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        self.task.await.unwrap();
+    }
 }
 
 /// A redirect-following client of the cluster's controllers.

@@ -559,12 +559,11 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
                         "\nkeel jepsen: {} stopped ({st}) while its disk was failing",
                         c.nodes[i].name()
                     );
-                    disk_stops.lock().unwrap().push(nemesis::DiskStop {
-                        node: c.nodes[i].name().to_string(),
-                        at_ms: shared.ms(),
-                        status: st,
-                        code: status.code(),
-                    });
+                    disk_stops.lock().unwrap().push(nemesis::DiskStop::new(
+                        c.nodes[i].name(),
+                        shared.ms(),
+                        status,
+                    ));
                     continue;
                 }
                 // LazyFS crashed under it (the power nemesis's disk fault,

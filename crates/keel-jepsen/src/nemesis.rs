@@ -207,6 +207,17 @@ pub struct DiskStop {
     pub code: Option<i32>,
 }
 
+impl DiskStop {
+    pub fn new(node: &str, at_ms: f64, status: std::process::ExitStatus) -> Self {
+        Self {
+            node: node.to_string(),
+            at_ms,
+            status: status.to_string(),
+            code: status.code(),
+        }
+    }
+}
+
 /// Exit code of a node that stops on a storage error it cannot get past
 /// (`keel controller`: "raft stopped").
 pub const DISK_STOP_CODE: i32 = 4;
@@ -657,12 +668,11 @@ impl Nemesis {
                 // The crash watch may have seen (and reaped) the stop
                 // already; if not, it is recorded here.
                 if let Some(st) = c.nodes[i].process.exited() {
-                    self.disk_stops.lock().unwrap().push(DiskStop {
-                        node: c.nodes[i].name().to_string(),
-                        at_ms: self.start.elapsed().as_secs_f64() * 1000.0,
-                        status: st.to_string(),
-                        code: st.code(),
-                    });
+                    let at = self.ms();
+                    self.disk_stops
+                        .lock()
+                        .unwrap()
+                        .push(DiskStop::new(c.nodes[i].name(), at, st));
                 }
                 let out = match c.nodes[i].running() {
                     false => match c.nodes[i].start() {

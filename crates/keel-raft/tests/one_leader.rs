@@ -259,15 +259,18 @@ async fn a_restarted_node_refuses_votes_and_pre_votes_inside_its_window() {
         restarted.elapsed() < window,
         "the test was too slow to be inside the window"
     );
-    let r = network
-        .pre_vote(
-            id,
-            &KeelNode::new(addr.as_str()),
-            &pre_vote_req(candidate, term + 11, ahead),
-            Duration::from_secs(2),
-        )
-        .await
-        .unwrap();
+    let ask = || async {
+        network
+            .pre_vote(
+                id,
+                &KeelNode::new(addr.as_str()),
+                &pre_vote_req(candidate, term + 11, ahead),
+                Duration::from_secs(2),
+            )
+            .await
+            .unwrap()
+    };
+    let r = ask().await;
     assert!(
         matches!(r.refusal, Some(PreVoteRefusal::JustRestarted { .. })),
         "{r:?}"
@@ -285,15 +288,7 @@ async fn a_restarted_node_refuses_votes_and_pre_votes_inside_its_window() {
     let mut left_before = u64::MAX;
     let mut r = None;
     for _ in 0..50 {
-        let answer = network
-            .pre_vote(
-                id,
-                &KeelNode::new(addr.as_str()),
-                &pre_vote_req(candidate, term + 11, ahead),
-                Duration::from_secs(2),
-            )
-            .await
-            .unwrap();
+        let answer = ask().await;
         match answer.refusal {
             Some(PreVoteRefusal::JustRestarted { left_ms }) => {
                 assert!(

@@ -1,7 +1,11 @@
 //! Compiles `proto/*.proto` with protox (pure Rust; no system protoc).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../proto");
+    // The directory cargo runs this from, read when it runs: a build
+    // script compiled for one checkout is reused by cargo for another
+    // (same sources, same target dir), so a path baked in at compile time
+    // (`env!`) can name a checkout that is gone.
+    let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
     let files = ["common.proto", "broker.proto", "admin.proto", "raft.proto"];
     for f in &files {
         println!("cargo:rerun-if-changed={}", root.join(f).display());

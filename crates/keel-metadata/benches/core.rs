@@ -276,6 +276,19 @@ fn bench_fence(c: &mut Criterion) {
     g.finish();
 }
 
+/// Deciding the controlled shutdown of broker 1 in the same image: every
+/// partition it leads gets a new leader, every ISR it is in shrinks.
+fn bench_controlled_shutdown(c: &mut Criterion) {
+    let (image, _) = cluster_of(1_000);
+    let epoch = image.broker(BrokerId(1)).expect("registered").epoch;
+    let mut g = c.benchmark_group("controlled_shutdown_100k_partitions");
+    g.throughput(Throughput::Elements(image.partition_count() as u64));
+    g.bench_function("decide", |b| {
+        b.iter(|| black_box(&image).decide_controlled_shutdown(BrokerId(1), epoch))
+    });
+    g.finish();
+}
+
 fn main() {
     // The figure only under `cargo bench`; a test-mode run stays quick.
     if std::env::args().any(|a| a == "--bench") {
@@ -293,5 +306,6 @@ fn main() {
     bench_placement(&mut c);
     bench_codec(&mut c);
     bench_fence(&mut c);
+    bench_controlled_shutdown(&mut c);
     c.final_summary();
 }

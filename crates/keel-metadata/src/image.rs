@@ -22,7 +22,7 @@ use crate::ids::{
     TopicPartition,
 };
 use crate::records::{
-    decode_versioned, encode_plain, encode_versioned_into, LeaderChange, MetadataRecord,
+    decode_versioned, encode_as_into, encode_versioned_into, LeaderChange, MetadataRecord,
     PartitionChangeRecord, PartitionRecord, RecordBatch, RegisterBrokerRecord, TopicRecord,
 };
 use crate::state::{PartitionState, ReplicaState, TransitionError};
@@ -132,14 +132,9 @@ impl TopicImage {
     pub fn marked_for_deletion(&self) -> bool {
         self.deletion.is_some()
     }
-
-    /// `unclean.leader.election.enable`, default false.
-    pub fn unclean_leader_election(&self) -> bool {
-        self.configs
-            .get(crate::UNCLEAN_LEADER_ELECTION)
-            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
-    }
 }
+
+pub use crate::topic_config::ConfigSource;
 
 /// One partition's replicated state.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -211,6 +206,11 @@ pub struct MetadataImage {
     /// Every ACL binding in force (a set: the value is empty).
     #[serde(deserialize_with = "sorted_map::deserialize")]
     acls: OrdMap<AclBinding, ()>,
+    /// Cluster-wide defaults of topic configs (`ClusterConfig` records):
+    /// what a topic without its own value for a key takes. Last, so an
+    /// image without any is encoded in format version 3's shape.
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    cluster_configs: OrdMap<String, String>,
     /// The records of a transaction whose end marker has not been replayed
     /// yet (KIP-868). Never part of an encoding: a snapshot is cut only
     /// between transactions (`validate` refuses an open one), and the hash
@@ -247,6 +247,34 @@ struct ImageV2 {
     partitions: PartitionTable,
     #[serde(deserialize_with = "sorted_map::deserialize")]
     acls: OrdMap<AclBinding, ()>,
+}
+
+/// The image as format version 3 wrote it (no cluster config defaults),
+/// read only to decode an old snapshot.
+#[derive(Deserialize)]
+struct ImageV3 {
+    offset: u64,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    brokers: OrdMap<BrokerId, BrokerRegistration>,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    topics: OrdMap<TopicId, Arc<TopicImage>>,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    topic_names: OrdMap<String, TopicId>,
+    partitions: PartitionTable,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    acls: OrdMap<AclBinding, ()>,
+}
+
+/// An image without cluster defaults in [`ImageV3`]'s shape, as it is
+/// written, so the previous release can read it.
+#[derive(Serialize)]
+struct ImageV3Ref<'a> {
+    offset: u64,
+    brokers: &'a OrdMap<BrokerId, BrokerRegistration>,
+    topics: &'a OrdMap<TopicId, Arc<TopicImage>>,
+    topic_names: &'a OrdMap<String, TopicId>,
+    partitions: &'a PartitionTable,
+    acls: &'a OrdMap<AclBinding, ()>,
 }
 
 /// Registrations of a legacy image in today's shape.
@@ -388,6 +416,50 @@ impl MetadataImage {
 
     pub fn topic_count(&self) -> usize {
         self.topics.len()
+    }
+
+    /// The cluster-wide defaults of topic configs, by key.
+    pub fn cluster_configs(&self) -> &OrdMap<String, String> {
+        &self.cluster_configs
+    }
+
+    /// The value `topic` has for config `key` and where it comes from: its
+    /// own, else the cluster default, else Kafka's default (`None` for a
+    /// key neither set nor in the schema).
+    pub fn topic_config<'a>(
+        &'a self,
+        topic: &'a TopicImage,
+        key: &str,
+    ) -> Option<(&'a str, ConfigSource)> {
+        crate::topic_config::resolve(
+            key,
+            topic.configs.get(key).map(|v| &**v),
+            self.cluster_configs.get(key).map(String::as_str),
+        )
+    }
+
+    /// What a topic without its own value for `key` takes: the cluster
+    /// default, else Kafka's default.
+    pub fn default_config(&self, key: &str) -> Option<&str> {
+        match self.cluster_configs.get(key) {
+            Some(v) => Some(v),
+            None => crate::topic_config::lookup(key).map(|d| d.default),
+        }
+    }
+
+    /// Whether `topic` allows unclean leader election (its own value, else
+    /// the cluster default, else false).
+    pub fn unclean_leader_election(&self, topic: &TopicImage) -> bool {
+        self.topic_config(topic, crate::UNCLEAN_LEADER_ELECTION)
+            .is_some_and(|(v, _)| v.eq_ignore_ascii_case("true"))
+    }
+
+    /// `topic`'s `min.insync.replicas` (its own value, else the cluster
+    /// default, else 1).
+    pub fn min_insync_replicas(&self, topic: &TopicImage) -> usize {
+        self.topic_config(topic, crate::MIN_INSYNC_REPLICAS)
+            .and_then(|(v, _)| v.trim().parse().ok())
+            .unwrap_or(1)
     }
 
     pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionImage> {
@@ -580,6 +652,13 @@ impl MetadataImage {
                         .configs
                         .insert(Arc::from(key.as_str()), Arc::from(v.as_str())),
                     None => t.configs.remove(key.as_str()),
+                };
+                Ok(())
+            }
+            MetadataRecord::ClusterConfig { key, value } => {
+                match value {
+                    Some(v) => self.cluster_configs.insert(key.clone(), v.clone()),
+                    None => self.cluster_configs.remove(key.as_str()),
                 };
                 Ok(())
             }
@@ -1150,9 +1229,31 @@ impl MetadataImage {
         Ok(())
     }
 
-    /// The canonical encoding: format version + bincode of the ordered maps.
+    /// The canonical encoding: format version + bincode of the ordered
+    /// maps; version 3's shape while no cluster default is set.
     pub fn encode(&self) -> Vec<u8> {
-        encode_plain(self)
+        let mut out = Vec::new();
+        self.encode_into(&mut out)
+            .unwrap_or_else(|e| unreachable!("encoding the image failed: {e}"));
+        out
+    }
+
+    /// [`encode`](Self::encode) into a writer. It fails only if `out` does:
+    /// the image is plain data.
+    fn encode_into<W: Write>(&self, out: &mut W) -> Result<(), crate::records::EncodeError> {
+        if self.cluster_configs.is_empty() {
+            let v3 = ImageV3Ref {
+                offset: self.offset,
+                brokers: &self.brokers,
+                topics: &self.topics,
+                topic_names: &self.topic_names,
+                partitions: &self.partitions,
+                acls: &self.acls,
+            };
+            encode_as_into(crate::records::BASE_RECORD_FORMAT_VERSION, &v3, out)
+        } else {
+            encode_versioned_into(self, out)
+        }
     }
 
     /// Decodes an image written by [`encode`](Self::encode) and validates it.
@@ -1166,6 +1267,7 @@ impl MetadataImage {
                 topic_names: v1.topic_names,
                 partitions: v1.partitions,
                 acls: OrdMap::new(),
+                cluster_configs: OrdMap::new(),
                 transaction: None,
             }
         } else if bytes.starts_with(&2u16.to_le_bytes()) {
@@ -1177,6 +1279,19 @@ impl MetadataImage {
                 topic_names: v2.topic_names,
                 partitions: v2.partitions,
                 acls: v2.acls,
+                cluster_configs: OrdMap::new(),
+                transaction: None,
+            }
+        } else if bytes.starts_with(&3u16.to_le_bytes()) {
+            let v3: ImageV3 = decode_versioned(bytes)?;
+            Self {
+                offset: v3.offset,
+                brokers: v3.brokers,
+                topics: v3.topics,
+                topic_names: v3.topic_names,
+                partitions: v3.partitions,
+                acls: v3.acls,
+                cluster_configs: OrdMap::new(),
                 transaction: None,
             }
         } else {
@@ -1196,7 +1311,8 @@ impl MetadataImage {
     pub fn hash(&self) -> String {
         let mut hasher = Sha256::new();
         let mut out = std::io::BufWriter::with_capacity(64 << 10, &mut hasher);
-        let written = encode_versioned_into(self, &mut out)
+        let written = self
+            .encode_into(&mut out)
             .map_err(|e| e.to_string())
             .and_then(|_| out.flush().map_err(|e| e.to_string()));
         drop(out);

@@ -34,7 +34,9 @@ pub use control::{BrokerInfo, ControllerStamp, PartitionLeadership};
 pub use decide::Decision;
 pub use error::{ApiError, DecodeError, ErrorCode, ReplayError, ReplayErrorKind};
 pub use ids::*;
-pub use image::{BrokerRegistration, MetadataImage, PartitionImage, TopicImage, ValidationError};
+pub use image::{
+    BrokerRegistration, ConfigSource, MetadataImage, PartitionImage, TopicImage, ValidationError,
+};
 pub use records::{
     LeaderChange, MetadataRecord, PartitionChangeRecord, PartitionRecord, RecordBatch,
     RegisterBrokerRecord, TopicRecord,

@@ -191,13 +191,7 @@ impl Limits {
     pub fn check_alter_configs(&self, items: &[(String, Vec<ConfigOp>)]) -> Result<(), ApiError> {
         self.topics(items.len())?;
         for (topic, ops) in items {
-            self.configs(
-                topic,
-                ops.iter().map(|o| match o {
-                    ConfigOp::Set(k, v) => (k.as_str(), Some(v.as_str())),
-                    ConfigOp::Delete(k) => (k.as_str(), None),
-                }),
-            )?;
+            self.configs(topic, ops.iter().map(|o| (o.key(), o.value())))?;
         }
         Ok(())
     }
@@ -213,21 +207,54 @@ impl Limits {
             let Some(t) = image.topic_by_name(topic) else {
                 continue;
             };
-            let mut keys: BTreeSet<&str> = t.configs.keys().map(|k| &**k).collect();
-            for o in ops {
-                match o {
-                    ConfigOp::Set(k, _) => keys.insert(k),
-                    ConfigOp::Delete(k) => keys.remove(k.as_str()),
-                };
-            }
-            if keys.len() > self.max_configs_per_topic {
-                return Err(violation(
-                    "max_configs_per_topic",
-                    "max-configs-per-topic",
-                    self.max_configs_per_topic,
-                    format!("topic {topic:?} would carry {} config entries", keys.len()),
-                ));
-            }
+            self.configs_after(
+                t.configs.keys().map(|k| &**k),
+                ops,
+                &format!("topic {topic:?}"),
+            )?;
+        }
+        Ok(())
+    }
+
+    /// An AlterClusterConfigs request against the image: the count of
+    /// cluster defaults it would leave (bounded like a topic's configs).
+    pub fn check_cluster_configs_in(
+        &self,
+        image: &MetadataImage,
+        ops: &[ConfigOp],
+    ) -> Result<(), ApiError> {
+        self.configs_after(
+            image.cluster_configs().keys().map(String::as_str),
+            ops,
+            "the cluster's defaults",
+        )
+    }
+
+    /// The keys `current` would end with after `ops`, at most
+    /// `max_configs_per_topic`.
+    fn configs_after<'a>(
+        &self,
+        current: impl Iterator<Item = &'a str>,
+        ops: &'a [ConfigOp],
+        what: &str,
+    ) -> Result<(), ApiError> {
+        let mut keys: BTreeSet<&str> = current.collect();
+        for o in ops {
+            match o {
+                ConfigOp::Delete(k) => keys.remove(k.as_str()),
+                // APPEND and SUBTRACT leave the key its own value.
+                ConfigOp::Set(k, _) | ConfigOp::Append(k, _) | ConfigOp::Subtract(k, _) => {
+                    keys.insert(k)
+                }
+            };
+        }
+        if keys.len() > self.max_configs_per_topic {
+            return Err(violation(
+                "max_configs_per_topic",
+                "max-configs-per-topic",
+                self.max_configs_per_topic,
+                format!("{what} would carry {} config entries", keys.len()),
+            ));
         }
         Ok(())
     }
@@ -367,6 +394,40 @@ mod tests {
         assert_eq!(
             code(l.check_create_partitions_in(&image, &grow(16))),
             Some(ErrorCode::PolicyViolation)
+        );
+    }
+
+    #[test]
+    fn cluster_defaults_are_counted_after_the_request() {
+        let l = small();
+        let set = |k: &str| ConfigOp::Set(k.into(), "1".into());
+        let mut image = MetadataImage::new();
+        assert_eq!(
+            code(l.check_cluster_configs_in(&image, &[set("a"), set("b")])),
+            None
+        );
+        assert_eq!(
+            code(l.check_cluster_configs_in(&image, &[set("a"), set("b"), set("c")])),
+            Some(ErrorCode::PolicyViolation)
+        );
+        let records: Vec<_> = ["a", "b"]
+            .iter()
+            .map(|k| crate::MetadataRecord::ClusterConfig {
+                key: k.to_string(),
+                value: Some("1".into()),
+            })
+            .collect();
+        image
+            .replay_batch(&crate::RecordBatch::new(records), 1)
+            .unwrap();
+        // Two set: one more is too many, one in place of another is not.
+        assert_eq!(
+            code(l.check_cluster_configs_in(&image, &[set("c")])),
+            Some(ErrorCode::PolicyViolation)
+        );
+        assert_eq!(
+            code(l.check_cluster_configs_in(&image, &[ConfigOp::Delete("a".into()), set("c")])),
+            None
         );
     }
 }

@@ -45,7 +45,11 @@ pub fn place_replicas(
     if rf == 0 || rf > n {
         return Err(ApiError::new(
             ErrorCode::InvalidReplicationFactor,
-            format!("replication factor {replication_factor} needs 1..={n} available brokers"),
+            if n == 0 {
+                format!("replication factor {replication_factor} needs as many available brokers; there are none")
+            } else {
+                format!("replication factor must be between 1 and {n} (the available brokers), not {replication_factor}")
+            },
         ));
     }
     let k = partitions as usize;

@@ -115,7 +115,8 @@ pub fn plan<'a>(
             | MetadataRecord::EndTransaction
             | MetadataRecord::AbortTransaction
             | MetadataRecord::AclAdded(_)
-            | MetadataRecord::AclRemoved(_) => {}
+            | MetadataRecord::AclRemoved(_)
+            | MetadataRecord::ClusterConfig { .. } => {}
         }
     }
     touched.sort_unstable();

@@ -20,7 +20,15 @@ use crate::state::ReplicaState;
 /// `BrokerKafkaListener` record, in the image `kafka_address`). Again only
 /// a variant at the end of the enum; version 1 and 2 images are read
 /// through legacy shapes whose registrations have no listener.
-pub const RECORD_FORMAT_VERSION: u16 = 3;
+///
+/// 4: cluster-wide defaults of topic configs (the `ClusterConfig` record,
+/// in the image `cluster_configs`). A batch or image that carries none is
+/// still written as version 3 (see [`MetadataRecord::format_version`]), so
+/// a controller of the previous release keeps reading the log of an
+/// upgraded one until a cluster default is actually set.
+pub const RECORD_FORMAT_VERSION: u16 = 4;
+/// The version written for what carries nothing newer (see above).
+pub const BASE_RECORD_FORMAT_VERSION: u16 = 3;
 /// The oldest version still decoded.
 pub const OLDEST_RECORD_FORMAT_VERSION: u16 = 1;
 
@@ -109,9 +117,21 @@ pub enum MetadataRecord {
         /// `host:port` where Kafka clients reach the broker.
         address: String,
     },
+    /// Set (`Some`) or remove (`None`) the cluster-wide default of one
+    /// topic config (Kafka's dynamic default broker config, set with
+    /// `--entity-default`): topics without their own value take it.
+    ClusterConfig { key: String, value: Option<String> },
 }
 
 impl MetadataRecord {
+    /// The oldest format version that can carry this record.
+    pub fn format_version(&self) -> u16 {
+        match self {
+            Self::ClusterConfig { .. } => 4,
+            _ => BASE_RECORD_FORMAT_VERSION,
+        }
+    }
+
     /// One of the transaction markers (they carry no metadata change).
     pub fn is_transaction_marker(&self) -> bool {
         matches!(
@@ -215,9 +235,19 @@ impl RecordBatch {
         }
     }
 
-    /// `version (u16 LE) ++ bincode(batch)`.
+    /// `version (u16 LE) ++ bincode(batch)`, where the version is the
+    /// oldest that carries every record of the batch.
     pub fn encode(&self) -> Vec<u8> {
-        encode_plain(self)
+        encode_plain_as(self.format_version(), self)
+    }
+
+    /// The oldest format version that can carry every record.
+    pub fn format_version(&self) -> u16 {
+        self.records
+            .iter()
+            .map(MetadataRecord::format_version)
+            .max()
+            .unwrap_or(BASE_RECORD_FORMAT_VERSION)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
@@ -247,7 +277,17 @@ pub fn encode_versioned_into<T: Serialize, W: std::io::Write>(
     value: &T,
     out: &mut W,
 ) -> Result<(), EncodeError> {
-    out.write_all(&RECORD_FORMAT_VERSION.to_le_bytes())
+    encode_as_into(RECORD_FORMAT_VERSION, value, out)
+}
+
+/// [`encode_versioned_into`] behind an older `version`, for a value whose
+/// shape that version has.
+pub(crate) fn encode_as_into<T: Serialize, W: std::io::Write>(
+    version: u16,
+    value: &T,
+    out: &mut W,
+) -> Result<(), EncodeError> {
+    out.write_all(&version.to_le_bytes())
         .map_err(|e| EncodeError(e.to_string()))?;
     bincode::serde::encode_into_std_write(value, out, bincode::config::standard())
         .map_err(|e| EncodeError(e.to_string()))?;
@@ -263,9 +303,12 @@ pub fn encode_versioned_into<T: Serialize, W: std::io::Write>(
 /// so none of the three errors of [`encode_versioned`] can arise, and the
 /// `Vec` writer never fails. An error here would be a bug in a `Serialize`
 /// impl of this crate, which is fatal like any other broken invariant.
-pub(crate) fn encode_plain<T: Serialize>(value: &T) -> Vec<u8> {
-    match encode_versioned(value) {
-        Ok(bytes) => bytes,
+///
+/// Written behind `version`: the oldest that has the value's shape.
+pub(crate) fn encode_plain_as<T: Serialize>(version: u16, value: &T) -> Vec<u8> {
+    let mut out = Vec::new();
+    match encode_as_into(version, value, &mut out) {
+        Ok(()) => out,
         Err(e) => unreachable!("encoding this crate's plain data failed: {e}"),
     }
 }

@@ -28,6 +28,14 @@ pub enum ConfigType {
     String,
 }
 
+impl ConfigType {
+    /// A comma-separated list (Kafka's `LIST` type: APPEND and SUBTRACT
+    /// apply to it).
+    pub fn is_list(self) -> bool {
+        matches!(self, Self::EnumList(_) | Self::ReplicaList)
+    }
+}
+
 /// One topic config: its name, type and Kafka's default.
 #[derive(Clone, Copy, Debug)]
 pub struct TopicConfigDef {
@@ -146,6 +154,168 @@ pub static TOPIC_CONFIGS: &[TopicConfigDef] = &[
 /// The definition of `name`, if Kafka has such a topic config.
 pub fn lookup(name: &str) -> Option<&'static TopicConfigDef> {
     TOPIC_CONFIGS.iter().find(|d| d.name == name)
+}
+
+/// Kafka's broker config that gives each topic config its cluster-wide
+/// default (Kafka's topic config synonyms): `kafka-configs --entity-type
+/// brokers --entity-default` sets these names. Keel stores the default
+/// under the topic config's own name.
+static BROKER_SYNONYMS: &[(&str, &str)] = &[
+    ("cleanup.policy", "log.cleanup.policy"),
+    ("compression.gzip.level", "compression.gzip.level"),
+    ("compression.lz4.level", "compression.lz4.level"),
+    ("compression.type", "compression.type"),
+    ("compression.zstd.level", "compression.zstd.level"),
+    ("delete.retention.ms", "log.cleaner.delete.retention.ms"),
+    ("file.delete.delay.ms", "log.segment.delete.delay.ms"),
+    ("flush.messages", "log.flush.interval.messages"),
+    ("flush.ms", "log.flush.interval.ms"),
+    ("index.interval.bytes", "log.index.interval.bytes"),
+    ("local.retention.bytes", "log.local.retention.bytes"),
+    ("local.retention.ms", "log.local.retention.ms"),
+    ("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms"),
+    ("max.message.bytes", "message.max.bytes"),
+    (
+        "message.downconversion.enable",
+        "log.message.downconversion.enable",
+    ),
+    ("message.format.version", "log.message.format.version"),
+    (
+        "message.timestamp.after.max.ms",
+        "log.message.timestamp.after.max.ms",
+    ),
+    (
+        "message.timestamp.before.max.ms",
+        "log.message.timestamp.before.max.ms",
+    ),
+    (
+        "message.timestamp.difference.max.ms",
+        "log.message.timestamp.difference.max.ms",
+    ),
+    ("message.timestamp.type", "log.message.timestamp.type"),
+    (
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+    ),
+    ("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms"),
+    (crate::MIN_INSYNC_REPLICAS, "min.insync.replicas"),
+    ("preallocate", "log.preallocate"),
+    ("retention.bytes", "log.retention.bytes"),
+    ("retention.ms", "log.retention.ms"),
+    ("segment.bytes", "log.segment.bytes"),
+    ("segment.index.bytes", "log.index.size.max.bytes"),
+    ("segment.jitter.ms", "log.roll.jitter.ms"),
+    ("segment.ms", "log.roll.ms"),
+    (
+        crate::UNCLEAN_LEADER_ELECTION,
+        "unclean.leader.election.enable",
+    ),
+];
+
+/// The broker config name of topic config `key`'s cluster default, if
+/// Kafka has one.
+pub fn broker_synonym(key: &str) -> Option<&'static str> {
+    BROKER_SYNONYMS
+        .iter()
+        .find(|(t, _)| *t == key)
+        .map(|(_, b)| *b)
+}
+
+/// The topic config a cluster-default name stands for: a topic config
+/// name as it is, or Kafka's broker synonym of one (`log.retention.ms` is
+/// `retention.ms`). `None` for any other name.
+pub fn default_key(name: &str) -> Option<&'static str> {
+    if let Some(d) = lookup(name) {
+        return Some(d.name);
+    }
+    BROKER_SYNONYMS
+        .iter()
+        .find(|(_, b)| *b == name)
+        .map(|(t, _)| *t)
+}
+
+/// Where a topic's value of a config comes from (Kafka's config sources).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// Set on the topic itself (Kafka's `DYNAMIC_TOPIC_CONFIG`).
+    Topic,
+    /// The cluster-wide default (`--entity-default`; Kafka's
+    /// `DYNAMIC_DEFAULT_BROKER_CONFIG`).
+    ClusterDefault,
+    /// Kafka's built-in default (`DEFAULT_CONFIG`).
+    Default,
+}
+
+impl ConfigSource {
+    /// Kafka's name of the source, as its tools print it.
+    pub fn kafka_name(self) -> &'static str {
+        match self {
+            Self::Topic => "DYNAMIC_TOPIC_CONFIG",
+            Self::ClusterDefault => "DYNAMIC_DEFAULT_BROKER_CONFIG",
+            Self::Default => "DEFAULT_CONFIG",
+        }
+    }
+}
+
+/// The value a topic has for `key` and where it comes from: `own` (set on
+/// the topic), else `default` (the cluster's), else Kafka's default.
+/// `None` for a key neither set nor in the schema.
+pub fn resolve<'a>(
+    key: &str,
+    own: Option<&'a str>,
+    default: Option<&'a str>,
+) -> Option<(&'a str, ConfigSource)> {
+    match (own, default) {
+        (Some(v), _) => Some((v, ConfigSource::Topic)),
+        (None, Some(v)) => Some((v, ConfigSource::ClusterDefault)),
+        (None, None) => lookup(key).map(|d| (d.default, ConfigSource::Default)),
+    }
+}
+
+/// One config as a topic has it.
+#[derive(Clone, Copy, Debug)]
+pub struct Effective<'a> {
+    pub name: &'a str,
+    pub value: &'a str,
+    pub source: ConfigSource,
+    /// Its schema entry (`None` for a key Kafka does not define).
+    pub def: Option<&'static TopicConfigDef>,
+}
+
+/// Every config of a topic, as `describe` shows them: each one Kafka
+/// defines, [`resolve`]d from the topic's `own` values and the cluster's
+/// `defaults`, then every other key set on the topic.
+pub fn effective<'a>(
+    own: &std::collections::BTreeMap<&'a str, &'a str>,
+    defaults: &std::collections::BTreeMap<&'a str, &'a str>,
+) -> Vec<Effective<'a>> {
+    let mut out: Vec<Effective<'a>> = TOPIC_CONFIGS
+        .iter()
+        .filter_map(|d| {
+            let (value, source) = resolve(
+                d.name,
+                own.get(d.name).copied(),
+                defaults.get(d.name).copied(),
+            )?;
+            Some(Effective {
+                name: d.name,
+                value,
+                source,
+                def: Some(d),
+            })
+        })
+        .collect();
+    out.extend(
+        own.iter()
+            .filter(|(k, _)| lookup(k).is_none())
+            .map(|(k, v)| Effective {
+                name: k,
+                value: v,
+                source: ConfigSource::Topic,
+                def: None,
+            }),
+    );
+    out
 }
 
 /// What to do with a config name the schema does not know.
@@ -274,6 +444,25 @@ pub fn check_name(key: &str, unknown: UnknownConfigs) -> Result<(), ApiError> {
             ErrorCode::InvalidConfig,
             format!("Unknown topic config name: {key}"),
         ))
+    }
+}
+
+#[cfg(test)]
+mod synonym_tests {
+    use super::*;
+
+    #[test]
+    fn every_synonym_names_a_known_topic_config_and_maps_back() {
+        for (topic, broker) in BROKER_SYNONYMS {
+            assert!(lookup(topic).is_some(), "{topic}");
+            assert_eq!(broker_synonym(topic), Some(*broker));
+            assert_eq!(default_key(broker), Some(*topic));
+            assert_eq!(default_key(topic), Some(*topic));
+        }
+        assert_eq!(default_key("log.retention.ms"), Some("retention.ms"));
+        assert_eq!(default_key("log.retention.hours"), None);
+        assert_eq!(default_key("no.such.config"), None);
+        assert_eq!(broker_synonym("remote.storage.enable"), None);
     }
 }
 

@@ -194,6 +194,8 @@ fn record() -> impl Strategy<Value = MetadataRecord> {
         acl_binding().prop_map(MetadataRecord::AclRemoved),
         (broker_id(), text())
             .prop_map(|(broker, address)| MetadataRecord::BrokerKafkaListener { broker, address }),
+        (text(), proptest::option::of(text()))
+            .prop_map(|(key, value)| MetadataRecord::ClusterConfig { key, value }),
     ]
 }
 
@@ -238,7 +240,10 @@ proptest! {
     #[test]
     fn batch_encode_decode_is_identity(b in batch()) {
         let bytes = b.encode();
-        prop_assert_eq!(&bytes[..2], &RECORD_FORMAT_VERSION.to_le_bytes()[..]);
+        // The oldest version that carries every record of the batch.
+        let newest = b.records.iter().any(|r| matches!(r, MetadataRecord::ClusterConfig { .. }));
+        let version = if newest { RECORD_FORMAT_VERSION } else { 3 };
+        prop_assert_eq!(&bytes[..2], &version.to_le_bytes()[..]);
         prop_assert_eq!(RecordBatch::decode(&bytes), Ok(b.clone()));
         // The encoding is canonical: the same batch always gives the same bytes.
         prop_assert_eq!(b.clone().encode(), bytes);
@@ -368,12 +373,35 @@ fn two_broker_image() -> MetadataImage {
 
 /// The snapshot layout written out by hand: the offset, then each map as a
 /// length and its entries in the order given (brokers, topics, topic
-/// names, partitions, ACLs). (bincode writes a map and a sequence of pairs
-/// alike.)
+/// names, partitions, ACLs), behind version 3: an image without cluster
+/// config defaults keeps version 3's shape. (bincode writes a map and a
+/// sequence of pairs alike.)
 fn snapshot_of(offset: u64, brokers: &[(BrokerId, &BrokerRegistration)]) -> Vec<u8> {
     let empty: Vec<(u8, u8)> = Vec::new();
     let body = (offset, brokers, &empty, &empty, &empty, &empty);
-    keel_metadata::records::encode_versioned(&body).expect("plain data encodes")
+    let mut bytes = keel_metadata::records::encode_versioned(&body).expect("plain data encodes");
+    bytes[..2].copy_from_slice(&3u16.to_le_bytes());
+    bytes
+}
+
+#[test]
+fn snapshot_layout_with_cluster_defaults_is_version_4_with_a_sixth_map() {
+    let mut image = two_broker_image();
+    let set = MetadataRecord::ClusterConfig {
+        key: "retention.ms".into(),
+        value: Some("1".into()),
+    };
+    image
+        .replay_batch(&RecordBatch::new(vec![set]), 3)
+        .expect("replays");
+    let brokers: Vec<_> = image.brokers().map(|b| (b.id, b)).collect();
+    let empty: Vec<(u8, u8)> = Vec::new();
+    let defaults = vec![("retention.ms".to_string(), "1".to_string())];
+    let body = (3u64, &brokers, &empty, &empty, &empty, &empty, &defaults);
+    let bytes = keel_metadata::records::encode_versioned(&body).expect("plain data encodes");
+    assert_eq!(&bytes[..2], &4u16.to_le_bytes());
+    assert_eq!(image.encode(), bytes);
+    assert_eq!(MetadataImage::decode(&bytes).expect("decodes"), image);
 }
 
 #[test]

@@ -421,6 +421,73 @@ fn controlled_shutdown_moves_leaders_and_waits_on_a_sole_isr_member() {
     assert_eq!(c.p(solo, 0).isr, bs(&[2]));
 }
 
+#[test]
+fn the_last_broker_able_to_lead_shuts_down_and_leaves_what_it_alone_leads_offline() {
+    let mut c = Cluster::with_brokers(3);
+    let t = c.create("t", &[&[1, 2, 3], &[2, 1, 3]], &[]);
+    let solo = c.create("solo", &[&[1]], &[]);
+    // Brokers 2 and 3 shut down first (as `keel dev` stops all three at
+    // once): 2's leadership moves to 1, both leave the ISRs.
+    for id in [2, 3] {
+        let d = c.image.decide_controlled_shutdown(b(id), c.epoch(id));
+        assert!(d.reply.clone().unwrap().should_shut_down, "broker {id}");
+        c.commit(&d.records);
+    }
+    assert_eq!((c.p(t, 1).leader, &c.p(t, 1).isr), (Some(b(1)), &bs(&[1])));
+
+    // Broker 1 leads everything and no one can take over: it is fenced and
+    // may go at once; its partitions are left without a leader, it stays
+    // their last ISR member.
+    let epoch = c.epoch(1);
+    let d = c.image.decide_controlled_shutdown(b(1), epoch);
+    assert_eq!(
+        d.records[..2],
+        [
+            MetadataRecord::BrokerShuttingDown {
+                broker: b(1),
+                epoch
+            },
+            MetadataRecord::FenceBroker {
+                broker: b(1),
+                epoch
+            },
+        ]
+    );
+    let reply = d.reply.clone().unwrap();
+    assert!(reply.should_shut_down && reply.is_fenced, "{reply:?}");
+    assert_eq!(reply.remaining_leaderships, 0);
+    c.commit(&d.records);
+    for (topic, i) in [(t, 0), (t, 1), (solo, 0)] {
+        assert_eq!(c.p(topic, i).leader, None, "{topic} {i}");
+        assert_eq!(c.p(topic, i).isr, bs(&[1]), "{topic} {i}");
+    }
+    c.image.validate().expect("valid image");
+    // A retry (the answer was lost) still lets it go, and changes nothing.
+    let d = c.image.decide_controlled_shutdown(b(1), epoch);
+    assert!(d.records.is_empty());
+    assert!(d.reply.unwrap().should_shut_down);
+}
+
+#[test]
+fn a_broker_leading_a_sole_isr_partition_waits_while_another_broker_is_live() {
+    // The failing side of the test above: one other live broker is enough
+    // to keep the sole in-sync leader (an operator may add a replica).
+    let mut c = Cluster::with_brokers(2);
+    let solo = c.create("solo", &[&[1]], &[]);
+    let d = c.image.decide_controlled_shutdown(b(1), c.epoch(1));
+    let reply = d.reply.clone().unwrap();
+    assert!(!reply.should_shut_down && !reply.is_fenced, "{reply:?}");
+    assert_eq!(reply.remaining_leaderships, 1);
+    c.commit(&d.records);
+    assert_eq!(c.p(solo, 0).leader, Some(b(1)));
+    // Once that broker is gone too, the last one goes.
+    c.fence(2);
+    let d = c.image.decide_controlled_shutdown(b(1), c.epoch(1));
+    assert!(d.reply.clone().unwrap().should_shut_down);
+    c.commit(&d.records);
+    assert_eq!(c.p(solo, 0).leader, None);
+}
+
 /// `base` with `records` replayed at its next offset, one by one (how the
 /// active controller replays a decision before proposing it).
 fn replayed_on(base: &MetadataImage, records: &[MetadataRecord]) -> MetadataImage {

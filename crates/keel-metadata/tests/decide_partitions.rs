@@ -117,6 +117,12 @@ fn preferred_election_returns_leadership_to_the_first_replica() {
         .image
         .decide_elect_leaders(ElectionKind::Preferred, Some(&[tp]));
     assert_eq!(code(&d.reply[0].1), ErrorCode::ElectionNotNeeded);
+    // An operator reads the topic's name, not its id.
+    let msg = d.reply[0].1.as_ref().expect_err("refused").message.clone();
+    assert!(
+        msg.starts_with("t-0 ") && !msg.contains(&t.to_string()),
+        "{msg}"
+    );
 
     c.fence(1);
     c.unfence(1);

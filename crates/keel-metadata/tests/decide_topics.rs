@@ -425,3 +425,217 @@ fn alter_configs_writes_configs_in_request_order_then_the_elections_they_enable(
     );
     assert_eq!(d.records.len(), 1);
 }
+
+// ---- cluster defaults and list ops -------------------------------------------
+
+fn cluster_set(k: &str, v: &str) -> ConfigOp {
+    ConfigOp::Set(k.into(), v.into())
+}
+
+#[test]
+fn a_cluster_default_is_what_a_topic_without_its_own_value_takes() {
+    let mut c = Cluster::with_brokers(1);
+    let own = c.create("own", &[&[1]], &[("retention.ms", "5")]);
+    let plain = c.create("plain", &[&[1]], &[]);
+    let d = c.image.decide_alter_cluster_configs(
+        &[cluster_set("retention.ms", "60000")],
+        false,
+        topic_config::UnknownConfigs::Refuse,
+    );
+    assert_eq!(d.reply, Ok(()));
+    assert_eq!(
+        d.records,
+        [MetadataRecord::ClusterConfig {
+            key: "retention.ms".into(),
+            value: Some("60000".into())
+        }]
+    );
+    c.commit(&d.records);
+    let at = |c: &Cluster, t| {
+        let t = c.image.topic(t).unwrap();
+        c.image
+            .topic_config(t, "retention.ms")
+            .map(|(v, s)| (v.to_string(), s))
+    };
+    assert_eq!(at(&c, own), Some(("5".into(), ConfigSource::Topic)));
+    assert_eq!(
+        at(&c, plain),
+        Some(("60000".into(), ConfigSource::ClusterDefault))
+    );
+    let t = c.image.topic(plain).unwrap();
+    assert_eq!(
+        c.image.topic_config(t, "segment.ms"),
+        Some(("604800000", ConfigSource::Default))
+    );
+
+    // Setting the same value again changes nothing; removing it goes back
+    // to Kafka's default.
+    let again = c.image.decide_alter_cluster_configs(
+        &[cluster_set("retention.ms", "60000")],
+        false,
+        topic_config::UnknownConfigs::Refuse,
+    );
+    assert_eq!((again.reply, again.records.len()), (Ok(()), 0));
+    let d = c.image.decide_alter_cluster_configs(
+        &[ConfigOp::Delete("retention.ms".into())],
+        false,
+        topic_config::UnknownConfigs::Refuse,
+    );
+    c.commit(&d.records);
+    assert_eq!(
+        at(&c, plain),
+        Some(("604800000".into(), ConfigSource::Default))
+    );
+    assert!(c.image.cluster_configs().is_empty());
+}
+
+#[test]
+fn bad_cluster_defaults_are_refused_and_change_nothing() {
+    let c = Cluster::with_brokers(1);
+    for (ops, what) in [
+        (vec![cluster_set("retention.ms", "abc")], "retention.ms"),
+        (vec![cluster_set("no.such.key", "1")], "no.such.key"),
+        (
+            vec![cluster_set(MIN_INSYNC_REPLICAS, "0")],
+            MIN_INSYNC_REPLICAS,
+        ),
+        (
+            vec![
+                cluster_set("retention.ms", "1"),
+                cluster_set(UNCLEAN_LEADER_ELECTION, "maybe"),
+            ],
+            UNCLEAN_LEADER_ELECTION,
+        ),
+        (
+            vec![ConfigOp::Append("retention.ms".into(), "1".into())],
+            "retention.ms",
+        ),
+    ] {
+        let d =
+            c.image
+                .decide_alter_cluster_configs(&ops, false, topic_config::UnknownConfigs::Refuse);
+        let e = d.reply.clone().unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidConfig, "{ops:?}");
+        assert!(e.message.contains(what), "{}", e.message);
+        assert!(d.records.is_empty(), "{ops:?}");
+    }
+    // validate_only checks and writes nothing.
+    let d = c.image.decide_alter_cluster_configs(
+        &[cluster_set("retention.ms", "1")],
+        true,
+        topic_config::UnknownConfigs::Refuse,
+    );
+    assert_eq!((d.reply, d.records.len()), (Ok(()), 0));
+}
+
+#[test]
+fn a_cluster_default_of_unclean_election_elects_for_topics_that_take_it() {
+    let mut c = Cluster::with_brokers(2);
+    let takes = c.create("takes", &[&[1, 2]], &[]);
+    let refuses = c.create("refuses", &[&[1, 2]], &[(UNCLEAN_LEADER_ELECTION, "false")]);
+    for t in [takes, refuses] {
+        c.alter_isr(TopicPartition::new(t, 0), &[1]);
+    }
+    c.fence(1);
+    assert_eq!(c.p(takes, 0).leader, None);
+
+    let d = c.image.decide_alter_cluster_configs(
+        &[cluster_set(UNCLEAN_LEADER_ELECTION, "true")],
+        false,
+        topic_config::UnknownConfigs::Refuse,
+    );
+    assert_eq!(d.reply, Ok(()));
+    c.commit(&d.records);
+    assert_eq!(c.p(takes, 0).leader, Some(b(2)), "unclean, by default");
+    assert_eq!(c.p(refuses, 0).leader, None, "its own false wins");
+
+    // Removing the topic's own value now means the default: it elects too.
+    let d = c.image.decide_alter_configs(
+        &[(
+            "refuses".into(),
+            vec![ConfigOp::Delete(UNCLEAN_LEADER_ELECTION.into())],
+        )],
+        false,
+    );
+    c.commit(&d.records);
+    assert_eq!(c.p(refuses, 0).leader, Some(b(2)));
+}
+
+#[test]
+fn append_and_subtract_work_on_lists_from_the_value_in_force() {
+    let mut c = Cluster::with_brokers(1);
+    let t = c.create("t", &[&[1]], &[]);
+    let alter = |c: &mut Cluster, ops: Vec<ConfigOp>| {
+        let d = c.image.decide_alter_configs(&[("t".into(), ops)], false);
+        let r = d.reply[0].1.clone();
+        c.commit(&d.records);
+        r
+    };
+    let policy = |c: &Cluster| {
+        c.image
+            .topic(t)
+            .unwrap()
+            .configs
+            .get("cleanup.policy")
+            .map(|v| v.to_string())
+    };
+    // From Kafka's default, "delete".
+    let append = |v: &str| ConfigOp::Append("cleanup.policy".into(), v.into());
+    let subtract = |v: &str| ConfigOp::Subtract("cleanup.policy".into(), v.into());
+    assert_eq!(alter(&mut c, vec![append("compact")]), Ok(()));
+    assert_eq!(policy(&c).as_deref(), Some("delete,compact"));
+    assert_eq!(alter(&mut c, vec![append("compact,delete")]), Ok(()));
+    assert_eq!(policy(&c).as_deref(), Some("delete,compact"), "no repeats");
+    assert_eq!(alter(&mut c, vec![subtract("delete")]), Ok(()));
+    assert_eq!(policy(&c).as_deref(), Some("compact"));
+    // Subtracting the last item leaves an empty list, which the schema
+    // refuses; nothing changes.
+    let e = alter(&mut c, vec![subtract("compact")]).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert_eq!(policy(&c).as_deref(), Some("compact"));
+    // Only list-typed configs.
+    let e = alter(
+        &mut c,
+        vec![ConfigOp::Append("retention.ms".into(), "1".into())],
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidConfig);
+    assert!(e.message.contains("not LIST"), "{}", e.message);
+    // Ops apply in order within one request.
+    assert_eq!(
+        alter(
+            &mut c,
+            vec![ConfigOp::Delete("cleanup.policy".into()), append("compact")]
+        ),
+        Ok(())
+    );
+    assert_eq!(policy(&c).as_deref(), Some("delete,compact"));
+}
+
+#[test]
+fn an_image_without_cluster_defaults_is_written_as_format_3_and_with_them_as_4() {
+    let mut c = Cluster::with_brokers(1);
+    c.create("t", &[&[1]], &[]);
+    let bytes = c.image.encode();
+    assert_eq!(&bytes[..2], &3u16.to_le_bytes());
+    assert_eq!(MetadataImage::decode(&bytes).unwrap(), c.image);
+
+    let d = c.image.decide_alter_cluster_configs(
+        &[cluster_set("retention.ms", "1")],
+        false,
+        topic_config::UnknownConfigs::Refuse,
+    );
+    assert_eq!(
+        RecordBatch::new(d.records.clone()).encode()[..2],
+        4u16.to_le_bytes()
+    );
+    c.commit(&d.records);
+    let bytes = c.image.encode();
+    assert_eq!(&bytes[..2], &4u16.to_le_bytes());
+    let back = MetadataImage::decode(&bytes).unwrap();
+    assert_eq!(back, c.image);
+    assert_eq!(back.hash(), c.image.hash());
+    // A batch without the new record keeps version 3.
+    let plain = RecordBatch::new(vec![MetadataRecord::EndTransaction]);
+    assert_eq!(plain.encode()[..2], 3u16.to_le_bytes());
+}

@@ -208,9 +208,7 @@ impl ControllerClient {
                     }
                 }
                 Err(status) => {
-                    // Only a failed connection proves the request never left.
-                    let never_sent = status.code() == tonic::Code::Unavailable
-                        && status.message().contains("connect");
+                    let never_sent = never_sent(&status);
                     if !retry_ambiguous && !never_sent {
                         return Err(ClientError::OutcomeUnknown {
                             address: addr,
@@ -249,6 +247,23 @@ impl ControllerClient {
     }
 }
 
+/// Whether a failed call surely never left this process: only a
+/// connection that could not be made (TCP connect or TLS handshake: the
+/// transport's `ConnectError` is in the error's chain) proves it. A
+/// connection that broke after the request was written ("connection
+/// closed before message completed", a reset) proves nothing, whatever its
+/// message says: the request may have arrived and been applied.
+pub fn never_sent(status: &tonic::Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(e) = source {
+        if e.downcast_ref::<tonic::ConnectError>().is_some() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 /// A failed call's reason with the OS's own words (the innermost error,
 /// e.g. "Connection refused (os error 111)"), and whether the connection
 /// was refused.
@@ -268,4 +283,46 @@ fn transport_reason(status: &tonic::Status) -> (String, bool) {
         reason = format!("{reason}: {inner}");
     }
     (reason, refused)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_connection_never_made_proves_a_call_never_left() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let connect = tonic::Status::from_error(Box::new(tonic::ConnectError(Box::new(refused))));
+        assert_eq!(connect.code(), tonic::Code::Unavailable);
+        assert!(never_sent(&connect));
+        // Broken after the request went out: unknown, whatever the words.
+        for message in [
+            "connection closed before message completed",
+            "error trying to connect: connection reset",
+            "transport error",
+        ] {
+            assert!(
+                !never_sent(&tonic::Status::unavailable(message)),
+                "{message}"
+            );
+        }
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert!(!never_sent(&tonic::Status::from_error(Box::new(reset))));
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_call_that_never_left() {
+        // A port nothing listens on (bound, then closed).
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap();
+        let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_lazy();
+        let status = crate::pb::admin_service_client::AdminServiceClient::new(ch)
+            .describe_cluster(crate::pb::DescribeClusterRequest::default())
+            .await
+            .unwrap_err();
+        assert!(never_sent(&status), "{status:?}");
+    }
 }

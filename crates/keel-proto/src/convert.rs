@@ -42,6 +42,14 @@ pub fn election_kind_from_pb(v: i32) -> Result<keel_metadata::decide::ElectionKi
     }
 }
 
+/// Config entries by key (the last one of a repeated key wins).
+pub fn config_map(entries: &[pb::ConfigEntry]) -> std::collections::BTreeMap<&str, &str> {
+    entries
+        .iter()
+        .map(|c| (c.key.as_str(), c.value.as_str()))
+        .collect()
+}
+
 /// One operation of an IncrementalAlterConfigs request.
 pub fn config_op_from_pb(
     o: pb::AlterConfigOp,
@@ -50,6 +58,8 @@ pub fn config_op_from_pb(
     match pb::ConfigOp::try_from(o.op) {
         Ok(pb::ConfigOp::Set) => Ok(ConfigOp::Set(o.key, o.value)),
         Ok(pb::ConfigOp::Delete) => Ok(ConfigOp::Delete(o.key)),
+        Ok(pb::ConfigOp::Append) => Ok(ConfigOp::Append(o.key, o.value)),
+        Ok(pb::ConfigOp::Subtract) => Ok(ConfigOp::Subtract(o.key, o.value)),
         Err(_) => Err(ConvertError::UnknownEnum {
             field: "config op",
             value: o.op,
@@ -178,7 +188,10 @@ has_error!(
     pb::CreateAclsResponse,
     pb::DeleteAclsResponse,
     pb::DescribeAclsResponse,
+    pb::AlterClusterConfigsResponse,
+    pb::DescribeClusterConfigsResponse,
     pb::TriggerSnapshotResponse,
+    pb::ReadSnapshotResponse,
 );
 
 // ---- broker side ----------------------------------------------------------

@@ -76,6 +76,123 @@ pub enum DumpError {
 /// line per log entry with index in `[from, to]` (both optional and
 /// inclusive), each record of a normal entry on its own indented line.
 pub fn dump(data_dir: &Path, from: Option<u64>, to: Option<u64>) -> Result<Vec<String>, DumpError> {
+    let (dir, db) = open_checked(data_dir, from, to)?;
+    let mut out = vec![format!("data dir: {}", dir.display())];
+    let dumped = catch_unwind(AssertUnwindSafe(|| dump_db(&db, from, to, &mut out)));
+    if dumped.is_err() {
+        out.push("error: reading the database panicked; the dump above is incomplete".into());
+    }
+    Ok(out)
+}
+
+/// One log entry as data (`keel log dump --output json` renders it).
+#[derive(Clone, Debug)]
+pub struct DumpedEntry {
+    /// Its log index.
+    pub index: u64,
+    /// The term it was written in; `None` when it does not decode.
+    pub term: Option<u64>,
+    /// "blank", "normal", "membership" or "undecodable".
+    pub kind: &'static str,
+    /// The records of a normal entry (empty otherwise).
+    pub records: Vec<MetadataRecord>,
+    /// A membership entry's voters, learners and addresses.
+    pub membership: Option<String>,
+    /// Why the entry (or the log from here on) could not be read.
+    pub error: Option<String>,
+}
+
+/// The log entries with index in `[from, to]` of the stopped node whose
+/// data dir is `data_dir`, as data. Damage becomes an entry whose `error`
+/// says what failed (the last one when the log is unreadable from there
+/// on); the dump never panics on bad data.
+pub fn dump_entries(
+    data_dir: &Path,
+    from: Option<u64>,
+    to: Option<u64>,
+) -> Result<Vec<DumpedEntry>, DumpError> {
+    let (_, db) = open_checked(data_dir, from, to)?;
+    let mut out = Vec::new();
+    let read = catch_unwind(AssertUnwindSafe(|| entries(&db, from, to, &mut out)));
+    if read.is_err() {
+        out.push(DumpedEntry {
+            index: out.last().map_or(0, |e| e.index + 1),
+            term: None,
+            kind: "undecodable",
+            records: Vec::new(),
+            membership: None,
+            error: Some("reading the database panicked; the entries before are complete".into()),
+        });
+    }
+    Ok(out)
+}
+
+/// Appends the entries with index in `[from, to]` to `out`.
+fn entries(db: &sled::Db, from: Option<u64>, to: Option<u64>, out: &mut Vec<DumpedEntry>) {
+    let names: BTreeSet<Vec<u8>> = db.tree_names().iter().map(|n| n.to_vec()).collect();
+    let bad = |index: u64, error: String| DumpedEntry {
+        index,
+        term: None,
+        kind: "undecodable",
+        records: Vec::new(),
+        membership: None,
+        error: Some(error),
+    };
+    let logs = match existing_tree(db, &names, "logs") {
+        Err(e) => return out.push(bad(from.unwrap_or(0), e)),
+        Ok(None) => return,
+        Ok(Some(t)) => t,
+    };
+    let start = from.unwrap_or(0).to_be_bytes();
+    let iter = match to {
+        Some(to) => logs.range(start..=to.to_be_bytes()),
+        None => logs.range(start..),
+    };
+    for kv in iter {
+        let next = out.last().map_or(from.unwrap_or(0), |e| e.index + 1);
+        let (key, value) = match kv {
+            Ok(kv) => kv,
+            Err(e) => {
+                return out.push(bad(
+                    next,
+                    format!("the log tree is unreadable from here on: {e}"),
+                ))
+            }
+        };
+        let Some(index) = key_index(&key) else {
+            out.push(bad(next, format!("log key {key:?} is not a log index")));
+            continue;
+        };
+        match decode_entry(&key, &value) {
+            Ok(entry) => {
+                let term = Some(entry.log_id.leader_id.term);
+                let (kind, records, membership) = match entry.payload {
+                    EntryPayload::Blank => ("blank", Vec::new(), None),
+                    EntryPayload::Normal(RecordBatch { records }) => {
+                        ("normal", records.to_vec(), None)
+                    }
+                    EntryPayload::Membership(m) => ("membership", Vec::new(), Some(membership(&m))),
+                };
+                out.push(DumpedEntry {
+                    index,
+                    term,
+                    kind,
+                    records,
+                    membership,
+                    error: None,
+                });
+            }
+            Err(e) => out.push(bad(index, format!("entry {index} does not decode ({e})"))),
+        }
+    }
+}
+
+/// Checks the range and the data dir, and opens its Raft database.
+fn open_checked(
+    data_dir: &Path,
+    from: Option<u64>,
+    to: Option<u64>,
+) -> Result<(PathBuf, sled::Db), DumpError> {
     if let (Some(from), Some(to)) = (from, to) {
         if from > to {
             return Err(DumpError::EmptyRange { from, to });
@@ -94,12 +211,7 @@ pub fn dump(data_dir: &Path, from: Option<u64>, to: Option<u64>) -> Result<Vec<S
         Err(source) => return Err(DumpError::Io { dir, source }),
     }
     let db = open_db(&dir)?;
-    let mut out = vec![format!("data dir: {}", dir.display())];
-    let dumped = catch_unwind(AssertUnwindSafe(|| dump_db(&db, from, to, &mut out)));
-    if dumped.is_err() {
-        out.push("error: reading the database panicked; the dump above is incomplete".into());
-    }
-    Ok(out)
+    Ok((dir, db))
 }
 
 /// Opens the sled database without a background flusher.

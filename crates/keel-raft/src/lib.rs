@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backup;
 mod codec;
 mod config;
 pub mod dump;
@@ -24,7 +25,7 @@ mod watchdog;
 pub use codec::checksum;
 pub use codec::{CodecError, STORAGE_FORMAT_VERSION};
 pub use config::default_config;
-pub use dump::{dump, DumpError};
+pub use dump::{dump, dump_entries, DumpError, DumpedEntry};
 pub use error::{EnvelopeRefusal, StorageOpenError};
 pub use lease::LeaseClock;
 pub use log_store::{index_key, stored_entry_bytes, HeldWrites, LogStore};

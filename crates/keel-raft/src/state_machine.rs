@@ -180,6 +180,30 @@ impl StoredSnapshot {
         Ok((state, payload.image.len() as u64))
     }
 
+    /// A snapshot of `image` (already encoded as `image_bytes`) ending at
+    /// `last_log_id` with `membership`: how a restored backup becomes a new
+    /// node's installed snapshot (`backup.rs`).
+    pub(crate) fn restored(
+        image_bytes: Vec<u8>,
+        last_log_id: LogId<NodeId>,
+        membership: StoredMembership<NodeId, KeelNode>,
+        snapshot_id: String,
+    ) -> Result<Self, codec::CodecError> {
+        let payload = SnapshotPayload {
+            image: image_bytes,
+            last_applied: Some(last_log_id),
+            membership: membership.clone(),
+        };
+        Ok(Self {
+            meta: SnapshotMeta {
+                last_log_id: Some(last_log_id),
+                last_membership: membership,
+                snapshot_id,
+            },
+            data: codec::encode(&payload)?,
+        })
+    }
+
     /// The form openraft hands around.
     fn into_snapshot(self) -> Snapshot<TypeConfig> {
         Snapshot {

@@ -117,7 +117,7 @@ impl TopicFacts {
             let t = image.topic(id);
             self.id = Some(id);
             self.deleting = t.is_none_or(|t| t.marked_for_deletion());
-            self.unclean = t.is_some_and(|t| t.unclean_leader_election());
+            self.unclean = t.is_some_and(|t| image.unclean_leader_election(t));
         }
     }
 }
@@ -220,7 +220,8 @@ fn elect_hosted_offline(w: &mut Working, broker: BrokerId) {
 /// Controlled-shutdown moves for `broker` (already marked shutting down in
 /// `w`): its leaderships go to another ISR member and it leaves the ISRs it
 /// follows in. A partition where it is the only ISR member keeps it as
-/// leader. Returns how many partitions it still leads.
+/// leader (the caller lets the last broker able to lead go anyway).
+/// Returns how many partitions it still leads.
 fn shutdown_moves(w: &mut Working, broker: BrokerId) -> u32 {
     let image = w.image.clone();
     let mut facts = TopicFacts::new();
@@ -409,6 +410,15 @@ impl MetadataImage {
         }
         if w.image.broker(broker).is_some_and(|b| b.shutting_down) {
             remaining = shutdown_moves(&mut w, broker);
+            // The last broker able to lead: no one can ever take over what
+            // it still leads, so waiting only delays the exit. As KRaft
+            // does, it is fenced now and may go; those partitions are left
+            // offline (no leader, it stays their last ISR member) until a
+            // replica comes back.
+            if remaining > 0 && !w.image.brokers().any(|o| o.id != broker && o.can_lead()) {
+                fence_into(&mut w, broker, false);
+                remaining = 0;
+            }
         }
 
         if hb.want_fence {

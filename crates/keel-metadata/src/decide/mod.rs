@@ -152,6 +152,21 @@ impl Working {
     }
 }
 
+/// A partition as an operator names it in a message: `orders-3` (its
+/// topic's name, not its id; the id only for a topic the image lacks).
+pub(crate) fn partition_name(image: &MetadataImage, tp: &TopicPartition) -> String {
+    match image.topic(tp.topic_id) {
+        Some(t) => format!("{}-{}", t.name, tp.partition.0),
+        None => tp.to_string(),
+    }
+}
+
+/// Broker ids as an operator writes them in a message: `[1, 2]`.
+pub(crate) fn broker_list(ids: &[BrokerId]) -> String {
+    let ids: Vec<String> = ids.iter().map(|b| b.0.to_string()).collect();
+    format!("[{}]", ids.join(", "))
+}
+
 /// Whether `b` may lead `tp` now: registered, unfenced, not shutting down,
 /// and the log dir holding the replica online.
 pub(crate) fn eligible(image: &MetadataImage, tp: &TopicPartition, b: BrokerId) -> bool {

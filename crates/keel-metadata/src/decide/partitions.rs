@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::decide::{election_change, eligible, has_duplicates, Decision, Working};
+use crate::decide::{
+    broker_list, election_change, eligible, has_duplicates, partition_name, Decision, Working,
+};
 use crate::error::{ApiError, ErrorCode};
 use crate::ids::{BrokerEpoch, BrokerId, LeaderEpoch, PartitionEpoch, TopicPartition};
 use crate::image::{MetadataImage, PartitionImage};
@@ -53,7 +55,7 @@ fn live_partition<'a>(
     let p = image.partition(tp).ok_or_else(|| {
         api(
             ErrorCode::UnknownPartition,
-            format!("partition {tp} does not exist"),
+            format!("partition {}-{} does not exist", t.name, tp.partition.0),
         )
     })?;
     if t.marked_for_deletion() {
@@ -171,8 +173,9 @@ impl MetadataImage {
                 continue;
             }
             let unclean = *unclean_of.entry(tp.topic_id).or_insert_with(|| {
-                self.topic(tp.topic_id)
-                    .and_then(|t| (!t.marked_for_deletion()).then(|| t.unclean_leader_election()))
+                self.topic(tp.topic_id).and_then(|t| {
+                    (!t.marked_for_deletion()).then(|| self.unclean_leader_election(t))
+                })
             });
             let Some(unclean) = unclean else { continue };
             if let Ok(e) = selectors::offline_partition(p, |b| eligible(self, tp, b), unclean) {
@@ -250,23 +253,27 @@ fn alter_one(
             format!("topic {} does not exist", tp.topic_id),
         ));
     }
+    let name = partition_name(&w.image, &tp);
     let p = w.image.partition(&tp).ok_or_else(|| {
         api(
             ErrorCode::UnknownPartition,
-            format!("partition {tp} does not exist"),
+            format!("partition {name} does not exist"),
         )
     })?;
     if p.leader != Some(broker) {
         return Err(api(
             ErrorCode::NotLeaderOrFollower,
-            format!("broker {broker} does not lead {tp} (leader {:?})", p.leader),
+            match p.leader {
+                Some(l) => format!("broker {broker} does not lead {name} (broker {l} does)"),
+                None => format!("broker {broker} does not lead {name} (it has no leader)"),
+            },
         ));
     }
     if item.leader_epoch != p.leader_epoch {
         return Err(api(
             ErrorCode::FencedLeaderEpoch,
             format!(
-                "{tp}: leader epoch {} is not the current {}",
+                "{name}: leader epoch {} is not the current {}",
                 item.leader_epoch.0, p.leader_epoch.0
             ),
         ));
@@ -275,7 +282,7 @@ fn alter_one(
         return Err(api(
             ErrorCode::InvalidPartitionEpoch,
             format!(
-                "{tp}: partition epoch {} is not the current {}",
+                "{name}: partition epoch {} is not the current {}",
                 item.partition_epoch.0, p.partition_epoch.0
             ),
         ));
@@ -289,8 +296,9 @@ fn alter_one(
         return Err(api(
             ErrorCode::InvalidRequest,
             format!(
-                "{tp}: ISR {isr:?} must be non-empty, without repeats, within the replicas {:?} and include the leader",
-                p.replicas
+                "{name}: ISR {} must be non-empty, without repeats, within the replicas {} and include the leader",
+                broker_list(isr),
+                broker_list(&p.replicas)
             ),
         ));
     }
@@ -300,7 +308,7 @@ fn alter_one(
     {
         return Err(api(
             ErrorCode::IneligibleReplica,
-            format!("{tp}: broker {b} cannot join the ISR (fenced, shutting down or its log dir offline)"),
+            format!("{name}: broker {b} cannot join the ISR (fenced, shutting down or its log dir offline)"),
         ));
     }
     if !same_set(isr, &p.isr) {
@@ -325,13 +333,14 @@ fn elect_one(
 ) -> Result<BrokerId, ApiError> {
     let p = live_partition(&w.image, tp)?;
     let image = &w.image;
+    let name = partition_name(image, tp);
     let ok = |b: BrokerId| eligible(image, tp, b);
     let e = match kind {
         ElectionKind::Preferred => {
             if p.leader.is_some() && p.leader == p.replicas.first().copied() {
                 return Err(api(
                     ErrorCode::ElectionNotNeeded,
-                    format!("{tp} is already led by its preferred replica"),
+                    format!("{name} is already led by its preferred replica"),
                 ));
             }
             selectors::preferred_replica(p, ok)?
@@ -340,11 +349,15 @@ fn elect_one(
             if let Some(l) = p.leader {
                 return Err(api(
                     ErrorCode::ElectionNotNeeded,
-                    format!("{tp} already has leader {l}"),
+                    format!("{name} already has leader {l}"),
                 ));
             }
-            selectors::offline_partition(p, ok, true)
-                .map_err(|e| api(ErrorCode::EligibleLeadersNotAvailable, format!("{tp}: {e}")))?
+            selectors::offline_partition(p, ok, true).map_err(|e| {
+                api(
+                    ErrorCode::EligibleLeadersNotAvailable,
+                    format!("{name}: {e}"),
+                )
+            })?
         }
     };
     let c = election_change(tp, p, &e);

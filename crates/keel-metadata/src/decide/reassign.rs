@@ -3,7 +3,7 @@
 //! as `replicas = target ++ (original − target)` with `adding` and
 //! `removing`, and completes once every added replica is in sync.
 
-use crate::decide::{eligible, has_duplicates, Decision, Working};
+use crate::decide::{broker_list, eligible, has_duplicates, partition_name, Decision, Working};
 use crate::error::{ApiError, ErrorCode};
 use crate::ids::{BrokerId, TopicPartition};
 use crate::image::{MetadataImage, PartitionImage};
@@ -45,7 +45,9 @@ fn leader_within(
                 api(
                     ErrorCode::EligibleLeadersNotAvailable,
                     format!(
-                        "{tp}: no in-sync replica of {replicas:?} can take over from leader {l}"
+                        "{}: no in-sync replica of {} can take over from leader {l}",
+                        partition_name(image, tp),
+                        broker_list(replicas)
                     ),
                 )
             }),
@@ -160,7 +162,11 @@ fn start(w: &mut Working, tp: &TopicPartition, target: &[BrokerId]) -> Result<()
     if isr.is_empty() {
         return Err(api(
             ErrorCode::EligibleLeadersNotAvailable,
-            format!("{tp}: no in-sync replica would remain in {replicas:?}"),
+            format!(
+                "{}: no in-sync replica would remain in {}",
+                partition_name(&image, tp),
+                broker_list(&replicas)
+            ),
         ));
     }
     let leader = leader_within(&image, tp, p, &replicas, &isr)?;
@@ -177,7 +183,7 @@ fn cancel(w: &mut Working, tp: &TopicPartition) -> Result<(), ApiError> {
     if !p.reassigning() {
         return Err(api(
             ErrorCode::NoReassignmentInProgress,
-            format!("{tp} is not being reassigned"),
+            format!("{} is not being reassigned", partition_name(&image, tp)),
         ));
     }
     let orig = p.original_replicas();
@@ -185,7 +191,11 @@ fn cancel(w: &mut Working, tp: &TopicPartition) -> Result<(), ApiError> {
     if isr.is_empty() {
         return Err(api(
             ErrorCode::EligibleLeadersNotAvailable,
-            format!("{tp}: none of the original replicas {orig:?} is in sync; cannot cancel"),
+            format!(
+                "{}: none of the original replicas {} is in sync; cannot cancel",
+                partition_name(&image, tp),
+                broker_list(&orig)
+            ),
         ));
     }
     let leader = leader_within(&image, tp, p, &orig, &isr)?;
@@ -250,7 +260,7 @@ fn check_item(
     if image.partition(tp).is_none() {
         return Err(api(
             ErrorCode::UnknownPartition,
-            format!("partition {tp} does not exist"),
+            format!("partition {} does not exist", partition_name(image, tp)),
         ));
     }
     if t.marked_for_deletion() {
@@ -263,13 +273,20 @@ fn check_item(
         if target.is_empty() || has_duplicates(target) {
             return Err(api(
                 ErrorCode::InvalidReplicaAssignment,
-                format!("{tp}: target {target:?} must be non-empty without repeats"),
+                format!(
+                    "{}: target {} must be non-empty without repeats",
+                    partition_name(image, tp),
+                    broker_list(target)
+                ),
             ));
         }
         if let Some(b) = target.iter().find(|b| image.broker(**b).is_none()) {
             return Err(api(
                 ErrorCode::UnknownBroker,
-                format!("{tp}: broker {b} is not registered"),
+                format!(
+                    "{}: broker {b} is not registered",
+                    partition_name(image, tp)
+                ),
             ));
         }
     }

@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::decide::{
-    election_change, eligible, has_duplicates, Decision, Working, MAX_PARTITIONS_PER_TOPIC,
-    MAX_REPLICATION_FACTOR,
+    broker_list, election_change, eligible, has_duplicates, Decision, Working,
+    MAX_PARTITIONS_PER_TOPIC, MAX_REPLICATION_FACTOR,
 };
 use crate::error::{ApiError, ErrorCode};
 use crate::ids::{BrokerId, PartitionId, TopicId, TopicPartition};
@@ -53,13 +53,95 @@ pub struct CreatePartitions {
     pub assignments: Option<Vec<Vec<BrokerId>>>,
 }
 
-/// One change to a topic's configs.
+/// One change to a topic's configs (or to the cluster defaults).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ConfigOp {
     /// Set `key` to `value`.
     Set(String, String),
-    /// Remove `key` (back to the broker default).
+    /// Remove `key` (back to the cluster default, else Kafka's default).
     Delete(String),
+    /// Add each item of the comma-separated `value` that the list-typed
+    /// `key` does not hold yet (Kafka's APPEND), to the value in force.
+    Append(String, String),
+    /// Remove each item of the comma-separated `value` from the list-typed
+    /// `key` (Kafka's SUBTRACT), from the value in force.
+    Subtract(String, String),
+}
+
+impl ConfigOp {
+    pub fn key(&self) -> &str {
+        match self {
+            Self::Set(k, _) | Self::Delete(k) | Self::Append(k, _) | Self::Subtract(k, _) => k,
+        }
+    }
+
+    /// The value the op names (`None` for a delete).
+    pub fn value(&self) -> Option<&str> {
+        match self {
+            Self::Set(_, v) | Self::Append(_, v) | Self::Subtract(_, v) => Some(v),
+            Self::Delete(_) => None,
+        }
+    }
+}
+
+/// The new value of each key `ops` touches (`None` = removed), applying
+/// them in order. APPEND and SUBTRACT only apply to list-typed configs and
+/// start from the value in force: `current(key)` before the request, or
+/// `fallback(key)` (what is left when the key is removed) after a delete
+/// earlier in the same request.
+pub(crate) fn resolve_config_ops<'a>(
+    ops: &'a [ConfigOp],
+    current: impl Fn(&str) -> Option<String>,
+    fallback: impl Fn(&str) -> Option<String>,
+) -> Result<BTreeMap<&'a str, Option<String>>, ApiError> {
+    let mut out: BTreeMap<&'a str, Option<String>> = BTreeMap::new();
+    for op in ops {
+        let key = op.key();
+        let new = match op {
+            ConfigOp::Set(_, v) => Some(v.clone()),
+            ConfigOp::Delete(_) => None,
+            ConfigOp::Append(_, v) | ConfigOp::Subtract(_, v) => {
+                let verb = if matches!(op, ConfigOp::Append(..)) {
+                    "APPEND to"
+                } else {
+                    "SUBTRACT from"
+                };
+                if !crate::topic_config::lookup(key).is_some_and(|d| d.ty.is_list()) {
+                    return Err(api(
+                        ErrorCode::InvalidConfig,
+                        format!("Can't {verb} key {key} because its type is not LIST."),
+                    ));
+                }
+                let before = match out.get(key) {
+                    Some(Some(v)) => Some(v.clone()),
+                    Some(None) => fallback(key),
+                    None => current(key),
+                };
+                let mut items: Vec<String> = list_items(before.as_deref().unwrap_or(""));
+                for item in list_items(v) {
+                    if matches!(op, ConfigOp::Append(..)) {
+                        if !items.contains(&item) {
+                            items.push(item);
+                        }
+                    } else {
+                        items.retain(|i| *i != item);
+                    }
+                }
+                Some(items.join(","))
+            }
+        };
+        out.insert(key, new);
+    }
+    Ok(out)
+}
+
+/// The items of a comma-separated list value, trimmed, without empties.
+fn list_items(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|i| !i.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 fn api(code: ErrorCode, message: impl Into<String>) -> ApiError {
@@ -103,7 +185,10 @@ fn check_assignment(
             ));
         }
         if has_duplicates(row) {
-            return bad(format!("partition {i} lists a broker twice: {row:?}"));
+            return bad(format!(
+                "partition {i} lists a broker twice: {}",
+                broker_list(row)
+            ));
         }
         if let Some(b) = row.iter().find(|b| image.broker(**b).is_none()) {
             return Err(api(
@@ -113,7 +198,8 @@ fn check_assignment(
         }
         if !row.iter().any(|b| image.can_lead(*b)) {
             return bad(format!(
-                "no replica of partition {i} ({row:?}) is on a broker that can lead"
+                "no replica of partition {i} ({}) is on a broker that can lead",
+                broker_list(row)
             ));
         }
     }
@@ -287,7 +373,7 @@ impl MetadataImage {
                     return Err(api(
                         ErrorCode::InvalidPartitions,
                         format!(
-                            "partitions must be 1..={MAX_PARTITIONS_PER_TOPIC}, not {}",
+                            "partitions must be between 1 and {MAX_PARTITIONS_PER_TOPIC}, not {}",
                             t.partitions
                         ),
                     ));
@@ -297,10 +383,17 @@ impl MetadataImage {
                 if t.replication_factor == 0 || t.replication_factor > max_rf {
                     return Err(api(
                         ErrorCode::InvalidReplicationFactor,
-                        format!(
-                            "replication factor must be 1..={max_rf} (brokers able to lead), not {}",
-                            t.replication_factor
-                        ),
+                        if max_rf == 0 {
+                            format!(
+                                "replication factor {} needs as many brokers able to lead (registered, unfenced, not shutting down); there are none",
+                                t.replication_factor
+                            )
+                        } else {
+                            format!(
+                                "replication factor must be between 1 and {max_rf} (brokers able to lead), not {}",
+                                t.replication_factor
+                            )
+                        },
                     ));
                 }
                 validate_topic_configs(&t.configs, t.replication_factor, unknown)?;
@@ -372,7 +465,7 @@ impl MetadataImage {
             return Err(api(
                 ErrorCode::InvalidPartitions,
                 format!(
-                    "topic {:?} has {current} partitions; the new total must be in {}..={MAX_PARTITIONS_PER_TOPIC}, not {}",
+                    "topic {:?} has {current} partitions; the new total must be between {} and {MAX_PARTITIONS_PER_TOPIC}, not {}",
                     item.name,
                     current + 1,
                     item.total
@@ -434,12 +527,17 @@ impl MetadataImage {
                     }
                     let was = self
                         .topic(topic_id)
-                        .is_some_and(|t| t.unclean_leader_election());
+                        .is_some_and(|t| self.unclean_leader_election(t));
                     let now = match changes
                         .iter()
                         .find(|(k, _)| *k == crate::UNCLEAN_LEADER_ELECTION)
                     {
-                        Some((_, v)) => v.is_some_and(|v| v.eq_ignore_ascii_case("true")),
+                        Some((_, Some(v))) => v.eq_ignore_ascii_case("true"),
+                        // Removing the topic's own value falls back to the
+                        // cluster default.
+                        Some((_, None)) => self
+                            .default_config(crate::UNCLEAN_LEADER_ELECTION)
+                            .is_some_and(|v| v.eq_ignore_ascii_case("true")),
                         None => was,
                     };
                     let records =
@@ -448,7 +546,7 @@ impl MetadataImage {
                             .map(|(key, value)| MetadataRecord::TopicConfig {
                                 topic_id,
                                 key: key.to_string(),
-                                value: value.map(str::to_string),
+                                value,
                             });
                     if now && !was {
                         // The election reads the topic's new configs.
@@ -463,6 +561,75 @@ impl MetadataImage {
             replies.push((name.clone(), outcome));
         }
         w.finish(replies)
+    }
+
+    /// Sets and removes cluster-wide defaults of topic configs
+    /// (`ClusterConfig` records for the keys whose value changes), checked
+    /// against the same schema as a topic's own values. Turning the default
+    /// of unclean leader election on elects leaders right away for the
+    /// leaderless partitions of every topic that takes the default.
+    pub fn decide_alter_cluster_configs(
+        &self,
+        ops: &[ConfigOp],
+        validate_only: bool,
+        unknown: UnknownConfigs,
+    ) -> Decision<Result<(), ApiError>> {
+        let mut w = Working::new(self);
+        let outcome = self.plan_cluster_configs(ops, unknown).map(|changes| {
+            if validate_only || changes.is_empty() {
+                return;
+            }
+            let default_unclean = |image: &MetadataImage| {
+                image
+                    .default_config(crate::UNCLEAN_LEADER_ELECTION)
+                    .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+            };
+            let was = default_unclean(self);
+            for (key, value) in changes {
+                w.push(MetadataRecord::ClusterConfig {
+                    key: key.to_string(),
+                    value,
+                });
+            }
+            if default_unclean(&w.image) && !was {
+                let takers: Vec<TopicId> = self
+                    .topics()
+                    .filter(|t| {
+                        !t.marked_for_deletion()
+                            && !t.configs.contains_key(crate::UNCLEAN_LEADER_ELECTION)
+                    })
+                    .map(|t| t.id)
+                    .collect();
+                for id in takers {
+                    elect_leaderless_of_topic(&mut w, id);
+                }
+            }
+        });
+        w.finish(outcome)
+    }
+
+    /// Validates the ops of a cluster-defaults change; returns the keys
+    /// whose default changes, each with its new value (`None` = removed).
+    fn plan_cluster_configs<'a>(
+        &self,
+        ops: &'a [ConfigOp],
+        unknown: UnknownConfigs,
+    ) -> Result<ConfigChanges<'a>, ApiError> {
+        let schema = |k: &str| crate::topic_config::lookup(k).map(|d| d.default.to_string());
+        let last = resolve_config_ops(ops, |k| self.default_config(k).map(str::to_string), schema)?;
+        for (k, v) in &last {
+            if k.is_empty() {
+                return Err(api(ErrorCode::InvalidConfig, "config key is empty"));
+            }
+            match v {
+                Some(v) => crate::topic_config::check(k, v, unknown)?,
+                None => crate::topic_config::check_name(k, unknown)?,
+            }
+        }
+        Ok(last
+            .into_iter()
+            .filter(|(k, v)| self.cluster_configs().get(*k) != v.as_ref())
+            .collect())
     }
 
     /// Validates one AlterConfigs item; returns the topic and the keys whose
@@ -494,14 +661,15 @@ impl MetadataImage {
             ));
         }
         // The last op on a key decides its new value.
-        let mut last: BTreeMap<&'a str, Option<&'a str>> = BTreeMap::new();
-        for op in ops {
-            match op {
-                ConfigOp::Set(k, v) => last.insert(k, Some(v)),
-                ConfigOp::Delete(k) => last.insert(k, None),
-            };
-        }
-        let set = || last.iter().filter_map(|(k, v)| v.map(|v| (*k, v)));
+        let last = resolve_config_ops(
+            ops,
+            |k| self.topic_config(t, k).map(|(v, _)| v.to_string()),
+            |k| self.default_config(k).map(str::to_string),
+        )?;
+        let set = || {
+            last.iter()
+                .filter_map(|(k, v)| v.as_deref().map(|v| (*k, v)))
+        };
         // The smallest replica count bounds min.insync.replicas; only
         // counted when that key is set (it walks the topic's partitions).
         let rf = if set().any(|(k, _)| k == crate::MIN_INSYNC_REPLICAS) {
@@ -518,7 +686,7 @@ impl MetadataImage {
         validate_topic_configs(set(), rf, unknown)?;
         let changes = last
             .into_iter()
-            .filter(|(k, v)| t.configs.get(*k).map(|c| &**c) != *v)
+            .filter(|(k, v)| t.configs.get(*k).map(|c| &**c) != v.as_deref())
             .collect();
         Ok((t.id, changes))
     }
@@ -526,7 +694,7 @@ impl MetadataImage {
 
 /// Config keys whose value changes, in key order, each with its new value
 /// (`None` = removed).
-type ConfigChanges<'a> = Vec<(&'a str, Option<&'a str>)>;
+type ConfigChanges<'a> = Vec<(&'a str, Option<String>)>;
 
 /// Elects leaders for every leaderless partition of `topic` that can get
 /// one now (unclean only if the topic allows it).
@@ -534,7 +702,7 @@ pub(crate) fn elect_leaderless_of_topic(w: &mut Working, topic: TopicId) {
     let image = w.image.clone();
     let unclean = image
         .topic(topic)
-        .is_some_and(|t| t.unclean_leader_election());
+        .is_some_and(|t| image.unclean_leader_election(t));
     let mut changes = Vec::new();
     for (tp, p) in image.partitions_of(topic) {
         if p.leader.is_some() {

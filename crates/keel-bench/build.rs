@@ -3,7 +3,8 @@
 //! with protox: pure Rust, no system protoc.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("proto");
+    // Read when it runs, not baked in: see keel-proto's build script.
+    let root = std::path::PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?).join("proto");
     for f in ["etcd.proto", "echo.proto"] {
         println!("cargo:rerun-if-changed={}", root.join(f).display());
     }

@@ -125,10 +125,15 @@ impl Broker {
             }
         }));
         if let Some(l) = kafka_listener {
-            if !matches!(shared.config.transport, keel_tls::Transport::Plaintext) {
+            if shared.config.kafka_admin {
                 warn!(
                     kafka = ?kafka_address,
-                    "the Kafka listener speaks plaintext and authenticates nobody: whoever reaches it reads the cluster's metadata (brokers, topic names, partitions), though it changes nothing"
+                    "the Kafka listener speaks plaintext, authenticates nobody and takes admin requests (--kafka-admin): whoever reaches it can create, alter and delete topics as this broker"
+                );
+            } else if !matches!(shared.config.transport, keel_tls::Transport::Plaintext) {
+                warn!(
+                    kafka = ?kafka_address,
+                    "the Kafka listener speaks plaintext and authenticates nobody: whoever reaches it reads the cluster's metadata (brokers, topic names, partitions); admin requests are refused (--kafka-admin is off)"
                 );
             }
             let views = Arc::new(CacheViews {

@@ -74,6 +74,11 @@ pub struct BrokerConfig {
     /// A Kafka request whose length prefix claims more closes its
     /// connection.
     pub kafka_max_request_bytes: usize,
+    /// Forward admin requests (create, delete, alter, elect, reassign,
+    /// describe configs) that reach the Kafka listener. Off by default:
+    /// the listener authenticates nobody, and forwarded requests act as
+    /// this broker.
+    pub kafka_admin: bool,
 }
 
 impl BrokerConfig {
@@ -103,6 +108,7 @@ impl BrokerConfig {
             transport: keel_tls::Transport::Plaintext,
             kafka_listen: None,
             kafka_max_request_bytes: DEFAULT_KAFKA_MAX_REQUEST_BYTES,
+            kafka_admin: false,
         }
     }
 

@@ -22,7 +22,13 @@ pub(crate) struct ControlService {
 
 fn rejected(request: &'static str, e: &ApiError) {
     metrics::rejected(e.code);
-    warn!(request, code = %e.code, reason = %e.message, "stale controller request rejected");
+    if e.code == ErrorCode::Internal {
+        // Not the controller's fault: this broker could not act on it (its
+        // history could not be made durable); the controller sends again.
+        warn!(request, code = %e.code, reason = %e.message, "controller request refused: this broker cannot record it");
+    } else {
+        warn!(request, code = %e.code, reason = %e.message, "stale controller request rejected");
+    }
 }
 
 /// Over TLS, controller requests are accepted only from a controller's

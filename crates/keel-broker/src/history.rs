@@ -4,6 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use keel_metadata::{BrokerId, ControllerEpoch, PartitionLeadership, TopicId};
@@ -228,7 +229,14 @@ impl HistoryLog {
         }
         let buf = std::mem::take(&mut self.staged);
         let before = file.metadata().map(|m| m.len());
-        let r = file.write_all(&buf);
+        // A positioned write at the end (the file is O_APPEND, so the
+        // kernel appends whatever the offset): `pwrite`, which only files
+        // take, so a fault injected into it (libfiu) reaches the history
+        // and not the broker's sockets.
+        let r = match before {
+            Ok(len) => file.write_all_at(&buf, len),
+            Err(_) => file.write_all(&buf),
+        };
         // Keep the allocation for the next request.
         self.staged = buf;
         self.staged.clear();
@@ -238,9 +246,17 @@ impl HistoryLog {
             }
             return Err(BrokerError::io(&self.path, e));
         }
-        // Durable before the request is answered; a failed sync fails the
-        // request (its lines may or may not survive a power cut).
-        file.sync_data().map_err(|e| BrokerError::io(&self.path, e))
+        // Durable before the request is answered. A failed sync fails the
+        // request, and its lines are cut back off (then synced, as far as
+        // the disk lets us), so a later successful sync cannot make the
+        // record of a refused change durable.
+        file.sync_data().map_err(|e| {
+            if let Ok(len) = before {
+                let _ = file.set_len(len);
+                let _ = file.sync_data();
+            }
+            BrokerError::io(&self.path, e)
+        })
     }
 }
 

@@ -1,15 +1,30 @@
 //! The broker's side of its Kafka listener (`keel_kafka`): the metadata
 //! cache as a [`ClusterView`], made again only after an UpdateMetadata
-//! changed the cache, so a Metadata request costs a shared pointer.
+//! changed the cache, so a Metadata request costs a shared pointer; and
+//! admin requests forwarded to the active controller over the broker's
+//! controller link (its channels, its TLS identity: forwarded requests act
+//! as `Broker:<id>`), following NOT_CONTROLLER hints as heartbeats do.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use keel_kafka::{BrokerView, ClusterView, PartitionView, TopicView, ViewSource};
-use keel_metadata::{BrokerId, BrokerInfo, PartitionLeadership};
+use keel_kafka::{
+    AdminCall, AdminReply, BoxFuture, BrokerView, ClusterView, ForwardError, Forwarder,
+    PartitionView, TopicView, ViewSource,
+};
+use keel_metadata::{BrokerId, BrokerInfo, ErrorCode, PartitionLeadership};
+use keel_proto::backoff::Backoff;
+use keel_proto::pb::admin_service_client::AdminServiceClient;
+use tonic::transport::Channel;
+use tracing::debug;
 
 use crate::shared::{lock, Shared};
+
+/// The largest answer taken from the controller (a DescribeTopics of many
+/// topics is over gRPC's 4 MiB default).
+const MAX_ANSWER_BYTES: usize = 1 << 30;
 
 /// Hands the listener the view of the cache as it stands.
 pub(crate) struct CacheViews {
@@ -37,6 +52,114 @@ impl ViewSource for CacheViews {
         *last = Some((generation, v.clone()));
         v
     }
+
+    fn forwarder(&self) -> Option<&dyn Forwarder> {
+        Some(self)
+    }
+}
+
+impl Forwarder for CacheViews {
+    fn forward(
+        &self,
+        call: AdminCall,
+        deadline: Duration,
+    ) -> BoxFuture<'_, Result<AdminReply, ForwardError>> {
+        if !self.shared.config.kafka_admin {
+            return Box::pin(async { Err(ForwardError::AdminOff) });
+        }
+        Box::pin(forward(self.shared.clone(), call, deadline))
+    }
+}
+
+/// Sends `call` to the active controller: NOT_CONTROLLER follows the hint
+/// (or the next address), a connection that could not be made tries the
+/// next address; a write whose answer is lost is not sent again.
+async fn forward(
+    shared: Arc<Shared>,
+    call: AdminCall,
+    deadline: Duration,
+) -> Result<AdminReply, ForwardError> {
+    let start = Instant::now();
+    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(500));
+    loop {
+        let addr = lock(&shared.link).current();
+        let channel = lock(&shared.dialer).channel(&addr, keel_tls::Expect::Controller);
+        let left = deadline.saturating_sub(start.elapsed());
+        let last = match channel {
+            None => {
+                lock(&shared.link).rotate();
+                format!("{addr}: the address does not parse")
+            }
+            Some(ch) => match tokio::time::timeout(left, send(ch, call.clone())).await {
+                Ok(Ok(reply)) => match reply.error() {
+                    Some(e) if e.code == ErrorCode::NotController.as_i32() => {
+                        lock(&shared.link).follow(e.leader.as_ref());
+                        format!("{addr}: {}", e.message)
+                    }
+                    _ => return Ok(reply),
+                },
+                Ok(Err(status)) => {
+                    // Only a connection never made proves the call never left.
+                    let never_sent = keel_proto::client::never_sent(&status);
+                    let last = format!("{addr}: {}", status.message());
+                    if call.is_write() && !never_sent {
+                        return Err(ForwardError::OutcomeUnknown(last));
+                    }
+                    lock(&shared.link).rotate();
+                    last
+                }
+                Err(_) if call.is_write() => {
+                    return Err(ForwardError::OutcomeUnknown(format!(
+                        "{addr}: no answer within {deadline:?}"
+                    )));
+                }
+                Err(_) => format!("{addr}: no answer within {deadline:?}"),
+            },
+        };
+        debug!(%last, "forwarding an admin request: trying again");
+        let pause = backoff.step();
+        if start.elapsed() + pause >= deadline {
+            return Err(ForwardError::NoController(last));
+        }
+        tokio::time::sleep(pause).await;
+    }
+}
+
+/// One attempt of `call` on `ch`.
+async fn send(ch: Channel, call: AdminCall) -> Result<AdminReply, tonic::Status> {
+    let mut c = AdminServiceClient::new(ch).max_decoding_message_size(MAX_ANSWER_BYTES);
+    Ok(match call {
+        AdminCall::CreateTopics(r) => {
+            AdminReply::CreateTopics(c.create_topics(r).await?.into_inner())
+        }
+        AdminCall::DeleteTopics(r) => {
+            AdminReply::DeleteTopics(c.delete_topics(r).await?.into_inner())
+        }
+        AdminCall::CreatePartitions(r) => {
+            AdminReply::CreatePartitions(c.create_partitions(r).await?.into_inner())
+        }
+        AdminCall::DescribeTopics(r) => {
+            AdminReply::DescribeTopics(c.describe_topics(r).await?.into_inner())
+        }
+        AdminCall::IncrementalAlterConfigs(r) => {
+            AdminReply::IncrementalAlterConfigs(c.incremental_alter_configs(r).await?.into_inner())
+        }
+        AdminCall::ElectLeaders(r) => {
+            AdminReply::ElectLeaders(c.elect_leaders(r).await?.into_inner())
+        }
+        AdminCall::AlterPartitionReassignments(r) => AdminReply::AlterPartitionReassignments(
+            c.alter_partition_reassignments(r).await?.into_inner(),
+        ),
+        AdminCall::ListPartitionReassignments(r) => AdminReply::ListPartitionReassignments(
+            c.list_partition_reassignments(r).await?.into_inner(),
+        ),
+        AdminCall::AlterClusterConfigs(r) => {
+            AdminReply::AlterClusterConfigs(c.alter_cluster_configs(r).await?.into_inner())
+        }
+        AdminCall::DescribeClusterConfigs(r) => {
+            AdminReply::DescribeClusterConfigs(c.describe_cluster_configs(r).await?.into_inner())
+        }
+    })
 }
 
 /// The cache's brokers and partitions as Kafka's answers need them.
@@ -86,6 +209,7 @@ pub(crate) fn view_of<'a>(
         broker_id: me.0,
         brokers,
         topics,
+        quorum: None,
     }
 }
 

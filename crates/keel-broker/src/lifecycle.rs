@@ -174,6 +174,7 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
             want_shutdown: shared.want_shutdown.load(Ordering::SeqCst),
             offline_log_dirs: offline,
             disks: disk_spaces(&cfg.data_dir, &cfg.log_dirs),
+            software_version: env!("CARGO_PKG_VERSION").to_string(),
         };
         let (addr, client) = shared.controller();
         let Some(mut client) = client else {
@@ -207,7 +208,17 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
                             shared.shutdown_allowed.send_replace(true);
                         }
                         retry.reset();
-                        delay = interval;
+                        delay = if shared.want_shutdown.load(Ordering::SeqCst)
+                            && !resp.should_shut_down
+                        {
+                            // Shutting down and not yet allowed: ask again
+                            // soon, as the brokers stopping beside it mark
+                            // themselves (a whole heartbeat interval per
+                            // step made a Ctrl-C of `keel dev` take seconds).
+                            interval.min(SHUTDOWN_POLL)
+                        } else {
+                            interval
+                        };
                     }
                     Err((ErrorCode::NotController, _)) => {
                         lock(&shared.link)
@@ -233,6 +244,10 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
         }
     }
 }
+
+/// How often a broker waiting for its controlled shutdown asks again (at
+/// most: never more slowly than its heartbeat interval).
+const SHUTDOWN_POLL: Duration = Duration::from_millis(100);
 
 /// Gives the session up once no heartbeat was answered for a whole session
 /// timeout: the controller has fenced us (or will), so leading on would

@@ -81,6 +81,6 @@ pub fn describe() {
     );
     ::metrics::describe_gauge!(
         "keel_build_info",
-        "Always 1; labels name the version and the role of this process."
+        "Always 1; labels name the version, the git revision and the role of this process."
     );
 }

@@ -6,22 +6,33 @@ use std::collections::BTreeSet;
 
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::describe_quorum_response::{
+    Listener as QuorumListener, Node as QuorumNode, PartitionData as QuorumPartition, ReplicaState,
+    TopicData as QuorumTopic,
+};
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeClusterRequest,
-    DescribeClusterResponse, MetadataRequest, MetadataResponse, TopicName,
+    DescribeClusterResponse, DescribeQuorumRequest, DescribeQuorumResponse, MetadataRequest,
+    MetadataResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use crate::dispatch::SERVED;
-use crate::view::{kafka_id, ClusterView, PartitionView, TopicView};
+use crate::dispatch::served_by;
+use crate::view::{kafka_id, ClusterView, PartitionView, QuorumMember, QuorumView, TopicView};
 
-/// DescribeCluster's `endpoint_type` of a broker (2 is a controller).
+/// DescribeCluster's `endpoint_type` of a broker.
 const ENDPOINT_BROKER: i8 = 1;
+/// DescribeCluster's `endpoint_type` of a controller.
+const ENDPOINT_CONTROLLER: i8 = 2;
+/// Kafka's name of the metadata log's topic (its one partition is 0).
+const METADATA_TOPIC: &str = "__cluster_metadata";
+/// The listener name controllers' endpoints are given under.
+const CONTROLLER_LISTENER: &str = "CONTROLLER";
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -40,8 +51,8 @@ fn index(i: u32) -> i32 {
 // ---- ApiVersions ------------------------------------------------------------
 
 /// The served APIs, as ApiVersions lists them.
-fn api_keys() -> Vec<ApiVersion> {
-    SERVED
+fn api_keys(view: &ClusterView) -> Vec<ApiVersion> {
+    served_by(view)
         .iter()
         .map(|&(api, min, max)| {
             ApiVersion::default()
@@ -69,7 +80,11 @@ fn valid_software_id(v: &str) -> bool {
 
 /// ApiVersions: every served API and its versions; INVALID_REQUEST (and no
 /// list) when a v3+ client names itself against Kafka's rule.
-pub(crate) fn api_versions(req: &ApiVersionsRequest, version: i16) -> ApiVersionsResponse {
+pub(crate) fn api_versions(
+    req: &ApiVersionsRequest,
+    version: i16,
+    view: &ClusterView,
+) -> ApiVersionsResponse {
     if version >= 3
         && !(valid_software_id(req.client_software_name.as_str())
             && valid_software_id(req.client_software_version.as_str()))
@@ -77,12 +92,12 @@ pub(crate) fn api_versions(req: &ApiVersionsRequest, version: i16) -> ApiVersion
         return ApiVersionsResponse::default()
             .with_error_code(ResponseError::InvalidRequest.code());
     }
-    ApiVersionsResponse::default().with_api_keys(api_keys())
+    ApiVersionsResponse::default().with_api_keys(api_keys(view))
 }
 
 /// The v0 answer to an ApiVersions version not served.
-pub(crate) fn api_versions_unsupported() -> ApiVersionsResponse {
-    let own = api_keys()
+pub(crate) fn api_versions_unsupported(view: &ClusterView) -> ApiVersionsResponse {
+    let own = api_keys(view)
         .into_iter()
         .filter(|k| k.api_key == ApiKey::ApiVersions as i16)
         .collect();
@@ -262,6 +277,9 @@ pub(crate) fn describe_cluster(
     version: i16,
     view: &ClusterView,
 ) -> DescribeClusterResponse {
+    if let Some(q) = &view.quorum {
+        return describe_controllers(req, version, view, q);
+    }
     let base = DescribeClusterResponse::default()
         .with_endpoint_type(ENDPOINT_BROKER)
         .with_cluster_id(s(view.cluster_id.clone()));
@@ -292,6 +310,131 @@ pub(crate) fn describe_cluster(
         .collect();
     base.with_controller_id(BrokerId(view.controller_id()))
         .with_brokers(brokers)
+}
+
+/// A Keel node id as Kafka's int32.
+fn node_id(id: u64) -> BrokerId {
+    BrokerId(i32::try_from(id).unwrap_or(-1))
+}
+
+/// DescribeCluster on a controller (KIP-919): the controllers with Kafka
+/// listeners as the "brokers", the active controller as the controller. A
+/// request for broker endpoints gets MISMATCHED_ENDPOINT_TYPE.
+fn describe_controllers(
+    req: &DescribeClusterRequest,
+    version: i16,
+    view: &ClusterView,
+    q: &QuorumView,
+) -> DescribeClusterResponse {
+    let base = DescribeClusterResponse::default()
+        .with_endpoint_type(ENDPOINT_CONTROLLER)
+        .with_cluster_id(s(view.cluster_id.clone()));
+    if version >= 1 && req.endpoint_type != ENDPOINT_CONTROLLER {
+        return base
+            .with_error_code(ResponseError::MismatchedEndpointType.code())
+            .with_error_message(Some(s(format!(
+                "The request was sent to an endpoint of type CONTROLLER, but it wanted endpoint type {}",
+                req.endpoint_type
+            ))));
+    }
+    let brokers = q
+        .listeners
+        .iter()
+        .map(|(id, addr)| {
+            DescribeClusterBroker::default()
+                .with_broker_id(node_id(*id))
+                .with_host(s(addr.ip().to_string()))
+                .with_port(i32::from(addr.port()))
+        })
+        .collect();
+    base.with_controller_id(q.leader_id.map_or(BrokerId(-1), node_id))
+        .with_brokers(brokers)
+}
+
+// ---- DescribeQuorum -------------------------------------------------------
+
+fn replica_state(m: &QuorumMember, version: i16) -> ReplicaState {
+    let r = ReplicaState::default()
+        .with_replica_id(node_id(m.id))
+        .with_log_end_offset(
+            m.log_end_offset
+                .map_or(-1, |o| i64::try_from(o).unwrap_or(i64::MAX)),
+        );
+    let r = if version >= 1 {
+        r.with_last_fetch_timestamp(m.last_contact_unix_ms.unwrap_or(-1))
+            .with_last_caught_up_timestamp(m.last_caught_up_unix_ms.unwrap_or(-1))
+    } else {
+        r
+    };
+    if version >= 2 {
+        r.with_replica_directory_id(Uuid::from_u128(m.directory_id))
+    } else {
+        r
+    }
+}
+
+/// DescribeQuorum, as Kafka's Raft client answers it: the metadata
+/// partition's leader, epoch (the term), high watermark (the commit
+/// index), voters and observers, from the leader only (the others answer
+/// NOT_LEADER_OR_FOLLOWER); any other partition asked for is
+/// UNKNOWN_TOPIC_OR_PARTITION.
+pub(crate) fn describe_quorum(
+    req: &DescribeQuorumRequest,
+    version: i16,
+    q: &QuorumView,
+) -> DescribeQuorumResponse {
+    let asks_metadata = req.topics.len() == 1
+        && req.topics[0].topic_name.0.as_str() == METADATA_TOPIC
+        && req.topics[0].partitions.len() == 1
+        && req.topics[0].partitions[0].partition_index == 0;
+    let partition = QuorumPartition::default().with_partition_index(0);
+    let partition = if !asks_metadata {
+        partition.with_error_code(ResponseError::UnknownTopicOrPartition.code())
+    } else if !q.is_leader {
+        partition
+            .with_error_code(ResponseError::NotLeaderOrFollower.code())
+            .with_leader_id(q.leader_id.map_or(BrokerId(-1), node_id))
+            .with_leader_epoch(i32::try_from(q.term).unwrap_or(i32::MAX))
+    } else {
+        partition
+            .with_leader_id(q.leader_id.map_or(BrokerId(-1), node_id))
+            .with_leader_epoch(i32::try_from(q.term).unwrap_or(i32::MAX))
+            .with_high_watermark(i64::try_from(q.commit_index).unwrap_or(i64::MAX))
+            .with_current_voters(q.voters.iter().map(|m| replica_state(m, version)).collect())
+            .with_observers(
+                q.observers
+                    .iter()
+                    .map(|m| replica_state(m, version))
+                    .collect(),
+            )
+    };
+    let topic_name = if asks_metadata {
+        METADATA_TOPIC.to_string()
+    } else {
+        req.topics
+            .first()
+            .map_or(METADATA_TOPIC.to_string(), |t| t.topic_name.0.to_string())
+    };
+    let out = DescribeQuorumResponse::default().with_topics(vec![QuorumTopic::default()
+        .with_topic_name(TopicName(s(topic_name)))
+        .with_partitions(vec![partition])]);
+    if version >= 2 {
+        out.with_nodes(
+            q.listeners
+                .iter()
+                .map(|(id, addr)| {
+                    QuorumNode::default()
+                        .with_node_id(node_id(*id))
+                        .with_listeners(vec![QuorumListener::default()
+                            .with_name(s(CONTROLLER_LISTENER))
+                            .with_host(s(addr.ip().to_string()))
+                            .with_port(addr.port())])
+                })
+                .collect(),
+        )
+    } else {
+        out
+    }
 }
 
 #[cfg(test)]

@@ -14,27 +14,92 @@
 //!   client cannot read an answer to a version nobody here speaks, and
 //!   clients send only what ApiVersions advertised.
 
+use std::ops::Deref;
+
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, DescribeClusterRequest, MetadataRequest, RequestHeader,
-    ResponseHeader,
+    AlterConfigsRequest, AlterPartitionReassignmentsRequest, ApiKey, ApiVersionsRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeQuorumRequest, ElectLeadersRequest,
+    IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
+    RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
+use crate::admin;
 use crate::apis;
+use crate::forward::Forwarder;
 use crate::view::ClusterView;
 
 /// The APIs served and their version ranges (inclusive): exactly what
 /// ApiVersions advertises. Flexible versions (compact encodings, tagged
-/// fields) are ApiVersions 3+, Metadata 9+ and every DescribeCluster.
-pub const SERVED: [(ApiKey, i16, i16); 3] = [
+/// fields): ApiVersions 3+, Metadata 9+, every DescribeCluster,
+/// CreateTopics 5+, DeleteTopics 4+, CreatePartitions 2+, DescribeConfigs
+/// 4+, AlterConfigs 2+, IncrementalAlterConfigs 1+, ElectLeaders 2+, every
+/// AlterPartitionReassignments and ListPartitionReassignments. The admin
+/// APIs from CreateTopics on are forwarded to the active controller.
+pub const SERVED: [(ApiKey, i16, i16); 12] = [
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::Metadata, 0, 13),
     (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::ElectLeaders, 0, 2),
+    (ApiKey::AlterPartitionReassignments, 0, 0),
+    (ApiKey::ListPartitionReassignments, 0, 0),
 ];
 
+/// What a controller's listener serves (and advertises): enough for
+/// `--bootstrap-controller` clients to find the quorum and describe it.
+/// Flexible: ApiVersions 3+, every DescribeCluster and DescribeQuorum.
+pub const CONTROLLER_SERVED: [(ApiKey, i16, i16); 3] = [
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::DescribeQuorum, 0, 2),
+];
+
+/// What the listener answering from `view` serves: a controller's or a
+/// broker's set.
+pub fn served_by(view: &ClusterView) -> &'static [(ApiKey, i16, i16)] {
+    if view.quorum.is_some() {
+        &CONTROLLER_SERVED
+    } else {
+        &SERVED
+    }
+}
+
+/// The largest forwarded admin request read (admin requests are small).
+pub const MAX_ADMIN_REQUEST_BYTES: usize = 1 << 20;
+
+/// A decoded admin request, to be forwarded to the active controller.
+#[derive(Clone, Debug, PartialEq)]
+pub enum AdminRequest {
+    CreateTopics(CreateTopicsRequest),
+    DeleteTopics(DeleteTopicsRequest),
+    CreatePartitions(CreatePartitionsRequest),
+    DescribeConfigs(DescribeConfigsRequest),
+    AlterConfigs(AlterConfigsRequest),
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest),
+    ElectLeaders(ElectLeadersRequest),
+    AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
+    ListPartitionReassignments(ListPartitionReassignmentsRequest),
+}
+
+/// An admin request waiting for the controller's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Forwarded {
+    pub api: ApiKey,
+    pub version: i16,
+    pub correlation_id: i32,
+    pub request: AdminRequest,
+}
+
 /// What to do with one request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Outcome {
     /// Write `frame` (length prefix, response header, body) back.
     Respond {
@@ -44,6 +109,8 @@ pub enum Outcome {
     },
     /// Close the connection; the reason is for the log.
     Close(String),
+    /// An admin request: [`answer`] it with the controller's help.
+    Forward(Box<Forwarded>),
 }
 
 /// The versions of `api` served, if any.
@@ -56,6 +123,20 @@ pub fn served(api: ApiKey) -> Option<(i16, i16)> {
 
 /// Answers one request from `view`. Never panics, whatever `request` is.
 pub fn handle(request: &[u8], view: &ClusterView) -> Outcome {
+    route(request, served_by(view), || view)
+}
+
+/// [`handle`] on a listener that serves `served` (what [`served_by`] says of
+/// its views), taking the snapshot (`view`) only when the answer is made
+/// from it: an admin request is forwarded without one. A broker remakes
+/// its snapshot on first use after each UpdateMetadata, which at 100,000
+/// partitions costs more than the forwarded call itself, and every create
+/// is followed by an UpdateMetadata.
+pub fn route<V, F>(request: &[u8], served: &[(ApiKey, i16, i16)], view: F) -> Outcome
+where
+    V: Deref<Target = ClusterView>,
+    F: FnOnce() -> V,
+{
     let Some(fixed) = request.get(..8) else {
         return Outcome::Close(format!(
             "a request of {} bytes is shorter than any request header",
@@ -69,14 +150,18 @@ pub fn handle(request: &[u8], view: &ClusterView) -> Outcome {
     let Ok(api) = ApiKey::try_from(api_key) else {
         return Outcome::Close(format!("unknown API key {api_key}"));
     };
-    let Some((min, max)) = served(api) else {
+    let Some((min, max)) = served
+        .iter()
+        .find(|(k, ..)| *k == api)
+        .map(|&(_, min, max)| (min, max))
+    else {
         return Outcome::Close(format!(
             "{api:?} (API key {api_key}) is not served by this listener"
         ));
     };
     if !(min..=max).contains(&version) {
         if api == ApiKey::ApiVersions {
-            return unsupported_api_versions(correlation_id);
+            return unsupported_api_versions(correlation_id, &view());
         }
         return Outcome::Close(format!(
             "{api:?} v{version} is not served (versions {min}-{max} are)"
@@ -93,10 +178,36 @@ pub fn handle(request: &[u8], view: &ClusterView) -> Outcome {
     };
     let id = header.correlation_id;
     let undecodable = |e: String| Outcome::Close(format!("{api:?} v{version}: {e}"));
+    if !matches!(
+        api,
+        ApiKey::ApiVersions | ApiKey::Metadata | ApiKey::DescribeCluster | ApiKey::DescribeQuorum
+    ) {
+        if request.len() > MAX_ADMIN_REQUEST_BYTES {
+            return undecodable(format!(
+                "an admin request of {} bytes is over {MAX_ADMIN_REQUEST_BYTES}",
+                request.len()
+            ));
+        }
+        // Before decoding: see `shape`.
+        if let Err(e) = crate::shape::check(api, version, &buf) {
+            return undecodable(e);
+        }
+        return match decode_admin(api, &mut buf, version) {
+            Ok(request) => Outcome::Forward(Box::new(Forwarded {
+                api,
+                version,
+                correlation_id: id,
+                request,
+            })),
+            Err(e) => undecodable(format!("undecodable request: {e}")),
+        };
+    }
     // Bytes after the body are ignored, as Kafka does.
+    let view = view();
+    let view = &*view;
     match api {
         ApiKey::ApiVersions => match ApiVersionsRequest::decode(&mut buf, version) {
-            Ok(req) => respond(api, version, id, &apis::api_versions(&req, version)),
+            Ok(req) => respond(api, version, id, &apis::api_versions(&req, version, view)),
             Err(e) => undecodable(format!("undecodable request: {e}")),
         },
         ApiKey::Metadata => {
@@ -110,6 +221,18 @@ pub fn handle(request: &[u8], view: &ClusterView) -> Outcome {
                 Err(e) => undecodable(format!("undecodable request: {e}")),
             }
         }
+        ApiKey::DescribeQuorum => {
+            let Some(q) = &view.quorum else {
+                return undecodable("not served by a broker".into());
+            };
+            if let Err(e) = crate::shape::check(api, version, &buf) {
+                return undecodable(e);
+            }
+            match DescribeQuorumRequest::decode(&mut buf, version) {
+                Ok(req) => respond(api, version, id, &apis::describe_quorum(&req, version, q)),
+                Err(e) => undecodable(format!("undecodable request: {e}")),
+            }
+        }
         ApiKey::DescribeCluster => match DescribeClusterRequest::decode(&mut buf, version) {
             Ok(req) => respond(
                 api,
@@ -119,16 +242,127 @@ pub fn handle(request: &[u8], view: &ClusterView) -> Outcome {
             ),
             Err(e) => undecodable(format!("undecodable request: {e}")),
         },
-        // `served` lists only the three above.
+        // The admin APIs were forwarded above.
         other => Outcome::Close(format!("{other:?} is not served by this listener")),
+    }
+}
+
+/// Decodes the body of a forwarded admin request.
+fn decode_admin(api: ApiKey, buf: &mut Bytes, version: i16) -> Result<AdminRequest, String> {
+    fn e(e: impl std::fmt::Display) -> String {
+        e.to_string()
+    }
+    Ok(match api {
+        ApiKey::CreateTopics => {
+            AdminRequest::CreateTopics(CreateTopicsRequest::decode(buf, version).map_err(e)?)
+        }
+        ApiKey::DeleteTopics => {
+            AdminRequest::DeleteTopics(DeleteTopicsRequest::decode(buf, version).map_err(e)?)
+        }
+        ApiKey::CreatePartitions => AdminRequest::CreatePartitions(
+            CreatePartitionsRequest::decode(buf, version).map_err(e)?,
+        ),
+        ApiKey::DescribeConfigs => {
+            AdminRequest::DescribeConfigs(DescribeConfigsRequest::decode(buf, version).map_err(e)?)
+        }
+        ApiKey::AlterConfigs => {
+            AdminRequest::AlterConfigs(AlterConfigsRequest::decode(buf, version).map_err(e)?)
+        }
+        ApiKey::IncrementalAlterConfigs => AdminRequest::IncrementalAlterConfigs(
+            IncrementalAlterConfigsRequest::decode(buf, version).map_err(e)?,
+        ),
+        ApiKey::ElectLeaders => {
+            AdminRequest::ElectLeaders(ElectLeadersRequest::decode(buf, version).map_err(e)?)
+        }
+        ApiKey::AlterPartitionReassignments => AdminRequest::AlterPartitionReassignments(
+            AlterPartitionReassignmentsRequest::decode(buf, version).map_err(e)?,
+        ),
+        ApiKey::ListPartitionReassignments => AdminRequest::ListPartitionReassignments(
+            ListPartitionReassignmentsRequest::decode(buf, version).map_err(e)?,
+        ),
+        other => return Err(format!("{other:?} is not an admin request forwarded here")),
+    })
+}
+
+/// Answers a forwarded admin request: its calls sent through `fwd`, the
+/// answer encoded as [`handle`] encodes the others.
+pub async fn answer(f: Forwarded, view: &ClusterView, fwd: &dyn Forwarder) -> Outcome {
+    answer_with(f, || view, fwd).await
+}
+
+/// [`answer`], taking the snapshot (`view`) only for the requests that
+/// read the cache (topic ids, current partition counts); see [`route`].
+pub async fn answer_with<V, F>(f: Forwarded, view: F, fwd: &dyn Forwarder) -> Outcome
+where
+    V: Deref<Target = ClusterView>,
+    F: FnOnce() -> V,
+{
+    let Forwarded {
+        api,
+        version,
+        correlation_id: id,
+        request,
+    } = f;
+    match request {
+        AdminRequest::CreateTopics(r) => respond(
+            api,
+            version,
+            id,
+            &admin::create_topics(r, version, fwd).await,
+        ),
+        AdminRequest::DeleteTopics(r) => respond(
+            api,
+            version,
+            id,
+            &admin::delete_topics(r, version, &view(), fwd).await,
+        ),
+        AdminRequest::CreatePartitions(r) => respond(
+            api,
+            version,
+            id,
+            &admin::create_partitions(r, &view(), fwd).await,
+        ),
+        AdminRequest::DescribeConfigs(r) => respond(
+            api,
+            version,
+            id,
+            &admin::describe_configs(r, version, fwd).await,
+        ),
+        AdminRequest::AlterConfigs(r) => {
+            respond(api, version, id, &admin::alter_configs(r, fwd).await)
+        }
+        AdminRequest::IncrementalAlterConfigs(r) => respond(
+            api,
+            version,
+            id,
+            &admin::incremental_alter_configs(r, fwd).await,
+        ),
+        AdminRequest::ElectLeaders(r) => respond(
+            api,
+            version,
+            id,
+            &admin::elect_leaders(r, version, fwd).await,
+        ),
+        AdminRequest::AlterPartitionReassignments(r) => respond(
+            api,
+            version,
+            id,
+            &admin::alter_partition_reassignments(r, fwd).await,
+        ),
+        AdminRequest::ListPartitionReassignments(r) => respond(
+            api,
+            version,
+            id,
+            &admin::list_partition_reassignments(r, fwd).await,
+        ),
     }
 }
 
 /// The answer to an ApiVersions request at a version not served: v0 format
 /// (header v0, no tagged fields), UNSUPPORTED_VERSION, and the ApiVersions
 /// versions served (Kafka's `ApiVersionsRequest.getErrorResponse`).
-fn unsupported_api_versions(correlation_id: i32) -> Outcome {
-    let body = apis::api_versions_unsupported();
+fn unsupported_api_versions(correlation_id: i32, view: &ClusterView) -> Outcome {
+    let body = apis::api_versions_unsupported(view);
     respond(ApiKey::ApiVersions, 0, correlation_id, &body)
 }
 
@@ -205,6 +439,65 @@ mod tests {
             let v = api.valid_versions();
             assert!(v.min <= min && max <= v.max, "{api:?} {min}-{max} vs {v}");
         }
+    }
+
+    /// `api` v`version` with `body`, as a client frames it (without the
+    /// length prefix).
+    fn request<B: Encodable>(api: ApiKey, version: i16, body: &B) -> Vec<u8> {
+        let mut buf = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(9)
+            .encode(&mut buf, api.request_header_version(version))
+            .unwrap();
+        body.encode(&mut buf, version).unwrap();
+        buf.to_vec()
+    }
+
+    #[test]
+    fn a_create_is_forwarded_without_taking_the_snapshot_and_metadata_takes_it() {
+        use kafka_protocol::messages::create_topics_request::CreatableTopic;
+        use kafka_protocol::messages::TopicName;
+        use kafka_protocol::protocol::StrBytes;
+        use std::cell::Cell;
+
+        let view = ClusterView::default();
+        let taken = Cell::new(0);
+        let take = || {
+            taken.set(taken.get() + 1);
+            &view
+        };
+        let create = request(
+            ApiKey::CreateTopics,
+            7,
+            &CreateTopicsRequest::default().with_topics(vec![CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("t")))
+                .with_num_partitions(1)
+                .with_replication_factor(1)]),
+        );
+        let out = route(&create, &SERVED, take);
+        assert!(
+            matches!(&out, Outcome::Forward(f) if f.api == ApiKey::CreateTopics),
+            "{out:?}"
+        );
+        assert_eq!(taken.get(), 0, "a create reads nothing of the cache");
+
+        let metadata = request(ApiKey::Metadata, 12, &MetadataRequest::default());
+        let out = route(&metadata, &SERVED, take);
+        assert!(matches!(
+            out,
+            Outcome::Respond {
+                api: ApiKey::Metadata,
+                ..
+            }
+        ));
+        assert_eq!(taken.get(), 1, "Metadata is answered from the snapshot");
+
+        // A controller's listener serves no CreateTopics, snapshot or not.
+        let out = route(&create, &CONTROLLER_SERVED, take);
+        assert!(matches!(out, Outcome::Close(_)), "{out:?}");
+        assert_eq!(taken.get(), 1);
     }
 
     #[test]

@@ -7,15 +7,25 @@
 //!   in, the response frame or "close the connection" out;
 //! - [`apis`](crate::apis): the answers (ApiVersions, Metadata,
 //!   DescribeCluster), pure functions of the decoded request;
+//! - [`admin`]: the admin APIs, forwarded to the active controller as
+//!   calls of Keel's admin API ([`forward`]) and answered from its replies;
 //! - [`server`]: framing and connections on tokio.
 
+pub mod admin;
 mod apis;
 pub mod dispatch;
+pub mod forward;
 pub mod server;
+mod shape;
 mod view;
 
-pub use dispatch::{handle, served, Outcome, SERVED};
+pub use dispatch::{
+    answer, handle, served, served_by, Forwarded, Outcome, CONTROLLER_SERVED, SERVED,
+};
+pub use forward::{AdminCall, AdminReply, BoxFuture, ForwardError, Forwarder};
 pub use server::{
     serve, ListenerConfig, ViewSource, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_REQUEST_BYTES,
 };
-pub use view::{kafka_id, BrokerView, ClusterView, PartitionView, TopicView};
+pub use view::{
+    kafka_id, BrokerView, ClusterView, PartitionView, QuorumMember, QuorumView, TopicView,
+};

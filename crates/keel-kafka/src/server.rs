@@ -10,12 +10,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::dispatch::{handle, Outcome};
+use crate::dispatch::{answer_with, route, served_by, Outcome};
+use crate::forward::Forwarder;
 use crate::view::ClusterView;
 
 /// Kafka's `socket.request.max.bytes` default: 100 MiB.
@@ -31,6 +33,28 @@ const READ_CHUNK_BYTES: usize = 64 << 10;
 pub trait ViewSource: Send + Sync + 'static {
     /// The cache as it stands now (cheap: a shared snapshot).
     fn view(&self) -> Arc<ClusterView>;
+
+    /// Who sends admin requests on to the active controller; without one
+    /// they are answered NOT_CONTROLLER.
+    fn forwarder(&self) -> Option<&dyn Forwarder> {
+        None
+    }
+}
+
+/// The forwarder of a listener that has none.
+struct NoForwarder;
+
+impl Forwarder for NoForwarder {
+    fn forward(
+        &self,
+        _: crate::forward::AdminCall,
+        _: Duration,
+    ) -> crate::forward::BoxFuture<
+        '_,
+        Result<crate::forward::AdminReply, crate::forward::ForwardError>,
+    > {
+        Box::pin(async { Err(crate::forward::ForwardError::NotForwarding) })
+    }
 }
 
 /// The listener's limits.
@@ -125,6 +149,9 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let local = listener.local_addr().ok();
+    // A source's views are all a controller's or all a broker's: what the
+    // listener serves is fixed by the first.
+    let served = served_by(&source.view());
     info!(address = ?local, max_request_bytes = config.max_request_bytes, "Kafka listener serving");
     loop {
         let accepted = tokio::select! {
@@ -138,6 +165,7 @@ pub async fn serve(
                     stream,
                     peer,
                     source.clone(),
+                    served,
                     config,
                     stop.clone(),
                 ));
@@ -157,13 +185,14 @@ async fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
     source: Arc<dyn ViewSource>,
+    served: &'static [(ApiKey, i16, i16)],
     config: ListenerConfig,
     mut stop: watch::Receiver<bool>,
 ) {
     debug!(%peer, "Kafka connection opened");
     tokio::select! {
         _ = stop.wait_for(|s| *s) => {}
-        why = exchange(&mut stream, peer, source.as_ref(), &config) => match why {
+        why = exchange(&mut stream, peer, source.as_ref(), served, &config) => match why {
             Ok(()) => debug!(%peer, "Kafka connection closed by the client"),
             Err(e) => warn!(%peer, reason = %e, "closing a Kafka connection"),
         },
@@ -175,6 +204,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     peer: SocketAddr,
     source: &dyn ViewSource,
+    served: &[(ApiKey, i16, i16)],
     config: &ListenerConfig,
 ) -> Result<(), String> {
     loop {
@@ -184,8 +214,14 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         else {
             return Ok(());
         };
-        let view = source.view();
-        match handle(&request, &view) {
+        let outcome = match route(&request, served, || source.view()) {
+            Outcome::Forward(f) => {
+                let fwd = source.forwarder().unwrap_or(&NoForwarder);
+                answer_with(*f, || source.view(), fwd).await
+            }
+            other => other,
+        };
+        match outcome {
             Outcome::Respond {
                 api,
                 version,
@@ -198,6 +234,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                     .map_err(|e| e.to_string())?;
             }
             Outcome::Close(reason) => return Err(reason),
+            Outcome::Forward(f) => {
+                return Err(format!("{:?}: answered with another admin request", f.api))
+            }
         }
     }
 }

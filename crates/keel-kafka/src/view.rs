@@ -17,6 +17,47 @@ pub struct ClusterView {
     pub brokers: BTreeMap<u32, BrokerView>,
     /// Every topic the cache knows, by name.
     pub topics: BTreeMap<String, TopicView>,
+    /// Set on a controller's listener: then it serves ApiVersions,
+    /// DescribeCluster (the controllers) and DescribeQuorum from this, and
+    /// nothing of the brokers' cache.
+    pub quorum: Option<QuorumView>,
+}
+
+/// A controller's view of the metadata quorum (Kafka's
+/// `__cluster_metadata` partition), taken when the request arrived.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuorumView {
+    /// The controller answering.
+    pub node_id: u64,
+    /// The active controller, if one is known.
+    pub leader_id: Option<u64>,
+    /// Whether this controller is the leader (only it knows the others'
+    /// progress; the others answer NOT_LEADER_OR_FOLLOWER, as Kafka's).
+    pub is_leader: bool,
+    /// The Raft term: Kafka's leader epoch of the metadata partition.
+    pub term: u64,
+    /// The committed log index: Kafka's high watermark.
+    pub commit_index: u64,
+    /// The voters, by id.
+    pub voters: Vec<QuorumMember>,
+    /// Members that replicate without a vote (learners).
+    pub observers: Vec<QuorumMember>,
+    /// Each controller's Kafka listener, by id.
+    pub listeners: BTreeMap<u64, SocketAddr>,
+}
+
+/// One member's replication, as the leader last saw it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QuorumMember {
+    pub id: u64,
+    /// Its data dir's directory id (nil: not bound yet).
+    pub directory_id: u128,
+    /// The last log index it holds, as far as the leader knows.
+    pub log_end_offset: Option<u64>,
+    /// Unix milliseconds of the last answer the leader got from it.
+    pub last_contact_unix_ms: Option<i64>,
+    /// Unix milliseconds when it last held everything committed.
+    pub last_caught_up_unix_ms: Option<i64>,
 }
 
 /// One registered broker.

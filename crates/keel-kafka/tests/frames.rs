@@ -78,6 +78,7 @@ fn cluster_view() -> impl Strategy<Value = ClusterView> {
             broker_id,
             brokers,
             topics,
+            quorum: None,
         })
 }
 
@@ -396,6 +397,7 @@ fn unknown_topics_and_invalid_names_get_kafkas_errors() {
         broker_id: 1,
         brokers: BTreeMap::new(),
         topics: BTreeMap::new(),
+        quorum: None,
     };
     view.topics.insert(
         "orders".into(),

@@ -96,26 +96,57 @@ impl Metrics {
     }
 }
 
+/// Quantile `q` (0-1) of histogram `name` over what was observed between
+/// the two scrapes, in ms: the upper bound of the bucket it falls in (for
+/// `q = 1`, a bound on the longest observation). Falls back to the
+/// summary's quantile after the fence for an exporter that renders
+/// summaries. `None` without observations.
+pub fn window_quantile_ms(before: &Metrics, after: &Metrics, name: &str, q: f64) -> Option<f64> {
+    match bucket_deltas(before, after, name) {
+        None => after.summary_max_ms(name, q),
+        Some((deltas, total)) => quantile_ms(&deltas, total, q),
+    }
+}
+
+/// Histogram `name`'s bucket counts observed between two scrapes, by upper
+/// bound (ascending; +Inf last), with their total; `None` when the
+/// exporter renders no histogram of that name.
+fn bucket_deltas(before: &Metrics, after: &Metrics, name: &str) -> Option<(Vec<(f64, f64)>, f64)> {
+    let (b0, b1) = (before.buckets(name), after.buckets(name));
+    if b1.is_empty() {
+        return None;
+    }
+    // Positive bounds order as their bits do; +Inf comes last.
+    let deltas: Vec<(f64, f64)> = b1
+        .iter()
+        .map(|(le, v)| (f64::from_bits(*le), v - b0.get(le).copied().unwrap_or(0.0)))
+        .collect();
+    let total = deltas.last().map_or(0.0, |d| d.1);
+    Some((deltas, total))
+}
+
+/// The upper bound (ms) of the bucket quantile `q` falls in; `None`
+/// without observations.
+fn quantile_ms(deltas: &[(f64, f64)], total: f64, q: f64) -> Option<f64> {
+    if total <= 0.0 {
+        return None;
+    }
+    deltas
+        .iter()
+        .find(|(_, c)| *c >= q * total)
+        .map(|(le, _)| le * 1000.0)
+}
+
 /// Event-queue p99 in ms across the fence, from two scrapes: bucket deltas
 /// if the exporter renders a histogram, else the summary's 0.99 quantile
 /// after the fence, the max over kinds with events across the fence.
 /// Returns (p99 ms, method, per-kind detail).
 pub fn queue_p99(before: &Metrics, after: &Metrics) -> (Option<f64>, &'static str, Value) {
-    let (b0, b1) = (before.buckets(QUEUE), after.buckets(QUEUE));
-    if !b1.is_empty() {
-        // Positive bounds order as their bits do; +Inf comes last.
-        let deltas: Vec<(f64, f64)> = b1
-            .iter()
-            .map(|(le, v)| (f64::from_bits(*le), v - b0.get(le).copied().unwrap_or(0.0)))
-            .collect();
-        let total = deltas.last().map_or(0.0, |d| d.1);
+    if let Some((deltas, total)) = bucket_deltas(before, after, QUEUE) {
         if total <= 0.0 {
             return (None, "histogram bucket deltas (no events)", json!({}));
         }
-        let p99 = deltas
-            .iter()
-            .find(|(_, c)| *c >= 0.99 * total)
-            .map(|(le, _)| le * 1000.0);
+        let p99 = quantile_ms(&deltas, total, 0.99);
         return (
             p99,
             "histogram bucket deltas across the fence, all kinds (upper bucket bound)",
@@ -152,6 +183,30 @@ pub fn queue_p99(before: &Metrics, after: &Metrics) -> (Option<f64>, &'static st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_quantile_comes_from_the_bucket_deltas_between_two_scrapes() {
+        let h = |c: [u32; 4]| {
+            format!(
+                "# TYPE keel_controller_commit_latency_seconds histogram\n\
+                 keel_controller_commit_latency_seconds_bucket{{le=\"0.001\"}} {}\n\
+                 keel_controller_commit_latency_seconds_bucket{{le=\"0.01\"}} {}\n\
+                 keel_controller_commit_latency_seconds_bucket{{le=\"0.1\"}} {}\n\
+                 keel_controller_commit_latency_seconds_bucket{{le=\"+Inf\"}} {}\n\
+                 keel_controller_commit_latency_seconds_sum 1\n\
+                 keel_controller_commit_latency_seconds_count {}\n",
+                c[0], c[1], c[2], c[3], c[3]
+            )
+        };
+        let name = "keel_controller_commit_latency_seconds";
+        // Before: 100 fast ones. Across the window: 10 more fast, 89 under
+        // 10 ms, 1 under 100 ms.
+        let before = parse(&h([100, 100, 100, 100])).unwrap();
+        let after = parse(&h([110, 199, 200, 200])).unwrap();
+        assert_eq!(window_quantile_ms(&before, &after, name, 0.5), Some(10.0));
+        assert_eq!(window_quantile_ms(&before, &after, name, 1.0), Some(100.0));
+        assert_eq!(window_quantile_ms(&after, &after, name, 0.99), None);
+    }
 
     #[test]
     fn the_queue_p99_comes_from_the_kinds_with_events_across_the_fence() {

@@ -83,6 +83,7 @@ pub fn report(p: &BrokerFailureParams, o: Outcome) -> anyhow::Result<Report> {
             .map(|x| r1(*x))
             .collect::<Vec<_>>())
         .collect::<Vec<_>>());
+    fj["commit_and_event_process_method"] = json!("histogram bucket deltas between the scrapes before and after the fence, as the upper bound of the bucket the quantile falls in (event_process_max: the bucket of the longest event)");
     fj["commit_latency_p99_ms_trials"] = json!(failure
         .iter()
         .map(|t| opt_r1(t.commit_p99_ms))

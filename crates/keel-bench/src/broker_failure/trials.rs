@@ -9,7 +9,7 @@ use keel_testkit::Cluster;
 use serde_json::Value;
 
 use super::logs::ControllerLogs;
-use super::metrics::{queue_p99, scrape};
+use super::metrics::{queue_p99, scrape, window_quantile_ms};
 use super::BrokerFailureParams;
 use crate::history::Followers;
 use crate::progress;
@@ -129,9 +129,18 @@ pub async fn failure(
         queue_p99_ms,
         queue_method,
         queue_detail,
-        commit_p99_ms: after_metrics.summary_max_ms("keel_controller_commit_latency_seconds", 0.99),
-        process_max_ms: after_metrics
-            .summary_max_ms("keel_controller_event_process_time_seconds", 1.0),
+        commit_p99_ms: window_quantile_ms(
+            &before_metrics,
+            &after_metrics,
+            "keel_controller_commit_latency_seconds",
+            0.99,
+        ),
+        process_max_ms: window_quantile_ms(
+            &before_metrics,
+            &after_metrics,
+            "keel_controller_event_process_time_seconds",
+            1.0,
+        ),
         per_broker_last_ms: w
             .followers
             .lasts()

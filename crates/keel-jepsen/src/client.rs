@@ -6,6 +6,7 @@
 //! opened, or NOT_CONTROLLER from a node that never submitted the command.
 //! Anything else ends the operation, as `info` when ambiguous.
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
@@ -82,8 +83,23 @@ pub struct OpResult {
     pub message: Option<String>,
     pub seen: Option<Seen>,
     pub topic_id: Option<String>,
-    /// Partitions asked for (create) or seen (describe).
+    /// Partitions asked for (create, the new total of create_partitions)
+    /// or seen (describe).
     pub partitions: Option<u32>,
+    /// Replication factor asked for (create) or seen (describe: the size of
+    /// every partition's target replica set; `Some(0)` when partitions
+    /// disagree, which no topic of the workload ever legitimately shows).
+    pub replication_factor: Option<u32>,
+    /// Topic configs set explicitly, as a describe saw them.
+    pub configs: Option<BTreeMap<String, String>>,
+    /// Config key an alter_config changed.
+    pub config_key: Option<String>,
+    /// Value an alter_config set; `None` with `config_key` set = removed.
+    pub config_value: Option<String>,
+    /// Partition a reassign moved.
+    pub partition: Option<u32>,
+    /// Target replica set of a reassign.
+    pub replicas: Option<Vec<u32>>,
     pub node: Option<String>,
     pub attempts: u32,
 }
@@ -95,6 +111,28 @@ impl OpResult {
             ..Default::default()
         }
     }
+}
+
+/// One write of `AdminClient` (`$method` with `$req`, attempted as
+/// [`AdminClient::run`] says), judged by the answer's top-level error and
+/// the error `$item` picks from the answer `$r` for the one item asked.
+macro_rules! write_call {
+    ($self:ident, $req:ident, $method:ident, |$r:ident| $item:expr) => {
+        $self
+            .run(|ch| {
+                let req = $req.clone();
+                async move {
+                    match AdminServiceClient::new(ch).$method(req).await {
+                        Err(s) => Self::status_answer(s),
+                        Ok(r) => {
+                            let $r = r.into_inner();
+                            Self::write_answer($r.error.as_ref(), $item, None)
+                        }
+                    }
+                }
+            })
+            .await
+    };
 }
 
 /// One workload client's view of the quorum.
@@ -240,6 +278,7 @@ impl AdminClient {
     pub async fn create(&mut self, name: &str, partitions: u32, rf: u32) -> OpResult {
         let mut r = self.create_inner(name, partitions, rf).await;
         r.partitions = Some(partitions);
+        r.replication_factor = Some(rf);
         r
     }
 
@@ -273,27 +312,141 @@ impl AdminClient {
         .await
     }
 
-    pub async fn delete(&mut self, name: &str) -> OpResult {
-        let req = pb::DeleteTopicsRequest {
-            names: vec![name.to_string()],
+    /// Raises `name`'s partition count to `total` (CreatePartitions).
+    pub async fn create_partitions(&mut self, name: &str, total: u32) -> OpResult {
+        let req = pb::CreatePartitionsRequest {
+            topics: vec![pb::CreatePartitionsTopic {
+                name: name.to_string(),
+                total,
+                assignments: vec![],
+            }],
+            validate_only: false,
         };
+        let mut r = write_call!(self, req, create_partitions, |r| r
+            .topics
+            .first()
+            .and_then(|t| t.error.as_ref()));
+        r.partitions = Some(total);
+        r
+    }
+
+    /// Sets (`Some`) or removes (`None`) one config of topic `name`
+    /// (IncrementalAlterConfigs).
+    pub async fn alter_config(&mut self, name: &str, key: &str, value: Option<&str>) -> OpResult {
+        let op = match value {
+            Some(v) => pb::AlterConfigOp {
+                key: key.to_string(),
+                value: v.to_string(),
+                op: pb::ConfigOp::Set as i32,
+            },
+            None => pb::AlterConfigOp {
+                key: key.to_string(),
+                value: String::new(),
+                op: pb::ConfigOp::Delete as i32,
+            },
+        };
+        let req = pb::IncrementalAlterConfigsRequest {
+            topics: vec![pb::AlterTopicConfig {
+                topic: name.to_string(),
+                ops: vec![op],
+            }],
+            validate_only: false,
+        };
+        let mut r = write_call!(self, req, incremental_alter_configs, |r| r
+            .topics
+            .first()
+            .and_then(|t| t.error.as_ref()));
+        r.config_key = Some(key.to_string());
+        r.config_value = value.map(str::to_string);
+        r
+    }
+
+    /// Starts moving one partition of `name` to `replicas`
+    /// (AlterPartitionReassignments); `ok` = accepted, not finished.
+    pub async fn reassign(&mut self, name: &str, partition: u32, replicas: &[u32]) -> OpResult {
+        let req = pb::AlterPartitionReassignmentsRequest {
+            partitions: vec![pb::ReassignablePartition {
+                topic: name.to_string(),
+                partition,
+                replicas: replicas.to_vec(),
+                cancel: false,
+            }],
+        };
+        let mut r = write_call!(self, req, alter_partition_reassignments, |r| r
+            .partitions
+            .first()
+            .and_then(|p| p.error.as_ref()));
+        r.partition = Some(partition);
+        r.replicas = Some(replicas.to_vec());
+        r
+    }
+
+    /// Preferred leader election on every partition of `name`
+    /// (ElectLeaders). Partitions whose preferred replica already leads
+    /// answer ELECTION_NOT_NEEDED, which is not a failure of the operation;
+    /// the first other per-partition error is the answer.
+    pub async fn elect_preferred(&mut self, name: &str) -> OpResult {
         self.run(|ch| {
-            let req = req.clone();
+            let name = name.to_string();
             async move {
-                match AdminServiceClient::new(ch).delete_topics(req).await {
+                // Every partition of the topic: list them first (a read).
+                let mut admin = AdminServiceClient::new(ch);
+                let d = match admin
+                    .describe_topics(pb::DescribeTopicsRequest {
+                        names: vec![name.clone()],
+                    })
+                    .await
+                {
+                    Err(s) => return Self::status_answer(s),
+                    Ok(d) => d.into_inner(),
+                };
+                if let Some(e) = d.error.as_ref() {
+                    return Self::write_answer(Some(e), None, None);
+                }
+                let Some(t) = d.topics.first() else {
+                    return Attempt::Retry(None, "empty describe".into());
+                };
+                if let Some(e) = t.error.as_ref() {
+                    return Self::write_answer(None, Some(e), None);
+                }
+                let partitions = t
+                    .partitions
+                    .iter()
+                    .filter_map(|p| p.state.as_ref())
+                    .map(|s| pb::TopicPartitionRef {
+                        topic: name.clone(),
+                        partition: s.partition,
+                    })
+                    .collect();
+                let req = pb::ElectLeadersRequest {
+                    election_type: pb::ElectionType::Preferred as i32,
+                    partitions,
+                };
+                match admin.elect_leaders(req).await {
                     Err(s) => Self::status_answer(s),
                     Ok(r) => {
                         let r = r.into_inner();
-                        Self::write_answer(
-                            r.error.as_ref(),
-                            r.topics.first().and_then(|t| t.error.as_ref()),
-                            None,
-                        )
+                        let item = r.partitions.iter().find_map(|p| {
+                            p.error
+                                .as_ref()
+                                .filter(|e| e.code != pb::ErrorCode::ElectionNotNeeded as i32)
+                        });
+                        Self::write_answer(r.error.as_ref(), item, None)
                     }
                 }
             }
         })
         .await
+    }
+
+    pub async fn delete(&mut self, name: &str) -> OpResult {
+        let req = pb::DeleteTopicsRequest {
+            names: vec![name.to_string()],
+        };
+        write_call!(self, req, delete_topics, |r| r
+            .topics
+            .first()
+            .and_then(|t| t.error.as_ref()))
     }
 
     /// Describe of one name; reads are always safe to retry.
@@ -332,11 +485,19 @@ impl AdminClient {
                             None if t.marked_for_deletion => (Seen::Deleting, hex_id(&t.topic_id)),
                             None => (Seen::Present, hex_id(&t.topic_id)),
                         };
+                        let listed = seen != Seen::Absent;
                         Attempt::Done(OpResult {
                             outcome: Some(Outcome::Ok),
                             seen: Some(seen),
                             topic_id: id,
-                            partitions: (seen != Seen::Absent).then_some(t.partitions.len() as u32),
+                            partitions: listed.then_some(t.partitions.len() as u32),
+                            replication_factor: listed.then(|| described_rf(t)),
+                            configs: listed.then(|| {
+                                t.configs
+                                    .iter()
+                                    .map(|c| (c.key.clone(), c.value.clone()))
+                                    .collect()
+                            }),
                             ..Default::default()
                         })
                     }
@@ -344,6 +505,26 @@ impl AdminClient {
             }
         })
         .await
+    }
+}
+
+/// A described topic's replication factor: the size of each partition's
+/// target replica set (replicas minus those a reassignment is removing),
+/// if every partition agrees; `0` if they do not (or there are none).
+fn described_rf(t: &pb::TopicDescription) -> u32 {
+    let mut sizes = t
+        .partitions
+        .iter()
+        .filter_map(|p| p.state.as_ref())
+        .map(|s| {
+            s.replicas
+                .iter()
+                .filter(|r| !s.removing.contains(r))
+                .count() as u32
+        });
+    match sizes.next() {
+        Some(first) if sizes.all(|n| n == first) => first,
+        _ => 0,
     }
 }
 
@@ -448,6 +629,28 @@ pub async fn describe_cluster(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_described_replication_factor_counts_target_replicas_and_flags_disagreement() {
+        let part = |replicas: &[u32], removing: &[u32]| pb::PartitionDescription {
+            state: Some(pb::PartitionState {
+                replicas: replicas.to_vec(),
+                removing: removing.to_vec(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let topic = |partitions| pb::TopicDescription {
+            partitions,
+            ..Default::default()
+        };
+        // Partition 1 is moving from [1, 2] to [2, 3]: replicas [2, 3, 1].
+        let moving = topic(vec![part(&[1, 2], &[]), part(&[2, 3, 1], &[1])]);
+        assert_eq!(described_rf(&moving), 2);
+        let mixed = topic(vec![part(&[1, 2], &[]), part(&[3], &[])]);
+        assert_eq!(described_rf(&mixed), 0);
+        assert_eq!(described_rf(&topic(vec![])), 0);
+    }
 
     #[test]
     fn verdicts_come_from_error_codes_alone() {

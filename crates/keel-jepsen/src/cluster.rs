@@ -7,13 +7,16 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use keel_testkit::{Addressing, Ports, Root, Spec};
+use keel_testkit::{Addressing, KafkaPorts, Ports, Root, Spec};
 pub use keel_testkit::{Cluster, Node, Role};
 
 /// Address the harness's own clients connect from.
 pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 2, 1);
 pub const CONTROLLER_PORT: u16 = 9093;
 pub const BROKER_PORT: u16 = 9092;
+/// Brokers' Kafka listeners (`--client kafka`), on each broker's own
+/// address; the kit gives controllers theirs on the next port.
+pub const KAFKA_PORT: u16 = 9094;
 /// Broker session timeout (controllers and brokers).
 pub const SESSION_TIMEOUT_MS: u64 = 3000;
 
@@ -51,6 +54,16 @@ pub fn spec(exe: PathBuf, run_dir: &Path, brokers: usize, tls: bool, lazyfs: boo
             "--replica-lag-time-max-ms",
             "3000",
         ])
+}
+
+/// `spec` with a Kafka listener on every broker (plaintext, taking admin
+/// requests: `--kafka-listen <broker ip>:9094 --kafka-admin`) when `on`.
+pub fn with_kafka(spec: Spec, on: bool) -> Spec {
+    if on {
+        spec.kafka(KafkaPorts::Fixed(KAFKA_PORT))
+    } else {
+        spec
+    }
 }
 
 /// The node's IPv4 address (every node of the layout has one).
@@ -91,6 +104,18 @@ mod tests {
         assert_eq!(ip(&c.nodes[4]), Ipv4Addr::new(127, 0, 2, 22));
         assert_eq!(c.broker(0).data_dir, dir.path().join("data/b1"));
         assert_eq!(c.controller(2).process.log, dir.path().join("logs/c3.log"));
+        assert!(c.kafka_addrs().is_empty());
+    }
+
+    #[test]
+    fn kafka_runs_give_every_broker_a_kafka_listener_on_its_own_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = with_kafka(spec("/bin/keel".into(), dir.path(), 3, false, false), true);
+        let c = Cluster::new(spec).unwrap();
+        assert_eq!(
+            c.kafka_addrs(),
+            ["127.0.2.21:9094", "127.0.2.22:9094", "127.0.2.23:9094"]
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The client history: one record per operation, with invoke and
 //! completion times and an outcome (`ok`, `fail`, `info`).
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 
@@ -13,6 +14,14 @@ pub enum OpKind {
     Create,
     Delete,
     Describe,
+    /// CreatePartitions to a larger total (`partitions`).
+    CreatePartitions,
+    /// IncrementalAlterConfigs of one key (`config_key`, `config_value`).
+    AlterConfig,
+    /// AlterPartitionReassignments of one partition (`partition`, `replicas`).
+    Reassign,
+    /// Preferred leader election over every partition of the topic.
+    ElectPreferred,
 }
 
 /// How an operation ended.
@@ -37,6 +46,9 @@ pub enum Seen {
     Present,
     /// Listed and marked for deletion.
     Deleting,
+    /// Listed, present or marked for deletion: a Kafka client's describe
+    /// (Kafka has no "marked for deletion", so it cannot tell which).
+    Listed,
 }
 
 /// One operation of the history (one JSON line of `history.jsonl`).
@@ -66,9 +78,29 @@ pub struct OpRecord {
     /// Topic id (hex) returned by a create or seen by a describe.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic_id: Option<String>,
-    /// Partitions a create asked for, or a successful describe saw.
+    /// Partitions a create asked for, the total a create_partitions asked
+    /// for, or what a successful describe saw.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partitions: Option<u32>,
+    /// Replication factor a create asked for or a describe saw (`0`: the
+    /// describe's partitions disagreed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication_factor: Option<u32>,
+    /// Topic configs set explicitly, as a successful describe saw them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub configs: Option<BTreeMap<String, String>>,
+    /// Key an alter_config changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_key: Option<String>,
+    /// Value an alter_config set; absent with `config_key` = removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_value: Option<String>,
+    /// Partition a reassign moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u32>,
+    /// Target replicas of a reassign.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<Vec<u32>>,
     /// Controller address that gave the final answer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
@@ -78,6 +110,35 @@ pub struct OpRecord {
 }
 
 impl OpRecord {
+    /// An operation with nothing but its kind, name, times and outcome
+    /// (one attempt; every other field empty): what hand-made histories
+    /// start from.
+    pub fn new(op: OpKind, name: &str, invoke_ms: f64, complete_ms: f64, outcome: Outcome) -> Self {
+        Self {
+            index: 0,
+            client: 0,
+            process: 0,
+            op,
+            name: name.into(),
+            invoke_ms,
+            complete_ms,
+            outcome,
+            error: None,
+            message: None,
+            seen: None,
+            topic_id: None,
+            partitions: None,
+            replication_factor: None,
+            configs: None,
+            config_key: None,
+            config_value: None,
+            partition: None,
+            replicas: None,
+            node: None,
+            attempts: 1,
+        }
+    }
+
     pub fn latency_ms(&self) -> f64 {
         (self.complete_ms - self.invoke_ms).max(0.0)
     }

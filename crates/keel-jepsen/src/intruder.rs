@@ -632,6 +632,7 @@ impl Intruder {
                     want_shutdown: true,
                     offline_log_dirs: vec![],
                     disks: vec![],
+                    software_version: String::new(),
                 })
                 .await
             }

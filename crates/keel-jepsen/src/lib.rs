@@ -2,14 +2,18 @@
 //!
 //! A run starts three controllers and N brokers (child processes of this
 //! binary, each on its own 127.0.2.x address), lets concurrent clients
-//! create, delete and describe topics of a small key space while a nemesis
-//! partitions the network (iptables), kills and pauses processes, then
-//! heals everything and checks:
+//! create, delete, describe, add partitions to, alter configs of,
+//! reassign and elect preferred leaders of topics of a small key space
+//! while a nemesis partitions the network (iptables), kills and pauses
+//! processes, changes the quorum's membership, then heals everything and
+//! checks:
 //!
-//! * (a) linearizability of the topic operations per name ([`linear`]);
+//! * (a) linearizability of the topic operations per name, over (exists,
+//!   topic id, partitions, replication factor, configs) ([`linear`]);
 //! * (b) no acknowledged create lost ([`lost`]);
 //! * (c) broker-observed safety from the brokers' leadership histories ([`brokers`]);
 //! * (d) convergence of controllers and broker caches, (e) recovery ([`probes`]);
+//! * acknowledged reassignments finished where they were sent ([`reassign`]);
 //! * zombie probes refused, and no node process exiting by itself;
 //! * with the `intruder` nemesis, no request with bad credentials accepted
 //!   and none of them leaving a trace in the cluster state ([`intruder`]);
@@ -28,17 +32,23 @@
 
 pub mod brokers;
 pub mod client;
+pub mod clock;
 pub mod cluster;
 pub mod history;
+pub mod incarnations;
 pub mod intruder;
+pub mod kafka_client;
 pub mod linear;
 pub mod lost;
 pub mod nemesis;
 pub mod net;
+pub mod netem;
 pub mod partitions;
 pub mod power;
 pub mod probes;
+pub mod reassign;
 pub mod report;
+pub mod timing;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::IsTerminal;
@@ -48,6 +58,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
@@ -78,7 +89,8 @@ pub struct Config {
     pub results_dir: PathBuf,
     pub brokers: usize,
     pub clients: usize,
-    pub fault: Duration,
+    /// How long each fault lasts (drawn, by default, up to `--fault-secs`).
+    pub fault: timing::FaultLength,
     pub heal: Duration,
     pub recovery_bound: Duration,
     pub names: usize,
@@ -86,6 +98,11 @@ pub struct Config {
     /// Mutual TLS on every node and every harness client (the default);
     /// `false` runs everything in plaintext.
     pub tls: bool,
+    /// What the workload's clients speak: Keel's gRPC admin API on the
+    /// controllers, or Kafka on the brokers' Kafka listeners (which the
+    /// brokers then have). The harness's own reads (final reads, recovery,
+    /// convergence) always use gRPC.
+    pub client: kafka_client::ClientKind,
 }
 
 /// `YYYYmmddTHHMMSSZ` of now (UTC).
@@ -157,35 +174,93 @@ fn record(
         seen: r.seen,
         topic_id: r.topic_id,
         partitions: r.partitions,
+        replication_factor: r.replication_factor,
+        configs: r.configs,
+        config_key: r.config_key,
+        config_value: r.config_value,
+        partition: r.partition,
+        replicas: r.replicas,
         node: r.node,
         attempts: r.attempts,
     }
 }
 
+/// The topic the workload never deletes: half of its reassignments and
+/// preferred elections go to it (see [`reassign`]).
+pub const PLACED_TOPIC: &str = "jepsen-placed";
+const PLACED_PARTITIONS: u32 = 2;
+
+/// Topic configs the workload sets and removes, each with valid values.
+const WORKLOAD_CONFIGS: [(&str, &[&str]); 3] = [
+    ("retention.ms", &["60000", "86400000", "-1"]),
+    ("cleanup.policy", &["delete", "compact", "compact,delete"]),
+    ("max.message.bytes", &["65536", "1048588", "2097152"]),
+];
+
 async fn worker(
     id: usize,
     cfg: Config,
     ctrl: Vec<String>,
+    kafka: Vec<String>,
     transport: Transport,
     shared: Arc<Shared>,
 ) {
     let mut rng = StdRng::seed_from_u64(cfg.seed.wrapping_mul(1_000_003).wrapping_add(id as u64));
-    let mut admin = AdminClient::new(ctrl, CLIENT_IP.into(), transport);
+    let mut admin = match cfg.client {
+        kafka_client::ClientKind::Grpc => {
+            kafka_client::Client::Grpc(AdminClient::new(ctrl, CLIENT_IP.into(), transport))
+        }
+        kafka_client::ClientKind::Kafka => {
+            kafka_client::Client::Kafka(kafka_client::KafkaClient::new(kafka, CLIENT_IP.into()))
+        }
+    };
     let mut process = shared.next_process.fetch_add(1, Ordering::SeqCst);
     while !shared.stop.load(Ordering::SeqCst) {
-        let name = format!("jepsen-{}", rng.random_range(0..cfg.names));
+        let mut name = format!("jepsen-{}", rng.random_range(0..cfg.names));
         let roll = rng.random_range(0..100);
         let t0 = shared.ms();
-        let (kind, r) = if roll < 40 {
+        let (kind, r) = if roll < 30 {
             let parts = rng.random_range(1..=2);
             (
                 OpKind::Create,
                 admin.create(&name, parts, cfg.replication_factor).await,
             )
-        } else if roll < 70 {
+        } else if roll < 50 {
             (OpKind::Delete, admin.delete(&name).await)
-        } else {
+        } else if roll < 75 {
             (OpKind::Describe, admin.describe(&name).await)
+        } else if roll < 82 {
+            // Sometimes no larger than the current count: INVALID_PARTITIONS.
+            let total = rng.random_range(2..=4);
+            (
+                OpKind::CreatePartitions,
+                admin.create_partitions(&name, total).await,
+            )
+        } else if roll < 92 {
+            let (key, values) = WORKLOAD_CONFIGS[rng.random_range(0..WORKLOAD_CONFIGS.len())];
+            let value =
+                (rng.random_range(0..4) > 0).then(|| values[rng.random_range(0..values.len())]);
+            (
+                OpKind::AlterConfig,
+                admin.alter_config(&name, key, value).await,
+            )
+        } else if roll < 97 {
+            let partition = rng.random_range(0..2);
+            let mut brokers: Vec<u32> = (1..=cfg.brokers as u32).collect();
+            brokers.shuffle(&mut rng);
+            brokers.truncate(cfg.replication_factor as usize);
+            if rng.random_bool(0.5) {
+                name = PLACED_TOPIC.to_string();
+            }
+            (
+                OpKind::Reassign,
+                admin.reassign(&name, partition, &brokers).await,
+            )
+        } else {
+            if rng.random_bool(0.5) {
+                name = PLACED_TOPIC.to_string();
+            }
+            (OpKind::ElectPreferred, admin.elect_preferred(&name).await)
         };
         let t1 = shared.ms();
         let info = r.outcome != Some(Outcome::Ok) && r.outcome != Some(Outcome::Fail);
@@ -296,16 +371,39 @@ async fn wait_ready(
 
 /// Runs one test; returns the exit code.
 pub async fn run(cfg: Config) -> u8 {
+    // One run at a time on a host: runs share the 127.0.2.x addresses,
+    // the iptables chain and the netem qdisc, and a second one would tear
+    // down the first one's faults before finding its addresses taken.
+    let _one_run = match RunLock::take() {
+        Ok(l) => l,
+        Err(why) => {
+            eprintln!("keel jepsen: {why}");
+            return EXIT_LOCAL;
+        }
+    };
     if cfg.families.contains(&Family::Intruder) && !cfg.tls {
         eprintln!("keel jepsen: the intruder nemesis forges certificates and needs TLS; drop --plaintext or choose --nemesis without `intruder`.");
         return EXIT_USAGE;
     }
-    let needs_net = cfg.families.contains(&Family::Partition);
+    let needs_net = cfg.families.iter().any(|f| f.needs_packet_filter());
     if needs_net {
         if let Some(why) = net::unavailable_reason() {
             eprintln!("keel jepsen: {why}.");
-            eprintln!("Network partitions are enforced with iptables and need root; run as root (CI does), or choose --nemesis without `partition` (e.g. kill,pause).");
+            eprintln!("Network partitions are enforced with iptables and need root; run as root (CI does), or choose --nemesis without `partition`, `partition-one-way`, `bridge`, `majorities-ring` and `isolate-leader` (e.g. kill,pause).");
             return EXIT_NO_PACKET_FILTER;
+        }
+    }
+    if cfg.families.contains(&Family::Clock) {
+        if let Some(why) = clock::unavailable_reason() {
+            eprintln!("keel jepsen: {why}; choose --nemesis without `clock`.");
+            return EXIT_LOCAL;
+        }
+    }
+    if cfg.families.contains(&Family::NetSlow) {
+        if let Some(why) = netem::unavailable_reason() {
+            eprintln!("keel jepsen: {why}.");
+            eprintln!("The net-slow nemesis slows the nodes' addresses with tc netem on lo, which needs root and iproute2; run as root (CI does), or choose --nemesis without `net-slow`.");
+            return EXIT_NEEDS_ROOT;
         }
     }
     if cfg.families.contains(&Family::Power) {
@@ -334,28 +432,52 @@ pub async fn run(cfg: Config) -> u8 {
     }
     // Cluster::new, unlike Cluster::start, runs a deliberately unsafe
     // build too: showing that the checkers catch one is part of the job.
-    let cluster = match Cluster::new(
-        cluster::spec(
-            cfg.exe.clone(),
-            &run_dir,
-            cfg.brokers,
-            cfg.tls,
-            cfg.families.contains(&Family::Power),
-        )
-        .fiu(cfg.families.contains(&Family::Disk)),
-    ) {
+    let spec = cluster::spec(
+        cfg.exe.clone(),
+        &run_dir,
+        cfg.brokers,
+        cfg.tls,
+        cfg.families.contains(&Family::Power),
+    )
+    .fiu(cfg.families.contains(&Family::Disk));
+    let spec = cluster::with_kafka(spec, cfg.client == kafka_client::ClientKind::Kafka);
+    let cluster = match Cluster::new(spec) {
         Ok(c) => Arc::new(Mutex::new(c)),
         Err(e) => {
             eprintln!("keel jepsen: cannot lay out the cluster: {e:#}");
             return EXIT_LOCAL;
         }
     };
-    let body = body(cfg.clone(), run_dir.clone(), cluster.clone());
+    // Every node under libfaketime, on true time until a clock fault.
+    let clock_dir = cfg
+        .families
+        .contains(&Family::Clock)
+        .then(|| run_dir.join("clock"));
+    if let Some(dir) = &clock_dir {
+        let mut c = cluster.lock().unwrap();
+        let laid = std::fs::create_dir_all(dir).and_then(|()| {
+            c.nodes.iter_mut().try_for_each(|n| {
+                let file = clock::file_of(dir, n.name());
+                clock::set(&file, None)?;
+                clock::env(&mut n.process.launch.env, &file);
+                Ok(())
+            })
+        });
+        if let Err(e) = laid {
+            eprintln!(
+                "keel jepsen: cannot set up the nodes' clocks in {}: {e}",
+                dir.display()
+            );
+            return EXIT_LOCAL;
+        }
+    }
+    let body = body(cfg.clone(), run_dir.clone(), cluster.clone(), clock_dir);
     tokio::select! {
         code = body => code,
         _ = interrupt.recv() => {
             eprintln!("\nkeel jepsen: interrupted; removing packet filter rules, stopping nodes and unmounting their disks");
             net::teardown();
+            netem::teardown_all();
             let mut c = cluster.lock().unwrap();
             c.kill_all();
             // Other tasks may still hold the cluster: unmount now.
@@ -367,8 +489,58 @@ pub async fn run(cfg: Config) -> u8 {
     }
 }
 
-async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8 {
-    let net = if cfg.families.contains(&Family::Partition) {
+/// The host-wide lock of a run: an exclusive `flock` on
+/// `<tmp>/keel-jepsen.lock` holding the run's pid, released when the run
+/// ends, however it ends (the kernel drops it with the process).
+struct RunLock(#[allow(dead_code)] std::fs::File);
+
+impl RunLock {
+    fn path() -> PathBuf {
+        std::env::temp_dir().join("keel-jepsen.lock")
+    }
+
+    fn take() -> Result<Self, String> {
+        Self::take_at(&Self::path())
+    }
+
+    fn take_at(path: &std::path::Path) -> Result<Self, String> {
+        use std::io::{Read, Seek, Write};
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        match f.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut pid = String::new();
+                let _ = f.read_to_string(&mut pid);
+                return Err(format!(
+                    "another keel jepsen run (pid {}) holds {}: runs share the 127.0.2.x addresses and the packet filter, so only one runs at a time; wait for it to end",
+                    pid.trim(),
+                    path.display()
+                ));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(format!("cannot lock {}: {e}", path.display()))
+            }
+        }
+        let _ = f.set_len(0);
+        let _ = f.rewind();
+        let _ = write!(f, "{}", std::process::id());
+        Ok(Self(f))
+    }
+}
+
+async fn body(
+    cfg: Config,
+    run_dir: PathBuf,
+    cluster: Arc<Mutex<Cluster>>,
+    clock_dir: Option<PathBuf>,
+) -> u8 {
+    let net = if cfg.families.iter().any(|f| f.needs_packet_filter()) {
         match net::install() {
             Ok(n) => Some(n),
             Err(e) => {
@@ -386,15 +558,44 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         }
         None
     };
+    let netem = if cfg.families.contains(&Family::NetSlow) {
+        match netem::Netem::install() {
+            Ok(n) => {
+                eprintln!("keel jepsen: slow network by {:?}", n.mode());
+                Some(n)
+            }
+            Err(e) => {
+                eprintln!("keel jepsen: cannot set up the slow network: {e}");
+                return EXIT_NEEDS_ROOT;
+            }
+        }
+    } else {
+        None
+    };
+    let mut seed_rng = StdRng::seed_from_u64(cfg.seed ^ 0x5eed_1e45);
+    let lengths = timing::Lengths::new(cfg.fault, timing::Timing::of_controllers(), &mut seed_rng);
     eprintln!(
-        "keel jepsen: run dir {} (seed {}, nemesis {:?}, {} brokers, {} clients, {} s, {})",
+        "keel jepsen: faults {:?}; controllers' lease {} ms, election timeout {}-{} ms",
+        cfg.fault,
+        lengths.timing().lease_ms,
+        lengths.timing().election_timeout_min_ms,
+        lengths.timing().election_timeout_max_ms
+    );
+    eprintln!(
+        "keel jepsen: run dir {} (seed {}, nemesis {:?}, {} brokers, {} {} clients, {} s, {})",
         run_dir.display(),
         cfg.seed,
         cfg.families,
         cfg.brokers,
         cfg.clients,
+        cfg.client.as_str(),
         cfg.time_limit.as_secs(),
-        if cfg.tls { "mutual TLS" } else { "plaintext" }
+        match (cfg.tls, cfg.client) {
+            // Kafka listeners speak no TLS.
+            (true, kafka_client::ClientKind::Kafka) => "mutual TLS; Kafka requests in plaintext",
+            (true, kafka_client::ClientKind::Grpc) => "mutual TLS",
+            (false, _) => "plaintext",
+        }
     );
     let started = {
         let mut c = cluster.lock().unwrap();
@@ -406,7 +607,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         eprintln!("keel jepsen: {e:#}");
         return EXIT_LOCAL;
     }
-    let (ctrl, broker_addrs, transport, zombie_transport) = {
+    let (ctrl, broker_addrs, kafka_addrs, transport, zombie_transport) = {
         let c = cluster.lock().unwrap();
         let zombie = c.transport_as(&keel_tls::Identity::controller(
             &c.cluster_id,
@@ -424,6 +625,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
             c.brokers()
                 .map(|n| (n.id, n.address()))
                 .collect::<Vec<(u32, String)>>(),
+            c.kafka_addrs(),
             c.transport().clone(),
             zombie,
         )
@@ -481,7 +683,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         shared.clone(),
         big_rx,
     ));
-    let disk_faulted = Arc::new(Mutex::new(std::collections::BTreeSet::new()));
+    let disk_faulted = Arc::new(Mutex::new(nemesis::DiskFaulted::new()));
     let disk_stops = Arc::new(Mutex::new(Vec::new()));
     let mut nemesis = Nemesis {
         big_create: Some(big_tx),
@@ -492,6 +694,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         restart_bound: cfg.recovery_bound,
         disk_faulted: disk_faulted.clone(),
         disk_stops: disk_stops.clone(),
+        disk_epochs: Vec::new(),
         cluster: cluster.clone(),
         net,
         families: cfg.families.iter().copied().collect(),
@@ -502,6 +705,11 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         probes: probes.clone(),
         transport: transport.clone(),
         zombie_transport,
+        netem,
+        lengths,
+        kill_all_windows: 0,
+        clock_dir,
+        voters_missing: Vec::new(),
     };
     let intruder_stop = Arc::new(AtomicBool::new(false));
     let intruder_attempts = Arc::new(Mutex::new(Vec::new()));
@@ -524,9 +732,37 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         }
         None => None,
     };
-    let (time_limit, fault, heal) = (cfg.time_limit, cfg.fault, cfg.heal);
+    // The topic reassignments and elections also aim at: never deleted,
+    // so where its partitions end up can be judged against the last
+    // acknowledged reassignment ([`reassign`]). Created before any fault.
+    {
+        let mut admin = AdminClient::new(ctrl.clone(), CLIENT_IP.into(), transport.clone());
+        for _ in 0..20 {
+            let process = shared.next_process.fetch_add(1, Ordering::SeqCst);
+            let t0 = shared.ms();
+            let r = admin
+                .create(PLACED_TOPIC, PLACED_PARTITIONS, cfg.replication_factor)
+                .await;
+            let done = r.outcome == Some(Outcome::Ok)
+                || r.error.as_deref() == Some("TOPIC_ALREADY_EXISTS");
+            shared.push(record(
+                -3,
+                process,
+                OpKind::Create,
+                PLACED_TOPIC,
+                t0,
+                shared.ms(),
+                r,
+            ));
+            if done {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+    let (time_limit, heal) = (cfg.time_limit, cfg.heal);
     let nemesis_task = tokio::spawn(async move {
-        nemesis.run(time_limit, fault, heal).await;
+        nemesis.run(time_limit, heal).await;
         nemesis
     });
     let mut workers = Vec::new();
@@ -535,6 +771,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
             id,
             cfg.clone(),
             ctrl.clone(),
+            kafka_addrs.clone(),
             transport.clone(),
             shared.clone(),
         )));
@@ -554,7 +791,9 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
                 let st = status.to_string();
                 // Its disk was failing: stopping is what it must do (the
                 // disk checker looks at how).
-                if disk_faulted.lock().unwrap().contains(&i) {
+                let disk_stop =
+                    nemesis::disk_stop_of(&disk_faulted.lock().unwrap(), i, Instant::now());
+                if let Some(healed) = disk_stop {
                     eprintln!(
                         "\nkeel jepsen: {} stopped ({st}) while its disk was failing",
                         c.nodes[i].name()
@@ -564,6 +803,12 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
                         shared.ms(),
                         status,
                     ));
+                    // Its fault was healed already: start it again now.
+                    if healed {
+                        if let Err(e) = c.nodes[i].start() {
+                            eprintln!("keel jepsen: cannot restart {}: {e:#}", c.nodes[i].name());
+                        }
+                    }
                     continue;
                 }
                 // LazyFS crashed under it (the power nemesis's disk fault,
@@ -670,6 +915,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     }
     // Final reads, for (b) and as the last operations of (a).
     let mut final_read: BTreeMap<String, Seen> = BTreeMap::new();
+    let mut final_ids: BTreeMap<String, String> = BTreeMap::new();
     let mut final_unread = Vec::new();
     for i in 0..cfg.names {
         let name = format!("jepsen-{i}");
@@ -679,10 +925,14 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
             let r = admin.describe(&name).await;
             let t1 = shared.ms();
             let seen = r.seen;
+            let id = r.topic_id.clone();
             let ok = r.outcome == Some(Outcome::Ok);
             shared.push(record(-1, u64::MAX - 1, OpKind::Describe, &name, t0, t1, r));
             if ok {
                 got = seen;
+                if let Some(id) = id {
+                    final_ids.insert(name.clone(), id);
+                }
                 break;
             }
         }
@@ -709,6 +959,9 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     } else {
         None
     };
+    // Where reassignments landed, once none is in flight.
+    eprintln!("keel jepsen: checking reassignments");
+    let placement = reassign::read_placement(&transport, &ctrl, Duration::from_secs(30)).await;
     let end_ms = shared.ms();
 
     // Stop everything, collect broker histories.
@@ -728,6 +981,7 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     };
     crashes.extend(late_crashes);
     drop(nemesis.net.take()); // removes the chain
+    drop(nemesis.netem.take()); // removes the slow network
     let mut broker_hist = BTreeMap::new();
     let mut unparsable = Vec::new();
     {
@@ -748,12 +1002,20 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     // Checkers.
     let ops = shared.ops.lock().unwrap().clone();
     let (lin_valid, lin_detail) = linear::check_history(&ops, 20_000_000);
-    let (lost_valid, mut lost_detail) = lost::check(&ops, &final_read);
+    let (lost_valid, mut lost_detail) = lost::check_with_ids(&ops, &final_read, &final_ids);
+    let (inc_valid, inc_detail) = incarnations::check(&ops);
     let lost_valid = lost_valid && final_unread.is_empty();
     if !final_unread.is_empty() {
         lost_detail["final_read_failed_for"] = json!(final_unread);
     }
     let (parts_valid, parts_detail) = partitions::check(&ops);
+    let (reassign_valid, reassign_detail) = match &placement {
+        Ok(p) => reassign::check(&ops, p),
+        Err(e) => (
+            false,
+            json!({"error": format!("cannot read the placement: {e}")}),
+        ),
+    };
     let (brk_valid, mut brk_detail) = brokers::check(&broker_hist);
     if !unparsable.is_empty() {
         brk_detail["unparsable_lines"] = json!(unparsable);
@@ -771,11 +1033,28 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         let _ = intruder::write_attempts(&run_dir.join("intruder.jsonl"), &attempts);
     }
     let probes_v = probes.lock().unwrap().clone();
-    let zombie_valid = nemesis::zombie_check(&probes_v);
+    // Refusals needed: none without a zombie window (`all` may draw
+    // none in a short run), one after one window, then
+    // ZOMBIE_MIN_REFUSED.
+    let zombie_windows = faults
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|f| f.family == Family::Zombie)
+        .count();
+    let min_refused = nemesis::ZOMBIE_MIN_REFUSED.min(zombie_windows);
+    let (zombie_valid, zombie_detail) = nemesis::zombie_check(&probes_v, min_refused);
     let powered = cfg.families.contains(&Family::Power);
     let restarts = std::mem::take(&mut nemesis.restarts);
     let epochs = std::mem::take(&mut nemesis.epochs);
     let faults_v = faults.lock().unwrap().clone();
+    let fault_lengths = timing::summarize(
+        &nemesis.lengths.timing(),
+        &faults_v
+            .iter()
+            .map(|f| (f.kind.clone(), f.planned_ms))
+            .collect::<Vec<_>>(),
+    );
 
     let count = |o: Outcome| ops.iter().filter(|x| x.outcome == o).count();
     let mut checkers = serde_json::Map::new();
@@ -792,15 +1071,13 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
     };
     put("linearizable", lin_json, lin_detail);
     put("no_lost_creates", b(lost_valid), lost_detail);
+    put("topic_incarnations", b(inc_valid), inc_detail);
     put("whole_topics", b(parts_valid), parts_detail);
+    put("reassignments_land", b(reassign_valid), reassign_detail);
     put("broker_safety", b(brk_valid), brk_detail);
     put("convergence", b(conv_ok), conv_detail);
     put("recovery", b(rec_ok), rec_detail);
-    put(
-        "zombie_requests_refused",
-        b(zombie_valid),
-        json!({"probes": probes_v}),
-    );
+    put("zombie_requests_refused", b(zombie_valid), zombie_detail);
     if let Some((v, detail)) = intruder_result {
         put("intruder", b(v), detail);
     }
@@ -808,6 +1085,16 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         let stops = disk_stops.lock().unwrap().clone();
         let (v, detail) = nemesis::disk_stop_check(&stops);
         put("disk_faults_stop_cleanly", b(v), detail);
+        let (v, detail) = power::epoch_check(&nemesis.disk_epochs);
+        put("broker_epochs_across_disk_faults", b(v), detail);
+    }
+    if cfg.families.contains(&Family::Membership) {
+        let missing = std::mem::take(&mut nemesis.voters_missing);
+        put(
+            "voters_back_after_membership_changes",
+            b(missing.is_empty()),
+            json!({"not_added_back": missing}),
+        );
     }
     if powered {
         let (v, detail) = power::restart_check(&restarts, cfg.recovery_bound);
@@ -829,6 +1116,9 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         "fail": count(Outcome::Fail),
         "info": count(Outcome::Info),
         "faults": faults_v.len(),
+        "ops_by_kind": report::ops_by_kind(&ops),
+        "faults_by_kind": fault_lengths["faults_by_kind"].clone(),
+        "short_faults_inside_lease": fault_lengths["short_faults_inside_lease"].clone(),
         "intruder_attempts": attempts.len(),
         "power_cuts": restarts.len(),
         "final_heal_ms": healed_ms.round(),
@@ -841,9 +1131,11 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         "nemesis": cfg.families,
         "brokers": cfg.brokers,
         "clients": cfg.clients,
+        "client": cfg.client.as_str(),
         "tls": cfg.tls,
         "summary": summary,
         "checkers": Value::Object(checkers),
+        "fault_lengths": fault_lengths,
         "faults": faults_v,
     });
     let _ = history::write_history(&run_dir.join("history.jsonl"), &ops);
@@ -866,5 +1158,26 @@ async fn body(cfg: Config, run_dir: PathBuf, cluster: Arc<Mutex<Cluster>>) -> u8
         EXIT_VALID
     } else {
         EXIT_INVALID
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_run_on_the_host_is_refused_while_the_first_holds_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keel-jepsen.lock");
+        let first = RunLock::take_at(&path).expect("the first run takes the lock");
+        let second = RunLock::take_at(&path)
+            .err()
+            .expect("a second run is refused");
+        assert!(second.contains(&std::process::id().to_string()), "{second}");
+        drop(first);
+        assert!(
+            RunLock::take_at(&path).is_ok(),
+            "free again once the first ends"
+        );
     }
 }

@@ -1,8 +1,10 @@
-//! Checker (a): linearizability of create / delete / describe per topic name.
+//! Checker (a): linearizability of the topic operations per topic name.
 //!
 //! # The model
 //!
-//! Each topic name is a small state machine with three states:
+//! Each topic name is a small state machine whose state is the tuple
+//! `(status, topic id, partition count, replication factor, configs)`,
+//! with status one of:
 //!
 //! * `Absent`   — no topic of that name;
 //! * `Present`  — the topic exists and is not marked for deletion;
@@ -16,25 +18,43 @@
 //!
 //! | op | state before | result | state after |
 //! |---|---|---|---|
-//! | create | Absent | ok | Present |
-//! | create | Present | TOPIC_ALREADY_EXISTS | Present |
-//! | create | Deleting | TOPIC_ALREADY_EXISTS, message mentions deletion | Deleting |
-//! | delete | Present | ok | Deleting |
-//! | delete | Deleting | ok (no-op: deletion already under way) | Deleting |
+//! | create(p, rf) | Absent | ok, id | Present(id, p, rf, no configs) |
+//! | create | Present / Deleting | TOPIC_ALREADY_EXISTS | unchanged |
+//! | delete | Present / Deleting | ok | Deleting (same tuple) |
 //! | delete | Absent | UNKNOWN_TOPIC | Absent |
-//! | describe | s | absent / present / marked | s (read) |
+//! | create_partitions(n) | Present, p < n | ok | p = n |
+//! | create_partitions(n) | Present, p >= n | INVALID_PARTITIONS | unchanged |
+//! | alter_config(k, v) | Present | ok | configs[k] = v (or k removed) |
+//! | create_partitions, alter_config | Deleting | TOPIC_DELETION_IN_PROGRESS | unchanged |
+//! | create_partitions, alter_config | Absent | UNKNOWN_TOPIC | Absent |
+//! | describe | s | absent, or the tuple | s (read) |
+//! | describe (Kafka) | Present / Deleting | listed (either), configs | s (read) |
 //!
-//! A definite refusal with any other code (e.g. INVALID_REPLICATION_FACTOR
-//! while brokers are fenced) is left out: it changed nothing and says
-//! little. An `info` operation (timeout, lost connection, NOT_CONTROLLER
-//! after the proposal was made) may take effect at any point after its
-//! invocation, or never: it gets no return event (Knossos' treatment of
-//! indeterminate operations), and the model lets it return anything.
+//! Reassignments and preferred elections move replicas and leaders, not
+//! the tuple (a reassignment keeps the replica count): the model ignores
+//! them; the brokers checker judges what they did to leadership.
 //!
-//! The nondeterministic model (silent `Deleting → Absent`, unknown results)
-//! is determinised by the subset construction: the checker's state is the
-//! *set* of states the name may be in, and a step is legal when that set
-//! stays non-empty.
+//! Verdicts come from error codes alone, never from message text: a
+//! TOPIC_ALREADY_EXISTS says the name is present or being deleted, not
+//! which. A definite refusal with any other code (e.g.
+//! INVALID_REPLICATION_FACTOR while brokers are fenced) is left out: it
+//! changed nothing and says little. An `info` operation (timeout, lost
+//! connection, NOT_CONTROLLER after the proposal was made) may take effect
+//! at any point after its invocation, or never: it gets no return event
+//! (Knossos' treatment of indeterminate operations), and the model lets it
+//! return anything.
+//!
+//! An indeterminate create leaves the id unknown: the first describe that
+//! shows one fixes it, provided it is not the id of an acknowledged create
+//! (ids are never reused, so that would be a read of another incarnation).
+//! A field a record does not carry (histories of older versions) is not
+//! checked.
+//!
+//! The nondeterministic model (silent `Deleting → Absent`, unknown ids and
+//! results) is determinised by the subset construction: the checker's
+//! state is the *set* of tuples the name may be in, and a step is legal
+//! when that set stays non-empty. Ids and config strings are interned per
+//! name (small integers), so the sets stay cheap to hash.
 //!
 //! # The algorithm
 //!
@@ -45,113 +65,397 @@
 //! linearised backtracks. Each name is checked independently (P-composition).
 //! Tests cross-check it against stateright's `LinearizabilityTester`.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::history::{OpKind, OpRecord, Outcome, Seen};
 
-/// State bits of the model.
-pub const ABSENT: u8 = 1;
-pub const PRESENT: u8 = 2;
-pub const DELETING: u8 = 4;
-
-/// One operation as the model sees it (invocation and result together).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize)]
-pub enum Step {
-    CreateOk,
-    /// TOPIC_ALREADY_EXISTS; `deleting` when the message says it is marked for deletion.
-    CreateExists {
-        deleting: bool,
-    },
-    CreateInfo,
-    DeleteOk,
-    DeleteUnknown,
-    DeleteInfo,
-    Read(Seen),
+/// Whether a name exists.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Status {
+    Absent,
+    Present,
+    Deleting,
 }
 
-/// Names of a state set, for reports.
-pub fn state_names(s: u8) -> Vec<&'static str> {
-    let mut v = Vec::new();
-    if s & ABSENT != 0 {
-        v.push("absent");
+/// Configs of one topic: (key, value) pairs of interned strings, sorted by key.
+pub type Configs = Vec<(u32, u32)>;
+
+/// One possible state of a name. Ids and config strings are interned.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct Topic {
+    pub status: Status,
+    /// Topic id; `None` while unknown (an indeterminate create) and for `Absent`.
+    pub id: Option<u32>,
+    /// Partition count; `None` while unknown.
+    pub partitions: Option<u32>,
+    /// Replication factor; `None` while unknown.
+    pub rf: Option<u32>,
+    /// Configs set explicitly.
+    pub configs: Configs,
+}
+
+impl Topic {
+    /// The one `Absent` state (nothing else is remembered of a gone topic).
+    pub fn absent() -> Topic {
+        Topic {
+            status: Status::Absent,
+            id: None,
+            partitions: None,
+            rf: None,
+            configs: Vec::new(),
+        }
     }
-    if s & PRESENT != 0 {
-        v.push("present");
+}
+
+/// The set of states a name may be in.
+pub type States = BTreeSet<Topic>;
+
+/// The states of a name nobody has touched.
+pub fn initial() -> States {
+    BTreeSet::from([Topic::absent()])
+}
+
+/// What a describe returned; `None` fields were not recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Read {
+    pub seen: Seen,
+    pub id: Option<u32>,
+    pub partitions: Option<u32>,
+    pub rf: Option<u32>,
+    pub configs: Option<Configs>,
+}
+
+impl Read {
+    /// A describe that recorded only what it saw, not the tuple.
+    pub fn only(seen: Seen) -> Read {
+        Read {
+            seen,
+            id: None,
+            partitions: None,
+            rf: None,
+            configs: None,
+        }
     }
-    if s & DELETING != 0 {
-        v.push("deleting");
-    }
+}
+
+/// One operation as the model sees it (invocation and result together).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Step {
+    /// Acknowledged create; the id it returned, what it asked for.
+    CreateOk {
+        id: Option<u32>,
+        partitions: Option<u32>,
+        rf: Option<u32>,
+    },
+    /// TOPIC_ALREADY_EXISTS: present or being deleted (the code does not
+    /// say which).
+    CreateRefusedExists,
+    CreateInfo {
+        partitions: Option<u32>,
+        rf: Option<u32>,
+    },
+    DeleteOk,
+    DeleteInfo,
+    /// UNKNOWN_TOPIC from a delete, create_partitions or alter_config.
+    RefusedUnknownTopic,
+    /// TOPIC_DELETION_IN_PROGRESS from a create_partitions or alter_config.
+    RefusedDeleting,
+    /// Partition count raised to `total`.
+    AddPartitionsOk {
+        total: u32,
+    },
+    AddPartitionsInfo {
+        total: u32,
+    },
+    /// INVALID_PARTITIONS: the topic has `total` partitions or more.
+    AddPartitionsRefused {
+        total: u32,
+    },
+    /// Config `key` set to `value` (`None`: removed).
+    AlterConfigOk {
+        key: u32,
+        value: Option<u32>,
+    },
+    AlterConfigInfo {
+        key: u32,
+        value: Option<u32>,
+    },
+    Read(Read),
+}
+
+/// Status names of a state set, for reports.
+pub fn state_names(s: &States) -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = s
+        .iter()
+        .map(|t| match t.status {
+            Status::Absent => "absent",
+            Status::Present => "present",
+            Status::Deleting => "deleting",
+        })
+        .collect();
+    v.dedup();
     v
 }
 
 /// The silent step: a name being deleted may finish deleting at any time.
-fn closure(s: u8) -> u8 {
-    if s & DELETING != 0 {
-        s | ABSENT
-    } else {
-        s
-    }
-}
-
-/// Applies one step to a set of possible states; 0 means impossible.
-pub fn step(states: u8, op: Step) -> u8 {
-    let s = closure(states);
-    let mut out = 0;
-    let has = |b: u8| s & b != 0;
-    match op {
-        Step::CreateOk => {
-            if has(ABSENT) {
-                out |= PRESENT;
-            }
-        }
-        Step::CreateExists { deleting: false } => out |= s & PRESENT,
-        Step::CreateExists { deleting: true } => out |= s & DELETING,
-        Step::CreateInfo => {
-            if has(ABSENT) {
-                out |= PRESENT;
-            }
-            out |= s & (PRESENT | DELETING);
-        }
-        Step::DeleteOk => {
-            if has(PRESENT) || has(DELETING) {
-                out |= DELETING;
-            }
-        }
-        Step::DeleteUnknown => out |= s & ABSENT,
-        Step::DeleteInfo => {
-            if has(PRESENT) || has(DELETING) {
-                out |= DELETING;
-            }
-            out |= s & ABSENT;
-        }
-        Step::Read(Seen::Absent) => out |= s & ABSENT,
-        Step::Read(Seen::Present) => out |= s & PRESENT,
-        Step::Read(Seen::Deleting) => out |= s & DELETING,
+fn closure(s: &States) -> States {
+    let mut out = s.clone();
+    if s.iter().any(|t| t.status == Status::Deleting) {
+        out.insert(Topic::absent());
     }
     out
 }
 
-/// The model's view of a recorded operation; `None` when it says nothing.
-pub fn to_step(op: &OpRecord) -> Option<Step> {
-    let code = op.error.as_deref().unwrap_or("");
-    match (op.op, op.outcome) {
-        (OpKind::Create, Outcome::Ok) => Some(Step::CreateOk),
-        (OpKind::Create, Outcome::Fail) if code == "TOPIC_ALREADY_EXISTS" => {
-            Some(Step::CreateExists {
-                deleting: op
-                    .message
-                    .as_deref()
-                    .is_some_and(|m| m.contains("deletion")),
-            })
+/// A known value must match what was seen; an unknown one takes it.
+/// `Err` = mismatch.
+fn refine(have: Option<u32>, seen: Option<u32>) -> Result<Option<u32>, ()> {
+    match (have, seen) {
+        (Some(a), Some(b)) if a != b => Err(()),
+        (Some(a), _) => Ok(Some(a)),
+        (None, b) => Ok(b),
+    }
+}
+
+fn with_config(mut configs: Configs, key: u32, value: Option<u32>) -> Configs {
+    configs.retain(|(k, _)| *k != key);
+    if let Some(v) = value {
+        configs.push((key, v));
+        configs.sort_unstable();
+    }
+    configs
+}
+
+/// One state's successors under `op`, into `out`. `acked`: ids returned by
+/// acknowledged creates (an unknown id can never turn out to be one).
+fn step_one(t: &Topic, op: &Step, acked: &BTreeSet<u32>, out: &mut States) {
+    use Status::*;
+    let live = t.status != Absent;
+    match op {
+        Step::CreateOk { partitions, rf, .. } | Step::CreateInfo { partitions, rf } => {
+            let id = match op {
+                Step::CreateOk { id, .. } => *id,
+                _ => None,
+            };
+            if t.status == Absent {
+                out.insert(Topic {
+                    status: Present,
+                    id,
+                    partitions: *partitions,
+                    rf: *rf,
+                    configs: Vec::new(),
+                });
+            } else if matches!(op, Step::CreateInfo { .. }) {
+                // Refused: nothing changed.
+                out.insert(t.clone());
+            }
         }
-        (OpKind::Create, Outcome::Info) => Some(Step::CreateInfo),
+        Step::CreateRefusedExists => {
+            if live {
+                out.insert(t.clone());
+            }
+        }
+        Step::DeleteOk | Step::DeleteInfo => {
+            if live {
+                out.insert(Topic {
+                    status: Deleting,
+                    ..t.clone()
+                });
+            } else if *op == Step::DeleteInfo {
+                out.insert(t.clone());
+            }
+        }
+        Step::RefusedUnknownTopic => {
+            if t.status == Absent {
+                out.insert(t.clone());
+            }
+        }
+        Step::RefusedDeleting => {
+            if t.status == Deleting {
+                out.insert(t.clone());
+            }
+        }
+        Step::AddPartitionsOk { total } | Step::AddPartitionsInfo { total } => {
+            let info = matches!(op, Step::AddPartitionsInfo { .. });
+            let grows = t.partitions.is_none_or(|p| p < *total);
+            if t.status == Present && grows {
+                out.insert(Topic {
+                    partitions: Some(*total),
+                    ..t.clone()
+                });
+            }
+            // Refused (or, unknown count, perhaps refused): unchanged.
+            if info && (t.status != Present || t.partitions.is_none_or(|p| p >= *total)) {
+                out.insert(t.clone());
+            }
+        }
+        Step::AddPartitionsRefused { total } => {
+            if t.status == Present && t.partitions.is_none_or(|p| p >= *total) {
+                out.insert(t.clone());
+            }
+        }
+        Step::AlterConfigOk { key, value } | Step::AlterConfigInfo { key, value } => {
+            if t.status == Present {
+                out.insert(Topic {
+                    configs: with_config(t.configs.clone(), *key, *value),
+                    ..t.clone()
+                });
+            } else if matches!(op, Step::AlterConfigInfo { .. }) {
+                out.insert(t.clone());
+            }
+        }
+        Step::Read(r) => {
+            let status = t.status;
+            let seen = match r.seen {
+                Seen::Absent => status == Absent,
+                Seen::Present => status == Present,
+                Seen::Deleting => status == Deleting,
+                Seen::Listed => status != Absent,
+            };
+            if !seen {
+                return;
+            }
+            if status == Absent {
+                out.insert(t.clone());
+                return;
+            }
+            let fresh_id = t.id.is_none() && r.id.is_some_and(|i| acked.contains(&i));
+            if fresh_id {
+                return;
+            }
+            let (Ok(id), Ok(partitions), Ok(rf)) = (
+                refine(t.id, r.id),
+                refine(t.partitions, r.partitions),
+                refine(t.rf, r.rf),
+            ) else {
+                return;
+            };
+            if r.configs.as_ref().is_some_and(|c| *c != t.configs) {
+                return;
+            }
+            out.insert(Topic {
+                status,
+                id,
+                partitions,
+                rf,
+                configs: t.configs.clone(),
+            });
+        }
+    }
+}
+
+/// Applies one step to a set of possible states; empty means impossible.
+pub fn step(states: &States, op: &Step, acked: &BTreeSet<u32>) -> States {
+    let mut out = BTreeSet::new();
+    for t in &closure(states) {
+        step_one(t, op, acked, &mut out);
+    }
+    out
+}
+
+/// Ids returned by the acknowledged creates among `ops`.
+pub fn acked_ids(ops: &[LinOp]) -> BTreeSet<u32> {
+    ops.iter()
+        .filter_map(|o| match o.step {
+            Step::CreateOk { id, .. } => id,
+            _ => None,
+        })
+        .collect()
+}
+
+/// Interns one name's ids and config strings as small integers.
+#[derive(Default, Debug)]
+pub struct Interner {
+    ids: BTreeMap<String, u32>,
+    strings: BTreeMap<String, u32>,
+}
+
+impl Interner {
+    fn of(map: &mut BTreeMap<String, u32>, s: &str) -> u32 {
+        let n = map.len() as u32;
+        *map.entry(s.to_string()).or_insert(n)
+    }
+    pub fn id(&mut self, s: &str) -> u32 {
+        Self::of(&mut self.ids, s)
+    }
+    pub fn string(&mut self, s: &str) -> u32 {
+        Self::of(&mut self.strings, s)
+    }
+    /// The tables, for reports: index -> text.
+    pub fn to_json(&self) -> Value {
+        let rev = |m: &BTreeMap<String, u32>| {
+            let mut v: Vec<(&u32, &String)> = m.iter().map(|(s, i)| (i, s)).collect();
+            v.sort();
+            v.into_iter().map(|(_, s)| s.clone()).collect::<Vec<_>>()
+        };
+        json!({"ids": rev(&self.ids), "strings": rev(&self.strings)})
+    }
+}
+
+/// The model's view of a recorded operation; `None` when it says nothing.
+pub fn to_step(op: &OpRecord, names: &mut Interner) -> Option<Step> {
+    let code = op.error.as_deref().unwrap_or("");
+    let key = op.config_key.as_deref().map(|k| names.string(k));
+    let value = op.config_value.as_deref().map(|v| names.string(v));
+    match (op.op, op.outcome) {
+        (OpKind::Create, Outcome::Ok) => Some(Step::CreateOk {
+            id: op.topic_id.as_deref().map(|i| names.id(i)),
+            partitions: op.partitions,
+            rf: op.replication_factor,
+        }),
+        (OpKind::Create, Outcome::Fail) if code == "TOPIC_ALREADY_EXISTS" => {
+            Some(Step::CreateRefusedExists)
+        }
+        (OpKind::Create, Outcome::Info) => Some(Step::CreateInfo {
+            partitions: op.partitions,
+            rf: op.replication_factor,
+        }),
         (OpKind::Delete, Outcome::Ok) => Some(Step::DeleteOk),
-        (OpKind::Delete, Outcome::Fail) if code == "UNKNOWN_TOPIC" => Some(Step::DeleteUnknown),
+        (OpKind::Delete | OpKind::CreatePartitions | OpKind::AlterConfig, Outcome::Fail)
+            if code == "UNKNOWN_TOPIC" =>
+        {
+            Some(Step::RefusedUnknownTopic)
+        }
+        (OpKind::CreatePartitions | OpKind::AlterConfig, Outcome::Fail)
+            if code == "TOPIC_DELETION_IN_PROGRESS" =>
+        {
+            Some(Step::RefusedDeleting)
+        }
         (OpKind::Delete, Outcome::Info) => Some(Step::DeleteInfo),
-        (OpKind::Describe, Outcome::Ok) => op.seen.map(Step::Read),
+        (OpKind::CreatePartitions, Outcome::Ok) => {
+            op.partitions.map(|total| Step::AddPartitionsOk { total })
+        }
+        (OpKind::CreatePartitions, Outcome::Info) => {
+            op.partitions.map(|total| Step::AddPartitionsInfo { total })
+        }
+        (OpKind::CreatePartitions, Outcome::Fail) if code == "INVALID_PARTITIONS" => op
+            .partitions
+            .map(|total| Step::AddPartitionsRefused { total }),
+        (OpKind::AlterConfig, Outcome::Ok) => key.map(|key| Step::AlterConfigOk { key, value }),
+        (OpKind::AlterConfig, Outcome::Info) => key.map(|key| Step::AlterConfigInfo { key, value }),
+        (OpKind::Describe, Outcome::Ok) => op.seen.map(|seen| {
+            let listed = seen != Seen::Absent;
+            Step::Read(Read {
+                seen,
+                id: op
+                    .topic_id
+                    .as_deref()
+                    .filter(|_| listed)
+                    .map(|i| names.id(i)),
+                partitions: op.partitions.filter(|_| listed),
+                rf: op.replication_factor.filter(|_| listed),
+                configs: op.configs.as_ref().filter(|_| listed).map(|c| {
+                    let mut v: Configs = c
+                        .iter()
+                        .map(|(k, v)| (names.string(k), names.string(v)))
+                        .collect();
+                    v.sort_unstable();
+                    v
+                }),
+            })
+        }),
         _ => None,
     }
 }
@@ -178,6 +482,10 @@ pub enum Verdict {
 }
 
 const NIL: usize = usize::MAX;
+
+/// The deepest partial linearisation: its length, its operations, the
+/// states after it, and the operation whose return blocked it.
+type Best = (usize, Vec<usize>, States, Option<usize>);
 
 struct Bits(Vec<u64>);
 
@@ -223,13 +531,14 @@ pub fn check_ops(ops: &[LinOp], budget: u64) -> Verdict {
         }
     }
     let mut remaining_returns = ops.iter().filter(|o| o.complete.is_some()).count();
-    let mut state = ABSENT;
+    let acked = acked_ids(ops);
+    let mut state = initial();
     let mut lin = Bits::new(ops.len());
-    let mut cache: HashSet<(Vec<u64>, u8)> = HashSet::new();
-    let mut stack: Vec<(usize, u8)> = Vec::new();
+    let mut cache: HashSet<(Vec<u64>, States)> = HashSet::new();
+    let mut stack: Vec<(usize, States)> = Vec::new();
     let mut steps = 0u64;
     // Deepest partial linearisation, for the counterexample.
-    let mut best: (usize, Vec<usize>, u8, Option<usize>) = (0, Vec::new(), ABSENT, None);
+    let mut best: Best = (0, Vec::new(), initial(), None);
     let mut entry = next[head];
 
     let lift = |next: &mut Vec<usize>, prev: &mut Vec<usize>, node: usize| {
@@ -270,12 +579,11 @@ pub fn check_ops(ops: &[LinOp], budget: u64) -> Verdict {
         }
         let (_, is_ret, op) = events[entry];
         if !is_ret {
-            let ns = step(state, ops[op].step);
-            if ns != 0 {
+            let ns = step(&state, &ops[op].step, &acked);
+            if !ns.is_empty() {
                 lin.set(op);
-                if cache.insert((lin.0.clone(), ns)) {
-                    stack.push((entry, state));
-                    state = ns;
+                if cache.insert((lin.0.clone(), ns.clone())) {
+                    stack.push((entry, std::mem::replace(&mut state, ns)));
                     lift(&mut next, &mut prev, entry);
                     if ret_of[op] != NIL {
                         lift(&mut next, &mut prev, ret_of[op]);
@@ -292,7 +600,7 @@ pub fn check_ops(ops: &[LinOp], budget: u64) -> Verdict {
                 best = (
                     stack.len(),
                     stack.iter().map(|(c, _)| events[*c].2).collect(),
-                    state,
+                    state.clone(),
                     Some(op),
                 );
             }
@@ -326,13 +634,14 @@ fn op_json(o: &LinOp) -> Value {
     })
 }
 
-fn counterexample(ops: &[LinOp], best: &(usize, Vec<usize>, u8, Option<usize>)) -> Value {
+fn counterexample(ops: &[LinOp], best: &Best) -> Value {
     let (_, order, state, blocked) = best;
+    let acked = acked_ids(ops);
     let mut states = Vec::new();
-    let mut s = ABSENT;
+    let mut s = initial();
     for &i in order {
-        s = step(s, ops[i].step);
-        states.push(json!({"op": op_json(&ops[i]), "states_after": state_names(s)}));
+        s = step(&s, &ops[i].step, &acked);
+        states.push(json!({"op": op_json(&ops[i]), "states_after": state_names(&s)}));
     }
     let tail: Vec<Value> = states.iter().rev().take(12).rev().cloned().collect();
     let blocked_json = blocked.map(|b| op_json(&ops[b]));
@@ -351,24 +660,28 @@ fn counterexample(ops: &[LinOp], best: &(usize, Vec<usize>, u8, Option<usize>)) 
         "explanation": "no linearization: after the longest valid prefix, the operation `cannot_linearize` returned before it could take effect",
         "longest_prefix_len": order.len(),
         "prefix_tail": tail,
-        "states_at_prefix_end": state_names(*state),
+        "states_at_prefix_end": state.iter().take(8).collect::<Vec<_>>(),
         "cannot_linearize": blocked_json,
         "concurrent_window": window,
     })
 }
 
 /// The per-name sub-histories of a full history.
-pub fn split_by_name(history: &[OpRecord]) -> BTreeMap<String, Vec<LinOp>> {
-    let mut by: BTreeMap<String, Vec<LinOp>> = BTreeMap::new();
+pub fn split_by_name(history: &[OpRecord]) -> BTreeMap<String, (Vec<LinOp>, Interner)> {
+    let mut by: BTreeMap<String, (Vec<LinOp>, Interner)> = BTreeMap::new();
     for o in history {
-        let Some(step) = to_step(o) else { continue };
-        by.entry(o.name.clone()).or_default().push(LinOp {
+        let (ops, names) = by.entry(o.name.clone()).or_default();
+        let Some(step) = to_step(o, names) else {
+            continue;
+        };
+        ops.push(LinOp {
             step,
             invoke: o.invoke_ms,
             complete: (o.outcome != Outcome::Info).then_some(o.complete_ms),
             index: o.index,
         });
     }
+    by.retain(|_, (ops, _)| !ops.is_empty());
     by
 }
 
@@ -377,7 +690,7 @@ pub fn check_history(history: &[OpRecord], budget: u64) -> (Option<bool>, Value)
     let mut per = serde_json::Map::new();
     let mut valid = Some(true);
     let mut violations = Vec::new();
-    for (name, ops) in split_by_name(history) {
+    for (name, (ops, names)) in split_by_name(history) {
         let v = check_ops(&ops, budget);
         let verdict = match &v {
             Verdict::Linearizable => json!({"valid": true, "ops": ops.len()}),
@@ -389,7 +702,11 @@ pub fn check_history(history: &[OpRecord], budget: u64) -> (Option<bool>, Value)
             }
             Verdict::Violation(cx) => {
                 valid = Some(false);
-                violations.push(json!({"name": name, "counterexample": cx}));
+                violations.push(json!({
+                    "name": name,
+                    "counterexample": cx,
+                    "interned": names.to_json(),
+                }));
                 json!({"valid": false, "ops": ops.len()})
             }
         };
@@ -398,7 +715,7 @@ pub fn check_history(history: &[OpRecord], budget: u64) -> (Option<bool>, Value)
     (
         valid,
         json!({
-            "model": "per name: absent | present | deleting (silent deleting->absent); info ops may apply any time after invocation or never",
+            "model": "per name: (absent | present | deleting, topic id, partitions, replication factor, configs) (silent deleting->absent); info ops may apply any time after invocation or never",
             "algorithm": "Wing & Gong with Lowe's memoization (Knossos wgl / Porcupine), subset-determinised model",
             "names": Value::Object(per),
             "violations": violations,
@@ -409,17 +726,22 @@ pub fn check_history(history: &[OpRecord], budget: u64) -> (Option<bool>, Value)
 /// The same model as a stateright [`SequentialSpec`], to cross-check
 /// [`check_ops`] against stateright's `LinearizabilityTester`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct SpecState(pub u8);
+pub struct SpecState {
+    pub states: States,
+    /// Ids of the history's acknowledged creates.
+    pub acked: BTreeSet<u32>,
+}
 
 impl stateright::semantics::SequentialSpec for SpecState {
     type Op = Step;
     type Ret = bool;
     fn invoke(&mut self, op: &Step) -> bool {
-        let ns = step(self.0, *op);
-        if ns != 0 {
-            self.0 = ns;
+        let ns = step(&self.states, op, &self.acked);
+        let ok = !ns.is_empty();
+        if ok {
+            self.states = ns;
         }
-        ns != 0
+        ok
     }
     fn is_valid_step(&mut self, op: &Step, _ret: &bool) -> bool {
         self.invoke(op)
@@ -438,14 +760,16 @@ pub fn check_with_stateright(ops: &[LinOp]) -> bool {
         }
     }
     events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    let mut t: LinearizabilityTester<usize, SpecState> =
-        LinearizabilityTester::new(SpecState(ABSENT));
+    let mut t: LinearizabilityTester<usize, SpecState> = LinearizabilityTester::new(SpecState {
+        states: initial(),
+        acked: acked_ids(ops),
+    });
     for (_, is_ret, i) in events {
         // One thread per operation: real-time order comes from the event order.
         let r = if is_ret {
             t.on_return(i, true).map(|_| ())
         } else {
-            t.on_invoke(i, ops[i].step).map(|_| ())
+            t.on_invoke(i, ops[i].step.clone()).map(|_| ())
         };
         if r.is_err() {
             return false;

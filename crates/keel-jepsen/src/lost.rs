@@ -1,7 +1,8 @@
 //! Checker (b): no acknowledged create lost. After the final heal, every
 //! name whose last acknowledged create could not have been undone by a
 //! delete must be visible (present, not marked for deletion) in the final
-//! read.
+//! read, and (when the final read saw its id) be the same topic: the
+//! acknowledged create's id, not another incarnation.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +13,18 @@ use crate::history::{OpKind, OpRecord, Outcome, Seen};
 /// `final_read`: what the active controller listed after the heal, per
 /// name of the workload's key space (absent names may be missing).
 pub fn check(history: &[OpRecord], final_read: &BTreeMap<String, Seen>) -> (bool, Value) {
+    check_with_ids(history, final_read, &BTreeMap::new())
+}
+
+/// [`check`], and every name the final read saw an id for must show the
+/// id its last acknowledged create returned (`final_ids`: name -> id).
+pub fn check_with_ids(
+    history: &[OpRecord],
+    final_read: &BTreeMap<String, Seen>,
+    final_ids: &BTreeMap<String, String>,
+) -> (bool, Value) {
     let mut lost = Vec::new();
+    let mut replaced = Vec::new();
     let mut checked = 0usize;
     let mut by: BTreeMap<&str, Vec<&OpRecord>> = BTreeMap::new();
     for o in history.iter().filter(|o| o.client >= 0) {
@@ -45,13 +57,24 @@ pub fn check(history: &[OpRecord], final_read: &BTreeMap<String, Seen>) -> (bool
                 "acknowledged_create": create,
                 "final_read": seen,
             }));
+        } else if let (Some(want), Some(got)) = (create.topic_id.as_deref(), final_ids.get(name)) {
+            // No delete could follow the create, so no other incarnation
+            // can have replaced it.
+            if want != got {
+                replaced.push(json!({
+                    "name": name,
+                    "acknowledged_create": create,
+                    "final_id": got,
+                }));
+            }
         }
     }
     (
-        lost.is_empty(),
+        lost.is_empty() && replaced.is_empty(),
         json!({
             "names_checked": checked,
             "lost": lost,
+            "replaced_by_another_incarnation": replaced,
         }),
     )
 }

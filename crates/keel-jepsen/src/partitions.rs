@@ -1,5 +1,5 @@
 //! (f) Whole topics: no describe ever shows a topic with a partition count
-//! that no create of that name asked for. A decision too large for one Raft
+//! that no create (or partition increase) of that name asked for. A decision too large for one Raft
 //! entry commits whole or not at all, so a create of 20,000 partitions
 //! whose leader dies part-way leaves either the whole topic or none; a
 //! topic with 4,999 of its partitions is the violation this looks for.
@@ -11,10 +11,14 @@ use serde_json::{json, Value};
 use crate::history::{OpKind, OpRecord, Outcome, Seen};
 
 /// Valid when every successful describe of an existing topic saw a
-/// partition count some create of that name asked for.
+/// partition count some create or create_partitions of that name asked
+/// for.
 pub fn check(history: &[OpRecord]) -> (bool, Value) {
     let mut asked: BTreeMap<&str, BTreeSet<u32>> = BTreeMap::new();
-    for op in history.iter().filter(|o| o.op == OpKind::Create) {
+    for op in history
+        .iter()
+        .filter(|o| matches!(o.op, OpKind::Create | OpKind::CreatePartitions))
+    {
         if let Some(n) = op.partitions {
             asked.entry(op.name.as_str()).or_default().insert(n);
         }

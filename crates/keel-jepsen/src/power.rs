@@ -146,6 +146,9 @@ pub struct Restart {
     /// The end of its log, when it is not back.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_tail: Option<String>,
+    /// How "back" was judged, when not by following the leader.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// A broker's epoch, as the active controller reported it, around one of
@@ -515,7 +518,7 @@ impl Nemesis {
 
     /// The epochs of the brokers among `nodes`, as the active controller
     /// reports them now.
-    async fn epochs_of(&self, nodes: &[usize]) -> BTreeMap<u32, Option<u64>> {
+    pub(crate) async fn epochs_of(&self, nodes: &[usize]) -> BTreeMap<u32, Option<u64>> {
         let ids: Vec<u32> = {
             let c = self.cluster.lock().unwrap();
             nodes
@@ -535,7 +538,7 @@ impl Nemesis {
 
     /// Every broker's (epoch, fenced) as the active controller reports it
     /// (empty if none answers).
-    async fn broker_registrations(&self) -> BTreeMap<u32, (u64, bool)> {
+    pub(crate) async fn broker_registrations(&self) -> BTreeMap<u32, (u64, bool)> {
         let ctrl = self.cluster.lock().unwrap().controller_addrs();
         let t = Duration::from_millis(700);
         let Some(active) = client::find_active(&self.transport, &ctrl, t).await else {
@@ -568,6 +571,7 @@ impl Nemesis {
                     back_after_ms: None,
                     problem: None,
                     log_tail: None,
+                    note: None,
                 };
                 if c.disk_crashed(i) {
                     c.nodes[i].kill();
@@ -628,11 +632,32 @@ impl Nemesis {
                 }
                 let t = Duration::from_millis(700);
                 let back = match role {
-                    Role::Controller => client::describe_node(&self.transport, &addr, t)
-                        .await
-                        .is_some_and(|d| {
-                            (d.role == "leader" || d.role == "follower") && d.leader_id.is_some()
-                        }),
+                    Role::Controller => {
+                        match client::describe_node(&self.transport, &addr, t).await {
+                            None => false,
+                            Some(d)
+                                if (d.role == "leader" || d.role == "follower")
+                                    && d.leader_id.is_some() =>
+                            {
+                                true
+                            }
+                            // Serving, but following no leader: fine for a node
+                            // an overlapping membership fault removed from the
+                            // quorum (nobody replicates to it until that
+                            // fault's heal adds it back, which the membership
+                            // checker judges). Any other node must catch up.
+                            Some(_) => {
+                                let removed = self
+                                    .quorum_members()
+                                    .await
+                                    .is_some_and(|m| !m.iter().any(|v| v.id == u64::from(id)));
+                                if removed {
+                                    r.note = Some("serving, and not a member of the quorum (an overlapping membership fault removed it; its heal adds it back)".into());
+                                }
+                                removed
+                            }
+                        }
+                    }
                     Role::Broker => {
                         let own = client::describe_broker(&self.transport, &addr, t).await;
                         match (own, registrations.get(&id)) {
@@ -718,6 +743,7 @@ mod tests {
             log_tail: back
                 .is_none()
                 .then(|| "ERROR data dir .../raft is corrupt: the log entry at index 812 does not read back".into()),
+            note: None,
         }
     }
 

@@ -1,8 +1,10 @@
 //! `report.html`: latency of every operation over time colored by outcome,
 //! throughput over time, fault windows shaded and labelled (SVG, plotters).
 
+use std::collections::BTreeMap;
+
 use plotters::prelude::*;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::history::{OpRecord, Outcome};
 use crate::nemesis::FaultEvent;
@@ -200,6 +202,7 @@ pub fn html(results: &Value, ops: &[OpRecord], faults: &[FaultEvent], end_ms: f6
         }
     }
     let intruder = intruder_table(results);
+    let op_rows = ops_table(ops);
     let mut frows = String::new();
     for f in faults {
         frows.push_str(&format!(
@@ -219,6 +222,7 @@ pub fn html(results: &Value, ops: &[OpRecord], faults: &[FaultEvent], end_ms: f6
 <body><h1>keel jepsen run: <span class="{cls}">valid = {valid}</span></h1>
 <p>{summary}</p>
 <h2>Checkers</h2><table>{rows}</table>
+{op_rows}
 <h2>Latency</h2>{lat}
 <h2>Throughput</h2>{thr}
 <h2>Faults</h2><table><tr><th>start s</th><th>end s</th><th>kind</th><th>targets</th><th>detail</th></tr>{frows}</table>
@@ -237,6 +241,65 @@ pub fn html(results: &Value, ops: &[OpRecord], faults: &[FaultEvent], end_ms: f6
                 .unwrap_or_default()
         ),
         json = html_escape(&serde_json::to_string_pretty(results).unwrap_or_default()),
+    )
+}
+
+/// Operations per kind: how many ended ok, fail and info, and the error
+/// codes they got (for results.json and the page).
+pub fn ops_by_kind(ops: &[OpRecord]) -> Value {
+    let mut by: BTreeMap<String, (usize, usize, usize, BTreeMap<String, usize>)> = BTreeMap::new();
+    for o in ops {
+        let kind = serde_json::to_value(o.op)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        let e = by.entry(kind).or_default();
+        match o.outcome {
+            Outcome::Ok => e.0 += 1,
+            Outcome::Fail => e.1 += 1,
+            Outcome::Info => e.2 += 1,
+        }
+        if let Some(code) = &o.error {
+            *e.3.entry(code.clone()).or_default() += 1;
+        }
+    }
+    Value::Object(
+        by.into_iter()
+            .map(|(k, (ok, fail, info, codes))| {
+                (
+                    k,
+                    json!({"ok": ok, "fail": fail, "info": info, "errors": codes}),
+                )
+            })
+            .collect(),
+    )
+}
+
+fn ops_table(ops: &[OpRecord]) -> String {
+    let mut rows = String::new();
+    if let Value::Object(m) = ops_by_kind(ops) {
+        for (kind, v) in m {
+            let errors = v["errors"]
+                .as_object()
+                .map(|e| {
+                    e.iter()
+                        .map(|(c, n)| format!("{c} {n}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default();
+            rows.push_str(&format!(
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                html_escape(&kind),
+                v["ok"],
+                v["fail"],
+                v["info"],
+                html_escape(&errors)
+            ));
+        }
+    }
+    format!(
+        "<h2>Operations</h2><table><tr><th>op</th><th>ok</th><th>fail</th><th>info</th><th>error codes</th></tr>{rows}</table>"
     )
 }
 
@@ -289,5 +352,28 @@ mod tests {
             .contains("<td>no_acls CreateAcls</td><td>0</td><td>0</td><td class=\"bad\">1</td>"));
         let none = html(&serde_json::json!({"checkers": {}}), &[], &[], 1000.0);
         assert!(!none.contains("<h2>Intruder</h2>"));
+    }
+
+    #[test]
+    fn operations_are_counted_per_kind_with_their_error_codes() {
+        let op = |kind: crate::history::OpKind, outcome: Outcome, error: Option<&str>| OpRecord {
+            error: error.map(str::to_string),
+            ..OpRecord::new(kind, "t", 0.0, 1.0, outcome)
+        };
+        use crate::history::OpKind::*;
+        let ops = [
+            op(AlterConfig, Outcome::Ok, None),
+            op(AlterConfig, Outcome::Fail, Some("UNKNOWN_TOPIC")),
+            op(CreatePartitions, Outcome::Info, Some("REQUEST_TIMED_OUT")),
+        ];
+        let v = ops_by_kind(&ops);
+        assert_eq!(v["alter_config"]["ok"], 1);
+        assert_eq!(v["alter_config"]["errors"]["UNKNOWN_TOPIC"], 1);
+        assert_eq!(v["create_partitions"]["info"], 1);
+        let page = html(&json!({"checkers": {}}), &ops, &[], 1000.0);
+        assert!(
+            page.contains("<td>alter_config</td><td>1</td><td>1</td><td>0</td>"),
+            "{page}"
+        );
     }
 }

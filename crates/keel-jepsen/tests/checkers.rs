@@ -9,31 +9,16 @@ use std::collections::BTreeMap;
 use keel_jepsen::brokers::{self, BrokerEvent};
 use keel_jepsen::history::{OpKind, OpRecord, Outcome, Seen};
 use keel_jepsen::intruder::{self, Answer, Attempt, Credential};
-use keel_jepsen::linear::{self, LinOp, Step, Verdict};
+use keel_jepsen::linear::{self, LinOp, Read, Step, Verdict};
 use keel_jepsen::lost;
 use keel_jepsen::nemesis::{self, ZombieProbe};
 use keel_jepsen::partitions;
+use keel_jepsen::reassign::{self, Placement};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 fn op(name: &str, kind: OpKind, t0: f64, t1: f64, outcome: Outcome) -> OpRecord {
-    OpRecord {
-        index: 0,
-        client: 0,
-        process: 0,
-        op: kind,
-        name: name.into(),
-        invoke_ms: t0,
-        complete_ms: t1,
-        outcome,
-        error: None,
-        message: None,
-        seen: None,
-        topic_id: None,
-        partitions: None,
-        node: None,
-        attempts: 1,
-    }
+    OpRecord::new(kind, name, t0, t1, outcome)
 }
 
 fn create_ok(t0: f64, t1: f64) -> OpRecord {
@@ -177,8 +162,18 @@ fn concurrency_and_info_ops_are_respected() {
     // Create refused as existing while nothing was ever created.
     let h = vec![create_exists(0.0, 1.0, false)];
     assert_eq!(lin(h), Some(false));
-    // Refused "marked for deletion" while the topic is plainly present.
+    // Verdicts never read the message: "marked for deletion" while the
+    // topic is plainly present is the code's answer all the same...
     let h = vec![create_ok(0.0, 1.0), create_exists(2.0, 3.0, true)];
+    assert_eq!(lin(h), Some(true));
+    // ...and refused as existing once it is surely gone is a violation
+    // whatever the message says.
+    let h = vec![
+        create_ok(0.0, 1.0),
+        delete_ok(2.0, 3.0),
+        read(4.0, 5.0, Seen::Absent),
+        create_exists(6.0, 7.0, true),
+    ];
     assert_eq!(lin(h), Some(false));
 }
 
@@ -191,24 +186,79 @@ fn counterexample_names_the_stuck_operation() {
     assert_eq!(v["counterexample"]["cannot_linearize"]["index"], 1);
 }
 
+fn random_step(rng: &mut StdRng) -> Step {
+    let small = |rng: &mut StdRng, n: u32| rng.random_range(0..n);
+    let maybe = |rng: &mut StdRng, v: u32| rng.random_bool(0.5).then_some(v);
+    match small(rng, 13) {
+        0 => Step::CreateOk {
+            id: Some(small(rng, 2)),
+            partitions: Some(1 + small(rng, 2)),
+            rf: Some(2),
+        },
+        1 => Step::CreateInfo {
+            partitions: Some(1 + small(rng, 2)),
+            rf: Some(2),
+        },
+        2 => Step::CreateRefusedExists,
+        3 => Step::DeleteOk,
+        4 => Step::DeleteInfo,
+        5 => Step::RefusedUnknownTopic,
+        6 => Step::RefusedDeleting,
+        7 => Step::AddPartitionsOk {
+            total: 2 + small(rng, 2),
+        },
+        8 => Step::AddPartitionsInfo {
+            total: 2 + small(rng, 2),
+        },
+        9 => Step::AddPartitionsRefused {
+            total: 1 + small(rng, 3),
+        },
+        10 => {
+            let v = small(rng, 2);
+            Step::AlterConfigOk {
+                key: 0,
+                value: maybe(rng, v),
+            }
+        }
+        11 => {
+            let v = small(rng, 2);
+            Step::AlterConfigInfo {
+                key: 0,
+                value: maybe(rng, v),
+            }
+        }
+        _ => {
+            let seen = [Seen::Absent, Seen::Present, Seen::Deleting][small(rng, 3) as usize];
+            let listed = seen != Seen::Absent;
+            let v = small(rng, 2);
+            let configs = match small(rng, 3) {
+                0 => None,
+                1 => Some(vec![]),
+                _ => Some(vec![(0, v)]),
+            };
+            Step::Read(Read {
+                seen,
+                id: if listed { maybe(rng, v) } else { None },
+                partitions: if listed { maybe(rng, 1 + v) } else { None },
+                rf: if listed { maybe(rng, 2) } else { None },
+                configs: if listed { configs } else { None },
+            })
+        }
+    }
+}
+
 fn random_ops(rng: &mut StdRng, n: usize) -> Vec<LinOp> {
-    let steps = [
-        Step::CreateOk,
-        Step::CreateExists { deleting: false },
-        Step::CreateExists { deleting: true },
-        Step::CreateInfo,
-        Step::DeleteOk,
-        Step::DeleteUnknown,
-        Step::DeleteInfo,
-        Step::Read(Seen::Absent),
-        Step::Read(Seen::Present),
-        Step::Read(Seen::Deleting),
-    ];
     (0..n)
         .map(|i| {
-            let step = steps[rng.random_range(0..steps.len())];
+            let step = random_step(rng);
             let invoke = rng.random_range(0..20) as f64;
-            let info = matches!(step, Step::CreateInfo | Step::DeleteInfo);
+            let info = matches!(
+                step,
+                Step::CreateInfo { .. }
+                    | Step::DeleteInfo
+                    | Step::AddPartitionsInfo { .. }
+                    | Step::AlterConfigInfo { .. }
+            );
             LinOp {
                 step,
                 invoke,
@@ -567,16 +617,472 @@ fn probe(answer: Option<&str>) -> ZombieProbe {
 
 #[test]
 fn zombie_checker_catches_an_accepted_or_untested_probe() {
-    assert!(nemesis::zombie_check(&[probe(Some(
-        "STALE_CONTROLLER_EPOCH"
-    ))]));
-    assert!(nemesis::zombie_check(&[]));
-    assert!(!nemesis::zombie_check(&[
-        probe(Some("STALE_CONTROLLER_EPOCH")),
-        probe(None)
-    ]));
+    let refused = || probe(Some("STALE_CONTROLLER_EPOCH"));
+    assert!(nemesis::zombie_check(&[refused()], 1).0);
+    assert!(nemesis::zombie_check(&[], 0).0);
+    assert!(!nemesis::zombie_check(&[], 1).0, "nothing was tested");
+    assert!(!nemesis::zombie_check(&[refused(), probe(None)], 1).0);
+    // A transport error is not a refusal: it does not count.
+    assert!(!nemesis::zombie_check(&[probe(Some("GRPC_UNAVAILABLE"))], 1).0);
     // Refused for its certificate: the epoch check was never reached.
-    assert!(!nemesis::zombie_check(&[probe(Some(
-        nemesis::ZOMBIE_WRONG_CERTIFICATE
-    ))]));
+    assert!(
+        !nemesis::zombie_check(
+            &[refused(), probe(Some(nemesis::ZOMBIE_WRONG_CERTIFICATE))],
+            1
+        )
+        .0
+    );
+}
+
+// --- what each newer nemesis is there to provoke, and the checker that
+// must flag it ------------------------------------------------------------
+
+#[test]
+fn isolate_leader_or_one_way_partition_a_deposed_leader_answering_from_its_image_is_caught() {
+    // isolate-leader / partition-one-way / bridge / majorities-ring / clock:
+    // the old leader, cut off, still answers a describe from its image
+    // after its successor deleted the topic (its lease should have ended).
+    let h = vec![
+        create_ok(0.0, 1.0),
+        delete_ok(2.0, 3.0),
+        read(4.0, 5.0, Seen::Absent),
+        read(6.0, 7.0, Seen::Present),
+    ];
+    assert_eq!(lin(h), Some(false));
+}
+
+#[test]
+fn isolate_leader_with_brokers_a_broker_obeying_the_deposed_controller_is_caught() {
+    // The brokers left with the old leader take its LeaderAndIsr after the
+    // new leader's: a lower controller epoch accepted after a higher one.
+    let h = hist(vec![
+        ev(1, "leader_and_isr", Some(1), 4, 3, vec![1, 2]),
+        ev(1, "leader_and_isr", Some(1), 5, 2, vec![1, 2]),
+    ]);
+    let (ok, d) = brokers::check(&h);
+    assert!(!ok, "{d}");
+}
+
+#[test]
+fn kill_all_an_acknowledged_create_missing_after_every_controller_restarted_is_caught() {
+    let h = index(vec![create_ok(0.0, 1.0)]);
+    let mut fin = BTreeMap::new();
+    fin.insert("t".to_string(), Seen::Absent);
+    let (ok, detail) = lost::check(&h, &fin);
+    assert!(!ok, "{detail}");
+}
+
+#[test]
+fn net_slow_a_retried_create_applied_twice_is_caught() {
+    // Loss and reordering make a client retry its create; the first try
+    // was applied, so the retry must fail TOPIC_ALREADY_EXISTS, never
+    // succeed (no delete in between).
+    let first = op("t", OpKind::Create, 0.0, 1.0, Outcome::Info);
+    let h = vec![first, create_ok(2.0, 3.0), create_ok(4.0, 5.0)];
+    assert_eq!(lin(h), Some(false));
+}
+
+// --- topic ids and shapes ---------------------------------------------------
+
+fn create_id(t0: f64, t1: f64, id: &str, parts: u32) -> OpRecord {
+    let mut o = create_ok(t0, t1);
+    o.topic_id = Some(id.into());
+    o.partitions = Some(parts);
+    o
+}
+fn read_id(t0: f64, t1: f64, id: &str, parts: u32) -> OpRecord {
+    let mut o = read(t0, t1, Seen::Present);
+    o.topic_id = Some(id.into());
+    o.partitions = Some(parts);
+    o
+}
+
+#[test]
+fn a_describe_of_an_older_incarnation_or_a_wrong_shape_is_caught() {
+    use keel_jepsen::incarnations;
+    let good = index(vec![
+        create_id(0.0, 1.0, "a", 2),
+        read_id(2.0, 3.0, "a", 2),
+        delete_ok(4.0, 5.0),
+        create_id(6.0, 7.0, "b", 1),
+        read_id(8.0, 9.0, "b", 1),
+        // Concurrent with b's create: a may still be the one listed.
+        read_id(5.5, 6.5, "a", 2),
+    ]);
+    let (ok, d) = incarnations::check(&good);
+    assert!(ok, "{d}");
+    assert_eq!(d["incarnations"], 2);
+
+    // Both checkers see the id shows the read came from the past.
+    let stale = vec![
+        create_id(0.0, 1.0, "a", 2),
+        delete_ok(2.0, 3.0),
+        create_id(4.0, 5.0, "b", 2),
+        read_id(6.0, 7.0, "a", 2),
+    ];
+    assert_eq!(lin(stale.clone()), Some(false));
+    let (ok, d) = incarnations::check(&index(stale));
+    assert!(!ok);
+    assert_eq!(d["violations"][0]["kind"], "older_incarnation");
+
+    let (ok, d) = incarnations::check(&index(vec![
+        create_id(0.0, 1.0, "a", 2),
+        read_id(2.0, 3.0, "a", 1),
+    ]));
+    assert!(!ok);
+    assert_eq!(d["violations"][0]["kind"], "wrong_partition_count");
+
+    // An id nobody created, unless an indeterminate create explains it.
+    let phantom = vec![read_id(0.0, 1.0, "z", 1)];
+    assert!(!incarnations::check(&index(phantom)).0);
+    let explained = vec![
+        op("t", OpKind::Create, 0.0, 0.5, Outcome::Info),
+        read_id(1.0, 2.0, "z", 1),
+    ];
+    assert!(incarnations::check(&index(explained)).0);
+}
+
+#[test]
+fn an_acknowledged_create_replaced_by_another_incarnation_is_caught() {
+    let h = index(vec![create_id(0.0, 1.0, "a", 1)]);
+    let mut fin = BTreeMap::new();
+    fin.insert("t".to_string(), Seen::Present);
+    let mut ids = BTreeMap::new();
+    ids.insert("t".to_string(), "a".to_string());
+    assert!(lost::check_with_ids(&h, &fin, &ids).0);
+    ids.insert("t".to_string(), "b".to_string());
+    let (ok, d) = lost::check_with_ids(&h, &fin, &ids);
+    assert!(!ok, "{d}");
+    assert_eq!(d["replaced_by_another_incarnation"][0]["final_id"], "b");
+}
+
+// --- the (exists, id, partitions, replication factor, configs) model -------
+
+fn create_full(t0: f64, t1: f64, id: &str, parts: u32, rf: u32) -> OpRecord {
+    let mut o = create_id(t0, t1, id, parts);
+    o.replication_factor = Some(rf);
+    o
+}
+/// A describe that saw the whole tuple.
+fn read_full(
+    t0: f64,
+    t1: f64,
+    id: &str,
+    parts: u32,
+    rf: u32,
+    configs: &[(&str, &str)],
+) -> OpRecord {
+    let mut o = read_id(t0, t1, id, parts);
+    o.replication_factor = Some(rf);
+    o.configs = Some(
+        configs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+    );
+    o
+}
+fn add_partitions(t0: f64, t1: f64, total: u32, outcome: Outcome) -> OpRecord {
+    let mut o = op("t", OpKind::CreatePartitions, t0, t1, outcome);
+    o.partitions = Some(total);
+    o
+}
+fn alter(t0: f64, t1: f64, key: &str, value: Option<&str>, outcome: Outcome) -> OpRecord {
+    let mut o = op("t", OpKind::AlterConfig, t0, t1, outcome);
+    o.config_key = Some(key.into());
+    o.config_value = value.map(str::to_string);
+    o
+}
+fn refused(mut o: OpRecord, code: &str) -> OpRecord {
+    o.outcome = Outcome::Fail;
+    o.error = Some(code.into());
+    o
+}
+
+#[test]
+fn a_whole_tuple_history_with_partition_and_config_changes_is_linearizable() {
+    let h = vec![
+        create_full(0.0, 1.0, "a", 1, 2),
+        read_full(2.0, 3.0, "a", 1, 2, &[]),
+        add_partitions(4.0, 5.0, 3, Outcome::Ok),
+        refused(
+            add_partitions(6.0, 7.0, 2, Outcome::Ok),
+            "INVALID_PARTITIONS",
+        ),
+        alter(8.0, 9.0, "retention.ms", Some("60000"), Outcome::Ok),
+        alter(10.0, 11.0, "cleanup.policy", Some("compact"), Outcome::Ok),
+        alter(12.0, 13.0, "cleanup.policy", None, Outcome::Ok),
+        read_full(14.0, 15.0, "a", 3, 2, &[("retention.ms", "60000")]),
+        // Reassignments and elections do not change the tuple.
+        op("t", OpKind::Reassign, 16.0, 17.0, Outcome::Ok),
+        op("t", OpKind::ElectPreferred, 16.0, 17.0, Outcome::Ok),
+        delete_ok(18.0, 19.0),
+        refused(
+            alter(20.0, 20.5, "retention.ms", None, Outcome::Ok),
+            "TOPIC_DELETION_IN_PROGRESS",
+        ),
+        refused(add_partitions(20.0, 20.5, 4, Outcome::Ok), "UNKNOWN_TOPIC"),
+        read(21.0, 22.0, Seen::Absent),
+        // A new incarnation starts with no configs and its own shape.
+        create_full(23.0, 24.0, "b", 2, 2),
+        read_full(25.0, 26.0, "b", 2, 2, &[]),
+    ];
+    assert_eq!(lin(h), Some(true));
+}
+
+#[test]
+fn a_stale_partition_count_is_caught() {
+    let base = || {
+        vec![
+            create_full(0.0, 1.0, "a", 1, 2),
+            add_partitions(2.0, 3.0, 3, Outcome::Ok),
+        ]
+    };
+    let mut h = base();
+    h.push(read_full(4.0, 5.0, "a", 1, 2, &[]));
+    let (ok, d) = linear::check_history(&index(h), 1_000_000);
+    assert_eq!(ok, Some(false), "{d}");
+    assert_eq!(
+        d["violations"][0]["counterexample"]["cannot_linearize"]["index"],
+        2
+    );
+    // Concurrent with the increase, either count may show.
+    let mut h = base();
+    h[1].complete_ms = 6.0;
+    h.push(read_full(4.0, 5.0, "a", 1, 2, &[]));
+    assert_eq!(lin(h), Some(true));
+    // An indeterminate increase may or may not have happened...
+    let mut h = base();
+    h[1].outcome = Outcome::Info;
+    h.push(read_full(4.0, 5.0, "a", 1, 2, &[]));
+    assert_eq!(lin(h.clone()), Some(true));
+    // ...but not both.
+    h.push(read_full(6.0, 7.0, "a", 3, 2, &[]));
+    h.push(read_full(8.0, 9.0, "a", 1, 2, &[]));
+    assert_eq!(lin(h), Some(false));
+    // INVALID_PARTITIONS says the count was already at least the total.
+    let h = vec![
+        create_full(0.0, 1.0, "a", 1, 2),
+        refused(
+            add_partitions(2.0, 3.0, 2, Outcome::Ok),
+            "INVALID_PARTITIONS",
+        ),
+    ];
+    assert_eq!(lin(h), Some(false));
+}
+
+#[test]
+fn a_lost_config_change_is_caught() {
+    let set = vec![
+        create_full(0.0, 1.0, "a", 1, 2),
+        alter(2.0, 3.0, "retention.ms", Some("60000"), Outcome::Ok),
+    ];
+    let mut h = set.clone();
+    h.push(read_full(4.0, 5.0, "a", 1, 2, &[]));
+    assert_eq!(lin(h), Some(false));
+    // A lost removal.
+    let mut h = set.clone();
+    h.push(alter(4.0, 5.0, "retention.ms", None, Outcome::Ok));
+    h.push(read_full(6.0, 7.0, "a", 1, 2, &[("retention.ms", "60000")]));
+    assert_eq!(lin(h), Some(false));
+    // A lost overwrite.
+    let mut h = set.clone();
+    h.push(alter(4.0, 5.0, "retention.ms", Some("-1"), Outcome::Ok));
+    h.push(read_full(6.0, 7.0, "a", 1, 2, &[("retention.ms", "60000")]));
+    assert_eq!(lin(h), Some(false));
+    let mut h = set;
+    h.push(read_full(4.0, 5.0, "a", 1, 2, &[("retention.ms", "60000")]));
+    assert_eq!(lin(h), Some(true));
+}
+
+#[test]
+fn a_phantom_config_is_caught() {
+    let phantom = vec![
+        create_full(0.0, 1.0, "a", 1, 2),
+        read_full(2.0, 3.0, "a", 1, 2, &[("cleanup.policy", "compact")]),
+    ];
+    assert_eq!(lin(phantom), Some(false));
+    // A refused change wrote nothing.
+    let refused_change = vec![
+        create_full(0.0, 1.0, "a", 1, 2),
+        refused(
+            alter(2.0, 3.0, "cleanup.policy", Some("compact"), Outcome::Ok),
+            "INVALID_CONFIG",
+        ),
+        read_full(4.0, 5.0, "a", 1, 2, &[("cleanup.policy", "compact")]),
+    ];
+    assert_eq!(lin(refused_change), Some(false));
+    // A change to a previous incarnation does not carry over.
+    let carried = vec![
+        create_full(0.0, 1.0, "a", 1, 2),
+        alter(2.0, 3.0, "cleanup.policy", Some("compact"), Outcome::Ok),
+        delete_ok(4.0, 5.0),
+        read(6.0, 7.0, Seen::Absent),
+        create_full(8.0, 9.0, "b", 1, 2),
+        read_full(10.0, 11.0, "b", 1, 2, &[("cleanup.policy", "compact")]),
+    ];
+    assert_eq!(lin(carried), Some(false));
+    // An indeterminate change may show.
+    let maybe = vec![
+        create_full(0.0, 1.0, "a", 1, 2),
+        alter(2.0, 3.0, "cleanup.policy", Some("compact"), Outcome::Info),
+        read_full(4.0, 5.0, "a", 1, 2, &[("cleanup.policy", "compact")]),
+    ];
+    assert_eq!(lin(maybe), Some(true));
+}
+
+#[test]
+fn a_wrong_replication_factor_is_caught() {
+    let h = vec![
+        create_full(0.0, 1.0, "a", 1, 2),
+        read_full(2.0, 3.0, "a", 1, 1, &[]),
+    ];
+    assert_eq!(lin(h), Some(false));
+    // Partitions that disagree are recorded as 0.
+    let h = vec![
+        create_full(0.0, 1.0, "a", 2, 2),
+        read_full(2.0, 3.0, "a", 2, 0, &[]),
+    ];
+    assert_eq!(lin(h), Some(false));
+    let h = vec![
+        create_full(0.0, 1.0, "a", 2, 2),
+        op("t", OpKind::Reassign, 1.5, 2.5, Outcome::Ok),
+        read_full(3.0, 4.0, "a", 2, 2, &[]),
+    ];
+    assert_eq!(lin(h), Some(true));
+}
+
+#[test]
+fn an_indeterminate_create_cannot_explain_an_acknowledged_incarnations_id() {
+    let base = || {
+        vec![
+            create_full(0.0, 1.0, "a", 1, 2),
+            delete_ok(2.0, 3.0),
+            read(4.0, 5.0, Seen::Absent),
+            op("t", OpKind::Create, 6.0, 7.0, Outcome::Info),
+        ]
+    };
+    let mut h = base();
+    h.push(read_full(8.0, 9.0, "z", 1, 2, &[]));
+    assert_eq!(lin(h), Some(true));
+    let mut h = base();
+    h.push(read_full(8.0, 9.0, "a", 1, 2, &[]));
+    assert_eq!(lin(h), Some(false));
+    // Once seen, the unknown id is fixed.
+    let mut h = base();
+    h.push(read_full(8.0, 9.0, "z", 1, 2, &[]));
+    h.push(read_full(10.0, 11.0, "y", 1, 2, &[]));
+    assert_eq!(lin(h), Some(false));
+}
+
+#[test]
+fn write_verdicts_come_from_codes_not_messages() {
+    let mut a = refused(add_partitions(2.0, 3.0, 3, Outcome::Ok), "INVALID_REQUEST");
+    a.message = Some("topic is being deleted".into());
+    let h = vec![
+        create_full(0.0, 1.0, "a", 1, 2),
+        a,
+        read_full(4.0, 5.0, "a", 1, 2, &[]),
+    ];
+    assert_eq!(lin(h), Some(true));
+    // TOPIC_DELETION_IN_PROGRESS on a topic nobody deleted.
+    let h = vec![
+        create_full(0.0, 1.0, "a", 1, 2),
+        refused(
+            alter(2.0, 3.0, "retention.ms", None, Outcome::Ok),
+            "TOPIC_DELETION_IN_PROGRESS",
+        ),
+    ];
+    assert_eq!(lin(h), Some(false));
+}
+
+#[test]
+fn old_histories_without_the_new_fields_still_read() {
+    let line = r#"{"index":0,"client":0,"process":0,"op":"create","name":"t","invoke_ms":0.0,"complete_ms":1.0,"outcome":"ok","topic_id":"a","partitions":1,"attempts":1}"#;
+    let o: OpRecord = serde_json::from_str(line).unwrap();
+    assert_eq!(o.replication_factor, None);
+    assert_eq!(o.configs, None);
+    let r = read_id(2.0, 3.0, "a", 1);
+    assert_eq!(lin(vec![o, r]), Some(true));
+    let _ = Read::only(Seen::Absent);
+}
+
+// ---- reassignments land --------------------------------------------------------
+
+fn reassign_op(index: usize, t0: f64, t1: f64, outcome: Outcome, replicas: &[u32]) -> OpRecord {
+    let mut o = op("t", OpKind::Reassign, t0, t1, outcome);
+    o.index = index;
+    o.partition = Some(0);
+    o.replicas = Some(replicas.to_vec());
+    o
+}
+
+fn placed(replicas: &[u32]) -> Placement {
+    Placement {
+        replicas: BTreeMap::from([(("t".to_string(), 0), replicas.to_vec())]),
+        in_flight: vec![],
+    }
+}
+
+#[test]
+fn an_acknowledged_reassignment_that_did_not_land_is_caught() {
+    let ops = vec![
+        create_ok(0.0, 1.0),
+        reassign_op(1, 2.0, 3.0, Outcome::Ok, &[2, 3]),
+    ];
+    let (valid, detail) = reassign::check(&ops, &placed(&[2, 3]));
+    assert!(valid, "{detail}");
+    assert_eq!(detail["acknowledged_reassignments_judged"], 1);
+
+    // The final replicas are not the acknowledged ones.
+    let (valid, detail) = reassign::check(&ops, &placed(&[1, 2]));
+    assert!(!valid, "{detail}");
+    assert_eq!(
+        detail["violations"][0]["final_replicas"],
+        serde_json::json!([1, 2])
+    );
+
+    // Still in flight after the heal.
+    let mut p = placed(&[2, 3]);
+    p.in_flight.push("t-0".into());
+    assert!(!reassign::check(&ops, &p).0);
+}
+
+#[test]
+fn a_reassignment_followed_by_another_or_by_a_new_incarnation_is_not_judged() {
+    // A later reassignment with an unknown outcome may have moved it on.
+    let ops = vec![
+        create_ok(0.0, 1.0),
+        reassign_op(1, 2.0, 3.0, Outcome::Ok, &[2, 3]),
+        reassign_op(2, 4.0, 5.0, Outcome::Info, &[1, 3]),
+    ];
+    let (valid, detail) = reassign::check(&ops, &placed(&[1, 3]));
+    assert!(valid, "{detail}");
+    assert_eq!(detail["left_unjudged"], 1);
+    // A refused later one changes nothing: it is still judged.
+    let ops = vec![
+        create_ok(0.0, 1.0),
+        reassign_op(1, 2.0, 3.0, Outcome::Ok, &[2, 3]),
+        reassign_op(2, 4.0, 5.0, Outcome::Fail, &[1, 3]),
+    ];
+    let (valid, detail) = reassign::check(&ops, &placed(&[1, 3]));
+    assert!(!valid, "{detail}");
+    // An earlier one that ended before it was sent is no reason either.
+    let ops = vec![
+        create_ok(0.0, 1.0),
+        reassign_op(1, 2.0, 3.0, Outcome::Ok, &[1, 2]),
+        reassign_op(2, 4.0, 5.0, Outcome::Ok, &[2, 3]),
+    ];
+    let (valid, detail) = reassign::check(&ops, &placed(&[1, 2]));
+    assert!(!valid, "the last one (2,3) must have landed: {detail}");
+    // The topic deleted and created again after it: a new incarnation.
+    let ops = vec![
+        create_ok(0.0, 1.0),
+        reassign_op(1, 2.0, 3.0, Outcome::Ok, &[2, 3]),
+        delete_ok(4.0, 5.0),
+        create_ok(6.0, 7.0),
+    ];
+    let (valid, detail) = reassign::check(&ops, &placed(&[1, 2]));
+    assert!(valid, "{detail}");
+    assert_eq!(detail["acknowledged_reassignments_judged"], 0);
 }

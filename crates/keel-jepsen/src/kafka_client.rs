@@ -1,0 +1,1069 @@
+//! The workload through brokers' Kafka listeners (`keel jepsen --client
+//! kafka`): the same operations as [`AdminClient`], sent as Kafka requests
+//! (the `kafka-protocol` crate's codecs) to a broker, which forwards the
+//! admin ones to the active controller. [`Client`] is what a workload
+//! worker holds: either kind, with the same methods.
+//!
+//! Outcomes come from Kafka error codes alone ([`verdict`]). Every write is
+//! sent with `timeout_ms > 0`: a broker answers NOT_CONTROLLER then only
+//! when no controller took the request (it was not applied), and
+//! REQUEST_TIMED_OUT when the forwarded write's answer was lost (unknown).
+//! A request whose connection breaks or times out after it was written is
+//! unknown too; one whose connection never opened was never sent.
+//!
+//! The Kafka listener speaks plaintext only (no TLS, no authentication):
+//! in a mutual-TLS run the harness's gRPC calls use TLS, these do not, and
+//! the brokers forward them as themselves.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::alter_partition_reassignments_request::{
+    ReassignablePartition, ReassignableTopic,
+};
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ApiKey, BrokerId,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
+    ElectLeadersRequest, ElectLeadersResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse, MetadataRequest, MetadataResponse, RequestHeader,
+    ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::ResponseError;
+use keel_metadata::TopicId;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::client::{AdminClient, OpResult};
+use crate::history::{Outcome, Seen};
+
+/// Which API the workload's clients speak.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub enum ClientKind {
+    /// Keel's gRPC admin API on the controllers (mutual TLS unless
+    /// `--plaintext`).
+    #[default]
+    Grpc,
+    /// Kafka's protocol on the brokers' Kafka listeners (plaintext).
+    Kafka,
+}
+
+impl ClientKind {
+    /// `grpc` or `kafka`, as `--client` takes them.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "grpc" => Ok(ClientKind::Grpc),
+            "kafka" => Ok(ClientKind::Kafka),
+            other => Err(format!("unknown client {other:?}: grpc or kafka")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClientKind::Grpc => "grpc",
+            ClientKind::Kafka => "kafka",
+        }
+    }
+}
+
+/// A workload client of either kind.
+pub enum Client {
+    Grpc(AdminClient),
+    Kafka(KafkaClient),
+}
+
+impl Client {
+    pub async fn create(&mut self, name: &str, partitions: u32, rf: u32) -> OpResult {
+        match self {
+            Client::Grpc(c) => c.create(name, partitions, rf).await,
+            Client::Kafka(c) => c.create(name, partitions, rf).await,
+        }
+    }
+
+    pub async fn delete(&mut self, name: &str) -> OpResult {
+        match self {
+            Client::Grpc(c) => c.delete(name).await,
+            Client::Kafka(c) => c.delete(name).await,
+        }
+    }
+
+    pub async fn describe(&mut self, name: &str) -> OpResult {
+        match self {
+            Client::Grpc(c) => c.describe(name).await,
+            Client::Kafka(c) => c.describe(name).await,
+        }
+    }
+
+    pub async fn create_partitions(&mut self, name: &str, total: u32) -> OpResult {
+        match self {
+            Client::Grpc(c) => c.create_partitions(name, total).await,
+            Client::Kafka(c) => c.create_partitions(name, total).await,
+        }
+    }
+
+    pub async fn alter_config(&mut self, name: &str, key: &str, value: Option<&str>) -> OpResult {
+        match self {
+            Client::Grpc(c) => c.alter_config(name, key, value).await,
+            Client::Kafka(c) => c.alter_config(name, key, value).await,
+        }
+    }
+
+    pub async fn reassign(&mut self, name: &str, partition: u32, replicas: &[u32]) -> OpResult {
+        match self {
+            Client::Grpc(c) => c.reassign(name, partition, replicas).await,
+            Client::Kafka(c) => c.reassign(name, partition, replicas).await,
+        }
+    }
+
+    pub async fn elect_preferred(&mut self, name: &str) -> OpResult {
+        match self {
+            Client::Grpc(c) => c.elect_preferred(name).await,
+            Client::Kafka(c) => c.elect_preferred(name).await,
+        }
+    }
+}
+
+/// Kafka's resource type of a topic (`ConfigResource.Type`).
+const RESOURCE_TOPIC: i8 = 2;
+/// DescribeConfigs' source of a config set on the topic itself.
+const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+/// IncrementalAlterConfigs operations.
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+/// ElectLeaders' preferred election.
+const ELECTION_PREFERRED: i8 = 0;
+
+/// Request versions sent: the newest the listener serves of each, so
+/// CreateTopics and Metadata carry topic ids.
+const V_CREATE_TOPICS: i16 = 7;
+const V_DELETE_TOPICS: i16 = 6;
+const V_METADATA: i16 = 12;
+const V_DESCRIBE_CONFIGS: i16 = 4;
+const V_CREATE_PARTITIONS: i16 = 3;
+const V_INCREMENTAL_ALTER_CONFIGS: i16 = 1;
+const V_ELECT_LEADERS: i16 = 2;
+const V_ALTER_REASSIGNMENTS: i16 = 0;
+
+/// The largest answer read (the workload's answers are small).
+const MAX_ANSWER_BYTES: usize = 16 << 20;
+
+/// What a Kafka error code says about a write.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// NONE: applied.
+    Applied,
+    /// NOT_CONTROLLER (sent with `timeout_ms > 0`): no controller took it,
+    /// so it was not applied; another attempt may be made.
+    NotApplied,
+    /// REQUEST_TIMED_OUT (the forwarded write's answer was lost),
+    /// UNKNOWN_SERVER_ERROR, or a code this client does not know: it may
+    /// or may not have been applied.
+    Unknown,
+    /// Any other code: refused, not applied, final.
+    Refused,
+}
+
+/// The verdict of a write's error code (Kafka's codes, as the listener maps
+/// Keel's in `keel-kafka/src/admin.rs`).
+pub fn verdict(code: i16) -> Verdict {
+    match ResponseError::try_from_code(code) {
+        None => Verdict::Applied,
+        Some(ResponseError::NotController) => Verdict::NotApplied,
+        Some(
+            ResponseError::RequestTimedOut
+            | ResponseError::UnknownServerError
+            | ResponseError::Unknown(_),
+        ) => Verdict::Unknown,
+        Some(_) => Verdict::Refused,
+    }
+}
+
+/// Kafka's name of an error code (`UNKNOWN_TOPIC_OR_PARTITION`).
+pub fn code_name(code: i16) -> String {
+    match ResponseError::try_from_code(code) {
+        None => "NONE".into(),
+        Some(ResponseError::Unknown(c)) => format!("KAFKA_CODE_{c}"),
+        Some(e) => {
+            let camel = format!("{e:?}");
+            let mut out = String::new();
+            for (i, ch) in camel.chars().enumerate() {
+                if ch.is_ascii_uppercase() && i > 0 {
+                    out.push('_');
+                }
+                out.push(ch.to_ascii_uppercase());
+            }
+            out
+        }
+    }
+}
+
+/// The operations whose Kafka error codes [`checker_code`] translates.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum WriteKind {
+    Create,
+    Delete,
+    CreatePartitions,
+    AlterConfig,
+    Reassign,
+    ElectPreferred,
+}
+
+/// The name the history records for a refusal: Keel's code when the Kafka
+/// code stands for exactly one of Keel's for this operation (the checkers
+/// read Keel's names), else Kafka's own. A delete gets
+/// UNKNOWN_TOPIC_OR_PARTITION only for an unknown topic (deleting a topic
+/// being deleted succeeds), so it is UNKNOWN_TOPIC; a create_partitions or
+/// alter_config gets it for an unknown topic and for one being deleted
+/// alike, so it stays Kafka's (the linearizability checker then leaves it
+/// out, as it does any refusal it cannot place).
+pub fn checker_code(kind: WriteKind, code: i16) -> String {
+    let unknown_topic = ResponseError::UnknownTopicOrPartition.code();
+    match kind {
+        WriteKind::Delete if code == unknown_topic => "UNKNOWN_TOPIC".into(),
+        _ => code_name(code),
+    }
+}
+
+/// The outcome a write's answer gives: `None` means "not applied, try
+/// again" (NOT_CONTROLLER), else the final result.
+pub fn write_outcome(kind: WriteKind, code: i16, message: Option<String>) -> Option<OpResult> {
+    let outcome = match verdict(code) {
+        Verdict::Applied => Outcome::Ok,
+        Verdict::NotApplied => return None,
+        Verdict::Unknown => Outcome::Info,
+        Verdict::Refused => Outcome::Fail,
+    };
+    let wire = code_name(code);
+    let error = (code != 0).then(|| checker_code(kind, code));
+    // The wire name stays in the message when the record names Keel's.
+    let message = match (&error, message) {
+        (Some(e), Some(m)) if *e != wire => Some(format!("{wire}: {m}")),
+        (Some(e), None) if *e != wire => Some(wire),
+        (_, m) => m,
+    };
+    Some(OpResult {
+        outcome: Some(outcome),
+        error,
+        message,
+        ..Default::default()
+    })
+}
+
+/// Why an attempt got no answer.
+#[derive(Debug)]
+enum CallError {
+    /// The connection never opened: the request was never sent.
+    NotSent(String),
+    /// Written (perhaps in part) and then no whole answer: unknown.
+    Lost(String),
+}
+
+impl CallError {
+    fn text(&self) -> &str {
+        match self {
+            CallError::NotSent(s) | CallError::Lost(s) => s,
+        }
+    }
+}
+
+/// One connection to a broker's Kafka listener, from the harness's address.
+struct Conn {
+    stream: TcpStream,
+    next_id: i32,
+    /// Bound on each answer (a lost one is [`CallError::Lost`]).
+    answer_timeout: Duration,
+}
+
+impl Conn {
+    async fn open(
+        bind: IpAddr,
+        addr: &str,
+        connect_timeout: Duration,
+        answer_timeout: Duration,
+    ) -> Result<Conn, CallError> {
+        let not_sent = |e: String| CallError::NotSent(format!("{addr}: {e}"));
+        let to: SocketAddr = addr.parse().map_err(|e| not_sent(format!("{e}")))?;
+        let socket = match to {
+            SocketAddr::V4(_) => TcpSocket::new_v4(),
+            SocketAddr::V6(_) => TcpSocket::new_v6(),
+        }
+        .map_err(|e| not_sent(e.to_string()))?;
+        socket
+            .bind(SocketAddr::new(bind, 0))
+            .map_err(|e| not_sent(format!("bind {bind}: {e}")))?;
+        let stream = tokio::time::timeout(connect_timeout, socket.connect(to))
+            .await
+            .map_err(|_| not_sent("connect timed out".into()))?
+            .map_err(|e| not_sent(e.to_string()))?;
+        let _ = stream.set_nodelay(true);
+        Ok(Conn {
+            stream,
+            next_id: 1,
+            answer_timeout,
+        })
+    }
+
+    /// Sends one request and reads its answer.
+    async fn call<Q: Encodable, R: Decodable>(
+        &mut self,
+        api: ApiKey,
+        version: i16,
+        body: &Q,
+    ) -> Result<R, CallError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        let encoded = RequestHeader::default()
+            .with_request_api_key(api as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(id)
+            .with_client_id(Some(StrBytes::from_static_str("keel-jepsen")))
+            .encode(&mut buf, api.request_header_version(version))
+            .and_then(|()| body.encode(&mut buf, version));
+        if let Err(e) = encoded {
+            return Err(CallError::NotSent(format!("cannot encode {api:?}: {e}")));
+        }
+        let len = i32::try_from(buf.len() - 4)
+            .map_err(|_| CallError::NotSent(format!("{api:?} request too large")))?;
+        buf[..4].copy_from_slice(&len.to_be_bytes());
+        let exchange = async {
+            self.stream.write_all(&buf).await?;
+            let len = self.stream.read_i32().await?;
+            let len = usize::try_from(len)
+                .ok()
+                .filter(|l| *l <= MAX_ANSWER_BYTES)
+                .ok_or_else(|| std::io::Error::other(format!("answer length {len}")))?;
+            let mut answer = vec![0u8; len];
+            self.stream.read_exact(&mut answer).await?;
+            Ok::<_, std::io::Error>(answer)
+        };
+        let answer = match tokio::time::timeout(self.answer_timeout, exchange).await {
+            Err(_) => {
+                return Err(CallError::Lost(format!(
+                    "no answer to {api:?} within {:?}",
+                    self.answer_timeout
+                )))
+            }
+            Ok(Err(e)) => return Err(CallError::Lost(format!("{api:?}: {e}"))),
+            Ok(Ok(a)) => a,
+        };
+        let mut b = Bytes::from(answer);
+        let h = ResponseHeader::decode(&mut b, api.response_header_version(version))
+            .map_err(|e| CallError::Lost(format!("{api:?} answer header: {e}")))?;
+        if h.correlation_id != id {
+            return Err(CallError::Lost(format!(
+                "answer {} to request {id}",
+                h.correlation_id
+            )));
+        }
+        R::decode(&mut b, version).map_err(|e| CallError::Lost(format!("{api:?} answer: {e}")))
+    }
+}
+
+fn tn(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn text(m: &Option<StrBytes>) -> Option<String> {
+    m.as_ref().map(|m| m.to_string())
+}
+
+fn hex_id(id: &uuid::Uuid) -> Option<String> {
+    (!id.is_nil())
+        .then(|| TopicId::from_bytes(id.as_bytes()).map(|t| t.to_string()))
+        .flatten()
+}
+
+/// One attempt's end.
+enum Attempt {
+    /// Not applied (NOT_CONTROLLER, or never sent): try again.
+    Retry(String),
+    Done(Box<OpResult>),
+}
+
+/// The end of a write attempt from its error code, or from why it got none.
+fn write_attempt(kind: WriteKind, answer: Result<(i16, Option<String>), CallError>) -> Attempt {
+    match answer {
+        Err(CallError::NotSent(why)) => Attempt::Retry(why),
+        Err(CallError::Lost(why)) => Attempt::Done(Box::new(OpResult {
+            outcome: Some(Outcome::Info),
+            error: Some("CONNECTION_LOST".into()),
+            message: Some(why),
+            ..Default::default()
+        })),
+        Ok((code, message)) => match write_outcome(kind, code, message.clone()) {
+            None => Attempt::Retry(format!(
+                "{}: {}",
+                code_name(code),
+                message.unwrap_or_default()
+            )),
+            Some(r) => Attempt::Done(Box::new(r)),
+        },
+    }
+}
+
+/// A workload client speaking Kafka to the brokers' listeners, one
+/// connection per attempt (so a connection that never opened proves the
+/// request was never sent).
+pub struct KafkaClient {
+    /// The brokers' Kafka listeners, `ip:port`.
+    addrs: Vec<String>,
+    /// Next broker to try: round robin over operations and attempts, so
+    /// every broker's listener and forwarder serves the workload.
+    rr: usize,
+    /// The harness's own address, where connections leave from.
+    bind: IpAddr,
+    /// `timeout_ms` of every request that has one: how long the broker
+    /// keeps trying to reach the active controller.
+    pub request_timeout: Duration,
+    /// How long an attempt waits for its answer (longer than
+    /// `request_timeout`, so the broker's own answer comes first).
+    pub answer_timeout: Duration,
+    /// Attempts stop after this; the operation then failed (not applied).
+    pub op_budget: Duration,
+}
+
+impl KafkaClient {
+    pub fn new(addrs: Vec<String>, bind: IpAddr) -> Self {
+        KafkaClient {
+            addrs,
+            rr: 0,
+            bind,
+            request_timeout: Duration::from_millis(2000),
+            answer_timeout: Duration::from_millis(3000),
+            op_budget: Duration::from_secs(4),
+        }
+    }
+
+    fn timeout_ms(&self) -> i32 {
+        i32::try_from(self.request_timeout.as_millis())
+            .unwrap_or(i32::MAX)
+            .max(1)
+    }
+
+    async fn open(&mut self) -> (String, Result<Conn, CallError>) {
+        let Some(addr) = self.addrs.get(self.rr % self.addrs.len().max(1)).cloned() else {
+            return (
+                String::new(),
+                Err(CallError::NotSent("no broker has a Kafka listener".into())),
+            );
+        };
+        let conn = Conn::open(
+            self.bind,
+            &addr,
+            Duration::from_millis(700),
+            self.answer_timeout,
+        )
+        .await;
+        (addr, conn)
+    }
+
+    /// Runs attempts on the brokers in turn until one is final or the
+    /// budget is spent (every attempt before was not applied).
+    async fn run<F>(&mut self, mut attempt: F) -> OpResult
+    where
+        F: for<'c> FnMut(&'c mut Conn) -> futures_like::BoxFut<'c, Attempt>,
+    {
+        let start = Instant::now();
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            self.rr = self.rr.wrapping_add(1);
+            let (addr, conn) = self.open().await;
+            let end = match conn {
+                Err(e) => Attempt::Retry(e.text().to_string()),
+                Ok(mut c) => attempt(&mut c).await,
+            };
+            match end {
+                Attempt::Done(r) => {
+                    let mut r = *r;
+                    r.node = Some(addr);
+                    r.attempts = attempts;
+                    return r;
+                }
+                Attempt::Retry(why) => {
+                    if start.elapsed() >= self.op_budget {
+                        return OpResult {
+                            outcome: Some(Outcome::Fail),
+                            error: Some("UNREACHABLE".into()),
+                            message: Some(format!(
+                                "no attempt reached the active controller: {why}"
+                            )),
+                            node: Some(addr),
+                            attempts,
+                            ..Default::default()
+                        };
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50 + 25 * attempts.min(8) as u64)).await;
+        }
+    }
+
+    pub async fn create(&mut self, name: &str, partitions: u32, rf: u32) -> OpResult {
+        let req = CreateTopicsRequest::default()
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(tn(name))
+                .with_num_partitions(i32::try_from(partitions).unwrap_or(i32::MAX))
+                .with_replication_factor(i16::try_from(rf).unwrap_or(i16::MAX))])
+            .with_timeout_ms(self.timeout_ms());
+        let mut r = self
+            .run(|c| {
+                let req = req.clone();
+                Box::pin(async move {
+                    let a: Result<CreateTopicsResponse, _> =
+                        c.call(ApiKey::CreateTopics, V_CREATE_TOPICS, &req).await;
+                    let a = a.map(|resp| match resp.topics.first() {
+                        Some(t) => (t.error_code, text(&t.error_message), hex_id(&t.topic_id)),
+                        None => (ResponseError::UnknownServerError.code(), None, None),
+                    });
+                    let id = a.as_ref().ok().and_then(|(_, _, id)| id.clone());
+                    match write_attempt(WriteKind::Create, a.map(|(c, m, _)| (c, m))) {
+                        Attempt::Done(mut r) => {
+                            if r.outcome == Some(Outcome::Ok) {
+                                r.topic_id = id;
+                            }
+                            Attempt::Done(r)
+                        }
+                        retry => retry,
+                    }
+                })
+            })
+            .await;
+        r.partitions = Some(partitions);
+        r.replication_factor = Some(rf);
+        r
+    }
+
+    pub async fn delete(&mut self, name: &str) -> OpResult {
+        let req = DeleteTopicsRequest::default()
+            .with_topics(vec![DeleteTopicState::default().with_name(Some(tn(name)))])
+            .with_timeout_ms(self.timeout_ms());
+        self.run(|c| {
+            let req = req.clone();
+            Box::pin(async move {
+                let a: Result<DeleteTopicsResponse, _> =
+                    c.call(ApiKey::DeleteTopics, V_DELETE_TOPICS, &req).await;
+                let a = a.map(|resp| match resp.responses.first() {
+                    Some(t) => (t.error_code, text(&t.error_message)),
+                    None => (ResponseError::UnknownServerError.code(), None),
+                });
+                write_attempt(WriteKind::Delete, a)
+            })
+        })
+        .await
+    }
+
+    /// Raises `name`'s partition count to `total` (CreatePartitions).
+    pub async fn create_partitions(&mut self, name: &str, total: u32) -> OpResult {
+        let req = CreatePartitionsRequest::default()
+            .with_topics(vec![CreatePartitionsTopic::default()
+                .with_name(tn(name))
+                .with_count(i32::try_from(total).unwrap_or(i32::MAX))
+                .with_assignments(None)])
+            .with_timeout_ms(self.timeout_ms());
+        let mut r = self
+            .run(|c| {
+                let req = req.clone();
+                Box::pin(async move {
+                    let a: Result<CreatePartitionsResponse, _> = c
+                        .call(ApiKey::CreatePartitions, V_CREATE_PARTITIONS, &req)
+                        .await;
+                    let a = a.map(|resp| match resp.results.first() {
+                        Some(t) => (t.error_code, text(&t.error_message)),
+                        None => (ResponseError::UnknownServerError.code(), None),
+                    });
+                    write_attempt(WriteKind::CreatePartitions, a)
+                })
+            })
+            .await;
+        r.partitions = Some(total);
+        r
+    }
+
+    /// Sets (`Some`) or removes (`None`) one config of topic `name`
+    /// (IncrementalAlterConfigs, which has no `timeout_ms`: the broker
+    /// gives the forwarded call its default deadline, and an answer later
+    /// than `answer_timeout` is unknown).
+    pub async fn alter_config(&mut self, name: &str, key: &str, value: Option<&str>) -> OpResult {
+        let config = AlterableConfig::default()
+            .with_name(StrBytes::from_string(key.to_string()))
+            .with_config_operation(if value.is_some() { OP_SET } else { OP_DELETE })
+            .with_value(value.map(|v| StrBytes::from_string(v.to_string())));
+        let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+            AlterConfigsResource::default()
+                .with_resource_type(RESOURCE_TOPIC)
+                .with_resource_name(StrBytes::from_string(name.to_string()))
+                .with_configs(vec![config]),
+        ]);
+        let mut r = self
+            .run(|c| {
+                let req = req.clone();
+                Box::pin(async move {
+                    let a: Result<IncrementalAlterConfigsResponse, _> = c
+                        .call(
+                            ApiKey::IncrementalAlterConfigs,
+                            V_INCREMENTAL_ALTER_CONFIGS,
+                            &req,
+                        )
+                        .await;
+                    let a = a.map(|resp| match resp.responses.first() {
+                        Some(t) => (t.error_code, text(&t.error_message)),
+                        None => (ResponseError::UnknownServerError.code(), None),
+                    });
+                    write_attempt(WriteKind::AlterConfig, a)
+                })
+            })
+            .await;
+        r.config_key = Some(key.to_string());
+        r.config_value = value.map(str::to_string);
+        r
+    }
+
+    /// Starts moving one partition of `name` to `replicas`
+    /// (AlterPartitionReassignments); `ok` = accepted, not finished.
+    pub async fn reassign(&mut self, name: &str, partition: u32, replicas: &[u32]) -> OpResult {
+        let to: Vec<BrokerId> = replicas
+            .iter()
+            .map(|b| BrokerId(i32::try_from(*b).unwrap_or(i32::MAX)))
+            .collect();
+        let req = AlterPartitionReassignmentsRequest::default()
+            .with_timeout_ms(self.timeout_ms())
+            .with_topics(vec![ReassignableTopic::default()
+                .with_name(tn(name))
+                .with_partitions(vec![ReassignablePartition::default()
+                    .with_partition_index(i32::try_from(partition).unwrap_or(i32::MAX))
+                    .with_replicas(Some(to))])]);
+        let mut r = self
+            .run(|c| {
+                let req = req.clone();
+                Box::pin(async move {
+                    let a: Result<AlterPartitionReassignmentsResponse, _> = c
+                        .call(
+                            ApiKey::AlterPartitionReassignments,
+                            V_ALTER_REASSIGNMENTS,
+                            &req,
+                        )
+                        .await;
+                    let a = a.map(|resp| {
+                        if resp.error_code != 0 {
+                            return (resp.error_code, text(&resp.error_message));
+                        }
+                        match resp.responses.first().and_then(|t| t.partitions.first()) {
+                            Some(p) => (p.error_code, text(&p.error_message)),
+                            None => (ResponseError::UnknownServerError.code(), None),
+                        }
+                    });
+                    write_attempt(WriteKind::Reassign, a)
+                })
+            })
+            .await;
+        r.partition = Some(partition);
+        r.replicas = Some(replicas.to_vec());
+        r
+    }
+
+    /// Preferred leader election (ElectLeaders, type 0) on every partition
+    /// of `name` the broker's cache lists (partition 0 when it lists none,
+    /// so the controller, not the cache, says whether the topic exists).
+    /// ELECTION_NOT_NEEDED is not a failure; the first other partition
+    /// error is the answer.
+    pub async fn elect_preferred(&mut self, name: &str) -> OpResult {
+        let metadata_req = MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(tn(name)))
+            ]))
+            .with_allow_auto_topic_creation(false);
+        let timeout_ms = self.timeout_ms();
+        let name = name.to_string();
+        self.run(|c| {
+            let metadata_req = metadata_req.clone();
+            let name = name.clone();
+            Box::pin(async move {
+                // A read: safe to send again when it goes unanswered.
+                let cache: MetadataResponse =
+                    match c.call(ApiKey::Metadata, V_METADATA, &metadata_req).await {
+                        Err(e) => return Attempt::Retry(e.text().to_string()),
+                        Ok(m) => m,
+                    };
+                let mut partitions: Vec<i32> = cache
+                    .topics
+                    .iter()
+                    .filter(|t| t.error_code == 0)
+                    .flat_map(|t| t.partitions.iter().map(|p| p.partition_index))
+                    .collect();
+                if partitions.is_empty() {
+                    partitions.push(0);
+                }
+                let req = ElectLeadersRequest::default()
+                    .with_election_type(ELECTION_PREFERRED)
+                    .with_timeout_ms(timeout_ms)
+                    .with_topic_partitions(Some(vec![TopicPartitions::default()
+                        .with_topic(tn(&name))
+                        .with_partitions(partitions)]));
+                let a: Result<ElectLeadersResponse, _> =
+                    c.call(ApiKey::ElectLeaders, V_ELECT_LEADERS, &req).await;
+                let not_needed = ResponseError::ElectionNotNeeded.code();
+                let a = a.map(|resp| {
+                    if resp.error_code != 0 {
+                        return (resp.error_code, None);
+                    }
+                    resp.replica_election_results
+                        .iter()
+                        .flat_map(|t| t.partition_result.iter())
+                        .find(|p| p.error_code != 0 && p.error_code != not_needed)
+                        .map_or((0, None), |p| (p.error_code, text(&p.error_message)))
+                });
+                write_attempt(WriteKind::ElectPreferred, a)
+            })
+        })
+        .await
+    }
+
+    /// Describe of one name. Existence and configs come from
+    /// DescribeConfigs, which the broker forwards to the active controller
+    /// (a linearizable read there, as the gRPC describe is): `absent`, or
+    /// `listed` with the configs set on the topic. Kafka has no "marked for
+    /// deletion", so a topic being deleted is listed like a present one
+    /// ([`Seen::Listed`]: the linearizability checker accepts either). The
+    /// topic id and partition count come only from Metadata, i.e. from the
+    /// broker's cache, which may lag the controller: they go into the
+    /// message, not into the fields the checkers read as linearizable
+    /// (a lagging cache would show an older incarnation or count).
+    pub async fn describe(&mut self, name: &str) -> OpResult {
+        let configs_req = DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(RESOURCE_TOPIC)
+                .with_resource_name(StrBytes::from_string(name.to_string()))
+                .with_configuration_keys(None),
+        ]);
+        let metadata_req = MetadataRequest::default()
+            .with_topics(Some(vec![
+                MetadataRequestTopic::default().with_name(Some(tn(name)))
+            ]))
+            .with_allow_auto_topic_creation(false);
+        self.run(|c| {
+            let (configs_req, metadata_req) = (configs_req.clone(), metadata_req.clone());
+            Box::pin(async move {
+                let resp: DescribeConfigsResponse = match c
+                    .call(ApiKey::DescribeConfigs, V_DESCRIBE_CONFIGS, &configs_req)
+                    .await
+                {
+                    // Reads are safe to send again.
+                    Err(e) => return Attempt::Retry(e.text().to_string()),
+                    Ok(r) => r,
+                };
+                let Some(res) = resp.results.first() else {
+                    return Attempt::Retry("empty DescribeConfigs answer".into());
+                };
+                let seen = match read_verdict(res.error_code) {
+                    ReadVerdict::Listed => Seen::Listed,
+                    ReadVerdict::Absent => Seen::Absent,
+                    ReadVerdict::Retry => {
+                        return Attempt::Retry(format!(
+                            "{}: {}",
+                            code_name(res.error_code),
+                            text(&res.error_message).unwrap_or_default()
+                        ))
+                    }
+                    ReadVerdict::Refused => {
+                        return Attempt::Done(Box::new(OpResult {
+                            outcome: Some(Outcome::Fail),
+                            error: Some(code_name(res.error_code)),
+                            message: text(&res.error_message),
+                            ..Default::default()
+                        }))
+                    }
+                };
+                let mut r = OpResult {
+                    outcome: Some(Outcome::Ok),
+                    seen: Some(seen),
+                    ..Default::default()
+                };
+                if seen == Seen::Listed {
+                    let set: BTreeMap<String, String> = res
+                        .configs
+                        .iter()
+                        .filter(|e| e.config_source == SOURCE_DYNAMIC_TOPIC)
+                        .map(|e| (e.name.to_string(), text(&e.value).unwrap_or_default()))
+                        .collect();
+                    let cache: Result<MetadataResponse, _> =
+                        c.call(ApiKey::Metadata, V_METADATA, &metadata_req).await;
+                    r.message = Some(listed_message(cache.ok().as_ref()));
+                    r.configs = Some(set);
+                }
+                Attempt::Done(Box::new(r))
+            })
+        })
+        .await
+    }
+}
+
+/// What a DescribeConfigs result code says about a topic.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ReadVerdict {
+    /// NONE: the topic exists (present or being deleted).
+    Listed,
+    /// UNKNOWN_TOPIC_OR_PARTITION: no such topic.
+    Absent,
+    /// No answer from the active controller (NOT_CONTROLLER,
+    /// REQUEST_TIMED_OUT, UNKNOWN_SERVER_ERROR, an unknown code): a read
+    /// may be sent again.
+    Retry,
+    /// Any other code (e.g. an authorization failure): the read failed.
+    Refused,
+}
+
+pub fn read_verdict(code: i16) -> ReadVerdict {
+    match ResponseError::try_from_code(code) {
+        None => ReadVerdict::Listed,
+        Some(ResponseError::UnknownTopicOrPartition) => ReadVerdict::Absent,
+        Some(_) if verdict(code) == Verdict::Refused => ReadVerdict::Refused,
+        Some(_) => ReadVerdict::Retry,
+    }
+}
+
+/// A listed topic's description for the history's message: what the
+/// broker's cache says of it.
+fn listed_message(cache: Option<&MetadataResponse>) -> String {
+    let cache = match cache.and_then(|m| m.topics.first()) {
+        None => "broker cache: no answer".to_string(),
+        Some(t) if t.error_code != 0 => format!("broker cache: {}", code_name(t.error_code)),
+        Some(t) => format!(
+            "broker cache: id {}, {} partitions",
+            hex_id(&t.topic_id).unwrap_or_else(|| "none".into()),
+            t.partitions.len()
+        ),
+    };
+    format!("listed (present or being deleted); {cache}")
+}
+
+/// Boxed futures of the attempt closures (they borrow the connection).
+mod futures_like {
+    use std::future::Future;
+    use std::pin::Pin;
+
+    pub type BoxFut<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::history::OpKind;
+
+    fn code(e: ResponseError) -> i16 {
+        e.code()
+    }
+
+    #[test]
+    fn outcomes_come_from_kafka_error_codes_alone() {
+        let ok = write_outcome(WriteKind::Create, 0, None).expect("final");
+        assert_eq!(ok.outcome, Some(Outcome::Ok));
+        assert_eq!(ok.error, None);
+        // NOT_CONTROLLER (sent with timeout_ms > 0): not applied, try again.
+        assert!(write_outcome(
+            WriteKind::Create,
+            code(ResponseError::NotController),
+            Some("no active controller answered".into())
+        )
+        .is_none());
+        for (kind, e, outcome, recorded) in [
+            (
+                WriteKind::Create,
+                ResponseError::RequestTimedOut,
+                Outcome::Info,
+                "REQUEST_TIMED_OUT",
+            ),
+            (
+                WriteKind::Delete,
+                ResponseError::UnknownServerError,
+                Outcome::Info,
+                "UNKNOWN_SERVER_ERROR",
+            ),
+            (
+                WriteKind::Create,
+                ResponseError::TopicAlreadyExists,
+                Outcome::Fail,
+                "TOPIC_ALREADY_EXISTS",
+            ),
+            (
+                WriteKind::Create,
+                ResponseError::InvalidReplicationFactor,
+                Outcome::Fail,
+                "INVALID_REPLICATION_FACTOR",
+            ),
+            (
+                WriteKind::CreatePartitions,
+                ResponseError::InvalidPartitions,
+                Outcome::Fail,
+                "INVALID_PARTITIONS",
+            ),
+            // A delete's unknown topic is Keel's UNKNOWN_TOPIC ...
+            (
+                WriteKind::Delete,
+                ResponseError::UnknownTopicOrPartition,
+                Outcome::Fail,
+                "UNKNOWN_TOPIC",
+            ),
+            // ... an alter_config's may also be a topic being deleted.
+            (
+                WriteKind::AlterConfig,
+                ResponseError::UnknownTopicOrPartition,
+                Outcome::Fail,
+                "UNKNOWN_TOPIC_OR_PARTITION",
+            ),
+            (
+                WriteKind::Create,
+                ResponseError::ClusterAuthorizationFailed,
+                Outcome::Fail,
+                "CLUSTER_AUTHORIZATION_FAILED",
+            ),
+        ] {
+            let r = write_outcome(kind, code(e), Some("why".into())).expect("final");
+            assert_eq!(r.outcome, Some(outcome), "{e:?}");
+            assert_eq!(r.error.as_deref(), Some(recorded), "{e:?}");
+        }
+        // The wire's name stays in the message when Keel's is recorded.
+        let r = write_outcome(
+            WriteKind::Delete,
+            code(ResponseError::UnknownTopicOrPartition),
+            Some("gone".into()),
+        )
+        .expect("final");
+        assert_eq!(
+            r.message.as_deref(),
+            Some("UNKNOWN_TOPIC_OR_PARTITION: gone")
+        );
+        // A code this client does not know: unknown outcome.
+        assert_eq!(verdict(9_999), Verdict::Unknown);
+        assert_eq!(code_name(9_999), "KAFKA_CODE_9999");
+    }
+
+    #[test]
+    fn lost_answers_are_unknown_and_unsent_requests_are_retried() {
+        let lost = write_attempt(WriteKind::Delete, Err(CallError::Lost("reset".into())));
+        let Attempt::Done(r) = lost else {
+            panic!("a lost answer is final");
+        };
+        assert_eq!(r.outcome, Some(Outcome::Info));
+        assert!(matches!(
+            write_attempt(WriteKind::Delete, Err(CallError::NotSent("refused".into()))),
+            Attempt::Retry(_)
+        ));
+        assert!(matches!(
+            write_attempt(
+                WriteKind::Delete,
+                Ok((code(ResponseError::NotController), None))
+            ),
+            Attempt::Retry(_)
+        ));
+    }
+
+    #[test]
+    fn describe_codes_say_listed_absent_or_ask_again() {
+        assert_eq!(read_verdict(0), ReadVerdict::Listed);
+        assert_eq!(
+            read_verdict(code(ResponseError::UnknownTopicOrPartition)),
+            ReadVerdict::Absent
+        );
+        for e in [
+            ResponseError::NotController,
+            ResponseError::RequestTimedOut,
+            ResponseError::UnknownServerError,
+        ] {
+            assert_eq!(read_verdict(code(e)), ReadVerdict::Retry, "{e:?}");
+        }
+        assert_eq!(
+            read_verdict(code(ResponseError::TopicAuthorizationFailed)),
+            ReadVerdict::Refused
+        );
+    }
+
+    fn op(kind: OpKind, t0: f64, t1: f64, r: OpResult) -> crate::history::OpRecord {
+        crate::record(0, 0, kind, "t", t0, t1, r)
+    }
+
+    fn listed(configs: &[(&str, &str)]) -> OpResult {
+        OpResult {
+            outcome: Some(Outcome::Ok),
+            seen: Some(Seen::Listed),
+            configs: Some(
+                configs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn lin(mut h: Vec<crate::history::OpRecord>) -> Option<bool> {
+        for (i, o) in h.iter_mut().enumerate() {
+            o.index = i;
+        }
+        crate::linear::check_history(&h, 1_000_000).0
+    }
+
+    #[test]
+    fn a_listed_read_is_checked_for_existence_and_configs() {
+        let ok = || OpResult {
+            outcome: Some(Outcome::Ok),
+            ..Default::default()
+        };
+        // Listed while present, and while being deleted: linearizable.
+        assert_eq!(
+            lin(vec![
+                op(OpKind::Create, 0.0, 1.0, ok()),
+                op(OpKind::Describe, 2.0, 3.0, listed(&[])),
+                op(OpKind::Delete, 4.0, 5.0, ok()),
+                op(OpKind::Describe, 6.0, 7.0, listed(&[])),
+            ]),
+            Some(true)
+        );
+        // Listed before anything was created: caught.
+        assert_eq!(
+            lin(vec![
+                op(OpKind::Describe, 0.0, 1.0, listed(&[])),
+                op(OpKind::Create, 2.0, 3.0, ok()),
+            ]),
+            Some(false)
+        );
+        // Listed with a config nobody set: caught.
+        assert_eq!(
+            lin(vec![
+                op(OpKind::Create, 0.0, 1.0, ok()),
+                op(OpKind::Describe, 2.0, 3.0, listed(&[("retention.ms", "1")])),
+            ]),
+            Some(false)
+        );
+    }
+
+    #[test]
+    fn kafka_names_are_kafkas() {
+        assert_eq!(
+            code_name(code(ResponseError::UnknownTopicOrPartition)),
+            "UNKNOWN_TOPIC_OR_PARTITION"
+        );
+        assert_eq!(
+            code_name(code(ResponseError::InvalidTopicException)),
+            "INVALID_TOPIC_EXCEPTION"
+        );
+        assert_eq!(
+            code_name(code(ResponseError::NotController)),
+            "NOT_CONTROLLER"
+        );
+    }
+}

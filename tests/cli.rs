@@ -228,6 +228,23 @@ fn dev_cluster_and_every_admin_command() {
         assert!(!b["log_dirs"].as_array().unwrap().is_empty(), "{b}");
         assert_eq!(b["offline_log_dirs"], json!([]), "{b}");
     }
+    // Every controller, with the Kafka listener it reports itself (keel
+    // dev gives each one on port 9095).
+    let controllers = c["controllers"].as_array().expect("controllers");
+    assert_eq!(
+        controllers
+            .iter()
+            .map(|k| k["id"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        vec![1, 2, 3],
+        "{c}"
+    );
+    for k in controllers {
+        let id = k["id"].as_u64().unwrap();
+        assert_eq!(k["address"], format!("127.0.0.1{id}:9093"), "{k}");
+        assert_eq!(k["kafka_address"], format!("127.0.0.1{id}:9095"), "{k}");
+        assert_eq!(k["error"], Value::Null, "{k}");
+    }
     // A snapshot on the first bootstrap node covers what it applied and
     // purges the log behind it. That node may be a follower still applying
     // the commit index seen above, so it is asked again (bounded) until its
@@ -367,6 +384,93 @@ fn dev_cluster_and_every_admin_command() {
     );
     let d = ok(&["topics", "describe", "--topic", "clicks"]);
     assert_eq!(d["topics"][0]["configs"], json!({"retention.ms": "1000"}));
+    // kafka-configs' view: every config with its value and source; a
+    // cluster-wide default (Kafka's broker name accepted) is what a topic
+    // without its own value takes, and goes away again.
+    let source = |topic: &str, key: &str| {
+        let d = ok(&["configs", "describe", "--topic", topic]);
+        let row = d["configs"]
+            .as_array()
+            .expect("configs")
+            .iter()
+            .find(|c| c["name"] == key)
+            .unwrap_or_else(|| panic!("{key} in {d}"))
+            .clone();
+        (row["value"].clone(), row["source"].clone())
+    };
+    assert_eq!(
+        source("clicks", "retention.ms"),
+        (json!("1000"), json!("DYNAMIC_TOPIC_CONFIG"))
+    );
+    assert_eq!(
+        source("clicks", "segment.ms"),
+        (json!("604800000"), json!("DEFAULT_CONFIG"))
+    );
+    ok(&[
+        "configs",
+        "alter",
+        "--entity-default",
+        "--add-config",
+        "log.roll.ms=3600000,log.cleanup.policy=[compact,delete]",
+    ]);
+    assert_eq!(
+        source("clicks", "segment.ms"),
+        (json!("3600000"), json!("DYNAMIC_DEFAULT_BROKER_CONFIG"))
+    );
+    assert_eq!(
+        source("clicks", "cleanup.policy"),
+        (
+            json!("compact,delete"),
+            json!("DYNAMIC_DEFAULT_BROKER_CONFIG")
+        )
+    );
+    let defaults = ok(&["configs", "describe", "--entity-default"]);
+    assert_eq!(
+        defaults["cluster_defaults"]
+            .as_array()
+            .expect("defaults")
+            .iter()
+            .map(|c| (c["name"].clone(), c["broker_config"].clone()))
+            .collect::<Vec<_>>(),
+        vec![
+            (json!("cleanup.policy"), json!("log.cleanup.policy")),
+            (json!("segment.ms"), json!("log.roll.ms")),
+        ],
+        "{defaults}"
+    );
+    refused(
+        &[
+            "configs",
+            "alter",
+            "--entity-default",
+            "--add-config",
+            "log.retention.ms=soon",
+        ],
+        "INVALID_CONFIG",
+    );
+    let (code, _, err) = keel(&[
+        "configs",
+        "alter",
+        "--entity-type",
+        "brokers",
+        "--entity-name",
+        "1",
+        "--add-config",
+        "log.retention.ms=1",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--entity-default"), "{err}");
+    ok(&[
+        "configs",
+        "alter",
+        "--entity-default",
+        "--delete-config",
+        "segment.ms,cleanup.policy",
+    ]);
+    assert_eq!(
+        source("clicks", "segment.ms"),
+        (json!("604800000"), json!("DEFAULT_CONFIG"))
+    );
     let grown = describe_partitions("clicks", &topic_id);
     assert_eq!(grown.len(), 5);
     // The first three are unchanged; the two new ones keep the factor.
@@ -523,6 +627,36 @@ fn dev_cluster_and_every_admin_command() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("clicks"), "log dump shows the topic record");
     assert!(text.contains("RemoveTopic"), "log dump shows the deletion");
+
+    // The same log as data, only the topic's creation and removal.
+    let out = Command::new(keel_bin())
+        .args([
+            "log",
+            "dump",
+            "--data-dir",
+            &format!("{data_s}/controller-1"),
+        ])
+        .args(["-o", "json", "--record-type", "Topic,RemoveTopic"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let d: Value = serde_json::from_slice(&out.stdout).expect("log dump JSON");
+    let entries = d["entries"].as_array().expect("entries");
+    let records: Vec<&Value> = entries
+        .iter()
+        .flat_map(|e| e["records"].as_array().unwrap())
+        .collect();
+    assert_eq!(records.len(), 2, "{d}");
+    assert_eq!(records[0]["Topic"]["name"], "clicks", "{d}");
+    assert!(records[1]["RemoveTopic"].is_object(), "{d}");
+    let (created, removed) = (&entries[0], &entries[entries.len() - 1]);
+    assert_eq!(created["kind"], "normal", "{d}");
+    assert!(created["index"].as_u64().unwrap() < removed["index"].as_u64().unwrap());
+    assert!(created["term"].as_u64().unwrap() >= 1, "{d}");
 }
 
 /// `keel bench commit` with every writer on one shared write session: a

@@ -186,6 +186,9 @@ fn metadata_view(q: &Cluster) -> serde_json::Value {
         if let Some(o) = v.as_object_mut() {
             o.remove("controller_epoch");
             o.remove("controller_id");
+            // The quorum's roles (who leads) change with a restart; the
+            // metadata is what must not.
+            o.remove("controllers");
         }
         if let Some(brokers) = v.get_mut("brokers").and_then(|b| b.as_array_mut()) {
             for b in brokers {

@@ -81,3 +81,142 @@ async fn every_node_exports_described_histograms_its_role_and_its_version() {
     assert_eq!(without_help(&text), Vec::<String>::new(), "{text}");
     c.check_alive().unwrap();
 }
+
+/// The value of an unlabelled sample `name` in a scrape.
+fn value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_broker_shows_as_fenced_with_under_replicated_partitions_on_every_controller() {
+    let mut c = Cluster::start(fast_spec(3).metrics(true)).unwrap();
+    let active = c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let client = client(&c);
+    create_topic(&client, "m", 3, 3).await;
+    // min.insync.replicas defaults to 1: one dead replica of three leaves
+    // every partition above it.
+    let leader = c.controller(active).metrics_addr.unwrap();
+    let text = scrape_until(leader, "a healthy cluster's gauges", |t| {
+        value(t, "keel_controller_partitions") == Some(3.0)
+            && value(t, "keel_controller_active_brokers") == Some(3.0)
+    })
+    .await;
+    assert_eq!(
+        value(&text, "keel_controller_fenced_brokers"),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "keel_controller_under_replicated_partitions"),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "keel_controller_under_min_isr_partitions"),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "keel_controller_offline_partitions"),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(value(&text, "keel_controller_topics"), Some(1.0), "{text}");
+    let committed =
+        value(&text, "keel_controller_last_committed_index").expect("leader's committed index");
+    let applied = value(&text, "keel_controller_last_applied_index").expect("applied index");
+    assert!(committed > 0.0 && applied > 0.0, "{text}");
+    assert!(
+        value(&text, "keel_controller_last_applied_lag_entries").is_some(),
+        "{text}"
+    );
+    // Process metrics under their standard names.
+    assert!(
+        value(&text, "process_resident_memory_bytes").is_some_and(|v| v > 0.0),
+        "{text}"
+    );
+    assert!(
+        value(&text, "process_open_fds").is_some_and(|v| v > 0.0),
+        "{text}"
+    );
+    assert!(
+        value(&text, "process_cpu_seconds_total").is_some_and(|v| v > 0.0),
+        "{text}"
+    );
+    assert!(
+        value(&text, "process_start_time_seconds").is_some_and(|v| v > 1.0e9),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE process_cpu_seconds_total counter"),
+        "{text}"
+    );
+    // Counters exist from the start, so an alert on their increase works.
+    assert_eq!(
+        value(&text, "keel_controller_metadata_errors_total"),
+        Some(0.0),
+        "{text}"
+    );
+    let elections_before =
+        value(&text, "keel_controller_clean_leader_elections_total").unwrap_or(0.0);
+    let led_by_3 = admin::describe_topic(&client, "m")
+        .await
+        .unwrap()
+        .expect("topic m")
+        .partitions
+        .iter()
+        .filter(|p| p.state.as_ref().and_then(|s| s.leader) == Some(3))
+        .count();
+
+    c.broker_mut(2).kill();
+    let text = scrape_until(
+        leader,
+        "broker 3 fenced and its partitions under-replicated",
+        |t| {
+            value(t, "keel_controller_fenced_brokers") == Some(1.0)
+                && value(t, "keel_controller_under_replicated_partitions") == Some(3.0)
+        },
+    )
+    .await;
+    assert_eq!(
+        value(&text, "keel_controller_active_brokers"),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "keel_controller_offline_partitions"),
+        Some(0.0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "keel_controller_under_min_isr_partitions"),
+        Some(0.0),
+        "{text}"
+    );
+    // The partitions broker 3 led got new leaders from their ISR: clean
+    // elections, none unclean.
+    let text = scrape_until(leader, "the moved leaderships counted", |t| {
+        value(t, "keel_controller_clean_leader_elections_total").unwrap_or(0.0)
+            >= elections_before + led_by_3 as f64
+    })
+    .await;
+    assert!(
+        value(&text, "keel_controller_unclean_elections_total").unwrap_or(0.0) == 0.0,
+        "{text}"
+    );
+    // A standby knows the same from its own image.
+    let standby = c.controller((active + 1) % 3).metrics_addr.unwrap();
+    let text = scrape_until(standby, "a standby's cluster gauges", |t| {
+        value(t, "keel_controller_fenced_brokers") == Some(1.0)
+    })
+    .await;
+    assert_eq!(
+        value(&text, "keel_controller_under_replicated_partitions"),
+        Some(3.0),
+        "{text}"
+    );
+    assert_eq!(value(&text, "keel_controller_active"), Some(0.0), "{text}");
+}

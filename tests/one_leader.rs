@@ -142,6 +142,29 @@ async fn a_healed_partition_never_deposes_the_leader_the_majority_elected() {
         filter.heal().unwrap();
         // Long enough for the returning node to time out several times.
         tokio::time::sleep(Duration::from_millis(1500)).await;
+        // The returning node learns the new term from the leader's next
+        // AppendEntries, which may wait for one sent into the cut to time
+        // out (2 s): wait (bounded) until every node is at least in the
+        // majority's term, then check that nobody went past it.
+        let caught_up = Instant::now();
+        loop {
+            let mut behind = Vec::new();
+            for i in 0..3 {
+                match view(&q, i).await {
+                    Some((_, term, _)) if term >= new_term => {}
+                    other => behind.push((i + 1, other.map(|(_, t, _)| t))),
+                }
+            }
+            if behind.is_empty() {
+                break;
+            }
+            assert!(
+                caught_up.elapsed() < Duration::from_secs(5),
+                "round {round}: nodes still behind the majority's term {new_term}: {behind:?}\n{}",
+                q.log_tails(30)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         for i in 0..3 {
             let (active, term, _) = view(&q, i)
                 .await

@@ -33,6 +33,9 @@ pub enum Scenario {
     CreateTopics,
     /// Memory, snapshot and disk figures of a 1,000,000-partition image.
     Scale,
+    /// Metadata over 100,000 partitions through a broker's Kafka listener,
+    /// and CreateTopics through it against Keel's gRPC API.
+    KafkaMetadata,
     /// The `commit` workload against ZooKeeper and etcd ensembles (started
     /// by `scripts/bench-compare.sh`) and Keel, in one run.
     Compare,
@@ -80,11 +83,13 @@ pub struct BenchArgs {
     /// scale: partitions of the image [default: 1000000].
     #[arg(long)]
     partitions: Option<u64>,
-    /// create-topics and scale: topics per CreateTopics (and DeleteTopics)
-    /// call [default: 10 for create-topics, 50 for scale].
+    /// create-topics, scale and kafka-metadata: topics per CreateTopics
+    /// (and DeleteTopics) call [default: 10 for create-topics, 50 for
+    /// scale, 1 for kafka-metadata (the same through both APIs)].
     #[arg(long)]
     topics_per_request: Option<usize>,
-    /// create-topics and scale: calls in flight at once [default: 4].
+    /// create-topics, scale and kafka-metadata: calls in flight at once
+    /// [default: 4].
     #[arg(long)]
     create_concurrency: Option<usize>,
     /// scale: data dirs on LazyFS, and a standby's restart after a power
@@ -285,6 +290,16 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 ..d
             };
             keel_bench::create_topics::run(env, &p).await
+        }
+        Scenario::KafkaMetadata => {
+            let d = keel_bench::kafka_metadata::KafkaMetadataParams::default();
+            let p = keel_bench::kafka_metadata::KafkaMetadataParams {
+                partitions: a.partitions.unwrap_or(d.partitions),
+                concurrency: a.create_concurrency.unwrap_or(d.concurrency),
+                topics_per_request: a.topics_per_request.unwrap_or(d.topics_per_request),
+                ..d
+            };
+            keel_bench::kafka_metadata::run(env, &p).await
         }
         Scenario::Scale => {
             let d = ScaleParams::default();

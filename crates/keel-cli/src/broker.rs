@@ -10,7 +10,6 @@ use serde::Deserialize;
 
 use crate::admin::Common;
 use crate::logging::{self, LogFormat};
-use crate::output::{self, Output};
 use crate::tls::{TlsArgs, TlsKeys};
 use crate::EXIT_LOCAL;
 
@@ -33,8 +32,10 @@ pub struct BrokerArgs {
     /// Any controller addresses, comma separated.
     #[arg(long, env = "KEEL_CONTROLLERS")]
     controllers: Option<String>,
+    /// Cluster id; must match the controllers'.
     #[arg(long, env = "KEEL_CLUSTER_ID")]
     cluster_id: Option<String>,
+    /// Rack (availability zone) for rack-aware replica placement.
     #[arg(long, env = "KEEL_BROKER_RACK")]
     rack: Option<String>,
     /// Log directories, comma separated.
@@ -74,19 +75,35 @@ pub struct BrokerArgs {
     /// [default: 104857600].
     #[arg(long, env = "KEEL_BROKER_KAFKA_MAX_REQUEST_BYTES")]
     kafka_max_request_bytes: Option<usize>,
+    /// Forward admin requests (CreateTopics, DeleteTopics, AlterConfigs,
+    /// ElectLeaders, reassignments, ...) that reach the Kafka listener to
+    /// the active controller, acting as this broker. Off by default: the
+    /// listener authenticates nobody, so whoever reaches it could
+    /// administer the cluster; refused requests get
+    /// CLUSTER_AUTHORIZATION_FAILED.
+    #[arg(long, env = "KEEL_BROKER_KAFKA_ADMIN")]
+    kafka_admin: bool,
     /// Prometheus metrics address.
     #[arg(long, env = "KEEL_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Log format.
     #[arg(long, env = "KEEL_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormat>,
+    /// Parse and validate the configuration (file, environment, flags),
+    /// then exit: 0 when it is valid, 2 when not. Starts nothing.
+    #[arg(long)]
+    check: bool,
     #[command(flatten)]
     tls: TlsArgs,
 }
 
 #[derive(Subcommand, Debug)]
 enum BrokerCmd {
-    /// Remove a fenced broker from the cluster for good.
+    /// Remove a fenced broker from the cluster for good: the older
+    /// spelling of `keel cluster unregister-broker`, kept for scripts.
+    #[command(hide = true)]
     Unregister {
+        /// The broker's id.
         #[arg(long)]
         id: u32,
         #[command(flatten)]
@@ -112,6 +129,7 @@ struct BrokerFile {
     max_message_bytes: Option<usize>,
     kafka_listen: Option<SocketAddr>,
     kafka_max_request_bytes: Option<usize>,
+    kafka_admin: Option<bool>,
     metrics_listen: Option<SocketAddr>,
     log_format: Option<LogFormat>,
     tls_cert: Option<PathBuf>,
@@ -210,6 +228,7 @@ fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat)
         }
         c.kafka_max_request_bytes = v;
     }
+    c.kafka_admin = a.kafka_admin || f.kafka_admin.unwrap_or(false);
     Ok((
         c,
         a.metrics_listen.or(f.metrics_listen),
@@ -223,27 +242,7 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
             Ok(c) => c,
             Err(code) => return code,
         };
-        let r = client
-            .admin(|mut c| async move {
-                c.unregister_broker(keel_proto::pb::UnregisterBrokerRequest { broker_id: id })
-                    .await
-            })
-            .await;
-        return match r {
-            Ok(r) => match keel_proto::convert::check(&r.error) {
-                Ok(()) => {
-                    match common.output {
-                        Output::Json => {
-                            output::json(&serde_json::json!({"id": id, "unregistered": true}))
-                        }
-                        Output::Table => crate::outln!("Broker {id} unregistered."),
-                    }
-                    ExitCode::SUCCESS
-                }
-                Err(e) => output::refused(&e),
-            },
-            Err(e) => output::unreachable(&e),
-        };
+        return crate::admin::cluster::unregister(&client, common.output, id).await;
     }
     let (config, metrics, format) = match build(&a) {
         Ok(v) => v,
@@ -252,6 +251,13 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if a.check {
+        println!(
+            "configuration of broker {} is valid (cluster {}, listen {})",
+            config.broker_id, config.cluster_id, config.listen
+        );
+        return ExitCode::SUCCESS;
+    }
     if let Err(code) = logging::setup(format, metrics) {
         return code;
     }

@@ -27,6 +27,7 @@ enum CertsCmd {
         /// Directory to write into (created; no file is ever overwritten).
         #[arg(long)]
         dir: PathBuf,
+        /// The cluster id the certificates name (keel://<cluster>/...).
         #[arg(long)]
         cluster_id: String,
         /// Controllers 1..=N.
@@ -55,19 +56,25 @@ enum CertsCmd {
         /// Where ca.pem and ca-key.pem are.
         #[arg(long)]
         dir: PathBuf,
+        /// The cluster id the certificates name (keel://<cluster>/...).
         #[arg(long)]
         cluster_id: String,
+        /// Issue a certificate for this controller id.
         #[arg(long, conflicts_with_all = ["broker", "user"])]
         controller: Option<u64>,
+        /// Issue a certificate for this broker id.
         #[arg(long, conflicts_with = "user")]
         broker: Option<u32>,
+        /// Issue a certificate for this user name.
         #[arg(long)]
         user: Option<String>,
         /// Directory for the new certificate and key (default: --dir).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// IP addresses a node certificate also names (comma separated).
         #[arg(long = "ip", value_delimiter = ',')]
         ips: Vec<IpAddr>,
+        /// DNS names a node certificate also names (comma separated).
         #[arg(long = "dns", value_delimiter = ',')]
         dns: Vec<String>,
     },

@@ -65,9 +65,18 @@ pub struct ControllerArgs {
     /// Rebalance threshold in percent [default: 10].
     #[arg(long, env = "KEEL_AUTO_REBALANCE_THRESHOLD_PCT")]
     auto_rebalance_threshold_pct: Option<u32>,
-    /// Serve Prometheus metrics here, e.g. 127.0.0.11:9100.
+    /// Serve Prometheus metrics here, e.g. 127.0.0.11:9100 (the same
+    /// endpoint as --http-listen).
     #[arg(long, env = "KEEL_METRICS_LISTEN")]
     metrics_listen: Option<SocketAddr>,
+    /// Serve HTTP here: the web console at / and /console, its JSON at
+    /// /api/cluster, Prometheus metrics at /metrics; e.g. 127.0.0.11:9100.
+    #[arg(long, env = "KEEL_HTTP_LISTEN")]
+    http_listen: Option<SocketAddr>,
+    /// Parse and validate the configuration (file, environment, flags),
+    /// then exit: 0 when it is valid, 2 when not. Starts nothing.
+    #[arg(long)]
+    check: bool,
     /// Log format.
     #[arg(long, env = "KEEL_LOG_FORMAT", value_enum)]
     log_format: Option<LogFormat>,
@@ -129,6 +138,12 @@ pub struct ControllerArgs {
     /// comma separated: e.g. User:admin. Controllers always are.
     #[arg(long, env = "KEEL_SUPER_USERS")]
     super_users: Option<String>,
+    /// Kafka listener address, e.g. 127.0.0.11:9095: Kafka clients that
+    /// bootstrap from the controllers ask ApiVersions, DescribeCluster and
+    /// DescribeQuorum there (no TLS; off when not given). The other
+    /// controllers are taken to listen on the same port.
+    #[arg(long, env = "KEEL_CONTROLLER_KAFKA_LISTEN")]
+    kafka_listen: Option<SocketAddr>,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -151,6 +166,7 @@ struct ControllerFile {
     auto_rebalance_interval_ms: Option<u64>,
     auto_rebalance_threshold_pct: Option<u32>,
     metrics_listen: Option<SocketAddr>,
+    http_listen: Option<SocketAddr>,
     log_format: Option<LogFormat>,
     write_budget_mb: Option<u64>,
     worker_threads: Option<u16>,
@@ -161,6 +177,7 @@ struct ControllerFile {
     super_users: Option<Vec<String>>,
     disk_reserve_bytes: Option<u64>,
     allow_unknown_topic_configs: Option<bool>,
+    kafka_listen: Option<SocketAddr>,
     max_topics_per_request: Option<usize>,
     max_partitions_per_request: Option<u64>,
     max_partitions: Option<u64>,
@@ -375,12 +392,22 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
     }
     c.allow_unknown_topic_configs =
         a.allow_unknown_topic_configs || file.allow_unknown_topic_configs.unwrap_or(false);
+    c.kafka_listen = a.kafka_listen.or(file.kafka_listen);
     if c.election_timeout_min_ms >= c.election_timeout_max_ms
         || c.raft_heartbeat_ms * 2 > c.election_timeout_min_ms
     {
         return Err("election timeouts must satisfy 2 * heartbeat <= min < max".into());
     }
     let metrics = a.metrics_listen.or(file.metrics_listen);
+    let http = a.http_listen.or(file.http_listen);
+    if let (Some(m), Some(h)) = (metrics, http) {
+        if m != h {
+            return Err(format!(
+                "--metrics-listen {m} and --http-listen {h} differ: they are one endpoint, give one"
+            ));
+        }
+    }
+    let metrics = http.or(metrics);
     let format = a.log_format.or(file.log_format).unwrap_or_default();
     Ok((c, metrics, format))
 }
@@ -406,16 +433,34 @@ fn release_freed() {
 
 /// Runs until SIGINT/SIGTERM, or a fatal Raft error.
 pub async fn run(a: ControllerArgs) -> ExitCode {
-    let (config, metrics, format) = match build(&a) {
+    let (config, http, format) = match build(&a) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(2);
         }
     };
-    if let Err(code) = logging::setup(format, metrics) {
-        return code;
+    if a.check {
+        println!(
+            "configuration of controller {} is valid (cluster {}, listen {})",
+            config.node_id, config.cluster_id, config.listen
+        );
+        return ExitCode::SUCCESS;
     }
+    logging::init(format);
+    // The HTTP endpoint is bound before anything starts, so a taken port
+    // stops the node at once with the reason.
+    let http = match http {
+        None => None,
+        Some(addr) => match http_endpoint(addr).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "cannot serve HTTP");
+                eprintln!("error: {e:#}");
+                return ExitCode::from(EXIT_LOCAL);
+            }
+        },
+    };
     keel_controller::metric_names::describe();
     logging::build_info("controller");
     logging::raise_fd_limit();
@@ -432,6 +477,16 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
             return ExitCode::from(EXIT_LOCAL);
         }
     };
+    let (http_stop, http_stop_rx) = tokio::sync::watch::channel(false);
+    if let Some((listener, render)) = http {
+        tracing::info!(addr = ?listener.local_addr().ok(), "http endpoint up (console, /api/cluster, /metrics)");
+        tokio::spawn(keel_controller::console::serve(
+            listener,
+            node.shared().clone(),
+            render,
+            http_stop_rx,
+        ));
+    }
     let stop = logging::shutdown_signal();
     tokio::pin!(stop);
     // Looked at now and then rather than on every change: openraft
@@ -468,8 +523,39 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
         }
     }
     tracing::info!("shutting down");
+    let _ = http_stop.send(true);
     let _ = node.shutdown().await;
     ExitCode::SUCCESS
+}
+
+/// Period of the metrics recorder's upkeep (drains histogram samples that
+/// no scrape collected).
+const METRICS_UPKEEP: Duration = Duration::from_secs(5);
+
+/// Binds the HTTP endpoint and installs the Prometheus recorder it serves.
+async fn http_endpoint(
+    addr: SocketAddr,
+) -> anyhow::Result<(
+    tokio::net::TcpListener,
+    keel_controller::console::RenderMetrics,
+)> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot serve HTTP on {addr}: {e}"))?;
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets(logging::LATENCY_BUCKETS)
+        .map_err(|e| anyhow::anyhow!("metric buckets: {e}"))?
+        .install_recorder()
+        .map_err(|e| anyhow::anyhow!("cannot install the metrics recorder: {e}"))?;
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(METRICS_UPKEEP);
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    Ok((listener, std::sync::Arc::new(move || handle.render())))
 }
 
 #[cfg(test)]
@@ -477,6 +563,20 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+
+    /// The options every controller needs, TLS aside.
+    const MINIMAL: [&str; 10] = [
+        "--node-id",
+        "1",
+        "--listen",
+        "127.0.0.1:9093",
+        "--voters",
+        "1@127.0.0.1:9093",
+        "--data-dir",
+        "/nonexistent",
+        "--cluster-id",
+        "prod",
+    ];
 
     #[derive(Parser)]
     struct Cmd {
@@ -487,6 +587,38 @@ mod tests {
     fn parse(args: &[&str]) -> Result<ControllerArgs, clap::Error> {
         Cmd::try_parse_from(std::iter::once("controller").chain(args.iter().copied()))
             .map(|c| c.args)
+    }
+
+    #[test]
+    fn http_listen_and_metrics_listen_name_one_endpoint() {
+        let mut base = MINIMAL.to_vec();
+        base.push("--allow-plaintext");
+        let with = |extra: &[&str]| {
+            let mut args = base.to_vec();
+            args.extend_from_slice(extra);
+            build(&parse(&args).unwrap())
+        };
+        let (_, http, _) = with(&["--http-listen", "127.0.0.1:9100"]).unwrap();
+        assert_eq!(http, Some("127.0.0.1:9100".parse().unwrap()));
+        let (_, http, _) = with(&["--metrics-listen", "127.0.0.1:9100"]).unwrap();
+        assert_eq!(http, Some("127.0.0.1:9100".parse().unwrap()));
+        let same = [
+            "--metrics-listen",
+            "127.0.0.1:9100",
+            "--http-listen",
+            "127.0.0.1:9100",
+        ];
+        assert!(with(&same).is_ok());
+        let e = with(&[
+            "--metrics-listen",
+            "127.0.0.1:9100",
+            "--http-listen",
+            "127.0.0.1:9200",
+        ])
+        .expect_err("two addresses for one endpoint");
+        assert!(e.contains("--http-listen"), "{e}");
+        let (_, http, _) = with(&[]).unwrap();
+        assert_eq!(http, None);
     }
 
     #[test]
@@ -579,18 +711,7 @@ mod tests {
             .expect_err("TLS and plaintext at once");
         assert!(e.contains("--allow-plaintext"), "{e}");
         // Without TLS options: refused, unless plaintext is asked for.
-        let plain = [
-            "--node-id",
-            "1",
-            "--listen",
-            "127.0.0.1:9093",
-            "--voters",
-            "1@127.0.0.1:9093",
-            "--data-dir",
-            "/nonexistent",
-            "--cluster-id",
-            "prod",
-        ];
+        let plain = MINIMAL;
         let e = build(&parse(&plain).unwrap()).expect_err("no TLS settings");
         assert_eq!(e, crate::tls::NO_TLS);
         let mut allowed = plain.to_vec();

@@ -27,6 +27,7 @@ pub struct DevArgs {
     /// Number of brokers (1-9).
     #[arg(long, default_value_t = 3)]
     brokers: u8,
+    /// The cluster id (fixed when the data dirs are first formatted).
     #[arg(long, default_value = "keel-dev")]
     cluster_id: String,
     /// Exit after the cluster is up (for scripts); Ctrl-C otherwise.
@@ -95,6 +96,11 @@ fn wait_all(c: &mut Cluster, role: Role, timeout: Duration) {
     for n in c.nodes.iter_mut().filter(|n| n.role == role) {
         let left = deadline.saturating_duration_since(Instant::now());
         if n.process.wait_exit(left).is_none() {
+            eprintln!(
+                "{} did not stop within {} s; killed",
+                n.name(),
+                timeout.as_secs()
+            );
             n.kill();
         }
     }
@@ -113,6 +119,30 @@ fn stop(c: &mut Cluster) {
     wait_all(c, Role::Controller, Duration::from_secs(10));
     let _ = std::fs::remove_file(certs_note());
     eprintln!("stopped; nothing left running.");
+}
+
+/// Every address the cluster will listen on (gRPC, metrics, Kafka) that
+/// cannot be bound now, each named with its use and the OS's reason.
+fn taken_addresses(c: &Cluster) -> Vec<String> {
+    let mut taken = Vec::new();
+    for n in &c.nodes {
+        let uses = [
+            (Some(n.addr), "gRPC"),
+            (n.metrics_addr, "metrics"),
+            (n.kafka_addr, "Kafka listener"),
+        ];
+        for (addr, what) in uses {
+            let Some(addr) = addr else { continue };
+            if let Err(e) = std::net::TcpListener::bind(addr) {
+                taken.push(format!(
+                    "{} {} port {addr} is not free: {e}",
+                    n.name(),
+                    what
+                ));
+            }
+        }
+    }
+    taken
 }
 
 /// (leader id, term, active brokers, registered brokers), if the quorum answers.
@@ -174,9 +204,12 @@ pub async fn run(a: DevArgs) -> ExitCode {
         .unwrap_or_default();
     // Refuse early when another cluster (an earlier `keel dev`?) holds the
     // addresses: its answers would be mistaken for ours.
-    if let Err(e) = c.check_addresses_free() {
-        eprintln!("error: {e}");
-        eprintln!("hint: is another `keel dev` running? stop it first");
+    let taken = taken_addresses(&c);
+    if !taken.is_empty() {
+        for t in &taken {
+            eprintln!("error: {t}");
+        }
+        eprintln!("hint: is another `keel dev` running (stop it first), or another service on these ports (e.g. node_exporter on 9100)?");
         return ExitCode::from(EXIT_LOCAL);
     }
     // Only now: a refused start must not redirect another dev cluster's
@@ -225,9 +258,14 @@ pub async fn run(a: DevArgs) -> ExitCode {
     println!("  controllers  {}", controllers_list);
     println!("  brokers      {}", c.broker_addrs().join(","));
     println!(
-        "  Kafka        {} (plaintext; Metadata, ApiVersions, DescribeCluster)",
+        "  Kafka        {} (brokers, plaintext; metadata and admin APIs)",
         c.kafka_addrs().join(",")
     );
+    println!(
+        "  Kafka        {} (controllers, plaintext; DescribeCluster, DescribeQuorum)",
+        c.controller_kafka_addrs().join(",")
+    );
+    println!("  console      http://127.0.0.11:9100/ (any controller; a standby links to the active one)");
     println!("  metrics      http://127.0.0.1{{1,2,3}}:9100/metrics (controllers), http://127.0.0.2X:9101/metrics (brokers)");
     println!("  data + logs  {}", a.dir.display());
     println!(
@@ -236,10 +274,11 @@ pub async fn run(a: DevArgs) -> ExitCode {
     );
     println!();
     println!("Try, in another terminal:");
+    println!("  keel health");
     println!("  keel quorum describe --replication");
     println!("  keel cluster describe");
     println!("  keel topics create orders --partitions 6 --replication-factor 3");
-    println!("  keel topics describe --topic orders");
+    println!("  keel topics describe orders");
     println!("  keel elect-leaders --preferred --all");
     println!(
         "  kcat -L -b {}",
@@ -264,6 +303,8 @@ pub async fn run(a: DevArgs) -> ExitCode {
             return ExitCode::from(EXIT_LOCAL);
         }
     };
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut last_line: Option<String> = None;
     loop {
         let line = tokio::select! {
             _ = int.recv() => break,
@@ -275,7 +316,15 @@ pub async fn run(a: DevArgs) -> ExitCode {
                 None => "leader: none (election in progress?)".to_string(),
             },
         };
-        eprint!("\r\x1b[2K{line}");
+        if terminal {
+            // One status line, rewritten in place.
+            eprint!("\r\x1b[2K{line}");
+        } else if last_line.as_deref() != Some(line.as_str()) {
+            // A file or a pipe: each change on a line of its own, without
+            // terminal codes.
+            eprintln!("{line}");
+        }
+        last_line = Some(line);
         let _ = std::io::stderr().flush();
         tokio::select! {
             _ = int.recv() => break,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 use keel_jepsen::nemesis::Family;
+use keel_jepsen::timing::FaultLength;
 use keel_jepsen::Config;
 
 #[derive(Args, Debug)]
@@ -15,8 +16,10 @@ pub struct JepsenArgs {
     /// How long the workload and the nemesis run, in seconds.
     #[arg(long, default_value_t = 60)]
     time_limit: u64,
-    /// Fault families, comma separated: partition, kill, pause, zombie,
-    /// intruder, power, or all. `partition` and `power` need root.
+    /// Fault families, comma separated: partition, partition-one-way,
+    /// bridge, majorities-ring, isolate-leader, kill, kill-all, pause,
+    /// net-slow, zombie, intruder, power, disk, or all. The network
+    /// families, `net-slow` and `power` need root.
     #[arg(long, default_value = "all")]
     nemesis: String,
     /// Seed of the nemesis and workload choices (default: from the clock).
@@ -31,9 +34,15 @@ pub struct JepsenArgs {
     /// Concurrent workload clients.
     #[arg(long, default_value_t = 5)]
     clients: usize,
-    /// Seconds each fault lasts.
+    /// Upper bound of a fault's length in seconds (`--fault-mode drawn`,
+    /// the default: lengths from 50 ms up to it, mostly 200-900 ms, the
+    /// first ones just either side of the controllers' lease and election
+    /// timeout), or every fault's length (`--fault-mode fixed`).
     #[arg(long, default_value_t = 10)]
     fault_secs: u64,
+    /// `drawn` or `fixed`; see --fault-secs.
+    #[arg(long, default_value = "drawn", value_parser = ["drawn", "fixed"])]
+    fault_mode: String,
     /// Seconds of healed cluster between faults.
     #[arg(long, default_value_t = 10)]
     heal_secs: u64,
@@ -48,6 +57,12 @@ pub struct JepsenArgs {
     /// leaves it out, naming it is an error).
     #[arg(long)]
     plaintext: bool,
+    /// What the workload's clients speak: `grpc` (Keel's admin API on the
+    /// controllers) or `kafka` (Kafka's protocol on a Kafka listener that
+    /// every broker then gets, plaintext, forwarding admin requests to the
+    /// active controller). Final reads and probes always use gRPC.
+    #[arg(long, default_value = "grpc", value_parser = ["grpc", "kafka"])]
+    client: String,
 }
 
 pub async fn run(a: JepsenArgs) -> ExitCode {
@@ -67,9 +82,15 @@ pub async fn run(a: JepsenArgs) -> ExitCode {
         }
         families.remove(&Family::Intruder);
     }
-    if a.brokers == 0 || a.brokers > 9 || a.clients == 0 || a.names == 0 || a.time_limit == 0 {
+    if a.brokers == 0
+        || a.brokers > 9
+        || a.clients == 0
+        || a.names == 0
+        || a.time_limit == 0
+        || a.fault_secs == 0
+    {
         eprintln!(
-            "error: --brokers must be 1-9; --clients, --names and --time-limit must be positive"
+            "error: --brokers must be 1-9; --clients, --names, --time-limit and --fault-secs must be positive"
         );
         return ExitCode::from(keel_jepsen::EXIT_USAGE);
     }
@@ -86,6 +107,13 @@ pub async fn run(a: JepsenArgs) -> ExitCode {
             .map(|d| d.as_millis() as u64 % 1_000_000)
             .unwrap_or(1)
     });
+    let client = match keel_jepsen::kafka_client::ClientKind::parse(&a.client) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(keel_jepsen::EXIT_USAGE);
+        }
+    };
     let cfg = Config {
         exe,
         time_limit: Duration::from_secs(a.time_limit),
@@ -94,12 +122,17 @@ pub async fn run(a: JepsenArgs) -> ExitCode {
         results_dir: a.results_dir,
         brokers: a.brokers,
         clients: a.clients,
-        fault: Duration::from_secs(a.fault_secs),
+        fault: if a.fault_mode == "fixed" {
+            FaultLength::Fixed(Duration::from_secs(a.fault_secs))
+        } else {
+            FaultLength::Drawn(Duration::from_secs(a.fault_secs))
+        },
         heal: Duration::from_secs(a.heal_secs),
         recovery_bound: Duration::from_secs(a.recovery_secs),
         names: a.names,
         replication_factor: a.brokers.min(2) as u32,
         tls: !a.plaintext,
+        client,
     };
     ExitCode::from(keel_jepsen::run(cfg).await)
 }

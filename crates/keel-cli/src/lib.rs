@@ -33,13 +33,21 @@ pub const EXIT_LOCAL: u8 = 4;
     feature = "unsafe-ack-before-fsync",
     feature = "unsafe-skip-controller-epoch-check"
 )))]
-const VERSION: &str = env!("CARGO_PKG_VERSION");
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("KEEL_GIT_COMMIT"),
+    ")"
+);
 #[cfg(any(
     feature = "unsafe-ack-before-fsync",
     feature = "unsafe-skip-controller-epoch-check"
 ))]
 const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("KEEL_GIT_COMMIT"),
+    ")",
     " UNSAFE build (a demonstration feature that breaks Keel's guarantees is on; for tests only)"
 );
 
@@ -59,7 +67,8 @@ pub(crate) fn unsafe_features() -> Vec<&'static str> {
 #[command(
     name = "keel",
     version = VERSION,
-    about = "Keel: a Kafka-style cluster controller on a Raft log"
+    about = "Keel: a Kafka-style cluster controller on a Raft log",
+    after_help = "Examples:\n  keel dev                                   # a local cluster\n  keel topics create orders -p 6 -r 3\n  keel topics describe --under-replicated\n  keel quorum describe --replication\n  keel completions bash > /etc/bash_completion.d/keel"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -69,18 +78,32 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a controller node (one voter of the Raft quorum).
+    #[command(
+        after_help = "Example:\n  keel controller --node-id 1 --listen 127.0.0.11:9093 \\\n    --voters 1@127.0.0.11:9093,2@127.0.0.12:9093,3@127.0.0.13:9093 \\\n    --data-dir /var/lib/keel/c1 --cluster-id prod --metrics-listen 127.0.0.11:9100"
+    )]
     Controller(controller::ControllerArgs),
     /// Run a broker process.
+    #[command(
+        after_help = "Example:\n  keel broker --broker-id 1 --listen 127.0.0.21:9092 \\\n    --controllers 127.0.0.11:9093,127.0.0.12:9093,127.0.0.13:9093 \\\n    --cluster-id prod --data-dir /var/lib/keel/b1"
+    )]
     Broker(broker::BrokerArgs),
     /// Start a local 3-controller + 3-broker cluster (the quickest way to try Keel).
+    #[command(
+        after_help = "Examples:\n  keel dev                 # resumes the cluster in .keel-dev, Ctrl-C stops it\n  keel dev --fresh --brokers 5"
+    )]
     Dev(dev::DevArgs),
     /// Jepsen-style fault test of a local cluster: nemesis, workload, checkers, report.
+    #[command(after_help = "Example:\n  keel jepsen --nemesis partition --time-limit 60")]
     Jepsen(jepsen::JepsenArgs),
     /// Run a benchmark scenario against real local clusters.
+    #[command(after_help = "Example:\n  keel bench commit --writers 1,8,64 --out-dir bench-out")]
     Bench(bench::BenchArgs),
     /// Topics: create, delete, list, describe, alter-config.
     Topics(admin::TopicsArgs),
-    /// Partitions: add partitions to a topic.
+    /// Topic configs with their sources, and cluster-wide defaults
+    /// (`--entity-default`), as kafka-configs does.
+    Configs(admin::ConfigsArgs),
+    /// Partitions: grow a topic to a total (`set`, alias `add`).
     Partitions(admin::PartitionsArgs),
     /// The broker cluster as the active controller sees it.
     Cluster(admin::ClusterArgs),
@@ -90,16 +113,42 @@ enum Command {
     Reassign(admin::ReassignArgs),
     /// Elect preferred or unclean leaders.
     ElectLeaders(admin::ElectArgs),
+    /// Every controller and broker: role, term, indexes, lag, disk free,
+    /// version; exits 1 when anything is unhealthy.
+    Health(admin::HealthArgs),
     /// ACLs: who may do what (add, remove, list).
     Acls(admin::AclsArgs),
     /// Decode a controller's Raft log and snapshot offline.
     Log(log::LogArgs),
     /// Certificates: a cluster CA and one certificate per node and user.
+    #[command(
+        after_help = "Example:\n  keel certs init --dir certs --cluster-id prod --controllers 3 --brokers 3 --users admin"
+    )]
     Certs(certs::CertsArgs),
+    /// Print a shell completion script (bash, zsh, fish, ...).
+    #[command(
+        after_help = "Examples:\n  keel completions bash > /etc/bash_completion.d/keel\n  keel completions zsh > \"${fpath[1]}/_keel\"\n  keel completions fish > ~/.config/fish/completions/keel.fish"
+    )]
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// The gRPC echo server `keel bench compare` measures as its transport
     /// ceiling (started by the bench, not by hand).
     #[command(name = "bench-echo-server", hide = true)]
     BenchEchoServer(bench::EchoServerArgs),
+}
+
+/// `keel completions SHELL`: the completion script on stdout.
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    use clap::CommandFactory;
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "keel", &mut script);
+    output::write_line(format_args!(
+        "{}",
+        String::from_utf8_lossy(&script).trim_end()
+    ));
+    ExitCode::SUCCESS
 }
 
 /// Entry point of the `keel` binary.
@@ -130,15 +179,52 @@ pub fn main() -> ExitCode {
             Command::Jepsen(a) => jepsen::run(a).await,
             Command::Bench(a) => bench::run(a).await,
             Command::Topics(a) => admin::topics(a).await,
+            Command::Configs(a) => admin::configs(a).await,
             Command::Partitions(a) => admin::partitions(a).await,
             Command::Cluster(a) => admin::cluster(a).await,
             Command::Quorum(a) => admin::quorum(a).await,
             Command::Reassign(a) => admin::reassign(a).await,
             Command::ElectLeaders(a) => admin::elect(a).await,
+            Command::Health(a) => admin::health(a).await,
             Command::Acls(a) => admin::acls(a).await,
             Command::Log(a) => log::run(a),
             Command::Certs(a) => certs::run(a),
+            Command::Completions { shell } => completions(shell),
             Command::BenchEchoServer(a) => bench::echo_server(a).await,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every subcommand's arguments are consistent (no clashing short
+    /// flags, ids or conflicts naming unknown arguments).
+    #[test]
+    fn the_command_line_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+
+    /// Every visible option and argument of every command says what it is.
+    #[test]
+    fn every_option_has_help_text() {
+        fn walk(cmd: &clap::Command, path: &str, missing: &mut Vec<String>) {
+            for a in cmd.get_arguments() {
+                let id = a.get_id().as_str();
+                if a.is_hide_set() || id == "help" || id == "version" {
+                    continue;
+                }
+                if a.get_help().is_none() && a.get_long_help().is_none() {
+                    missing.push(format!("{path} {id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), missing);
+            }
+        }
+        let mut missing = Vec::new();
+        walk(&super::Cli::command(), "keel", &mut missing);
+        assert!(missing.is_empty(), "options without help: {missing:#?}");
+    }
 }

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
+use crate::output::Output;
 use crate::EXIT_LOCAL;
 
 /// Options of `keel log`.
@@ -23,6 +24,9 @@ enum LogCommand {
 
 /// Options of `keel log dump`.
 #[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  keel log dump --data-dir .keel-dev/controller-1\n  keel log dump --data-dir .keel-dev/controller-1 -o json --record-type Topic,RemoveTopic\n\nRecord types: RegisterBroker, FenceBroker, UnfenceBroker, BrokerShuttingDown, UnregisterBroker, LogDirsOffline, Topic, Partition, PartitionChange, TopicConfig, MarkTopicForDeletion, ReplicaDeletionState, RemoveTopic, BeginTransaction, EndTransaction, AbortTransaction, AclAdded, AclRemoved, BrokerKafkaListener, ClusterConfig."
+)]
 struct DumpArgs {
     /// The controller's data dir (the one given to `keel controller --data-dir`).
     /// The node must be stopped; to inspect a running node, dump a copy.
@@ -34,6 +38,14 @@ struct DumpArgs {
     /// Last log index to print (inclusive).
     #[arg(long)]
     to: Option<u64>,
+    /// `table`: readable lines (stamp, vote, snapshot, entries); `json`:
+    /// the log entries as data, one object each.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
+    output: Output,
+    /// Only these record types (comma separated or repeated, e.g.
+    /// `Topic,RemoveTopic`), and only the entries holding one.
+    #[arg(long, value_delimiter = ',', value_name = "TYPE")]
+    record_type: Vec<String>,
 }
 
 /// Runs `keel log ...`.
@@ -43,7 +55,109 @@ pub fn run(args: LogArgs) -> ExitCode {
     }
 }
 
+/// A record's type: its variant name, as in its JSON.
+fn record_type(record: &serde_json::Value) -> &str {
+    match record {
+        serde_json::Value::Object(m) => m.keys().next().map_or("", String::as_str),
+        serde_json::Value::String(s) => s,
+        _ => "",
+    }
+}
+
+/// JSON with every 128-bit number (the topic and incarnation ids) as its
+/// UUID text, as `topics describe` shows topic ids: serde_json's values
+/// cannot hold such numbers, its writer can.
+struct UuidText;
+
+impl serde_json::ser::Formatter for UuidText {
+    fn write_u128<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        value: u128,
+    ) -> std::io::Result<()> {
+        let h = format!("{value:032x}");
+        write!(
+            writer,
+            "\"{}-{}-{}-{}-{}\"",
+            &h[0..8],
+            &h[8..12],
+            &h[12..16],
+            &h[16..20],
+            &h[20..32]
+        )
+    }
+}
+
+/// One record as JSON: `{"Type": {fields}}` (a bare `"Type"` for a record
+/// without fields).
+fn record_json(r: &keel_metadata::MetadataRecord) -> serde_json::Value {
+    use serde::Serialize;
+    let mut buf = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut buf, UuidText);
+    match r.serialize(&mut ser) {
+        Ok(()) => serde_json::from_slice(&buf)
+            .unwrap_or_else(|e| serde_json::json!({ "undecodable": format!("{e}") })),
+        Err(e) => serde_json::json!({ "undecodable": format!("{e}") }),
+    }
+}
+
+/// One entry as JSON (stable field names).
+fn entry_json(e: &keel_raft::DumpedEntry) -> serde_json::Value {
+    serde_json::json!({
+        "index": e.index,
+        "term": e.term,
+        "kind": e.kind,
+        "records": e.records.iter().map(record_json).collect::<Vec<_>>(),
+        "membership": e.membership,
+        "error": e.error,
+    })
+}
+
+/// `log dump -o json` or `--record-type`: the entries as data, filtered.
+fn dump_entries(args: &DumpArgs) -> ExitCode {
+    let entries = match keel_raft::dump_entries(&args.data_dir, args.from, args.to) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    };
+    let wanted: Vec<&str> = args.record_type.iter().map(|t| t.trim()).collect();
+    let mut shown = Vec::new();
+    for e in &entries {
+        let mut v = entry_json(e);
+        if !wanted.is_empty() {
+            let Some(records) = v["records"].as_array_mut() else {
+                continue;
+            };
+            records.retain(|r| {
+                wanted
+                    .iter()
+                    .any(|w| w.eq_ignore_ascii_case(record_type(r)))
+            });
+            if records.is_empty() {
+                continue;
+            }
+        }
+        shown.push(v);
+    }
+    match args.output {
+        Output::Json => crate::output::json(&serde_json::json!({ "entries": shown })),
+        Output::Table => {
+            for e in &shown {
+                for r in e["records"].as_array().into_iter().flatten() {
+                    crate::outln!("{} {} {} {}", e["index"], e["term"], record_type(r), r);
+                }
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 fn dump(args: DumpArgs) -> ExitCode {
+    if args.output == Output::Json || !args.record_type.is_empty() {
+        return dump_entries(&args);
+    }
     match keel_raft::dump(&args.data_dir, args.from, args.to) {
         Ok(lines) => {
             let mut out = std::io::stdout().lock();
@@ -60,5 +174,21 @@ fn dump(args: DumpArgs) -> ExitCode {
             eprintln!("error: {e}");
             ExitCode::from(EXIT_LOCAL)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_metadata::{MetadataRecord, TopicId};
+
+    #[test]
+    fn records_show_their_type_and_ids_as_uuid_text() {
+        let id = TopicId(0x0123_4567_89ab_cdef_0011_2233_4455_6677);
+        let v = record_json(&MetadataRecord::RemoveTopic { topic_id: id });
+        assert_eq!(record_type(&v), "RemoveTopic");
+        assert_eq!(v["RemoveTopic"]["topic_id"], id.to_string());
+        let v = record_json(&MetadataRecord::EndTransaction);
+        assert_eq!(record_type(&v), "EndTransaction");
     }
 }

@@ -16,8 +16,12 @@ pub fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| {
         EnvFilter::new("info,openraft=warn,sled=warn,h2=warn,tower=warn,hyper=warn")
     });
+    // Colours only on a terminal: `keel dev`, systemd and the test kits
+    // send stderr to log files, where escape codes are noise.
+    use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
@@ -60,11 +64,13 @@ pub fn setup(
     })
 }
 
-/// `keel_build_info{version, role} 1`.
+/// `keel_build_info{version, revision, role} 1`: the release and, as
+/// Prometheus's own build_info names it, the git commit.
 pub fn build_info(role: &'static str) {
     metrics::gauge!(
         "keel_build_info",
-        "version" => crate::VERSION,
+        "version" => env!("CARGO_PKG_VERSION"),
+        "revision" => env!("KEEL_GIT_COMMIT"),
         "role" => role
     )
     .set(1.0);

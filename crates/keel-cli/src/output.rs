@@ -40,7 +40,9 @@ fn hint(code: ErrorCode) -> &'static str {
         ErrorCode::PreferredLeaderNotAvailable => "the preferred replica is offline or out of sync",
         ErrorCode::ElectionNotNeeded => "the partition already has the requested leader",
         ErrorCode::InvalidQuorumChange => "change one voter at a time; see `keel quorum describe`",
-        ErrorCode::InvalidConfig => "see `keel topics alter-config --help` for accepted values",
+        ErrorCode::InvalidConfig => {
+            "see `keel configs describe --topic T` for the configs and their current values"
+        }
         _ => "",
     }
 }

@@ -157,6 +157,10 @@ fn decide(base: &MetadataImage, batch: Vec<Command>, env: &mut DecideEnv) -> Dec
         metrics::histogram!("keel_controller_event_queue_time_seconds", "kind" => kind.as_str())
             .record(cmd.enqueued.elapsed().as_secs_f64());
         env.now_ms = now_ms();
+        env.applied_at = parts
+            .iter()
+            .all(|p| p.records.is_empty())
+            .then(|| base.offset());
         let (mut p, proposed) = cmd.decide(&working, env);
         if let Err(e) = take_in(&mut working, &p.records, p.replayed.take()) {
             // A decision that does not replay is a bug in the decide step:
@@ -250,6 +254,7 @@ pub(crate) async fn run(
         now_ms: now_ms(),
         rng: StdRng::from_os_rng(),
         epoch,
+        applied_at: None,
     };
     // The first tick comes one period in: a new active controller serves
     // its first requests before any full-image housekeeping scan.
@@ -267,13 +272,11 @@ pub(crate) async fn run(
     // Housekeeping ticks of this activation.
     let mut ticks = 0u64;
     while abort_open_transaction(&shared, epoch).await {
-        let mut reconciled = false;
         let first = tokio::select! {
             _ = &mut stop => break,
             c = rx.recv() => match c { Some(c) => c, None => break },
             _ = tick.tick() => {
                 ticks += 1;
-                reconciled = tasks::reconciles(ticks);
                 tasks::housekeeping(shared.clone(), ticks)
             }
             Some(r) = reports.recv() => tasks::replica_deletion_results(r),
@@ -313,9 +316,6 @@ pub(crate) async fn run(
                 (p.reply)(Ok(offset));
             }
             channels.stop_replicas(stop_replicas);
-            if reconciled {
-                keel_raft::off_the_workers(|| tasks::publish_image_gauges(&base));
-            }
             continue;
         };
         let started = Instant::now();
@@ -366,13 +366,9 @@ pub(crate) async fn run(
                 }
                 // The applied image now holds these entries (with their real
                 // indexes, e.g. broker epochs): plan requests from it.
-                summary.log(shared.config.node_id, epoch, index);
+                summary.log(shared.config.node_id, epoch, index, &shared.events);
                 channels.apply(plan, &shared.image());
                 channels.stop_replicas(stop_replicas);
-                if reconciled {
-                    let image = shared.image();
-                    keel_raft::off_the_workers(|| tasks::publish_image_gauges(&image));
-                }
             }
             Some(e) => {
                 tracing::warn!(
@@ -382,6 +378,12 @@ pub(crate) async fn run(
                     committed = committed.len(),
                     entries = batches.len(),
                     "proposal failed; leaving the active role"
+                );
+                metrics::counter!("keel_controller_metadata_errors_total").increment(1);
+                shared.events.push(
+                    epoch,
+                    committed.last().copied().unwrap_or(0),
+                    format!("a proposal to the metadata log failed ({e}); leaving the active role"),
                 );
                 break;
             }
@@ -408,6 +410,7 @@ mod tests {
             now_ms: 0,
             rng: StdRng::seed_from_u64(7),
             epoch: 1,
+            applied_at: None,
         }
     }
 
@@ -504,6 +507,43 @@ mod tests {
         let (records, seen, _) = run(None);
         assert_eq!(records, vec![shutting.clone()]);
         assert_eq!(seen, (true, false), "without one, the records are replayed");
+    }
+
+    /// A decide step learns that its image is the applied image itself
+    /// (`applied_at`) only while no earlier command of the batch put
+    /// records on it: a heartbeat decided off the loop is taken as it is
+    /// exactly then.
+    #[test]
+    fn applied_at_names_the_base_only_until_a_command_proposes() {
+        let base = base(1);
+        let b0 = BrokerId(0);
+        let epoch = base.broker(b0).expect("registered").epoch;
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        let step = |propose: bool| {
+            let seen_tx = seen_tx.clone();
+            let (tx, _rx) = oneshot::channel::<Result<(), ApiError>>();
+            Command::new(
+                CommandKind::BrokerHeartbeat,
+                move |image: &MetadataImage, env: &mut DecideEnv| {
+                    seen_tx.send(env.applied_at).expect("test alive");
+                    let records = if propose && !image.broker(b0).expect("registered").fenced {
+                        vec![MetadataRecord::FenceBroker { broker: b0, epoch }]
+                    } else {
+                        Vec::new()
+                    };
+                    Proposal::with_reply(records, Ok(()))
+                },
+                tx,
+            )
+        };
+        decide(
+            &base,
+            vec![step(false), step(true), step(false)],
+            &mut env(),
+        );
+        let seen: Vec<Option<u64>> = seen_rx.try_iter().collect();
+        let at = Some(base.offset());
+        assert_eq!(seen, vec![at, at, None]);
     }
 
     /// A command that hands over its decision's image is followed, in the

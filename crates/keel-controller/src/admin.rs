@@ -72,6 +72,19 @@ impl AdminApi {
             .map_err(|e| error_to_pb(&e))
     }
 
+    /// The image for a linearizable read of cluster-wide state by a caller
+    /// who may do `op` on the cluster.
+    async fn cluster_read<T>(
+        &self,
+        req: &Request<T>,
+        op: Operation,
+    ) -> Result<MetadataImage, pb::Error> {
+        self.shared.linearizable().await?;
+        let image = self.shared.image();
+        self.check_cluster(req, &image, op)?;
+        Ok(image)
+    }
+
     /// Admits a unary write to the node's write budget, unless it came
     /// through a `Write` session, which admitted it before reading it.
     async fn admit<M: Message>(&self, req: &Request<M>) -> Option<Admitted> {
@@ -173,6 +186,8 @@ refused!(
     pb::CreateAclsResponse,
     pb::DeleteAclsResponse,
     pb::DescribeAclsResponse,
+    pb::AlterClusterConfigsResponse,
+    pb::DescribeClusterConfigsResponse,
 );
 
 /// Takes one of the node's admin request slots for the rest of the call
@@ -185,6 +200,33 @@ macro_rules! slot {
             Err(e) => return Ok(Response::new(<$resp as Refused>::refused(error_to_pb(&e)))),
         }
     };
+}
+
+/// Runs a membership change on a task of its own and answers with its
+/// error: the change goes on to its end when the caller gives up and its
+/// handler is dropped.
+async fn to_the_end(
+    change: impl std::future::Future<Output = Result<(), ApiError>> + Send + 'static,
+) -> Option<pb::Error> {
+    match tokio::spawn(change).await {
+        Ok(r) => r.err().map(|e| error_to_pb(&e)),
+        Err(e) => Some(error_to_pb(&ApiError::new(
+            ErrorCode::Internal,
+            format!("the membership change stopped: {e}"),
+        ))),
+    }
+}
+
+/// Config entries in key order.
+fn config_entries<'a>(
+    m: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> Vec<pb::ConfigEntry> {
+    m.into_iter()
+        .map(|(key, value)| pb::ConfigEntry {
+            key: key.clone(),
+            value: value.clone(),
+        })
+        .collect()
 }
 
 /// A top-level error for a response's `error` field.
@@ -726,11 +768,11 @@ impl AdminService for AdminApi {
                 .collect(),
             Err(_) => BTreeMap::new(),
         };
-        let disks = self
+        let reports = self
             .shared
-            .broker_disks
+            .broker_reports
             .lock()
-            .map(|d| d.clone())
+            .map(|r| r.clone())
             .unwrap_or_default();
         let m = self.shared.raft.metrics().borrow().clone();
         let incarnations =
@@ -752,7 +794,14 @@ impl AdminService for AdminApi {
                     } else {
                         Vec::new()
                     },
-                    disks: disks.get(&b.id).cloned().unwrap_or_default(),
+                    disks: reports
+                        .get(&b.id)
+                        .map(|r| r.disks.clone())
+                        .unwrap_or_default(),
+                    version: reports
+                        .get(&b.id)
+                        .map(|r| r.version.clone())
+                        .unwrap_or_default(),
                 })
                 .collect(),
         }))
@@ -767,13 +816,14 @@ impl AdminService for AdminApi {
             return Ok(Response::new(pb::DescribeTopicsResponse {
                 error: Some(e),
                 topics: vec![],
+                cluster_defaults: vec![],
             }));
         }
         let caller = Caller::of(&req);
         let names = req.into_inner().names;
         let image = self.shared.image();
         let checker = caller.checker(&image, &self.shared.config.super_users);
-        let topics = if names.is_empty() {
+        let topics: Vec<pb::TopicDescription> = if names.is_empty() {
             // Only what the caller may describe; the rest is not there.
             let mut all: Vec<_> = image
                 .topics()
@@ -809,9 +859,16 @@ impl AdminService for AdminApi {
                 })
                 .collect()
         };
+        // The defaults a described topic takes (told only with one).
+        let cluster_defaults = if topics.iter().any(|t| t.error.is_none()) {
+            config_entries(image.cluster_configs())
+        } else {
+            vec![]
+        };
         Ok(Response::new(pb::DescribeTopicsResponse {
             error: None,
             topics,
+            cluster_defaults,
         }))
     }
 
@@ -966,11 +1023,15 @@ impl AdminService for AdminApi {
             return Ok(Response::new(pb::AddVoterResponse { error: Some(e) }));
         }
         let req = req.into_inner();
-        let error =
-            crate::quorum::add_voter(&self.shared, req.node_id, req.address, &req.directory_id)
-                .await
-                .err()
-                .map(|e| error_to_pb(&e));
+        // On a task of its own: a caller that gives up (a deadline, a
+        // dropped connection) drops this handler, and with it whatever
+        // step the change had reached; a re-admitted voter would stay a
+        // learner nobody promotes. The change runs to its end either way.
+        let shared = self.shared.clone();
+        let error = to_the_end(async move {
+            crate::quorum::add_voter(&shared, req.node_id, req.address, &req.directory_id).await
+        })
+        .await;
         Ok(Response::new(pb::AddVoterResponse { error }))
     }
 
@@ -986,10 +1047,11 @@ impl AdminService for AdminApi {
             return Ok(Response::new(pb::RemoveVoterResponse { error: Some(e) }));
         }
         let req = req.into_inner();
-        let error = crate::quorum::remove_voter(&self.shared, req.node_id)
-            .await
-            .err()
-            .map(|e| error_to_pb(&e));
+        // On a task of its own, as AddVoter's.
+        let shared = self.shared.clone();
+        let error =
+            to_the_end(async move { crate::quorum::remove_voter(&shared, req.node_id).await })
+                .await;
         Ok(Response::new(pb::RemoveVoterResponse { error }))
     }
 
@@ -1125,13 +1187,10 @@ impl AdminService for AdminApi {
                 bindings: vec![],
             }))
         };
-        if let Err(e) = self.shared.linearizable().await {
-            return fail(e);
-        }
-        let image = self.shared.image();
-        if let Err(e) = self.check_cluster(&req, &image, Operation::Describe) {
-            return fail(e);
-        }
+        let image = match self.cluster_read(&req, Operation::Describe).await {
+            Ok(image) => image,
+            Err(e) => return fail(e),
+        };
         let filter = match req.get_ref().filter.as_ref().map(acl_filter_from_pb) {
             None => Default::default(),
             Some(Ok(f)) => f,
@@ -1144,6 +1203,81 @@ impl AdminService for AdminApi {
                 .into_iter()
                 .map(acl_binding_to_pb)
                 .collect(),
+        }))
+    }
+
+    async fn alter_cluster_configs(
+        &self,
+        req: Request<pb::AlterClusterConfigsRequest>,
+    ) -> Result<Response<pb::AlterClusterConfigsResponse>, Status> {
+        let _slot = slot!(self, req, pb::AlterClusterConfigsResponse);
+        let _admitted = self.admit(&req).await;
+        let caller = Caller::of(&req);
+        let supers = self.super_users();
+        let req = req.into_inner();
+        let fail = |e: ApiError| {
+            Ok(Response::new(pb::AlterClusterConfigsResponse {
+                error: top(e),
+            }))
+        };
+        let ops: Vec<ConfigOp> = match req.ops.into_iter().map(config_op_from_pb).collect() {
+            Ok(ops) => ops,
+            Err(e) => return fail(ApiError::from(e)),
+        };
+        let limits = self.shared.config.limits.clone();
+        if let Err(e) = limits.check_alter_configs(&[("cluster defaults".to_string(), ops.clone())])
+        {
+            return fail(e);
+        }
+        let validate_only = req.validate_only;
+        let unknown = if self.shared.config.allow_unknown_topic_configs {
+            keel_metadata::topic_config::UnknownConfigs::Allow
+        } else {
+            keel_metadata::topic_config::UnknownConfigs::Refuse
+        };
+        let r = self
+            .shared
+            .submit(CommandKind::AlterConfigs, move |image, _| {
+                if let Err(e) = caller
+                    .checker(image, &supers)
+                    .check(Operation::AlterConfigs, Resource::Cluster)
+                {
+                    return Proposal::with_reply(vec![], Err(e));
+                }
+                if let Err(e) = limits.check_cluster_configs_in(image, &ops) {
+                    return Proposal::with_reply(vec![], Err(e));
+                }
+                let d = image.decide_alter_cluster_configs(&ops, validate_only, unknown);
+                Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
+            })
+            .await;
+        Ok(Response::new(pb::AlterClusterConfigsResponse {
+            error: match r {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => top(e),
+                Err(e) => submit_error(&self.shared, e),
+            },
+        }))
+    }
+
+    async fn describe_cluster_configs(
+        &self,
+        req: Request<pb::DescribeClusterConfigsRequest>,
+    ) -> Result<Response<pb::DescribeClusterConfigsResponse>, Status> {
+        let _slot = slot!(self, req, pb::DescribeClusterConfigsResponse);
+        let fail = |e: pb::Error| {
+            Ok(Response::new(pb::DescribeClusterConfigsResponse {
+                error: Some(e),
+                configs: vec![],
+            }))
+        };
+        let image = match self.cluster_read(&req, Operation::DescribeConfigs).await {
+            Ok(image) => image,
+            Err(e) => return fail(e),
+        };
+        Ok(Response::new(pb::DescribeClusterConfigsResponse {
+            error: None,
+            configs: config_entries(image.cluster_configs()),
         }))
     }
 
@@ -1196,7 +1330,93 @@ impl AdminService for AdminApi {
             last_log_index: m.last_log_index,
             directory_id: self.shared.directory_id.to_string(),
             disk: Some(disk_to_pb(&self.shared)),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            kafka_address: self.shared.kafka_address.get().map(|a| a.to_string()),
         }))
+    }
+
+    type ReadSnapshotStream = BoxStream<'static, Result<pb::ReadSnapshotResponse, Status>>;
+
+    async fn read_snapshot(
+        &self,
+        req: Request<pb::ReadSnapshotRequest>,
+    ) -> Result<Response<Self::ReadSnapshotStream>, Status> {
+        type Answer =
+            Result<Response<BoxStream<'static, Result<pb::ReadSnapshotResponse, Status>>>, Status>;
+        let refuse = |error: pb::Error| -> Answer {
+            let r = pb::ReadSnapshotResponse {
+                error: Some(error),
+                ..Default::default()
+            };
+            Ok(Response::new(
+                futures::stream::once(async move { Ok(r) }).boxed(),
+            ))
+        };
+        let _slot = match self.slot(&req) {
+            Ok(p) => p,
+            Err(e) => return refuse(error_to_pb(&e)),
+        };
+        // A backup holds every ACL and credential of the cluster: the same
+        // cluster-level permission as building a snapshot.
+        if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Alter) {
+            return refuse(e);
+        }
+        // The applied image is consistent by construction: everything up
+        // to one log entry, nothing after it.
+        let applied = self.shared.applied();
+        // A node that has applied nothing is not in a quorum yet: as a
+        // standby would, it points the client elsewhere.
+        let Some(last) = applied.last_applied else {
+            return refuse(error_to_pb(&ApiError::new(
+                ErrorCode::NotController,
+                "this node has applied nothing yet; ask another voter".to_string(),
+            )));
+        };
+        // The image does not encode a transaction's held records: only a
+        // point between transactions is a whole state.
+        if let Some(at) = applied.image.open_transaction() {
+            return refuse(error_to_pb(&ApiError::new(
+                ErrorCode::RequestTimedOut,
+                format!("a transaction is open since index {at}; try again once it ends"),
+            )));
+        }
+        let membership = applied.membership.membership();
+        let voters: Vec<String> = membership
+            .voter_ids()
+            .map(|id| {
+                let addr = membership.get_node(&id).map_or("", |n| n.addr.as_str());
+                format!("{id}@{addr}")
+            })
+            .collect();
+        let image = applied.image.clone();
+        let (body, image_hash) = keel_raft::off_the_workers(|| (image.encode(), image.hash()));
+        // 1 MiB chunks stay far below gRPC's message limits whatever the
+        // image's size.
+        const CHUNK_BYTES: usize = 1 << 20;
+        let mut messages = vec![pb::ReadSnapshotResponse {
+            error: None,
+            cluster_id: self.shared.config.cluster_id.clone(),
+            index: last.index,
+            term: last.leader_id.term,
+            leader_node_id: last.leader_id.node_id,
+            image_hash,
+            image_bytes: body.len() as u64,
+            chunk: Vec::new(),
+            voters: voters.join(","),
+        }];
+        for (i, part) in body.chunks(CHUNK_BYTES).enumerate() {
+            if i == 0 {
+                messages[0].chunk = part.to_vec();
+            } else {
+                messages.push(pb::ReadSnapshotResponse {
+                    chunk: part.to_vec(),
+                    ..Default::default()
+                });
+            }
+        }
+        Ok(Response::new(
+            futures::stream::iter(messages.into_iter().map(Ok)).boxed(),
+        ))
     }
 
     async fn trigger_snapshot(
@@ -1297,5 +1517,48 @@ fn snapshot_to_pb(f: &keel_raft::SnapshotFigures) -> pb::SnapshotInfo {
             None => "",
         }
         .to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A handler dropped while it waits (its caller gave up) does not stop
+    /// the membership change it started: that runs to its end.
+    #[tokio::test]
+    async fn a_change_runs_to_its_end_when_its_handler_is_dropped() {
+        let finished = Arc::new(AtomicBool::new(false));
+        let f = finished.clone();
+        let (started_tx, started) = tokio::sync::oneshot::channel();
+        let (go_on_tx, go_on) = tokio::sync::oneshot::channel::<()>();
+        let handler = tokio::spawn(to_the_end(async move {
+            let _ = started_tx.send(());
+            let _ = go_on.await;
+            f.store(true, Ordering::SeqCst);
+            Ok(())
+        }));
+        // The change is under way when its handler is dropped, and goes on
+        // only after that.
+        started.await.unwrap();
+        handler.abort();
+        assert!(handler.await.unwrap_err().is_cancelled());
+        go_on_tx.send(()).unwrap();
+        for _ in 0..100 {
+            if finished.load(Ordering::SeqCst) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(finished.load(Ordering::SeqCst), "the change was cut short");
+
+        // An answered change reports its error.
+        let e = to_the_end(async { Err(ApiError::new(ErrorCode::InvalidRequest, "no")) }).await;
+        assert_eq!(e.map(|e| e.code), Some(ErrorCode::InvalidRequest.as_i32()));
+        assert_eq!(to_the_end(async { Ok(()) }).await, None);
     }
 }

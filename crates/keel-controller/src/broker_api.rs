@@ -165,6 +165,7 @@ impl BrokerService for BrokerApi {
         as_broker(&req, "BrokerHeartbeat", req.get_ref().broker_id)?;
         let mut req = req.into_inner();
         let req_disks = std::mem::take(&mut req.disks);
+        let req_version = std::mem::take(&mut req.software_version);
         let handle = match self.shared.active_handle() {
             Ok(h) => h,
             Err(e) => {
@@ -209,24 +210,59 @@ impl BrokerService for BrokerApi {
             if let Ok(mut t) = self.shared.heartbeats.lock() {
                 t.touch(hb.broker, hb.epoch, now_ms());
             }
-            if let Ok(mut d) = self.shared.broker_disks.lock() {
-                // Bounded: one entry per registered broker, a few per entry.
-                let disks: Vec<pb::DiskSpace> = req_disks.into_iter().take(64).collect();
-                d.insert(hb.broker, disks);
+            if let Ok(mut r) = self.shared.broker_reports.lock() {
+                // Bounded: one entry per registered broker, a few disks and
+                // a release number per entry.
+                let report = crate::shared::BrokerReport {
+                    disks: req_disks.into_iter().take(64).collect(),
+                    version: req_version.chars().take(64).collect(),
+                };
+                r.insert(hb.broker, report);
             }
         }
         // Caught up once the broker has applied its own registration.
         let caught_up = registered.is_some_and(|b| hb.metadata_offset >= b.epoch.0);
-        // The pure decision answers; only a state change goes to the loop
-        // (which decides again, on its own image).
-        let d = image.decide_heartbeat(&hb, caught_up);
-        if d.records.is_empty() {
-            return answer(d.reply);
-        }
+        // The pure decision answers; only a state change goes to the loop.
+        // The loop takes this very decision when its image is still the
+        // applied image it was made on (the common case), and decides
+        // again on its own image otherwise: deciding twice would double
+        // the cost of a large change (a controlled shutdown moves every
+        // leadership of the broker).
+        // A heartbeat that may move leaderships (a shutdown, a fence, failed
+        // log dirs, an unfence) can take long on a large image: it is
+        // decided off the runtime's workers, which serve every other
+        // broker's heartbeat.
+        let decided_at = image.offset();
+        // The first heartbeat asking to shut down always changes state (it
+        // is the start of the shutdown): it goes to the loop at once and is
+        // decided there only, with no look-ahead on the way.
+        let starts_shutdown =
+            hb.want_shutdown && registered.is_some_and(|b| !b.fenced && !b.shutting_down);
+        let pre = if starts_shutdown {
+            None
+        } else {
+            let heavy = hb.want_shutdown
+                || hb.want_fence
+                || !hb.offline_log_dirs.is_empty()
+                || registered.is_some_and(|b| b.shutting_down || b.fenced);
+            let d = if heavy {
+                keel_raft::off_the_workers(|| image.decide_heartbeat(&hb, caught_up))
+            } else {
+                image.decide_heartbeat(&hb, caught_up)
+            };
+            if d.records.is_empty() {
+                return answer(d.reply);
+            }
+            Some(d)
+        };
+        drop(applied);
         let r = self
             .shared
-            .submit(CommandKind::BrokerHeartbeat, move |image, _| {
-                let d = image.decide_heartbeat(&hb, caught_up);
+            .submit(CommandKind::BrokerHeartbeat, move |image, env| {
+                let d = match pre {
+                    Some(d) if env.applied_at == Some(decided_at) => d,
+                    _ => image.decide_heartbeat(&hb, caught_up),
+                };
                 Proposal::with_reply(d.records, d.reply).with_replayed(d.replayed)
             })
             .await;

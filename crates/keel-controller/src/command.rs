@@ -93,6 +93,12 @@ pub struct DecideEnv {
     pub rng: StdRng,
     /// The controller epoch of this activation.
     pub epoch: u64,
+    /// `Some(offset)` while the image handed to the decide step is the
+    /// applied image at `offset` itself, with no record of an earlier
+    /// command of the batch on it: a decision made off the loop on the
+    /// applied image at that offset is then exactly the decision this step
+    /// would make, and may be taken as it is (see `broker_heartbeat`).
+    pub applied_at: Option<u64>,
 }
 
 /// What to do when the proposed records commit (with their log index) or

@@ -63,6 +63,9 @@ pub struct ControllerConfig {
     /// Topic config names Kafka's schema does not know are carried instead
     /// of refused with INVALID_CONFIG.
     pub allow_unknown_topic_configs: bool,
+    /// Kafka listener (`--kafka-listen`): ApiVersions, DescribeCluster and
+    /// DescribeQuorum for Kafka clients that bootstrap from controllers.
+    pub kafka_listen: Option<SocketAddr>,
 }
 
 impl ControllerConfig {
@@ -105,6 +108,7 @@ impl ControllerConfig {
             max_linearizable_reads_per_sec: 20_000,
             disk_reserve_bytes: None,
             allow_unknown_topic_configs: false,
+            kafka_listen: None,
         }
     }
 

@@ -34,6 +34,11 @@ fn resign(shared: &Shared, running: Running, why: &str) {
         why,
         "resigned as active controller"
     );
+    shared.events.push(
+        running.epoch,
+        0,
+        format!("resigned as active controller: {why}"),
+    );
 }
 
 /// Period of the Raft gauges' refresh.
@@ -94,13 +99,39 @@ fn export_gauges(m: &openraft::RaftMetrics<u64, keel_raft::KeelNode>) {
     if let Some(i) = m.last_log_index {
         metrics::gauge!("keel_controller_last_log_index").set(i as f64);
     }
-    if let Some(rep) = &m.replication {
-        // Per-peer Raft lag (entries behind the leader's log end).
-        let end = m.last_log_index.unwrap_or(0);
-        for (peer, matched) in rep {
-            let lag = end.saturating_sub(matched.map(|l| l.index).unwrap_or(0));
-            metrics::gauge!("keel_controller_raft_peer_lag", "peer" => peer.to_string())
-                .set(lag as f64);
+    let applied = m.last_applied.map_or(0, |l| l.index);
+    match crate::console::committed_index(m) {
+        Some(committed) => {
+            // On the leader: the index a majority of voters holds.
+            metrics::gauge!("keel_controller_last_committed_index").set(committed as f64);
+            metrics::gauge!("keel_controller_last_applied_lag_entries")
+                .set(committed.saturating_sub(applied) as f64);
+        }
+        None => {
+            // Elsewhere the highest index known committed is the applied
+            // one, and the leader-only lags read 0: a deposed leader must
+            // not keep exporting (and alerting on) the last values it saw.
+            metrics::gauge!("keel_controller_last_committed_index").set(applied as f64);
+            metrics::gauge!("keel_controller_last_applied_lag_entries").set(0.0);
+        }
+    }
+    match &m.replication {
+        Some(rep) => {
+            // Per-peer Raft lag (entries behind the leader's log end).
+            let end = m.last_log_index.unwrap_or(0);
+            for (peer, matched) in rep {
+                let lag = end.saturating_sub(matched.map(|l| l.index).unwrap_or(0));
+                metrics::gauge!("keel_controller_raft_peer_lag", "peer" => peer.to_string())
+                    .set(lag as f64);
+            }
+        }
+        None => {
+            for (peer, _) in m.membership_config.membership().nodes() {
+                if *peer != m.id {
+                    metrics::gauge!("keel_controller_raft_peer_lag", "peer" => peer.to_string())
+                        .set(0.0);
+                }
+            }
         }
     }
 }
@@ -120,6 +151,8 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
     metrics::gauge!("keel_controller_active").set(0.0);
     // A membership change binding voters' directory ids, while one runs.
     let mut binding: Option<JoinHandle<()>> = None;
+    // Broker states as of the last tick, for the console's events.
+    let mut brokers_seen = crate::console::BrokersSeen::default();
     // Also the period of the gauges, and of the re-check of a loop that may
     // have stopped on its own.
     let mut tick = tokio::time::interval(GAUGE_PERIOD);
@@ -177,6 +210,11 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
             }
             metrics::gauge!("keel_controller_active").set(1.0);
             metrics::counter!("keel_controller_new_active_controllers_total").increment(1);
+            shared.events.push(
+                epoch,
+                m.last_applied_index.unwrap_or(0),
+                format!("node {me} became the active controller"),
+            );
             tracing::info!(
                 node = me,
                 term = epoch,
@@ -210,10 +248,98 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
             r = data.changed(), if awaiting_first_entry => if r.is_err() { break },
             _ = tokio::time::sleep(Duration::from_millis(10)), if awaiting_quorum => {}
             _ = shutdown.changed() => break,
-            _ = tick.tick() => export_gauges(&shared.raft.metrics().borrow()),
+            _ = tick.tick() => {
+                export_gauges(&shared.raft.metrics().borrow());
+                // The active controller records broker changes as it
+                // commits them; a standby from its replayed image.
+                brokers_seen.note(&shared, running.is_none());
+            }
         }
     }
     if let Some(r) = running.take() {
         resign(&shared, r, "node shutting down");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use openraft::{CommittedLeaderId, LogId, Membership, RaftMetrics, StoredMembership};
+
+    use super::*;
+
+    fn log_id(index: u64) -> Option<LogId<u64>> {
+        Some(LogId::new(CommittedLeaderId::new(1, 1), index))
+    }
+
+    fn exported(m: &RaftMetrics<u64, keel_raft::KeelNode>) -> String {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || export_gauges(m));
+        handle.render()
+    }
+
+    fn line<'a>(text: &'a str, prefix: &str) -> &'a str {
+        text.lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+    }
+
+    #[test]
+    fn a_node_that_is_not_the_leader_exports_no_stale_leader_figures() {
+        let members: BTreeMap<u64, keel_raft::KeelNode> = (1..=3)
+            .map(|i| (i, keel_raft::KeelNode::new(format!("127.0.0.{i}:9093"))))
+            .collect();
+        let mut m = RaftMetrics::new_initial(1);
+        m.membership_config = Arc::new(StoredMembership::new(
+            log_id(1),
+            Membership::new(vec![BTreeSet::from([1, 2, 3])], members),
+        ));
+        m.last_log_index = Some(20);
+        m.last_applied = log_id(12);
+        m.current_leader = Some(1);
+        m.state = ServerState::Leader;
+        m.replication = Some(BTreeMap::from([
+            (1, log_id(20)),
+            (2, log_id(15)),
+            (3, log_id(4)),
+        ]));
+        let leader = exported(&m);
+        assert_eq!(
+            line(&leader, "keel_controller_last_committed_index"),
+            "keel_controller_last_committed_index 15"
+        );
+        assert_eq!(
+            line(&leader, "keel_controller_last_applied_lag_entries"),
+            "keel_controller_last_applied_lag_entries 3"
+        );
+        assert_eq!(
+            line(&leader, "keel_controller_raft_peer_lag{peer=\"3\"}"),
+            "keel_controller_raft_peer_lag{peer=\"3\"} 16"
+        );
+
+        // Deposed: no replication view; the same names read what this node
+        // knows, not the last leader-time values.
+        m.state = ServerState::Follower;
+        m.current_leader = Some(2);
+        m.replication = None;
+        let follower = exported(&m);
+        assert_eq!(
+            line(&follower, "keel_controller_last_committed_index"),
+            "keel_controller_last_committed_index 12"
+        );
+        assert_eq!(
+            line(&follower, "keel_controller_last_applied_lag_entries"),
+            "keel_controller_last_applied_lag_entries 0"
+        );
+        assert_eq!(
+            line(&follower, "keel_controller_raft_peer_lag{peer=\"3\"}"),
+            "keel_controller_raft_peer_lag{peer=\"3\"} 0"
+        );
+        assert!(
+            !follower.contains("peer=\"1\""),
+            "no lag of itself:\n{follower}"
+        );
     }
 }

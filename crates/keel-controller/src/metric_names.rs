@@ -15,7 +15,7 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
     (
         "keel_build_info",
         Kind::Gauge,
-        "Always 1; labels name the version and the role of this process.",
+        "Always 1; labels name the version, the git revision and the role of this process.",
     ),
     (
         "keel_controller_active",
@@ -38,9 +38,19 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         "Index of the last entry in this node's metadata log.",
     ),
     (
+        "keel_controller_last_committed_index",
+        Kind::Gauge,
+        "Highest index this node knows committed: on the leader the index a majority of voters holds, elsewhere its applied index.",
+    ),
+    (
+        "keel_controller_last_applied_lag_entries",
+        Kind::Gauge,
+        "Committed entries the leader has not applied yet (0 on other nodes).",
+    ),
+    (
         "keel_controller_raft_peer_lag",
         Kind::Gauge,
-        "Entries a peer's log is behind the leader's (label peer; exported by the leader).",
+        "Entries a peer's log is behind the leader's (label peer; 0 on nodes that are not the leader).",
     ),
     (
         "keel_controller_new_active_controllers_total",
@@ -73,6 +83,16 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         "Partitions without a leader.",
     ),
     (
+        "keel_controller_under_replicated_partitions",
+        Kind::Gauge,
+        "Partitions whose ISR is smaller than their replica set.",
+    ),
+    (
+        "keel_controller_under_min_isr_partitions",
+        Kind::Gauge,
+        "Partitions whose ISR is smaller than their topic's min.insync.replicas.",
+    ),
+    (
         "keel_controller_preferred_replica_imbalance",
         Kind::Gauge,
         "Partitions whose leader is not their preferred replica.",
@@ -86,6 +106,16 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         "keel_controller_unclean_elections_total",
         Kind::Counter,
         "Leaders elected from outside the ISR.",
+    ),
+    (
+        "keel_controller_clean_leader_elections_total",
+        Kind::Counter,
+        "Leaders elected from the ISR (failover, reassignment, preferred or controlled-shutdown moves).",
+    ),
+    (
+        "keel_controller_metadata_errors_total",
+        Kind::Counter,
+        "Proposals to the metadata log that failed on the active controller (it then leaves the active role); a replay error stops the node instead.",
     ),
     (
         "keel_controller_timed_out_heartbeats_total",
@@ -154,8 +184,59 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
     ),
 ];
 
+/// Process metrics a controller's HTTP endpoint exports under the standard
+/// Prometheus names (written by `process_metrics::render`, not through the
+/// recorder: the CPU counter is in fractional seconds).
+pub const PROCESS_CATALOG: &[(&str, Kind, &str)] = &[
+    (
+        "process_cpu_seconds_total",
+        Kind::Counter,
+        "User and system CPU time spent in seconds.",
+    ),
+    (
+        "process_resident_memory_bytes",
+        Kind::Gauge,
+        "Resident memory size in bytes.",
+    ),
+    (
+        "process_virtual_memory_bytes",
+        Kind::Gauge,
+        "Virtual memory size in bytes.",
+    ),
+    (
+        "process_open_fds",
+        Kind::Gauge,
+        "Number of open file descriptors.",
+    ),
+    (
+        "process_max_fds",
+        Kind::Gauge,
+        "Maximum number of open file descriptors.",
+    ),
+    (
+        "process_start_time_seconds",
+        Kind::Gauge,
+        "Start time of the process since unix epoch in seconds.",
+    ),
+    (
+        "process_threads",
+        Kind::Gauge,
+        "Number of OS threads in the process.",
+    ),
+];
+
+/// Counters of [`CATALOG`] that carry labels: they appear with their
+/// first labelled event, not at 0 from the start.
+const LABELLED_COUNTERS: &[&str] = &[
+    "keel_controller_throttled_total",
+    "keel_controller_channel_connects_total",
+    "keel_controller_channel_disconnects_total",
+];
+
 /// Gives every metric of [`CATALOG`] its help text (on the installed
-/// recorder; a no-op without one).
+/// recorder; a no-op without one), and exports every unlabelled counter at
+/// 0 from the start: an alert on `increase(...)` of a counter that does
+/// not exist yet would never fire.
 pub fn describe() {
     for (name, kind, help) in CATALOG {
         match kind {
@@ -163,6 +244,12 @@ pub fn describe() {
             Kind::Gauge => metrics::describe_gauge!(*name, *help),
             Kind::Histogram => metrics::describe_histogram!(*name, *help),
         }
+        if *kind == Kind::Counter && !LABELLED_COUNTERS.contains(name) {
+            metrics::counter!(*name).increment(0);
+        }
+    }
+    for limit in ["requests", "reads"] {
+        metrics::counter!("keel_controller_throttled_total", "limit" => limit).increment(0);
     }
 }
 

@@ -199,6 +199,26 @@ impl ControllerNode {
             config.node_id,
             shutdown_rx.clone(),
         ));
+        if let Some(addr) = config.kafka_listen {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (Kafka listener)"))?;
+            let kafka_address = l.local_addr().unwrap_or(addr);
+            let _ = shared.kafka_address.set(kafka_address);
+            if !matches!(config.transport, keel_tls::Transport::Plaintext) {
+                tracing::warn!(kafka = %kafka_address, "the Kafka listener speaks plaintext and authenticates nobody: whoever reaches it reads the quorum's state (it changes nothing)");
+            }
+            let views = Arc::new(crate::kafka_listener::QuorumViews {
+                shared: shared.clone(),
+                kafka_address,
+            });
+            tokio::spawn(keel_kafka::serve(
+                l,
+                views,
+                keel_kafka::ListenerConfig::default(),
+                shutdown_rx.clone(),
+            ));
+        }
         let leadership = tokio::spawn(crate::leadership::watch_leadership(
             shared.clone(),
             shutdown_rx,

@@ -35,6 +35,15 @@ pub struct ActiveHandle {
     pub(crate) tx: mpsc::Sender<Command>,
 }
 
+/// A broker's own report in its last heartbeat.
+#[derive(Clone, Debug, Default)]
+pub struct BrokerReport {
+    /// Its data dir's and log dirs' file systems.
+    pub disks: Vec<keel_proto::pb::DiskSpace>,
+    /// Its release.
+    pub version: String,
+}
+
 /// One node's shared state.
 pub struct Shared {
     pub config: ControllerConfig,
@@ -57,10 +66,14 @@ pub struct Shared {
     pub throttle: crate::throttle::Throttle,
     /// The data dir's free space, as last measured.
     pub disk: Arc<crate::disk::DiskWatch>,
-    /// Each broker's disks as its last heartbeat (of its current epoch)
-    /// reported them: soft state, like the sessions.
-    pub broker_disks:
-        Mutex<std::collections::BTreeMap<keel_metadata::BrokerId, Vec<keel_proto::pb::DiskSpace>>>,
+    /// What each broker's last heartbeat (of its current epoch) reported
+    /// about itself: soft state, like the sessions.
+    pub broker_reports: Mutex<std::collections::BTreeMap<keel_metadata::BrokerId, BrokerReport>>,
+    /// The last controller events this node saw, for the web console.
+    pub events: crate::console::Events,
+    /// This node's Kafka listener as bound (set once, at start; unset
+    /// without `--kafka-listen`), for DescribeNode.
+    pub kafka_address: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
 impl Shared {
@@ -80,7 +93,9 @@ impl Shared {
         );
         Self {
             disk: Arc::default(),
-            broker_disks: Mutex::default(),
+            broker_reports: Mutex::default(),
+            events: Default::default(),
+            kafka_address: std::sync::OnceLock::new(),
             throttle,
             super_users,
             config,

@@ -143,6 +143,8 @@ pub(crate) struct ChangeSummary {
     offline_count: usize,
     unclean: Vec<String>,
     unclean_count: usize,
+    /// Partitions that got a new leader (clean or unclean elections).
+    elected_count: usize,
 }
 
 impl ChangeSummary {
@@ -179,6 +181,9 @@ impl ChangeSummary {
                             s.offline.push(name());
                         }
                     }
+                    if matches!(c.leader, keel_metadata::LeaderChange::To(_)) {
+                        s.elected_count += 1;
+                    }
                     if c.unclean {
                         s.unclean_count += 1;
                         if s.unclean.len() < 5 {
@@ -192,18 +197,54 @@ impl ChangeSummary {
         s
     }
 
-    /// Logs the summary and counts unclean elections, once committed.
-    pub(crate) fn log(&self, node: u64, term: u64, index: u64) {
+    /// Logs the summary, counts leader elections (clean and unclean) and
+    /// keeps the lines for the console, once committed.
+    pub(crate) fn log(&self, node: u64, term: u64, index: u64, events: &crate::console::Events) {
         for (what, broker, epoch) in &self.brokers {
             tracing::info!(node, term, index, broker, broker_epoch = epoch, "{what}");
+            // A registration's epoch is its entry's index, not known when
+            // the summary was made.
+            let text = if *epoch == 0 {
+                format!("{what}: broker {broker}")
+            } else {
+                format!("{what}: broker {broker} (epoch {epoch})")
+            };
+            events.push(term, index, text);
         }
         if self.offline_count > 0 {
             tracing::warn!(node, term, index, count = self.offline_count, sample = ?self.offline, "partitions went offline (no eligible leader)");
+            events.push(
+                term,
+                index,
+                format!(
+                    "{} partitions went offline (no eligible leader)",
+                    self.offline_count
+                ),
+            );
+        }
+        let clean = self.elected_count.saturating_sub(self.unclean_count);
+        if clean > 0 {
+            metrics::counter!("keel_controller_clean_leader_elections_total")
+                .increment(clean as u64);
+            let s = if clean == 1 { "" } else { "s" };
+            events.push(
+                term,
+                index,
+                format!("{clean} partition{s} got a new leader from the ISR"),
+            );
         }
         if self.unclean_count > 0 {
             tracing::warn!(node, term, index, count = self.unclean_count, sample = ?self.unclean, "unclean leader election");
             metrics::counter!("keel_controller_unclean_elections_total")
                 .increment(self.unclean_count as u64);
+            events.push(
+                term,
+                index,
+                format!(
+                    "{} partitions elected a leader uncleanly (outside the ISR)",
+                    self.unclean_count
+                ),
+            );
         }
     }
 }
@@ -246,14 +287,33 @@ pub(crate) fn deletion_progress_of(
     stop
 }
 
-/// Cluster-wide gauges read off the image (a full scan: reconcile cadence).
+/// Cluster-wide gauges read off the image: a full scan, made when the
+/// metrics are scraped (every node, standbys too), never on the event loop.
 pub(crate) fn publish_image_gauges(image: &MetadataImage) {
     let mut offline = 0u64;
     let mut preferred_total = 0u64;
     let mut not_preferred = 0u64;
-    for (_, p) in image.partitions() {
+    let mut under_replicated = 0u64;
+    let mut under_min_isr = 0u64;
+    // Partitions come topic by topic: the topic's min ISR is read once.
+    let mut min_isr: Option<(keel_metadata::TopicId, usize)> = None;
+    for (tp, p) in image.partitions() {
         if p.leader.is_none() {
             offline += 1;
+        }
+        if p.isr.len() < p.replicas.len() {
+            under_replicated += 1;
+        }
+        let topic_min_isr = match min_isr {
+            Some((t, m)) if t == tp.topic_id => m,
+            _ => {
+                let m = crate::console::min_isr(image, tp.topic_id);
+                min_isr = Some((tp.topic_id, m));
+                m
+            }
+        };
+        if p.isr.len() < topic_min_isr {
+            under_min_isr += 1;
         }
         if let Some(first) = p.replicas.first() {
             preferred_total += 1;
@@ -273,6 +333,8 @@ pub(crate) fn publish_image_gauges(image: &MetadataImage) {
     metrics::gauge!("keel_controller_topics").set(image.topic_count() as f64);
     metrics::gauge!("keel_controller_partitions").set(image.partition_count() as f64);
     metrics::gauge!("keel_controller_offline_partitions").set(offline as f64);
+    metrics::gauge!("keel_controller_under_replicated_partitions").set(under_replicated as f64);
+    metrics::gauge!("keel_controller_under_min_isr_partitions").set(under_min_isr as f64);
     metrics::gauge!("keel_controller_preferred_replica_imbalance").set(not_preferred as f64);
     metrics::gauge!("keel_controller_preferred_replica_imbalance_ratio").set(
         if preferred_total == 0 {

@@ -116,33 +116,53 @@ impl Quorum {
     }
 }
 
-/// Registers broker `id` (a stand-in: nothing listens at its address) and
-/// unfences it; returns its epoch.
-async fn register(api: &BrokerApi, id: u32) -> u64 {
-    let r = api
-        .register_broker(Request::new(pb::RegisterBrokerRequest {
-            broker_id: id,
-            incarnation_id: vec![id as u8; 16],
-            cluster_id: CLUSTER.into(),
-            address: format!("127.0.0.1:{}", 10_000 + id),
-            ..Default::default()
-        }))
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(r.error, None);
-    let hb = api
-        .broker_heartbeat(Request::new(pb::BrokerHeartbeatRequest {
-            broker_id: id,
-            broker_epoch: r.broker_epoch,
-            current_metadata_offset: u64::MAX / 2,
-            ..Default::default()
-        }))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(hb.error.is_none() && !hb.is_fenced);
-    r.broker_epoch
+/// Registers broker `id` (a stand-in: nothing listens at its address) on
+/// the active controller and unfences it; returns that controller's index.
+/// A registration that meets an election (three fresh controllers on a
+/// loaded host may hold one just after the first) is retried on the next
+/// active controller, a bounded number of times.
+async fn register(q: &Quorum, id: u32) -> usize {
+    for _ in 0..5 {
+        let leader = q.active().await;
+        let api = BrokerApi::new(q.node(leader).shared().clone());
+        let r = api
+            .register_broker(Request::new(pb::RegisterBrokerRequest {
+                broker_id: id,
+                incarnation_id: vec![id as u8; 16],
+                cluster_id: CLUSTER.into(),
+                address: format!("127.0.0.1:{}", 10_000 + id),
+                ..Default::default()
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        if let Some(e) = &r.error {
+            assert!(
+                matches!(
+                    e.code(),
+                    pb::ErrorCode::RequestTimedOut | pb::ErrorCode::NotController
+                ),
+                "registration refused: {e:?}"
+            );
+            continue;
+        }
+        let hb = api
+            .broker_heartbeat(Request::new(pb::BrokerHeartbeatRequest {
+                broker_id: id,
+                broker_epoch: r.broker_epoch,
+                current_metadata_offset: u64::MAX / 2,
+                ..Default::default()
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        if hb.error.is_some() {
+            continue;
+        }
+        assert!(!hb.is_fenced);
+        return leader;
+    }
+    panic!("broker {id} could not register in five tries");
 }
 
 fn big(name: &str, partitions: u32) -> CreateTopic {
@@ -159,8 +179,7 @@ fn big(name: &str, partitions: u32) -> CreateTopic {
 async fn a_create_whose_leader_dies_after_its_first_entry_leaves_no_topic() {
     let _serial = SERIAL.lock().await;
     let mut q = Quorum::start().await;
-    let leader = q.active().await;
-    register(&BrokerApi::new(q.node(leader).shared().clone()), 1).await;
+    let leader = register(&q, 1).await;
 
     // The leader decides a 20,000-partition create and commits only the
     // first of its entries before it dies. (Its event loop is held on a
@@ -233,10 +252,8 @@ async fn a_create_whose_leader_dies_after_its_first_entry_leaves_no_topic() {
 async fn a_registration_batched_with_a_large_create_is_told_the_epoch_replay_gave_it() {
     let _serial = SERIAL.lock().await;
     let q = Quorum::start().await;
-    let leader = q.active().await;
+    let leader = register(&q, 1).await;
     let shared = q.node(leader).shared().clone();
-    let api = BrokerApi::new(shared.clone());
-    register(&api, 1).await;
 
     // Hold the loop on one command, so what arrives meanwhile (a
     // registration, then a 12,000-record create) is decided as one batch.
@@ -297,9 +314,8 @@ async fn a_registration_batched_with_a_large_create_is_told_the_epoch_replay_gav
 async fn a_fence_of_100k_partitions_is_all_or_nothing() {
     let _serial = SERIAL.lock().await;
     let mut q = Quorum::start().await;
-    let leader = q.active().await;
+    let leader = register(&q, 1).await;
     let shared = q.node(leader).shared().clone();
-    register(&BrokerApi::new(shared.clone()), 1).await;
     for t in 0..5 {
         shared
             .submit(CommandKind::CreateTopics, move |image, env| {

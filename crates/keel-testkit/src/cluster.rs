@@ -125,6 +125,9 @@ pub struct Spec {
     pub fiu: bool,
     /// A Kafka listener on every broker (`None`: none).
     pub kafka: Option<KafkaPorts>,
+    /// Brokers with a Kafka listener forward admin requests from it
+    /// (`--kafka-admin`; default true).
+    pub kafka_admin: bool,
 }
 
 impl Spec {
@@ -156,12 +159,20 @@ impl Spec {
             allow_unsafe_build: false,
             fiu: false,
             kafka: None,
+            kafka_admin: true,
         }
     }
 
     /// A Kafka listener on every broker (see [`Spec::kafka`]).
     pub fn kafka(mut self, ports: KafkaPorts) -> Self {
         self.kafka = Some(ports);
+        self
+    }
+
+    /// Whether brokers forward Kafka admin requests (see
+    /// [`Spec::kafka_admin`]).
+    pub fn kafka_admin(mut self, on: bool) -> Self {
+        self.kafka_admin = on;
         self
     }
 
@@ -442,6 +453,14 @@ pub struct Cluster {
     tmpfs_bytes: Option<u64>,
     /// Brokers' Kafka listeners, when the spec asks for them.
     kafka: Option<KafkaPorts>,
+    kafka_admin: bool,
+    /// `--super-users` of controllers over TLS: the kit's admin user, and
+    /// the brokers when they have Kafka listeners (requests they forward
+    /// act as `Broker:<id>`, as Kafka deployments make brokers super users).
+    super_users: String,
+    /// The port of controllers' Kafka listeners (each on its own address),
+    /// when brokers have them and nodes have addresses of their own.
+    controller_kafka_port: Option<u16>,
 }
 
 /// The user whose certificate the kit's clients present.
@@ -492,6 +511,16 @@ impl Cluster {
             transport: Transport::Plaintext,
             tmpfs_bytes: spec.tmpfs_bytes,
             kafka: spec.kafka,
+            kafka_admin: spec.kafka_admin,
+            super_users: std::iter::once(format!("User:{ADMIN_USER}"))
+                .chain(
+                    (1..=spec.brokers)
+                        .filter(|_| spec.kafka.is_some())
+                        .map(|i| format!("Broker:{i}")),
+                )
+                .collect::<Vec<_>>()
+                .join(","),
+            controller_kafka_port: None,
             lazyfs: if spec.lazyfs {
                 Some(crate::lazyfs::binary()?)
             } else {
@@ -509,6 +538,16 @@ impl Cluster {
         for i in 0..spec.controllers {
             controllers.push(c.addresses(Role::Controller, i)?);
         }
+        // Controllers' Kafka listeners share one port (each controller
+        // finds the others' at its voter address with its own port).
+        c.controller_kafka_port = match (&c.addressing, c.kafka) {
+            (Addressing::Subnet { .. }, Some(KafkaPorts::Fixed(port))) => port.checked_add(1),
+            (Addressing::Subnet { .. }, Some(KafkaPorts::Free)) => match controllers.first() {
+                Some((addr, _)) => Some(free_port(addr.ip())?),
+                None => None,
+            },
+            _ => None,
+        };
         let voters = voters_of(&controllers);
         for (i, (addr, metrics)) in controllers.iter().enumerate() {
             let node = c.controller_node(i as u32 + 1, *addr, *metrics, &voters, false);
@@ -711,6 +750,12 @@ impl Cluster {
         if let Some(m) = metrics {
             args.extend(["--metrics-listen".into(), m.to_string()]);
         }
+        let kafka_addr = self
+            .controller_kafka_port
+            .map(|port| SocketAddr::new(addr.ip(), port));
+        if let Some(k) = kafka_addr {
+            args.extend(["--kafka-listen".into(), k.to_string()]);
+        }
         if join {
             args.push("--join".into());
         }
@@ -720,7 +765,7 @@ impl Cluster {
         )));
         if self.certs.is_some() {
             // The kit's clients speak as the admin user.
-            args.extend(["--super-users".into(), format!("User:{ADMIN_USER}")]);
+            args.extend(["--super-users".into(), self.super_users.clone()]);
         }
         args.extend(self.controller_flags.iter().cloned());
         Node {
@@ -728,7 +773,7 @@ impl Cluster {
             id,
             addr,
             metrics_addr: metrics,
-            kafka_addr: None,
+            kafka_addr,
             process: Process::new(
                 name.clone(),
                 self.launch(args, &self.controller_log),
@@ -767,6 +812,12 @@ impl Cluster {
         }
         if let Some(k) = kafka {
             args.extend(["--kafka-listen".into(), k.to_string()]);
+            // The kit's brokers take Kafka admin requests unless told not
+            // to (as Broker:<id>, a super user of clusters with Kafka
+            // listeners).
+            if self.kafka_admin {
+                args.push("--kafka-admin".into());
+            }
         }
         args.extend(self.tls_flags(&keel_tls::Identity::broker(&self.cluster_id, id)));
         args.extend(self.broker_flags.iter().cloned());
@@ -966,6 +1017,14 @@ impl Cluster {
     /// without one are left out).
     pub fn kafka_addrs(&self) -> Vec<String> {
         self.brokers()
+            .filter_map(|n| n.kafka_addr.map(|a| a.to_string()))
+            .collect()
+    }
+
+    /// `ip:port` of every controller's Kafka listener, in id order (only
+    /// with a subnet layout and brokers' Kafka listeners).
+    pub fn controller_kafka_addrs(&self) -> Vec<String> {
+        self.controllers()
             .filter_map(|n| n.kafka_addr.map(|a| a.to_string()))
             .collect()
     }

@@ -40,7 +40,8 @@ impl Errno {
 pub enum Calls {
     /// `fsync` and `fdatasync`: nothing becomes durable.
     Sync,
-    /// `pwrite` and `pwritev` (sled's log and every positioned write).
+    /// `pwrite` and `pwritev` (sled's log, a broker's history: every
+    /// positioned write; never a socket's).
     Pwrite,
     /// `open`: no new file (snapshot blobs, history files).
     Open,

@@ -15,7 +15,9 @@ use std::sync::Mutex;
 /// Chains this process installed, with how many live [`Net`]s use each.
 static INSTALLED: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
 
-fn ipt(args: &[&str]) -> Result<(), String> {
+/// Runs `iptables -w ARGS` (waiting for the xtables lock); the error
+/// names the command and iptables' own message.
+pub fn ipt(args: &[&str]) -> Result<(), String> {
     let out = Command::new("iptables")
         .arg("-w")
         .args(args)

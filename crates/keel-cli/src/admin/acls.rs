@@ -77,6 +77,9 @@ impl PermissionArgs {
 enum AclsCmd {
     /// Add a binding: `--principal User:alice --operation create --topic
     /// orders --allow`.
+    #[command(
+        after_help = "Examples:\n  keel acls add --principal User:alice --operation create --topic-prefix orders- --allow\n  keel acls add --principal User:bob --operation delete --topic orders-eu --deny"
+    )]
     Add {
         /// User:NAME (User:* for every user), Broker:ID or Controller:ID.
         #[arg(long)]
@@ -92,9 +95,16 @@ enum AclsCmd {
     },
     /// Remove every binding that matches all the options given (at least
     /// one).
+    #[command(
+        after_help = "Example:\n  keel acls remove --principal User:alice --topic-prefix orders-"
+    )]
     Remove {
+        /// Only bindings of this principal (User:NAME, Broker:ID or
+        /// Controller:ID).
         #[arg(long)]
         principal: Option<Principal>,
+        /// Only bindings for this operation (all, describe, create, delete,
+        /// alter, describe-configs, alter-configs or cluster-action).
         #[arg(long)]
         operation: Option<Operation>,
         #[command(flatten)]
@@ -103,9 +113,14 @@ enum AclsCmd {
         permission: PermissionArgs,
     },
     /// List bindings, all or those matching the options given.
+    #[command(after_help = "Example:\n  keel acls list --principal User:alice -o json")]
     List {
+        /// Only bindings of this principal (User:NAME, Broker:ID or
+        /// Controller:ID).
         #[arg(long)]
         principal: Option<Principal>,
+        /// Only bindings for this operation (all, describe, create, delete,
+        /// alter, describe-configs, alter-configs or cluster-action).
         #[arg(long)]
         operation: Option<Operation>,
         #[command(flatten)]

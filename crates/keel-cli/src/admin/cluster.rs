@@ -1,6 +1,7 @@
 //! `keel cluster`: describe the brokers, unregister a fenced one.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use keel_proto::pb;
@@ -19,10 +20,16 @@ pub struct ClusterArgs {
 
 #[derive(Subcommand, Debug)]
 enum ClusterCmd {
-    /// Every registered broker and its state.
+    /// Every registered broker and its state, and every controller with
+    /// its Kafka listener.
+    #[command(after_help = "Example:\n  keel cluster describe -o json")]
     Describe,
     /// Remove a fenced broker for good.
+    #[command(
+        after_help = "Example (broker 4 is stopped and fenced):\n  keel cluster unregister-broker --id 4"
+    )]
     UnregisterBroker {
+        /// The broker's id.
         #[arg(long)]
         id: u32,
     },
@@ -51,11 +58,29 @@ pub async fn cluster(a: ClusterArgs) -> ExitCode {
                 describe_cluster,
                 pb::DescribeClusterRequest::default()
             );
+            let quorum = call!(
+                client,
+                admin,
+                describe_quorum,
+                pb::DescribeQuorumRequest::default()
+            );
+            let transport = match a.common.transport() {
+                Ok(t) => t,
+                Err(code) => return code,
+            };
+            let controllers = controllers(&transport, &quorum).await;
             match a.common.output {
                 Output::Json => output::json(&json!({
                     "cluster_id": r.cluster_id,
                     "controller_id": r.controller_id,
                     "controller_epoch": r.controller_epoch,
+                    "controllers": controllers.iter().map(|c| json!({
+                        "id": c.id,
+                        "address": c.address,
+                        "status": c.status,
+                        "kafka_address": c.kafka_address,
+                        "error": c.error,
+                    })).collect::<Vec<_>>(),
                     "brokers": r.brokers.iter().filter_map(|d| {
                         let b = d.broker.as_ref()?;
                         Some(json!({
@@ -115,24 +140,70 @@ pub async fn cluster(a: ClusterArgs) -> ExitCode {
                         ],
                         &rows,
                     );
+                    crate::outln!("");
+                    let rows: Vec<Vec<String>> = controllers
+                        .iter()
+                        .map(|c| {
+                            vec![
+                                c.id.to_string(),
+                                c.address.clone(),
+                                match (&c.kafka_address, &c.error) {
+                                    (Some(k), _) => k.clone(),
+                                    (None, Some(e)) => format!("? ({e})"),
+                                    (None, None) => "-".into(),
+                                },
+                                c.status.clone(),
+                            ]
+                        })
+                        .collect();
+                    output::table(&["CONTROLLER", "ADDRESS", "KAFKA", "STATUS"], &rows);
                 }
             }
             ExitCode::SUCCESS
         }
-        ClusterCmd::UnregisterBroker { id } => {
-            let _ = call!(
-                client,
-                admin,
-                unregister_broker,
-                pb::UnregisterBrokerRequest { broker_id: id }
-            );
-            match a.common.output {
-                Output::Json => output::json(&json!({"id": id, "unregistered": true})),
-                Output::Table => crate::outln!("Broker {id} unregistered."),
-            }
-            ExitCode::SUCCESS
-        }
+        ClusterCmd::UnregisterBroker { id } => unregister(&client, a.common.output, id).await,
     }
+}
+
+/// How long each controller has to say where its Kafka listener is.
+const NODE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One controller of the quorum, as `cluster describe` shows it.
+struct Controller {
+    id: u64,
+    /// Its gRPC address, as the membership records it.
+    address: String,
+    /// As the leader describes it ("leader", "follower", "unreachable", ...).
+    status: String,
+    /// Its Kafka listener, in its own words; `None` when it has none or
+    /// did not answer.
+    kafka_address: Option<String>,
+    /// Why it did not answer.
+    error: Option<String>,
+}
+
+/// Every member of `quorum`, each asked directly for its Kafka listener
+/// (a controller knows only its own).
+async fn controllers(
+    transport: &keel_tls::Transport,
+    quorum: &pb::DescribeQuorumResponse,
+) -> Vec<Controller> {
+    let mut out = Vec::new();
+    for v in &quorum.voters {
+        let node = super::health::describe_node(transport, &v.address, NODE_TIMEOUT).await;
+        let (kafka_address, error) = match node {
+            Ok(n) => (n.kafka_address, None),
+            Err(e) => (None, Some(e)),
+        };
+        out.push(Controller {
+            id: v.id,
+            address: v.address.clone(),
+            status: v.status.clone(),
+            kafka_address,
+            error,
+        });
+    }
+    out
 }
 
 /// The fullest of a broker's dirs: "37% (12.0 GiB)", or "-" before its
@@ -153,6 +224,26 @@ fn least_free(disks: &[pb::DiskSpace]) -> String {
             )
         })
         .unwrap_or_else(|| "-".into())
+}
+
+/// Removes fenced broker `id` for good: `keel cluster unregister-broker`,
+/// and `keel broker unregister`, its older spelling.
+pub(crate) async fn unregister(
+    client: &keel_proto::client::ControllerClient,
+    out: Output,
+    id: u32,
+) -> ExitCode {
+    let _ = call!(
+        client,
+        admin,
+        unregister_broker,
+        pb::UnregisterBrokerRequest { broker_id: id }
+    );
+    match out {
+        Output::Json => output::json(&json!({"id": id, "unregistered": true})),
+        Output::Table => crate::outln!("Broker {id} unregistered."),
+    }
+    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

@@ -21,11 +21,17 @@ pub const DEFAULT_BOOTSTRAP: &str = "127.0.0.11:9093,127.0.0.12:9093,127.0.0.13:
 /// Options every admin command takes.
 #[derive(Args, Debug, Clone)]
 pub struct Common {
-    /// Any controller addresses, comma separated.
-    #[arg(long, env = "KEEL_BOOTSTRAP", default_value = DEFAULT_BOOTSTRAP, global = true)]
+    /// Any controller addresses (HOST:PORT), comma separated.
+    #[arg(
+        long,
+        short = 'b',
+        env = "KEEL_BOOTSTRAP",
+        default_value = DEFAULT_BOOTSTRAP,
+        global = true
+    )]
     pub bootstrap: String,
-    /// Output format.
-    #[arg(long, value_enum, default_value_t = Output::Table, global = true)]
+    /// Output format: `table` for people, `json` for scripts.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
     /// Mutual TLS: e.g. certs/user-admin.pem, its key and the cluster CA;
     /// none (and no `--allow-plaintext`) with the default bootstrap uses
@@ -67,20 +73,110 @@ impl Common {
     /// TLS options say; on bad options, prints why and returns the exit
     /// code.
     pub fn client(&self) -> Result<ControllerClient, ExitCode> {
-        let transport = self
-            .tls()
-            .transport(&TlsKeys::default(), None, None)
-            .map_err(usage)?;
-        Ok(ControllerClient::new(
-            self.bootstrap
-                .split(',')
-                .map(|s| s.trim().to_string())
-                .filter(|s| !s.is_empty())
-                .collect(),
-        )
-        .with_transport(transport)
-        .with_fail_fast(true))
+        let addresses = bootstrap_addresses(&self.bootstrap).map_err(usage)?;
+        self.client_of(addresses)
     }
+
+    /// The transport the TLS options say; on bad options, prints why and
+    /// returns the exit code.
+    pub fn transport(&self) -> Result<keel_tls::Transport, ExitCode> {
+        self.tls()
+            .transport(&TlsKeys::default(), None, None)
+            .map_err(usage)
+    }
+
+    /// A client of exactly `addresses`, speaking as the TLS options say.
+    pub fn client_of(&self, addresses: Vec<String>) -> Result<ControllerClient, ExitCode> {
+        let transport = self.transport()?;
+        Ok(ControllerClient::new(addresses)
+            .with_transport(transport)
+            .with_fail_fast(true))
+    }
+}
+
+/// The `--bootstrap` list, each entry checked to be HOST:PORT (a missing
+/// port is named at once, not found out by a connection attempt).
+fn bootstrap_addresses(list: &str) -> Result<Vec<String>, String> {
+    let addresses: Vec<String> = list
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    if addresses.is_empty() {
+        return Err("--bootstrap names no address; give HOST:PORT of any controller".into());
+    }
+    for a in &addresses {
+        match a.rsplit_once(':') {
+            None => {
+                return Err(format!(
+                    "--bootstrap {a:?} has no port; write HOST:PORT, e.g. {a}:9093"
+                ))
+            }
+            Some((host, _))
+                if host.contains(':') && !(host.starts_with('[') && host.ends_with(']')) =>
+            {
+                return Err(format!(
+                    "--bootstrap {a:?}: an IPv6 address goes in brackets, e.g. [::1]:9093"
+                ))
+            }
+            Some((host, port)) => match port.parse::<u16>() {
+                Ok(p) if p != 0 && !host.is_empty() => {}
+                _ => {
+                    return Err(format!(
+                        "--bootstrap {a:?} is not HOST:PORT (a port is 1-65535; controllers listen on 9093 by default)"
+                    ))
+                }
+            },
+        }
+    }
+    Ok(addresses)
+}
+
+/// A topic named positionally or with `--topic` / `-t`, as Kafka's tools
+/// spell it; either works, not both.
+#[derive(Args, Debug, Clone)]
+pub struct TopicArg {
+    /// The topic (or `--topic`).
+    #[arg(
+        value_name = "TOPIC",
+        required_unless_present = "topic",
+        conflicts_with = "topic"
+    )]
+    topic_pos: Option<String>,
+    /// The topic (the same as the positional TOPIC).
+    #[arg(long, short = 't', value_name = "TOPIC")]
+    topic: Option<String>,
+}
+
+impl TopicArg {
+    /// The topic named (clap made sure there is one).
+    pub fn name(&self) -> String {
+        self.topic_pos
+            .clone()
+            .or_else(|| self.topic.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// A timeout with its unit (`500ms`, `30s`, `2m`): one spelling for every
+/// `--timeout`; the older `--timeout-s` / `--timeout-ms` stay as hidden
+/// aliases.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (n, unit) = s.split_at(split);
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration like 500ms, 30s or 2m"))?;
+    let ms = match unit.trim() {
+        "ms" => Some(n),
+        "s" => n.checked_mul(1_000),
+        "m" => n.checked_mul(60_000),
+        "" => return Err(format!("{s:?} has no unit; write e.g. {n}s or {n}ms")),
+        _ => return Err(format!("{s:?} is not a duration like 500ms, 30s or 2m")),
+    };
+    ms.map(std::time::Duration::from_millis)
+        .ok_or_else(|| format!("{s:?} is too long"))
 }
 
 /// Runs a call; on transport failure prints and returns the exit code.
@@ -105,8 +201,10 @@ macro_rules! call {
 }
 
 mod acls;
-mod cluster;
+pub(crate) mod cluster;
+mod configs;
 mod elect_leaders;
+mod health;
 mod partitions;
 mod quorum;
 mod reassign;
@@ -114,7 +212,9 @@ mod topics;
 
 pub use acls::{acls, AclsArgs};
 pub use cluster::{cluster, ClusterArgs};
+pub use configs::{configs, ConfigsArgs};
 pub use elect_leaders::{elect, ElectArgs};
+pub use health::{health, HealthArgs};
 pub use partitions::{partitions, PartitionsArgs};
 pub use quorum::{quorum, QuorumArgs};
 pub use reassign::{reassign, ReassignArgs};
@@ -143,4 +243,39 @@ fn parse_kv(v: &[String]) -> Result<Vec<(String, String)>, String> {
 fn usage(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {msg}");
     ExitCode::from(2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bootstrap_entry_without_a_port_is_named() {
+        assert_eq!(
+            bootstrap_addresses("a:9093, b:9093").unwrap(),
+            vec!["a:9093", "b:9093"]
+        );
+        assert_eq!(
+            bootstrap_addresses("[::1]:9093").unwrap(),
+            vec!["[::1]:9093"]
+        );
+        let e = bootstrap_addresses("a:9093,127.0.0.11").unwrap_err();
+        assert!(e.contains("\"127.0.0.11\" has no port"), "{e}");
+        assert!(e.contains("127.0.0.11:9093"), "{e}");
+        for bad in ["h:x", "h:0", ":9093", "h:70000", "::1"] {
+            assert!(bootstrap_addresses(bad).is_err(), "{bad}");
+        }
+        assert!(bootstrap_addresses(" , ").is_err());
+    }
+
+    #[test]
+    fn durations_need_a_unit() {
+        use std::time::Duration;
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        for bad in ["30", "s", "1h", "-1s", "1.5s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
 }

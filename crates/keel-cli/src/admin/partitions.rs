@@ -1,4 +1,4 @@
-//! `keel partitions add`: grow a topic.
+//! `keel partitions set` (alias `add`): grow a topic to a total.
 
 use std::process::ExitCode;
 
@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use keel_proto::pb;
 use serde_json::json;
 
-use super::{item_error, Common};
+use super::{item_error, Common, TopicArg};
 use crate::output::{self, Output};
 
 #[derive(Args, Debug)]
@@ -19,9 +19,17 @@ pub struct PartitionsArgs {
 
 #[derive(Subcommand, Debug)]
 enum PartitionsCmd {
-    /// Grow a topic to `--total` partitions.
-    Add {
-        topic: String,
+    /// Grow a topic to `--total` partitions in all (partitions can only
+    /// be added). `add` is the same command: its `--total` is the new
+    /// count, not how many to add.
+    #[command(
+        visible_alias = "add",
+        after_help = "Example (orders has 6 partitions; afterwards it has 12):\n  keel partitions set orders --total 12"
+    )]
+    Set {
+        #[command(flatten)]
+        topic: TopicArg,
+        /// The partition count the topic ends with.
         #[arg(long)]
         total: u32,
     },
@@ -32,7 +40,8 @@ pub async fn partitions(a: PartitionsArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let PartitionsCmd::Add { topic, total } = a.cmd;
+    let PartitionsCmd::Set { topic, total } = a.cmd;
+    let topic = topic.name();
     let req = pb::CreatePartitionsRequest {
         topics: vec![pb::CreatePartitionsTopic {
             name: topic.clone(),

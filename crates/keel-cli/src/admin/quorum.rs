@@ -1,5 +1,6 @@
 //! `keel quorum`: describe, add or remove voters, snapshot.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -21,18 +22,31 @@ pub struct QuorumArgs {
 #[derive(Subcommand, Debug)]
 enum QuorumCmd {
     /// Leader, term, commit index and every voter's replication state.
+    #[command(
+        after_help = "Examples:\n  keel quorum describe --status\n  keel quorum describe --replication\n  keel quorum describe -o json"
+    )]
     Describe {
         /// Show the per-voter replication table (always included in JSON).
         #[arg(long)]
         replication: bool,
+        /// Kafka's `kafka-metadata-quorum describe --status` view: leader,
+        /// epoch, high watermark, max follower lag and lag time, voters
+        /// and observers (in JSON under "status").
+        #[arg(long)]
+        status: bool,
     },
     /// Add a voter (started with `keel controller --join`), or re-admit a
     /// voter whose data dir changed (wiped, restored, copied) by naming its
     /// new directory id: it is removed and added back as a learner that
     /// catches up before it is promoted.
+    #[command(
+        after_help = "Example (node 4 started with `keel controller --join`):\n  keel quorum add-voter --node-id 4 --address 127.0.0.14:9093"
+    )]
     AddVoter {
+        /// The new voter's node id.
         #[arg(long)]
         node_id: u64,
+        /// Its HOST:PORT.
         #[arg(long)]
         address: String,
         /// The directory id of the node's data dir (32 hex digits; the
@@ -42,58 +56,381 @@ enum QuorumCmd {
         directory_id: Option<String>,
     },
     /// Remove a voter.
+    #[command(after_help = "Example:\n  keel quorum remove-voter --node-id 4")]
     RemoveVoter {
+        /// The voter's node id.
         #[arg(long)]
         node_id: u64,
     },
     /// Build a snapshot of the image on the controller the first
     /// `--bootstrap` address names (any voter, not only the active one),
-    /// optionally purging the log entries it covers.
+    /// optionally purging the log entries it covers; or save a backup of
+    /// the image to a file, or restore one into a new node's data dir.
+    #[command(
+        args_conflicts_with_subcommands = true,
+        after_help = "Examples:\n  keel quorum snapshot --purge-log -b 127.0.0.12:9093\n  keel quorum snapshot save meta.keelbak -b 127.0.0.12:9093\n  keel quorum snapshot restore meta.keelbak --data-dir /var/lib/keel/c1 --cluster-id keel-1 --node-id 1 --voters 1@10.0.0.1:9093,2@10.0.0.2:9093,3@10.0.0.3:9093"
+    )]
     Snapshot {
+        /// `save` or `restore`; none: build a snapshot on the node.
+        #[command(subcommand)]
+        action: Option<SnapshotCmd>,
         /// Then purge every log entry the snapshot covers.
         #[arg(long)]
         purge_log: bool,
-        /// Give up waiting for the snapshot after this long.
-        #[arg(long, default_value_t = 60_000)]
-        timeout_ms: u64,
+        /// Give up waiting for the snapshot after this long (e.g. 60s,
+        /// 500ms, 2m).
+        #[arg(long, value_parser = super::parse_duration, default_value = "60s")]
+        timeout: Duration,
+        /// The timeout in milliseconds (older spelling of --timeout).
+        #[arg(long, hide = true, conflicts_with = "timeout")]
+        timeout_ms: Option<u64>,
     },
 }
 
+/// Backups of the image (`keel quorum snapshot save|restore`).
+#[derive(Subcommand, Debug)]
+enum SnapshotCmd {
+    /// Save the image the controller named first by `--bootstrap` has
+    /// applied (consistent: everything up to one log entry) to FILE, with
+    /// its index, term, hash and cluster id. FILE is replaced atomically.
+    #[command(
+        after_help = "Example:\n  keel quorum snapshot save meta.keelbak -b 127.0.0.12:9093"
+    )]
+    Save {
+        /// The backup file to write.
+        file: PathBuf,
+    },
+    /// Offline (no cluster needed): check FILE and build a new
+    /// controller's data dir from it. Restore every voter of the new
+    /// quorum from the same file, then start each with `keel controller
+    /// --data-dir D --cluster-id ID --node-id N --voters ...` (the same
+    /// voters): the quorum starts at the backup's index with its image.
+    #[command(
+        after_help = "Example:\n  keel quorum snapshot restore meta.keelbak --data-dir /var/lib/keel/c1 --cluster-id keel-1 --node-id 1 --voters 1@10.0.0.1:9093,2@10.0.0.2:9093,3@10.0.0.3:9093"
+    )]
+    Restore {
+        /// The backup file to read.
+        file: PathBuf,
+        /// The new node's data dir; must be absent or empty.
+        #[arg(long)]
+        data_dir: PathBuf,
+        /// The new node's cluster id; must be the backup's unless
+        /// --allow-cluster-id-change.
+        #[arg(long)]
+        cluster_id: String,
+        /// Restore under a cluster id other than the backup's.
+        #[arg(long)]
+        allow_cluster_id_change: bool,
+        /// The new node's id (one of --voters).
+        #[arg(long, default_value_t = 1)]
+        node_id: u64,
+        /// Every voter of the new quorum as ID@HOST:PORT, comma separated
+        /// (the `--voters` the controllers will be started with); default:
+        /// the voters the backup was taken with.
+        #[arg(long, value_parser = parse_voters)]
+        voters: Option<VoterList>,
+    },
+}
+
+/// `--voters` as parsed: (node id, HOST:PORT) pairs.
+#[derive(Clone, Debug)]
+struct VoterList(Vec<(u64, String)>);
+
+fn parse_voters(s: &str) -> Result<VoterList, String> {
+    keel_controller::config::parse_voters(s).map(VoterList)
+}
+
+/// Prints why a backup could not be saved or restored; exit code 1.
+fn backup_refused(e: &keel_raft::backup::BackupError) -> ExitCode {
+    eprintln!("error: {}: {e}", e.kind());
+    ExitCode::from(1)
+}
+
+/// `keel quorum snapshot restore`: offline, so before any client exists.
+fn restore(output: Output, cmd: SnapshotCmd) -> ExitCode {
+    let SnapshotCmd::Restore {
+        file,
+        data_dir,
+        cluster_id,
+        allow_cluster_id_change,
+        node_id,
+        voters,
+    } = cmd
+    else {
+        return ExitCode::FAILURE;
+    };
+    use keel_raft::backup::{read_backup_file, restore_backup, RestoreTarget};
+    let backup = match read_backup_file(&file) {
+        Ok(b) => b,
+        Err(e) => return backup_refused(&e),
+    };
+    let voters = match voters {
+        Some(v) => v.0,
+        None => match keel_controller::config::parse_voters(&backup.header.voters) {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!(
+                    "error: invalid_voters: the backup's voters {:?} do not parse ({e}); pass --voters",
+                    backup.header.voters
+                );
+                return ExitCode::from(1);
+            }
+        },
+    };
+    let target = RestoreTarget {
+        data_dir: data_dir.clone(),
+        cluster_id,
+        allow_cluster_id_change,
+        node_id,
+        voters: voters.into_iter().collect(),
+    };
+    let r = match restore_backup(&backup, &target) {
+        Ok(r) => r,
+        Err(e) => return backup_refused(&e),
+    };
+    match output {
+        Output::Json => output::json(&json!({
+            "data_dir": data_dir.display().to_string(),
+            "cluster_id": target.cluster_id,
+            "node_id": node_id,
+            "index": r.index,
+            "term": backup.header.term,
+            "image_hash": r.image_hash,
+            "directory_id": r.directory_id,
+        })),
+        Output::Table => {
+            crate::outln!("Restored node {node_id} into {}.", data_dir.display());
+            crate::outln!("Index:       {}", r.index);
+            crate::outln!("ImageHash:   {}", r.image_hash);
+            crate::outln!("DirectoryId: {}", r.directory_id);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `keel quorum snapshot save`: streams the node's image and writes it.
+async fn save(
+    client: keel_proto::client::ControllerClient,
+    output: Output,
+    file: &std::path::Path,
+) -> ExitCode {
+    // Encoding and hashing a large image (a million partitions) takes the
+    // node seconds before the first chunk, and the whole stream is read
+    // within one attempt: a budget like a snapshot build's.
+    let budget = Duration::from_secs(120);
+    let client = client.with_timeouts(budget, budget);
+    // The whole image in one answer: the stream's chunks joined onto its
+    // first message (which carries the error or the header fields).
+    let answer = client
+        .admin(|mut c| async move {
+            let mut stream = c
+                .read_snapshot(pb::ReadSnapshotRequest {})
+                .await?
+                .into_inner();
+            let mut first: Option<pb::ReadSnapshotResponse> = None;
+            while let Some(m) = stream.message().await? {
+                match &mut first {
+                    None => first = Some(m),
+                    Some(f) => f.chunk.extend_from_slice(&m.chunk),
+                }
+            }
+            Ok(tonic::Response::new(first.unwrap_or_default()))
+        })
+        .await;
+    let r = match answer {
+        Ok(r) => {
+            if let Err(e) = keel_proto::convert::check(&r.error) {
+                return output::refused(&e);
+            }
+            r
+        }
+        Err(e) => return output::unreachable(&e),
+    };
+    let body = r.chunk;
+    if body.len() as u64 != r.image_bytes {
+        eprintln!(
+            "error: the controller sent {} of the image's {} bytes",
+            body.len(),
+            r.image_bytes
+        );
+        return ExitCode::from(1);
+    }
+    let header = keel_raft::backup::BackupHeader::for_body(
+        r.cluster_id,
+        r.index,
+        r.term,
+        r.leader_node_id,
+        r.image_hash,
+        r.voters,
+        &body,
+    );
+    // Checked as a restore would check it, before it replaces anything.
+    let mut bytes = header.to_bytes();
+    bytes.extend_from_slice(&body);
+    if let Err(e) = keel_raft::backup::parse_backup(&bytes) {
+        return backup_refused(&e);
+    }
+    if let Err(e) = keel_raft::backup::write_backup_file(file, &header, &body) {
+        return backup_refused(&e);
+    }
+    match output {
+        Output::Json => output::json(&json!({
+            "file": file.display().to_string(),
+            "cluster_id": header.cluster_id,
+            "index": header.index,
+            "term": header.term,
+            "image_hash": header.image_hash,
+            "image_bytes": header.body_len,
+            "voters": header.voters,
+        })),
+        Output::Table => {
+            crate::outln!("Saved {}.", file.display());
+            crate::outln!("ClusterId:  {}", header.cluster_id);
+            crate::outln!("Index:      {}", header.index);
+            crate::outln!("Term:       {}", header.term);
+            crate::outln!("ImageHash:  {}", header.image_hash);
+            crate::outln!("ImageBytes: {}", header.body_len);
+            crate::outln!("Voters:     {}", header.voters);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `v` with `status` added under "status" when asked for.
+fn with_status(status: Option<serde_json::Value>, mut v: serde_json::Value) -> serde_json::Value {
+    if let Some(s) = status {
+        v["status"] = s;
+    }
+    v
+}
+
+/// Node ids as Kafka prints them: `[1,2,3]`.
+fn ids(v: &[u64]) -> String {
+    let list: Vec<String> = v.iter().map(|i| i.to_string()).collect();
+    format!("[{}]", list.join(","))
+}
+
+/// The quorum as `kafka-metadata-quorum describe --status` shows it.
+struct QuorumStatus<'a> {
+    r: &'a pb::DescribeQuorumResponse,
+    /// Voters (not learners), by id.
+    voters: Vec<u64>,
+    /// Learners: Kafka's observers.
+    observers: Vec<u64>,
+    /// The largest lag (entries) of any follower or learner.
+    max_lag: u64,
+    /// The longest time since the leader last heard from a follower or
+    /// learner; `None` when one was never heard from since this leader
+    /// started.
+    max_lag_time_ms: Option<u64>,
+}
+
+impl<'a> QuorumStatus<'a> {
+    fn of(r: &'a pb::DescribeQuorumResponse) -> Self {
+        let followers = r.voters.iter().filter(|v| v.id != r.leader_id);
+        let max_lag = followers.clone().map(|v| v.lag).max().unwrap_or(0);
+        let max_lag_time_ms = followers
+            .map(|v| v.last_contact_ms)
+            .try_fold(0u64, |acc, m| m.map(|m| acc.max(m)));
+        Self {
+            r,
+            voters: r
+                .voters
+                .iter()
+                .filter(|v| v.status != "learner")
+                .map(|v| v.id)
+                .collect(),
+            observers: r
+                .voters
+                .iter()
+                .filter(|v| v.status == "learner")
+                .map(|v| v.id)
+                .collect(),
+            max_lag,
+            max_lag_time_ms,
+        }
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "cluster_id": self.r.cluster_id,
+            "leader_id": self.r.leader_id,
+            "leader_epoch": self.r.term,
+            "high_watermark": self.r.commit_index,
+            "max_follower_lag": self.max_lag,
+            "max_follower_lag_time_ms": self.max_lag_time_ms,
+            "current_voters": self.voters,
+            "current_observers": self.observers,
+        })
+    }
+
+    fn print(&self) {
+        let r = self.r;
+        crate::outln!("ClusterId:              {}", r.cluster_id);
+        crate::outln!("LeaderId:               {}", r.leader_id);
+        crate::outln!("LeaderEpoch:            {}", r.term);
+        crate::outln!("HighWatermark:          {}", r.commit_index);
+        crate::outln!("MaxFollowerLag:         {}", self.max_lag);
+        crate::outln!(
+            "MaxFollowerLagTimeMs:   {}",
+            self.max_lag_time_ms
+                .map_or_else(|| "never heard from".to_string(), |m| m.to_string())
+        );
+        crate::outln!("CurrentVoters:          {}", ids(&self.voters));
+        crate::outln!("CurrentObservers:       {}", ids(&self.observers));
+    }
+}
+
 pub async fn quorum(a: QuorumArgs) -> ExitCode {
+    if let QuorumCmd::Snapshot {
+        action: Some(cmd @ SnapshotCmd::Restore { .. }),
+        ..
+    } = a.cmd
+    {
+        return restore(a.common.output, cmd);
+    }
     let client = match a.common.client() {
         Ok(c) => c,
         Err(code) => return code,
     };
     match a.cmd {
-        QuorumCmd::Describe { replication } => {
+        QuorumCmd::Describe {
+            replication,
+            status,
+        } => {
             let r = call!(
                 client,
                 admin,
                 describe_quorum,
                 pb::DescribeQuorumRequest::default()
             );
+            let st = QuorumStatus::of(&r);
             match a.common.output {
-                Output::Json => output::json(&json!({
-                    "cluster_id": r.cluster_id,
-                    "leader_id": r.leader_id,
-                    "term": r.term,
-                    "commit_index": r.commit_index,
-                    "leader_disk": r.leader_disk.as_ref().map(|d| json!({
-                        "free_bytes": d.free_bytes,
-                        "total_bytes": d.total_bytes,
-                        "reserve_bytes": d.reserve_bytes,
-                        "path": d.path,
-                    })),
-                    "voters": r.voters.iter().map(|v| json!({
-                        "id": v.id,
-                        "address": v.address,
-                        "last_log_index": v.last_log_index,
-                        "lag": v.lag,
-                        "last_contact_ms": v.last_contact_ms,
-                        "status": v.status,
-                        "directory_id": (!v.directory_id.is_empty()).then_some(&v.directory_id),
-                    })).collect::<Vec<_>>(),
-                })),
+                Output::Json => output::json(&with_status(
+                    status.then(|| st.json()),
+                    json!({
+                        "cluster_id": r.cluster_id,
+                        "leader_id": r.leader_id,
+                        "term": r.term,
+                        "commit_index": r.commit_index,
+                        "leader_disk": r.leader_disk.as_ref().map(|d| json!({
+                            "free_bytes": d.free_bytes,
+                            "total_bytes": d.total_bytes,
+                            "reserve_bytes": d.reserve_bytes,
+                            "path": d.path,
+                        })),
+                        "voters": r.voters.iter().map(|v| json!({
+                            "id": v.id,
+                            "address": v.address,
+                            "last_log_index": v.last_log_index,
+                            "lag": v.lag,
+                            "last_contact_ms": v.last_contact_ms,
+                            "status": v.status,
+                            "directory_id": (!v.directory_id.is_empty()).then_some(&v.directory_id),
+                        })).collect::<Vec<_>>(),
+                    }),
+                )),
+                Output::Table if status => st.print(),
                 Output::Table => {
                     crate::outln!("ClusterId:    {}", r.cluster_id);
                     crate::outln!("LeaderId:     {}", r.leader_id);
@@ -107,14 +444,7 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                             d.reserve_bytes >> 20
                         );
                     }
-                    crate::outln!(
-                        "Voters:       {:?}",
-                        r.voters
-                            .iter()
-                            .filter(|v| v.status != "learner")
-                            .map(|v| v.id)
-                            .collect::<Vec<_>>()
-                    );
+                    crate::outln!("Voters:       {}", ids(&st.voters));
                     crate::outln!(
                         "DirectoryIds: {}",
                         r.voters
@@ -194,9 +524,20 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         QuorumCmd::Snapshot {
+            action: Some(SnapshotCmd::Save { file }),
+            ..
+        } => save(client, a.common.output, &file).await,
+        QuorumCmd::Snapshot {
+            action: Some(SnapshotCmd::Restore { .. }),
+            ..
+        } => ExitCode::FAILURE,
+        QuorumCmd::Snapshot {
+            action: None,
             purge_log,
+            timeout,
             timeout_ms,
         } => {
+            let timeout_ms = timeout_ms.unwrap_or(timeout.as_millis() as u64);
             let req = pb::TriggerSnapshotRequest {
                 purge_log,
                 timeout_ms,

@@ -1,4 +1,5 @@
-//! `keel reassign`: generate, start, cancel and list partition reassignments.
+//! `keel reassign`: generate, start, verify, cancel and list partition
+//! reassignments.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,8 +25,14 @@ pub struct ReassignArgs {
 
 #[derive(Subcommand, Debug)]
 enum ReassignCmd {
-    /// Propose a balanced plan moving topics onto a set of brokers (prints
-    /// the plan JSON that `start --plan` takes).
+    /// Propose a balanced plan moving topics onto a set of brokers. Prints,
+    /// as Kafka's tool does, the current assignment (keep it: started as a
+    /// plan, it rolls the move back) and the proposed plan that `start
+    /// --plan` takes; with `-o json`, the plan with the current assignment
+    /// under "current".
+    #[command(
+        after_help = "Example:\n  keel reassign generate --topics orders,clicks --brokers 1,2,3 -o json > out.json\n  jq '{partitions}' out.json > plan.json; jq .current out.json > rollback.json\n  keel reassign start --plan plan.json --wait"
+    )]
     Generate {
         /// Topics to move, comma separated.
         #[arg(long)]
@@ -39,22 +46,42 @@ enum ReassignCmd {
     },
     /// Start the reassignments in a plan file:
     /// {"partitions": [{"topic", "partition", "replicas": [..]}]}.
+    #[command(
+        after_help = "Example:\n  keel reassign start --plan plan.json --wait --timeout 10m"
+    )]
     Start {
+        /// The plan file (what `reassign generate` proposes).
         #[arg(long)]
         plan: PathBuf,
         /// Wait (with a progress bar) until every reassignment completed.
         #[arg(long)]
         wait: bool,
-        /// Give up waiting after this many seconds.
-        #[arg(long, default_value_t = 600)]
-        timeout_s: u64,
+        /// Give up waiting after this long (e.g. 600s, 10m).
+        #[arg(long, value_parser = super::parse_duration, default_value = "600s")]
+        timeout: Duration,
+        /// The timeout in seconds (older spelling of --timeout).
+        #[arg(long, hide = true, conflicts_with = "timeout")]
+        timeout_s: Option<u64>,
+    },
+    /// Check a plan: for each partition, whether its reassignment is
+    /// complete (its replicas are the plan's), still in progress, or not
+    /// done (its replicas differ and nothing is moving). Exits 0 only when
+    /// every partition is complete.
+    #[command(after_help = "Example:\n  keel reassign verify --plan plan.json")]
+    Verify {
+        /// The plan file that was started.
+        #[arg(long)]
+        plan: PathBuf,
     },
     /// Cancel the reassignments of the partitions in a plan file.
+    #[command(after_help = "Example:\n  keel reassign cancel --plan plan.json")]
     Cancel {
+        /// The plan file whose reassignments to cancel.
         #[arg(long)]
         plan: PathBuf,
     },
     /// Reassignments in flight.
+    #[command(after_help = "Example:\n  keel reassign list -o json")]
     List,
 }
 
@@ -99,6 +126,12 @@ pub async fn reassign(a: ReassignArgs) -> ExitCode {
                     })).collect::<Vec<_>>()
                 })),
                 Output::Table => {
+                    let list = |v: &[u32]| {
+                        v.iter()
+                            .map(|b| b.to_string())
+                            .collect::<Vec<_>>()
+                            .join(",")
+                    };
                     let rows: Vec<Vec<String>> = r
                         .reassignments
                         .iter()
@@ -106,9 +139,9 @@ pub async fn reassign(a: ReassignArgs) -> ExitCode {
                             vec![
                                 x.topic.clone(),
                                 x.partition.to_string(),
-                                format!("{:?}", x.replicas),
-                                format!("{:?}", x.adding),
-                                format!("{:?}", x.removing),
+                                list(&x.replicas),
+                                list(&x.adding),
+                                list(&x.removing),
                             ]
                         })
                         .collect();
@@ -125,16 +158,22 @@ pub async fn reassign(a: ReassignArgs) -> ExitCode {
             brokers,
             seed,
         } => {
-            return generate(&client, topics, brokers, *seed).await;
+            return generate(&client, topics, brokers, *seed, a.common.output).await;
+        }
+        ReassignCmd::Verify { plan } => {
+            return verify(&client, plan, a.common.output).await;
         }
         ReassignCmd::Start { plan, .. } => (plan, false),
         ReassignCmd::Cancel { plan } => (plan, true),
     };
-    let (wait, timeout_s) = match &a.cmd {
+    let (wait, timeout) = match &a.cmd {
         ReassignCmd::Start {
-            wait, timeout_s, ..
-        } => (*wait, *timeout_s),
-        _ => (false, 0),
+            wait,
+            timeout,
+            timeout_s,
+            ..
+        } => (*wait, timeout_s.map_or(*timeout, Duration::from_secs)),
+        _ => (false, Duration::ZERO),
     };
     let plan = match read_plan(plan) {
         Ok(p) => p,
@@ -194,7 +233,7 @@ pub async fn reassign(a: ReassignArgs) -> ExitCode {
             )
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
         );
-        let deadline = Instant::now() + Duration::from_secs(timeout_s);
+        let deadline = Instant::now() + timeout;
         loop {
             let r = call!(
                 client,
@@ -214,7 +253,10 @@ pub async fn reassign(a: ReassignArgs) -> ExitCode {
             }
             if Instant::now() >= deadline {
                 bar.abandon();
-                eprintln!("error: {pending} reassignments still in flight after {timeout_s} s");
+                eprintln!(
+                    "error: {pending} reassignments still in flight after {} s",
+                    timeout.as_secs()
+                );
                 eprintln!("hint: new replicas must catch up and join the ISR; check `keel reassign list` and broker health");
                 return ExitCode::from(crate::EXIT_REFUSED);
             }
@@ -226,7 +268,13 @@ pub async fn reassign(a: ReassignArgs) -> ExitCode {
 
 /// Proposes a balanced assignment of `topics` onto `brokers`, keeping each
 /// topic's replication factor; racks come from the cluster description.
-async fn generate(client: &ControllerClient, topics: &str, brokers: &str, seed: u64) -> ExitCode {
+async fn generate(
+    client: &ControllerClient,
+    topics: &str,
+    brokers: &str,
+    seed: u64,
+    out: Output,
+) -> ExitCode {
     use rand::SeedableRng;
     let names: Vec<String> = topics
         .split(',')
@@ -271,6 +319,7 @@ async fn generate(client: &ControllerClient, topics: &str, brokers: &str, seed: 
     let r = call!(client, admin, describe_topics, req);
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut items = Vec::new();
+    let mut current = Vec::new();
     for t in &r.topics {
         if let Some(e) = item_error(&t.error) {
             return output::refused(&e);
@@ -290,6 +339,14 @@ async fn generate(client: &ControllerClient, topics: &str, brokers: &str, seed: 
             Ok(a) => a,
             Err(e) => return output::refused(&e),
         };
+        current.extend(t.partitions.iter().filter_map(|p| {
+            let s = p.state.as_ref()?;
+            Some(PlanItem {
+                topic: t.name.clone(),
+                partition: s.partition,
+                replicas: s.replicas.clone(),
+            })
+        }));
         for (i, replicas) in assignment.into_iter().enumerate() {
             items.push(PlanItem {
                 topic: t.name.clone(),
@@ -298,6 +355,118 @@ async fn generate(client: &ControllerClient, topics: &str, brokers: &str, seed: 
             });
         }
     }
-    output::json(&serde_json::to_value(Plan { partitions: items }).unwrap_or(Value::Null));
+    let proposed = serde_json::to_value(Plan { partitions: items }).unwrap_or(Value::Null);
+    let current = serde_json::to_value(Plan {
+        partitions: current,
+    })
+    .unwrap_or(Value::Null);
+    match out {
+        Output::Json => {
+            let mut v = proposed;
+            v["current"] = current;
+            output::json(&v);
+        }
+        Output::Table => {
+            crate::outln!(
+                "Current partition replica assignment (save it: as a plan it rolls the move back)"
+            );
+            crate::outln!("{current}");
+            crate::outln!("");
+            crate::outln!("Proposed partition reassignment configuration");
+            crate::outln!("{proposed}");
+        }
+    }
     ExitCode::SUCCESS
+}
+
+/// Where one partition of a plan stands.
+fn verdict(in_flight: bool, replicas: Option<&Vec<u32>>, target: &[u32]) -> &'static str {
+    match replicas {
+        None => "unknown_partition",
+        Some(_) if in_flight => "in_progress",
+        Some(r) if r.as_slice() == target => "complete",
+        Some(_) => "not_done",
+    }
+}
+
+/// `reassign verify`: each plan partition's state; exit 0 only when
+/// every one is complete.
+async fn verify(client: &ControllerClient, plan: &PathBuf, out: Output) -> ExitCode {
+    let plan = match read_plan(plan) {
+        Ok(p) => p,
+        Err(e) => return usage(e),
+    };
+    let flights = call!(
+        client,
+        admin,
+        list_partition_reassignments,
+        pb::ListPartitionReassignmentsRequest::default()
+    );
+    let in_flight: std::collections::BTreeSet<(&str, u32)> = flights
+        .reassignments
+        .iter()
+        .map(|x| (x.topic.as_str(), x.partition))
+        .collect();
+    let mut names: Vec<String> = plan.partitions.iter().map(|p| p.topic.clone()).collect();
+    names.sort();
+    names.dedup();
+    let req = pb::DescribeTopicsRequest { names };
+    let r = call!(client, admin, describe_topics, req.clone());
+    let mut replicas: BTreeMap<(&str, u32), &Vec<u32>> = BTreeMap::new();
+    for t in &r.topics {
+        for s in t.partitions.iter().filter_map(|p| p.state.as_ref()) {
+            replicas.insert((t.name.as_str(), s.partition), &s.replicas);
+        }
+    }
+    let rows: Vec<(&PlanItem, &'static str, Option<&Vec<u32>>)> = plan
+        .partitions
+        .iter()
+        .map(|p| {
+            let key = (p.topic.as_str(), p.partition);
+            let now = replicas.get(&key).copied();
+            (p, verdict(in_flight.contains(&key), now, &p.replicas), now)
+        })
+        .collect();
+    let complete = rows.iter().all(|(_, v, _)| *v == "complete");
+    match out {
+        Output::Json => output::json(&json!({
+            "complete": complete,
+            "partitions": rows.iter().map(|(p, v, now)| json!({
+                "topic": p.topic,
+                "partition": p.partition,
+                "status": v,
+                "replicas": now,
+                "target": p.replicas,
+            })).collect::<Vec<_>>(),
+        })),
+        Output::Table => {
+            let list = |v: &[u32]| {
+                v.iter()
+                    .map(|b| b.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            let table: Vec<Vec<String>> = rows
+                .iter()
+                .map(|(p, v, now)| {
+                    vec![
+                        p.topic.clone(),
+                        p.partition.to_string(),
+                        v.replace('_', " "),
+                        now.map_or_else(|| "-".into(), |r| list(r)),
+                        list(&p.replicas),
+                    ]
+                })
+                .collect();
+            output::table(
+                &["TOPIC", "PARTITION", "STATUS", "REPLICAS", "TARGET"],
+                &table,
+            );
+        }
+    }
+    if complete {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(crate::EXIT_REFUSED)
+    }
 }

@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use keel_proto::pb;
 use serde_json::{json, Value};
 
-use super::{item_error, parse_kv, topic_id_text, usage, Common};
+use super::{item_error, parse_kv, topic_id_text, usage, Common, TopicArg};
 use crate::output::{self, Output};
 
 #[derive(Args, Debug)]
@@ -22,21 +22,25 @@ pub struct TopicsArgs {
 #[derive(Subcommand, Debug)]
 enum TopicsCmd {
     /// Create a topic.
+    #[command(
+        after_help = "Examples:\n  keel topics create orders -p 6 -r 3 -c retention.ms=86400000\n  keel topics create --topic placed --replica-assignment 1:2,2:3,3:1"
+    )]
     Create {
-        name: String,
+        #[command(flatten)]
+        topic: TopicArg,
         /// Partitions [default: 1; with --replica-assignment, its row count].
-        #[arg(long)]
+        #[arg(long, short = 'p')]
         partitions: Option<u32>,
         /// Replicas per partition [default: 1; with --replica-assignment,
         /// its row width].
-        #[arg(long)]
+        #[arg(long, short = 'r')]
         replication_factor: Option<u32>,
         /// Manual assignment: partitions separated by ',', replicas by ':'
         /// (e.g. 1:2,2:3 is two partitions of two replicas).
         #[arg(long)]
         replica_assignment: Option<String>,
         /// Topic config KEY=VALUE (repeatable).
-        #[arg(long = "config")]
+        #[arg(long = "config", short = 'c', value_name = "KEY=VALUE")]
         configs: Vec<String>,
         /// Succeed if the topic already exists.
         #[arg(long)]
@@ -46,30 +50,65 @@ enum TopicsCmd {
         validate_only: bool,
     },
     /// Delete a topic.
+    #[command(after_help = "Example:\n  keel topics delete orders --wait --timeout 60s")]
     Delete {
-        name: String,
+        #[command(flatten)]
+        topic: TopicArg,
+        /// Succeed (and do nothing) if the topic does not exist.
+        #[arg(long)]
+        if_exists: bool,
         /// Wait until the deletion completed.
         #[arg(long)]
         wait: bool,
-        /// Give up waiting after this many seconds.
-        #[arg(long, default_value_t = 60)]
-        timeout_s: u64,
+        /// Give up waiting after this long (e.g. 60s, 500ms, 2m).
+        #[arg(long, value_parser = super::parse_duration, default_value = "60s")]
+        timeout: Duration,
+        /// The timeout in seconds (older spelling of --timeout).
+        #[arg(long, hide = true, conflicts_with = "timeout")]
+        timeout_s: Option<u64>,
     },
     /// List topic names.
+    #[command(after_help = "Example:\n  keel topics list -o json")]
     List,
-    /// Describe topics (all, or one).
+    /// Describe topics (all, or one), optionally only the partitions in
+    /// trouble.
+    #[command(
+        after_help = "Examples:\n  keel topics describe orders\n  keel topics describe --under-replicated\n  keel topics describe --unavailable -o json"
+    )]
     Describe {
-        #[arg(long)]
+        /// Only this topic (or `--topic`).
+        #[arg(value_name = "TOPIC", conflicts_with = "topic")]
+        topic_pos: Option<String>,
+        /// Only this topic (the same as the positional TOPIC).
+        #[arg(long, short = 't', value_name = "TOPIC")]
         topic: Option<String>,
+        /// Only partitions with fewer in-sync replicas than replicas.
+        #[arg(long)]
+        under_replicated: bool,
+        /// Only partitions with fewer in-sync replicas than the topic's
+        /// min.insync.replicas.
+        #[arg(long)]
+        under_min_isr: bool,
+        /// Only partitions without a leader.
+        #[arg(long)]
+        unavailable: bool,
+        /// Only topics with config overrides.
+        #[arg(long)]
+        with_overrides: bool,
     },
-    /// Set or delete topic configs.
+    /// Set or delete topic configs (each key is checked against Kafka's
+    /// topic config schema; a change that changes nothing is refused).
+    #[command(
+        after_help = "Example:\n  keel topics alter-config orders --set retention.ms=3600000 --delete cleanup.policy"
+    )]
     AlterConfig {
-        name: String,
+        #[command(flatten)]
+        topic: TopicArg,
         /// KEY=VALUE to set (repeatable).
-        #[arg(long = "set")]
+        #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
         /// KEY to delete (repeatable).
-        #[arg(long = "delete")]
+        #[arg(long = "delete", value_name = "KEY")]
         delete: Vec<String>,
     },
 }
@@ -94,19 +133,65 @@ fn parse_assignment(s: &str) -> Result<Vec<pb::ReplicaAssignment>, String> {
         .collect()
 }
 
-/// The `topics describe` JSON of one topic (stable field names).
-pub fn topic_json(t: &pb::TopicDescription) -> Value {
-    let configs: BTreeMap<&str, &str> = t
-        .configs
+/// The replication factor of a topic: its first partition's replica
+/// count, not counting replicas being added by a reassignment.
+fn replication_factor(t: &pb::TopicDescription) -> usize {
+    t.partitions
         .iter()
-        .map(|c| (c.key.as_str(), c.value.as_str()))
-        .collect();
+        .find_map(|p| p.state.as_ref())
+        .map_or(0, |s| s.replicas.len().saturating_sub(s.adding.len()))
+}
+
+/// Which partitions `topics describe` shows.
+#[derive(Clone, Copy, Debug, Default)]
+struct PartitionFilter {
+    under_replicated: bool,
+    under_min_isr: bool,
+    unavailable: bool,
+}
+
+impl PartitionFilter {
+    fn any(&self) -> bool {
+        self.under_replicated || self.under_min_isr || self.unavailable
+    }
+
+    /// With no filter every partition; else those matching any filter given.
+    fn keeps(&self, p: &pb::PartitionDescription, min_isr: usize) -> bool {
+        let Some(s) = p.state.as_ref() else {
+            return false;
+        };
+        !self.any()
+            || (self.under_replicated && s.isr.len() < s.replicas.len())
+            || (self.under_min_isr && s.isr.len() < min_isr)
+            || (self.unavailable && s.leader.is_none())
+    }
+}
+
+/// The topic's min.insync.replicas: its override, else the cluster
+/// default, else Kafka's default.
+fn min_isr(t: &pb::TopicDescription, defaults: &[pb::ConfigEntry]) -> usize {
+    let key = keel_metadata::MIN_INSYNC_REPLICAS;
+    t.configs
+        .iter()
+        .chain(defaults)
+        .find(|c| c.key == key)
+        .map(|c| c.value.as_str())
+        .or_else(|| keel_metadata::topic_config::lookup(key).map(|d| d.default))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(1)
+}
+
+/// The `topics describe` JSON of one topic (stable field names), with
+/// the `partitions` the filters kept.
+fn topic_json(t: &pb::TopicDescription, partitions: &[&pb::PartitionDescription]) -> Value {
+    let configs = keel_proto::convert::config_map(&t.configs);
     json!({
         "name": t.name,
         "topic_id": topic_id_text(&t.topic_id),
         "marked_for_deletion": t.marked_for_deletion,
+        "replication_factor": replication_factor(t),
         "configs": configs,
-        "partitions": t.partitions.iter().filter_map(|p| {
+        "partitions": partitions.iter().filter_map(|p| {
             let s = p.state.as_ref()?;
             Some(json!({
                 "partition": s.partition,
@@ -124,6 +209,30 @@ pub fn topic_json(t: &pb::TopicDescription) -> Value {
     })
 }
 
+/// What `alter-config` would change: the keys whose value differs from
+/// the topic's current one (the last op on a key wins), as `KEY=VALUE` or
+/// `-KEY`.
+fn config_changes(current: &[pb::ConfigEntry], ops: &[pb::AlterConfigOp]) -> Vec<String> {
+    let mut last: BTreeMap<&str, Option<&str>> = BTreeMap::new();
+    for op in ops {
+        let value = (op.op == pb::ConfigOp::Set as i32).then_some(op.value.as_str());
+        last.insert(op.key.as_str(), value);
+    }
+    last.into_iter()
+        .filter(|(k, v)| {
+            current
+                .iter()
+                .find(|c| c.key == *k)
+                .map(|c| c.value.as_str())
+                != *v
+        })
+        .map(|(k, v)| match v {
+            Some(v) => format!("{k}={v}"),
+            None => format!("-{k}"),
+        })
+        .collect()
+}
+
 pub async fn topics(a: TopicsArgs) -> ExitCode {
     let client = match a.common.client() {
         Ok(c) => c,
@@ -132,7 +241,7 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
     let out = a.common.output;
     match a.cmd {
         TopicsCmd::Create {
-            name,
+            topic,
             partitions,
             replication_factor,
             replica_assignment,
@@ -140,6 +249,7 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
             if_not_exists,
             validate_only,
         } => {
+            let name = topic.name();
             let configs = match parse_kv(&configs) {
                 Ok(c) => c,
                 Err(e) => return usage(e),
@@ -204,19 +314,37 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         TopicsCmd::Delete {
-            name,
+            topic,
+            if_exists,
             wait,
+            timeout,
             timeout_s,
         } => {
+            let name = topic.name();
+            let timeout = timeout_s.map_or(timeout, Duration::from_secs);
             let req = pb::DeleteTopicsRequest {
                 names: vec![name.clone()],
             };
             let r = call!(client, admin, delete_topics, req.clone());
             if let Some(e) = r.topics.first().and_then(|t| item_error(&t.error)) {
+                if if_exists && e.code == keel_metadata::ErrorCode::UnknownTopic {
+                    match out {
+                        Output::Json => output::json(&json!({
+                            "name": name,
+                            "deleted": false,
+                            "marked_for_deletion": false,
+                            "existed": false,
+                        })),
+                        Output::Table => {
+                            crate::outln!("Topic {name} does not exist; nothing to delete.")
+                        }
+                    }
+                    return ExitCode::SUCCESS;
+                }
                 return output::refused(&e);
             }
             if wait {
-                let deadline = Instant::now() + Duration::from_secs(timeout_s);
+                let deadline = Instant::now() + timeout;
                 loop {
                     let req = pb::DescribeTopicsRequest {
                         names: vec![name.clone()],
@@ -230,7 +358,10 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
                         break;
                     }
                     if Instant::now() >= deadline {
-                        eprintln!("error: topic {name} is still being deleted after {timeout_s} s");
+                        eprintln!(
+                            "error: topic {name} is still being deleted after {} s",
+                            timeout.as_secs()
+                        );
                         eprintln!("hint: deletion waits for every hosting broker to be up; see `keel cluster describe`");
                         return ExitCode::from(crate::EXIT_REFUSED);
                     }
@@ -260,30 +391,62 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        TopicsCmd::Describe { topic } => {
+        TopicsCmd::Describe {
+            topic_pos,
+            topic,
+            under_replicated,
+            under_min_isr,
+            unavailable,
+            with_overrides,
+        } => {
+            let filter = PartitionFilter {
+                under_replicated,
+                under_min_isr,
+                unavailable,
+            };
             let req = pb::DescribeTopicsRequest {
-                names: topic.iter().cloned().collect(),
+                names: topic_pos.or(topic).into_iter().collect(),
             };
             let r = call!(client, admin, describe_topics, req.clone());
             if let Some(e) = r.topics.iter().find_map(|t| item_error(&t.error)) {
                 return output::refused(&e);
             }
+            // Each topic shown with the partitions the filters keep; with a
+            // partition filter, a topic none of whose partitions match is
+            // left out.
+            let shown: Vec<(&pb::TopicDescription, Vec<&pb::PartitionDescription>)> = r
+                .topics
+                .iter()
+                .filter(|t| !with_overrides || !t.configs.is_empty())
+                .map(|t| {
+                    let min = min_isr(t, &r.cluster_defaults);
+                    let parts = t
+                        .partitions
+                        .iter()
+                        .filter(|p| filter.keeps(p, min))
+                        .collect();
+                    (t, parts)
+                })
+                .filter(|(_, parts): &(_, Vec<_>)| !filter.any() || !parts.is_empty())
+                .collect();
             match out {
-                Output::Json => output::json(
-                    &json!({ "topics": r.topics.iter().map(topic_json).collect::<Vec<_>>() }),
-                ),
+                Output::Json => output::json(&json!({ "topics": shown
+                    .iter()
+                    .map(|(t, parts)| topic_json(t, parts))
+                    .collect::<Vec<_>>() })),
                 Output::Table => {
-                    for t in &r.topics {
+                    for (t, parts) in &shown {
                         let cfg: Vec<String> = t
                             .configs
                             .iter()
                             .map(|c| format!("{}={}", c.key, c.value))
                             .collect();
                         crate::outln!(
-                            "Topic: {}  Id: {}  Partitions: {}{}  Configs: {}",
+                            "Topic: {}  Id: {}  PartitionCount: {}  ReplicationFactor: {}{}  Configs: {}",
                             t.name,
                             topic_id_text(&t.topic_id),
                             t.partitions.len(),
+                            replication_factor(t),
                             if t.marked_for_deletion {
                                 "  MarkedForDeletion: true"
                             } else {
@@ -291,8 +454,7 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
                             },
                             cfg.join(",")
                         );
-                        let rows: Vec<Vec<String>> = t
-                            .partitions
+                        let rows: Vec<Vec<String>> = parts
                             .iter()
                             .filter_map(|p| {
                                 let s = p.state.as_ref()?;
@@ -332,7 +494,11 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        TopicsCmd::AlterConfig { name, set, delete } => {
+        TopicsCmd::AlterConfig { topic, set, delete } => {
+            let name = topic.name();
+            if set.is_empty() && delete.is_empty() {
+                return usage("nothing to alter: give --set KEY=VALUE or --delete KEY");
+            }
             let set = match parse_kv(&set) {
                 Ok(s) => s,
                 Err(e) => return usage(e),
@@ -350,20 +516,54 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
                 value: String::new(),
                 op: pb::ConfigOp::Delete as i32,
             }));
+            let not_altered = || eprintln!("Nothing was altered.");
+            // The current configs, to tell a change from a no-op (which
+            // the controller accepts silently).
+            let d = call!(
+                client,
+                admin,
+                describe_topics,
+                pb::DescribeTopicsRequest {
+                    names: vec![name.clone()]
+                }
+            );
+            if let Some(e) = d.topics.first().and_then(|t| item_error(&t.error)) {
+                let code = output::refused(&e);
+                not_altered();
+                return code;
+            }
+            let current = d
+                .topics
+                .first()
+                .map(|t| t.configs.clone())
+                .unwrap_or_default();
+            let changes = config_changes(&current, &ops);
             let req = pb::IncrementalAlterConfigsRequest {
                 topics: vec![pb::AlterTopicConfig {
                     topic: name.clone(),
                     ops,
                 }],
-                validate_only: false,
+                // A no-op is still checked (a bad key or value is the
+                // error to report), but not applied.
+                validate_only: changes.is_empty(),
             };
             let r = call!(client, admin, incremental_alter_configs, req.clone());
             if let Some(e) = r.topics.first().and_then(|t| item_error(&t.error)) {
-                return output::refused(&e);
+                let code = output::refused(&e);
+                not_altered();
+                return code;
+            }
+            if changes.is_empty() {
+                eprintln!("error: every config given already has that value on topic {name}");
+                not_altered();
+                eprintln!("hint: see the current values with `keel topics describe {name}`");
+                return ExitCode::from(crate::EXIT_REFUSED);
             }
             match out {
                 Output::Json => output::json(&json!({"name": name, "altered": true})),
-                Output::Table => crate::outln!("Altered configs of topic {name}."),
+                Output::Table => {
+                    crate::outln!("Altered configs of topic {name}: {}.", changes.join(", "))
+                }
             }
             ExitCode::SUCCESS
         }

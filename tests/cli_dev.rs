@@ -1,0 +1,185 @@
+//! `keel dev` as a terminal user meets it: Ctrl-C reaches the whole
+//! foreground process group, and the brokers still stop by controlled
+//! shutdown (the last one too, though it leads partitions nobody else can
+//! take); a port another service holds is named before anything starts.
+//! Both use the dev cluster's fixed addresses, so they run one at a time,
+//! and a running `keel dev` must be stopped first.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use common::keel_bin;
+
+/// The dev cluster's addresses are fixed: one test at a time.
+static DEV: Mutex<()> = Mutex::new(());
+
+/// Kills whatever a failed test left running under its unique directory.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = Command::new("pkill").args(["-9", "-f", &self.0]).status();
+    }
+}
+
+fn keel_ok(args: &[&str]) {
+    let out = Command::new(keel_bin())
+        .args(args)
+        .env_remove("KEEL_BOOTSTRAP")
+        .output()
+        .expect("run keel");
+    assert!(
+        out.status.success(),
+        "keel {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Starts `keel dev` as a terminal starts a job: the leader of a process
+/// group of its own; returns once it printed that the cluster is up.
+fn start_dev(dir: &Path) -> Child {
+    use std::os::unix::process::CommandExt;
+    let mut dev = Command::new(keel_bin())
+        .args(["dev", "--fresh", "--dir"])
+        .arg(dir)
+        .process_group(0)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(
+            std::fs::File::create(dir.with_extension("stderr")).expect("stderr file"),
+        ))
+        .spawn()
+        .expect("start keel dev");
+    let stdout = dev.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(l) if l.contains("is up") => return dev,
+            _ => {
+                if let Ok(Some(st)) = dev.try_wait() {
+                    panic!(
+                        "keel dev exited with {st}: {}",
+                        std::fs::read_to_string(dir.with_extension("stderr")).unwrap_or_default()
+                    );
+                }
+                assert!(Instant::now() < deadline, "keel dev did not come up")
+            }
+        }
+    }
+}
+
+#[test]
+fn ctrl_c_to_the_process_group_stops_every_broker_by_controlled_shutdown() {
+    let _one = DEV.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("dev");
+    let _cleanup = Cleanup(dir.display().to_string());
+    let mut dev = start_dev(&dir);
+
+    // Every leadership ends on the last broker to stop (replication factor
+    // 3), and one partition has a single replica: neither may hold up the
+    // exit.
+    keel_ok(&[
+        "topics",
+        "create",
+        "everywhere",
+        "--partitions",
+        "3",
+        "--replication-factor",
+        "3",
+    ]);
+    keel_ok(&["topics", "create", "single", "--replication-factor", "1"]);
+
+    // Ctrl-C in a terminal: SIGINT to the whole foreground process group.
+    let group = format!("-{}", dev.id());
+    let sent = Command::new("kill")
+        .args(["-INT", "--", &group])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(st) = dev.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "keel dev did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let said = std::fs::read_to_string(dir.with_extension("stderr")).unwrap();
+    assert!(status.success(), "{status}: {said}");
+    assert!(
+        said.contains("stopping brokers (controlled shutdown)"),
+        "{said}"
+    );
+    assert!(said.contains("stopped; nothing left running."), "{said}");
+    assert!(!said.contains("killed"), "a node had to be killed: {said}");
+    // Its own status lines, written to a file here, carry no terminal codes.
+    assert!(
+        !said.contains('\x1b'),
+        "colour codes in keel dev's output: {said}"
+    );
+
+    // Each broker asked, was allowed, and stopped; none gave up waiting.
+    // (Had the signal reached the controllers too, they would be gone
+    // before the brokers could ask.)
+    let logs = dir.join("logs");
+    for id in 1..=3 {
+        let log = std::fs::read_to_string(logs.join(format!("broker-{id}.log"))).unwrap();
+        for line in [
+            "controlled shutdown: asking the controller",
+            "controlled shutdown allowed",
+            "broker stopped",
+        ] {
+            assert!(
+                log.contains(line),
+                "broker {id} never logged {line:?}:\n{log}"
+            );
+        }
+        assert!(!log.contains("stopping anyway"), "broker {id}:\n{log}");
+    }
+    // Log files are for reading, without terminal colour codes.
+    for entry in std::fs::read_dir(&logs).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.is_empty(), "{}", path.display());
+        assert!(!text.contains('\x1b'), "colour codes in {}", path.display());
+    }
+}
+
+#[test]
+fn dev_names_a_port_another_service_holds_and_starts_nothing() {
+    let _one = DEV.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("dev");
+    let _cleanup = Cleanup(dir.display().to_string());
+    // As node_exporter does on 9100, here on controller 2's address only.
+    let holder = std::net::TcpListener::bind("127.0.0.12:9100").expect("bind 127.0.0.12:9100");
+    let out = Command::new(keel_bin())
+        .args(["dev", "--fresh", "--exit-when-ready", "--dir"])
+        .arg(&dir)
+        .output()
+        .expect("run keel dev");
+    drop(holder);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(4), "{err}");
+    assert!(
+        err.contains("controller-2 metrics port 127.0.0.12:9100 is not free"),
+        "{err}"
+    );
+    assert!(err.contains("Address already in use"), "{err}");
+    // The only conflict named, and nothing was started.
+    assert_eq!(err.matches("is not free").count(), 1, "{err}");
+    assert!(
+        !dir.join("logs").exists() || std::fs::read_dir(dir.join("logs")).unwrap().count() == 0
+    );
+}

@@ -139,6 +139,20 @@ if ! "$bin" jepsen --client kafka --time-limit 30 --fault-secs 8 --heal-secs 6 \
   failed+=("kafka-client")
 fi
 if ((${#failed[@]})); then
+  # Last in the output (what a CI log keeps): each invalid run's failing
+  # checkers with their detail, from its results.json.
+  for d in $(ls -d "$results"/*/ 2>/dev/null); do
+    [[ -f "$d/results.json" ]] || continue
+    python3 - "$d" <<'PY2' >&2 || true
+import json, sys
+d = sys.argv[1]
+r = json.load(open(d + "/results.json"))
+if r.get("valid") is not True:
+    for name, c in r.get("checkers", {}).items():
+        if c.get("valid") is not True:
+            print(f"jepsen: {d}: {name}: {json.dumps(c.get('detail'))[:1500]}")
+PY2
+  done
   echo "jepsen: INVALID runs: ${failed[*]} (see $results/)" >&2
   exit 1
 fi

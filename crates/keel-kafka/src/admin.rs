@@ -156,14 +156,15 @@ fn from_forward(e: &ForwardError) -> KafkaError {
     KafkaError::new(code, e.to_string())
 }
 
-/// The whole-call error of a forwarded answer, or the answer.
-fn whole(reply: &Result<AdminReply, ForwardError>) -> Option<KafkaError> {
+/// The whole-call error of a forwarded answer of any type, read through
+/// `error` (no copy of the answer).
+fn whole_of<T>(
+    reply: &Result<T, ForwardError>,
+    error: impl FnOnce(&T) -> Option<&pb::Error>,
+) -> Option<KafkaError> {
     match reply {
         Err(e) => Some(from_forward(e)),
-        Ok(r) => {
-            let e = from_pb(r.error());
-            (e.code != 0).then_some(e)
-        }
+        Ok(r) => Some(from_pb(error(r))).filter(|e| e.code != 0),
     }
 }
 
@@ -289,10 +290,9 @@ pub async fn create_topics(
     };
     let failed = async_safe(
         req.timeout_ms,
-        reply.as_ref().and_then(|r| match r {
-            Err(e) => Some(from_forward(e)),
-            Ok(r) => Some(from_pb(r.error.as_ref())).filter(|e| e.code != 0),
-        }),
+        reply
+            .as_ref()
+            .and_then(|r| whole_of(r, |r| r.error.as_ref())),
     );
     let by_name: BTreeMap<&str, &pb::CreateTopicResult> = match &reply {
         Some(Ok(r)) => r.topics.iter().map(|t| (t.name.as_str(), t)).collect(),
@@ -484,7 +484,7 @@ pub async fn delete_topics(
         req.timeout_ms,
         reply
             .as_ref()
-            .and_then(|r| whole(&r.clone().map(AdminReply::DeleteTopics))),
+            .and_then(|r| whole_of(r, |r| r.error.as_ref())),
     );
     let by_name: BTreeMap<&str, &pb::DeleteTopicResult> = match &reply {
         Some(Ok(r)) => r.topics.iter().map(|t| (t.name.as_str(), t)).collect(),
@@ -611,7 +611,7 @@ pub async fn create_partitions(
         req.timeout_ms,
         reply
             .as_ref()
-            .and_then(|r| whole(&r.clone().map(AdminReply::CreatePartitions))),
+            .and_then(|r| whole_of(r, |r| r.error.as_ref())),
     );
     let by_name: BTreeMap<&str, &pb::CreatePartitionsResult> = match &reply {
         Some(Ok(r)) => r.topics.iter().map(|t| (t.name.as_str(), t)).collect(),
@@ -753,7 +753,7 @@ pub async fn describe_configs(
     };
     let failed = reply
         .as_ref()
-        .and_then(|r| whole(&r.clone().map(AdminReply::DescribeTopics)));
+        .and_then(|r| whole_of(r, |r| r.error.as_ref()));
     let by_name: BTreeMap<&str, &pb::TopicDescription> = match &reply {
         Some(Ok(r)) => r.topics.iter().map(|t| (t.name.as_str(), t)).collect(),
         _ => BTreeMap::new(),
@@ -872,12 +872,10 @@ async fn alter_topic_configs(
                 call(fwd, c, DEFAULT_FORWARD_TIMEOUT).await,
                 AlterClusterConfigs
             );
-            Some(
-                match whole(&r.clone().map(AdminReply::AlterClusterConfigs)) {
-                    Some(e) => e,
-                    None => from_pb(r.ok().and_then(|r| r.error).as_ref()),
-                },
-            )
+            Some(match whole_of(&r, |r| r.error.as_ref()) {
+                Some(e) => e,
+                None => from_pb(r.ok().and_then(|r| r.error).as_ref()),
+            })
         }
         _ => None,
     };
@@ -914,7 +912,7 @@ async fn alter_topic_configs(
     };
     let failed = reply
         .as_ref()
-        .and_then(|r| whole(&r.clone().map(AdminReply::IncrementalAlterConfigs)));
+        .and_then(|r| whole_of(r, |r| r.error.as_ref()));
     let by_name: BTreeMap<&str, &pb::AlterConfigsResult> = match &reply {
         Some(Ok(r)) => r.topics.iter().map(|t| (t.topic.as_str(), t)).collect(),
         _ => BTreeMap::new(),
@@ -1133,7 +1131,7 @@ async fn cluster_defaults(fwd: &dyn Forwarder) -> Result<Vec<pb::ConfigEntry>, K
         call(fwd, c, DEFAULT_FORWARD_TIMEOUT).await,
         DescribeClusterConfigs
     );
-    match whole(&r.clone().map(AdminReply::DescribeClusterConfigs)) {
+    match whole_of(&r, |r| r.error.as_ref()) {
         Some(e) => Err(e),
         None => Ok(r.map(|r| r.configs).unwrap_or_default()),
     }

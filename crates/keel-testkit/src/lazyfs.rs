@@ -27,6 +27,9 @@ const MOUNT_TIMEOUT: Duration = Duration::from_secs(20);
 /// patch 2).
 const MAX_COMMAND_BYTES: usize = 4096;
 
+/// LazyFS's config, in the dir given to [`LazyFs::mount`].
+const CONFIG_FILE: &str = "lazyfs.toml";
+
 /// The repository this kit was built from.
 fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -166,7 +169,7 @@ impl LazyFs {
     }
 
     fn start_once(&mut self) -> anyhow::Result<()> {
-        let config = self.dir.join("lazyfs.toml");
+        let config = self.dir.join(CONFIG_FILE);
         std::fs::write(
             &config,
             format!(
@@ -184,10 +187,15 @@ impl LazyFs {
             .open(&self.log)?;
         writeln!(log, "=== mount {} ===", self.mountpoint.display())?;
         let lib_dir = self.exe.parent().unwrap_or(Path::new("."));
+        // Relative, from LazyFS's working dir: LazyFS drops a config path
+        // that contains "-o" anywhere, case-insensitively (it takes it for
+        // a FUSE option), and then aborts on its missing default config;
+        // a temp dir named /tmp/keel-Ox... did just that.
         let child = Command::new(&self.exe)
+            .current_dir(&self.dir)
             .arg(&self.mountpoint)
             .arg("--config-path")
-            .arg(&config)
+            .arg(CONFIG_FILE)
             .args(["-o", "allow_other", "-o", "modules=subdir", "-o"])
             .arg(format!("subdir={}", self.backing.display()))
             .arg("-f")
@@ -376,6 +384,28 @@ impl NonBlock for std::fs::OpenOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Needs root, /dev/fuse and LazyFS (built on first use).
+    #[test]
+    fn a_disk_whose_path_holds_dash_o_mounts_with_its_own_config() {
+        let exe = binary().expect("LazyFS (root, /dev/fuse, scripts/build-lazyfs.sh)");
+        let dir = tempfile::Builder::new()
+            .prefix("keel-Ox-o-")
+            .tempdir()
+            .unwrap();
+        let mut fs = LazyFs::mount(&exe, dir.path()).unwrap();
+        assert!(!fs.crashed());
+        // Its FIFO is the one our config names: a power cut takes the
+        // unsynced file.
+        let f = fs.mountpoint().join("unsynced");
+        std::fs::write(&f, b"lost").unwrap();
+        fs.clear_cache().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::read(&f).map(|b| !b.is_empty()).unwrap_or(false) {
+            assert!(Instant::now() < deadline, "clear-cache had no effect");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
 
     /// Needs root, /dev/fuse and LazyFS (built on first use).
     #[test]

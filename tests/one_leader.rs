@@ -355,6 +355,85 @@ async fn wait_directories(
     }
 }
 
+/// Controller `i`'s data dir wiped under it and the node started again on
+/// the empty dir (it finds the formed quorum and waits to be replicated
+/// to): returns the new dir's directory id.
+async fn wipe(q: &mut Cluster, i: usize) -> String {
+    q.controller_mut(i).kill();
+    std::fs::remove_dir_all(&q.controller(i).data_dir).unwrap();
+    let starts = q
+        .controller(i)
+        .process
+        .log_text()
+        .matches("=== start #")
+        .count();
+    q.controller_mut(i).start().unwrap();
+    let deadline = Instant::now() + LONG;
+    loop {
+        let log = q.controller(i).process.log_text();
+        let this_start = log.rsplit("=== start #").next().unwrap_or_default();
+        if log.matches("=== start #").count() > starts
+            && this_start.contains("waiting for its leader instead of initializing")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", q.log_tails(30));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    loop {
+        // A loaded machine may keep the restarted node from answering at
+        // once; it must answer within the deadline.
+        if let Some(d) = q.describe_node(i, Duration::from_secs(2)).await {
+            break d.directory_id;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the restarted node does not answer DescribeNode\n{}",
+            q.log_tails(30)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `keel quorum add-voter --directory-id` re-admits controller `i` with
+/// its new dir `dir`; waits until it is a voter with it. Returns every
+/// voter's directory id.
+async fn readmit(
+    q: &Cluster,
+    i: usize,
+    dir: &str,
+) -> std::collections::BTreeMap<u64, Option<String>> {
+    let out = std::process::Command::new(keel_bin())
+        .args([
+            "quorum",
+            "add-voter",
+            "--node-id",
+            &(i + 1).to_string(),
+            "--address",
+            &q.controller(i).address(),
+            "--directory-id",
+            dir,
+            "--bootstrap",
+            &q.controller_addrs().join(","),
+            "--output",
+            "json",
+        ])
+        .output()
+        .expect("run keel");
+    assert!(
+        out.status.success(),
+        "add-voter: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        q.log_tails(30)
+    );
+    wait_directories(
+        q,
+        &format!("node {} re-admitted with its new dir", i + 1),
+        |d| d.get(&(i as u64 + 1)) == Some(&Some(dir.to_string())) && d.len() == 3,
+    )
+    .await
+}
+
 /// A follower's data dir wiped under it: the quorum had bound its
 /// directory id, so the empty dir that restarts in its place is refused as
 /// a voter by every peer and refuses their requests, saying why. With the
@@ -400,32 +479,7 @@ async fn a_wiped_follower_neither_votes_nor_loses_a_committed_entry_and_rejoins_
 
     // c's dir is wiped and c restarts on the empty dir (it finds the formed
     // quorum and waits to be replicated to); then a dies and b resumes.
-    q.controller_mut(c).kill();
-    std::fs::remove_dir_all(&q.controller(c).data_dir).unwrap();
-    q.controller_mut(c).start().unwrap();
-    let deadline = Instant::now() + LONG;
-    while !q
-        .controller(c)
-        .process
-        .log_text()
-        .contains("waiting for its leader instead of initializing")
-    {
-        assert!(Instant::now() < deadline, "{}", q.log_tails(30));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let new_dir = loop {
-        // A loaded machine may keep the restarted node from answering at
-        // once; it must answer within the deadline.
-        if let Some(d) = q.describe_node(c, Duration::from_secs(2)).await {
-            break d.directory_id;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the restarted node does not answer DescribeNode\n{}",
-            q.log_tails(30)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let new_dir = wipe(&mut q, c).await;
     let old_dir = bound[&(c as u64 + 1)].clone().unwrap();
     assert_ne!(new_dir, old_dir);
     q.controller_mut(a).kill();
@@ -469,33 +523,7 @@ async fn a_wiped_follower_neither_votes_nor_loses_a_committed_entry_and_rejoins_
     }
 
     // Re-admitted with its new dir, c catches up and votes again.
-    let out = std::process::Command::new(keel_bin())
-        .args([
-            "quorum",
-            "add-voter",
-            "--node-id",
-            &(c + 1).to_string(),
-            "--address",
-            &q.controller(c).address(),
-            "--directory-id",
-            &new_dir,
-            "--bootstrap",
-            &q.controller_addrs().join(","),
-            "--output",
-            "json",
-        ])
-        .output()
-        .expect("run keel");
-    assert!(
-        out.status.success(),
-        "add-voter: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        q.log_tails(30)
-    );
-    let dirs = wait_directories(&q, "c re-admitted with its new dir", |d| {
-        d.get(&(c as u64 + 1)) == Some(&Some(new_dir.clone())) && d.len() == 3
-    })
-    .await;
+    let dirs = readmit(&q, c, &new_dir).await;
     assert_eq!(dirs[&(a as u64 + 1)], bound[&(a as u64 + 1)]);
     q.wait_converged(1, LONG).await.unwrap();
     create_topic(&client, "after-the-rejoin", 1, 1).await;
@@ -506,4 +534,126 @@ async fn a_wiped_follower_neither_votes_nor_loses_a_committed_entry_and_rejoins_
     {
         assert!(names.contains(n), "topic {n} missing");
     }
+}
+
+/// Two re-admissions in a row: node x is re-admitted with a new dir and
+/// then leads; node y is wiped next and must catch up from x. y replays
+/// the log from its start, whose early memberships record x's old dir:
+/// its own, not yet caught-up membership must not make it refuse the
+/// leader it is catching up from (it did, and stayed a learner forever).
+/// Its votes and acknowledgements stay refused until it is re-admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_node_catches_up_from_a_leader_that_was_re_admitted_before_it() {
+    let mut q = subnet_quorum(74, FLAGS);
+    let client = client(&q);
+    let a = q.wait_active(LONG).await.unwrap();
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    wait_directories(&q, "every voter's directory id bound", |d| {
+        d.len() == 3 && d.values().all(Option::is_some)
+    })
+    .await;
+    let (x, y) = {
+        let f: Vec<usize> = (0..3).filter(|i| *i != a).collect();
+        (f[0], f[1])
+    };
+
+    // x is wiped and re-admitted: the log now holds memberships with its
+    // old dir, then with its new one.
+    let x_dir = wipe(&mut q, x).await;
+    readmit(&q, x, &x_dir).await;
+    q.wait_converged(1, LONG).await.unwrap();
+
+    // x becomes the leader: y lags behind writes only a and x hold, then a
+    // dies, so only x can win.
+    q.controller_mut(y).process.pause();
+    let mut acked = Vec::new();
+    for i in 0..3 {
+        let name = format!("before-{i}");
+        create_topic(&client, &name, 1, 1).await;
+        acked.push(name);
+    }
+    q.controller_mut(a).kill();
+    q.controller_mut(y).process.resume();
+    let leader = q.wait_active(LONG).await.unwrap();
+    assert_eq!(
+        leader,
+        x,
+        "the lagging node cannot win\n{}",
+        q.log_tails(30)
+    );
+    q.controller_mut(a).start().unwrap();
+    q.wait_converged(1, LONG).await.unwrap();
+
+    // y is wiped: it catches up from x through the whole log, and is
+    // re-admitted.
+    let y_dir = wipe(&mut q, y).await;
+    readmit(&q, y, &y_dir).await;
+    q.wait_converged(1, LONG).await.unwrap();
+    let log = q.controller(y).process.log_text();
+    let this_start = log.rsplit("=== start #").next().unwrap_or_default();
+    assert!(
+        !this_start.contains(&format!("node {}'s data dir has directory id", x + 1)),
+        "the wiped node refused its leader:\n{this_start}"
+    );
+    create_topic(&client, "after", 1, 1).await;
+    acked.push("after".into());
+    let names = topic_names(&client).await;
+    for n in &acked {
+        assert!(names.contains(n), "acknowledged topic {n} lost");
+    }
+}
+
+/// A node that cannot catch up (here: stopped with SIGSTOP) is not made a
+/// voter: `add-voter` waits for it, then fails with REQUEST_TIMED_OUT
+/// saying so, and the node stays a learner (a voter that cannot follow
+/// would leave the quorum no room for another failure). Once it runs
+/// again, the same command promotes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_voter_promotes_only_a_node_that_caught_up() {
+    let mut q = subnet_quorum(75, FLAGS);
+    let client = client(&q);
+    let a = q.wait_active(LONG).await.unwrap();
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    wait_directories(&q, "every voter's directory id bound", |d| {
+        d.len() == 3 && d.values().all(Option::is_some)
+    })
+    .await;
+    let x = (a + 1) % 3;
+    let dir = wipe(&mut q, x).await;
+    q.controller_mut(x).process.pause();
+    let out = std::process::Command::new(keel_bin())
+        .args([
+            "quorum",
+            "add-voter",
+            "--node-id",
+            &(x + 1).to_string(),
+            "--address",
+            &q.controller(x).address(),
+            "--directory-id",
+            &dir,
+            // Not the stopped node: a connection to it is accepted by the
+            // kernel and never answered.
+            "--bootstrap",
+            &q.controller(a).address(),
+        ])
+        .output()
+        .expect("run keel");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("has not caught up"),
+        "add-voter of a stopped node: {}\n{stderr}\n{}",
+        out.status,
+        q.log_tails(30)
+    );
+    let v = quorum_json(&q).expect("quorum described");
+    let status = v["voters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["id"].as_u64() == Some(x as u64 + 1))
+        .map(|n| n["status"].as_str().unwrap_or_default().to_string());
+    assert_eq!(status.as_deref(), Some("learner"), "{v}");
+    q.controller_mut(x).process.resume();
+    readmit(&q, x, &dir).await;
+    q.wait_converged(1, LONG).await.unwrap();
 }

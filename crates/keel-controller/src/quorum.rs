@@ -160,11 +160,12 @@ pub(crate) async fn add_voter(
         Some(d) => KeelNode::with_directory(address, d),
         None => KeelNode::new(address),
     };
-    shared
+    let added = shared
         .raft
-        .add_learner(id, node, true)
+        .add_learner(id, node, false)
         .await
         .map_err(raft_error)?;
+    wait_caught_up(shared, id, added.log_id.index, CATCH_UP_WAIT).await?;
     shared
         .raft
         .change_membership(
@@ -180,6 +181,62 @@ pub(crate) async fn add_voter(
         "voter added"
     );
     Ok(())
+}
+
+/// How long a new learner may take to catch up before `add-voter` gives
+/// up on promoting it (it stays a learner; the call can be repeated).
+const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Waits until learner `id` has stored the log up to `index` (the entry
+/// that added it), as this leader's replication reports it. openraft's own
+/// wait calls a learner up to date within 5,000 entries of the leader,
+/// counting one that has stored nothing as at index 0: a node that
+/// refuses or cannot take the leader's appends would be promoted, and the
+/// quorum would then need every other voter.
+async fn wait_caught_up(
+    shared: &Shared,
+    id: u64,
+    index: u64,
+    within: std::time::Duration,
+) -> Result<(), ApiError> {
+    let mut rx = shared.raft.metrics();
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let matched = {
+            let m = rx.borrow_and_update();
+            if m.current_leader != Some(shared.config.node_id) {
+                return Err(ApiError::new(
+                    ErrorCode::NotController,
+                    format!("this node stopped leading while node {id} was catching up"),
+                ));
+            }
+            if m.membership_config.membership().get_node(&id).is_none() {
+                return Err(refused(format!(
+                    "node {id} was removed while it was catching up"
+                )));
+            }
+            m.replication
+                .as_ref()
+                .and_then(|r| r.get(&id).cloned().flatten())
+                .map(|l| l.index)
+        };
+        if matched.is_some_and(|m| m >= index) {
+            return Ok(());
+        }
+        let changed = tokio::time::timeout_at(deadline, rx.changed()).await;
+        if !matches!(changed, Ok(Ok(()))) || tokio::time::Instant::now() >= deadline {
+            return Err(ApiError::new(
+                ErrorCode::RequestTimedOut,
+                format!(
+                    "node {id} has not caught up within {} s (it has stored up to {}, the leader \
+                     needs {index}); it stays a learner: check that it runs and what its log \
+                     says, then run add-voter again",
+                    within.as_secs(),
+                    matched.map_or_else(|| "nothing".to_string(), |m| format!("index {m}"))
+                ),
+            ));
+        }
+    }
 }
 
 /// The directory ids to bind now: for each member the membership has not

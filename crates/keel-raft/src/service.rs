@@ -227,6 +227,31 @@ impl RaftGrpcService {
 
     /// Checks the envelope and decodes the payload, or explains the refusal.
     fn open_envelope<T: DeserializeOwned>(&self, req: &RaftRequest) -> Result<T, EnvelopeRefusal> {
+        self.open_envelope_from(req, Sender::Any)
+    }
+
+    /// [`Self::open_envelope`] for what only a leader sends (appends,
+    /// snapshots): the sender's directory id is not checked against this
+    /// node's membership. A node catching up replays old memberships, which
+    /// may record a dir its leader had before being re-admitted with a new
+    /// one; refusing it there would keep the node from ever reaching the
+    /// membership that re-admitted it (it stayed a learner forever). A
+    /// leader holds its term by a quorum's votes, and votes are checked
+    /// against the voters' memberships; openraft refuses an older term.
+    /// That the sender expects this node's own dir is still checked: a
+    /// wiped node must not acknowledge as the one the quorum counted.
+    fn open_leader_envelope<T: DeserializeOwned>(
+        &self,
+        req: &RaftRequest,
+    ) -> Result<T, EnvelopeRefusal> {
+        self.open_envelope_from(req, Sender::Leader)
+    }
+
+    fn open_envelope_from<T: DeserializeOwned>(
+        &self,
+        req: &RaftRequest,
+        sender: Sender,
+    ) -> Result<T, EnvelopeRefusal> {
         if req.cluster_id != self.cluster_id {
             tracing::warn!(
                 from_node = req.from_node,
@@ -253,7 +278,7 @@ impl RaftGrpcService {
                 to: req.to_node,
             });
         }
-        self.check_directories(req)?;
+        self.check_directories(req, sender)?;
         codec::decode(&req.payload).map_err(|e| {
             tracing::warn!(from_node = req.from_node, error = %e, "undecodable Raft request");
             EnvelopeRefusal::Undecodable {
@@ -288,7 +313,7 @@ impl RaftGrpcService {
     /// Refuses a request whose directory ids contradict a bound
     /// membership: the sender expects another data dir here, or this
     /// node's membership records another data dir for the sender.
-    fn check_directories(&self, req: &RaftRequest) -> Result<(), EnvelopeRefusal> {
+    fn check_directories(&self, req: &RaftRequest, sender: Sender) -> Result<(), EnvelopeRefusal> {
         let membership = self.raft.metrics().borrow().membership_config.clone();
         let addr_of = |id: NodeId| {
             let own = (id == self.node_id).then(|| self.address.clone()).flatten();
@@ -315,10 +340,13 @@ impl RaftGrpcService {
             );
             return Err(refusal);
         }
-        let recorded = membership
-            .membership()
-            .get_node(&req.from_node)
-            .and_then(|n| n.directory_id);
+        let recorded = match sender {
+            Sender::Leader => None,
+            Sender::Any => membership
+                .membership()
+                .get_node(&req.from_node)
+                .and_then(|n| n.directory_id),
+        };
         if let Some(recorded) = recorded {
             if req.from_directory != recorded.to_string() {
                 let refusal = EnvelopeRefusal::DirectoryMismatch {
@@ -339,6 +367,16 @@ impl RaftGrpcService {
         }
         Ok(())
     }
+}
+
+/// Who may send a request kind, for [`RaftGrpcService::check_directories`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sender {
+    /// Votes, pre-votes, leases: the sender's dir is checked against this
+    /// node's membership too.
+    Any,
+    /// Appends and snapshots: only the leader sends them.
+    Leader,
 }
 
 /// Over TLS only controller `from` itself may send a Raft message as node
@@ -389,7 +427,7 @@ impl RaftGrpcService {
     /// Opens, hands to Raft and answers one append. `true` with the answer
     /// when Raft has stopped: nothing more should be read from that stream.
     async fn append_one(&self, req: &RaftRequest) -> Result<(RaftResponse, bool), Status> {
-        match self.open_envelope(req) {
+        match self.open_leader_envelope(req) {
             Ok(r) => {
                 let result = self.raft.append_entries(r).await;
                 let stopped = matches!(result, Err(RaftError::Fatal(_)));
@@ -498,7 +536,7 @@ impl RaftService for RaftGrpcService {
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftResponse>, Status> {
         check_request_sender(&request)?;
-        let req = match self.open_envelope(request.get_ref()) {
+        let req = match self.open_leader_envelope(request.get_ref()) {
             Ok(req) => req,
             Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
         };

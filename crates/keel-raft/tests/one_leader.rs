@@ -437,6 +437,15 @@ async fn a_bound_membership_refuses_envelopes_naming_another_data_dir() {
         "{}",
         r.error
     );
+    // An append from it is not refused for that: only a leader sends
+    // appends, and this node's membership may be older than the one that
+    // re-admitted its leader's new dir (the payload is then refused).
+    let r = client
+        .append(request(stranger_dir.to_string(), mine.clone()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.refusal, Refusal::Undecodable as i32, "{}", r.error);
     // Sending no id at all is no way around it.
     let r = client
         .pre_vote(request(String::new(), String::new()))

@@ -512,6 +512,9 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
                 address,
                 directory_id: directory_id.clone().unwrap_or_default(),
             };
+            // The active controller waits up to a minute for the new
+            // node to catch up before it promotes it (or says it has not).
+            let client = client.with_timeouts(Duration::from_secs(75), Duration::from_secs(90));
             let _ = call!(client, admin_write, add_voter, req.clone());
             match a.common.output {
                 Output::Json => output::json(&json!({

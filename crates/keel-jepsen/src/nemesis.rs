@@ -396,6 +396,9 @@ pub fn disk_stop_of(faulted: &DiskFaulted, i: usize, now: Instant) -> Option<boo
 /// How long the heal of a membership fault tries to add the voter back.
 pub const VOTER_BACK_WAIT: Duration = Duration::from_secs(20);
 
+/// How often the heal of a replacement asks again to promote a learner.
+const READMIT_RETRY: Duration = Duration::from_secs(5);
+
 /// How long a replaced controller may take to start on its empty data dir
 /// and report its directory id.
 pub const REPLACE_START_WAIT: Duration = Duration::from_secs(15);
@@ -1311,6 +1314,7 @@ impl Nemesis {
                 // have been cut short by another fault.
                 let start = Instant::now();
                 let mut last = String::new();
+                let mut asked = Instant::now();
                 while start.elapsed() < VOTER_BACK_WAIT {
                     match self.quorum_member(id).await {
                         Some((status, d)) if d == directory && status != "learner" => {
@@ -1319,8 +1323,21 @@ impl Nemesis {
                                 start.elapsed().as_millis()
                             )]
                         }
-                        // A learner with the new dir: catching up.
-                        Some((_, d)) if d == directory => last = "still a learner".into(),
+                        // A learner with the new dir: catching up, or left
+                        // a learner by an AddVoter that gave up on it (the
+                        // node was down): asked again now and then, as an
+                        // operator would.
+                        Some((_, d)) if d == directory => {
+                            last = "still a learner".into();
+                            if asked.elapsed() >= READMIT_RETRY {
+                                asked = Instant::now();
+                                if let Err(e) =
+                                    self.voter_change(id, Some((&addr, &directory))).await
+                                {
+                                    last = format!("still a learner; AddVoter: {e}");
+                                }
+                            }
+                        }
                         _ => {
                             if let Err(e) = self.voter_change(id, Some((&addr, &directory))).await {
                                 last = e;

@@ -635,8 +635,12 @@ impl Nemesis {
                     Role::Controller => {
                         match client::describe_node(&self.transport, &addr, t).await {
                             None => false,
+                            // A learner (a replaced node not yet promoted
+                            // when the power went) is back once it follows
+                            // the leader again; its promotion is the
+                            // membership checker's to judge.
                             Some(d)
-                                if (d.role == "leader" || d.role == "follower")
+                                if matches!(d.role.as_str(), "leader" | "follower" | "learner")
                                     && d.leader_id.is_some() =>
                             {
                                 true

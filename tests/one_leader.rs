@@ -13,6 +13,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use common::*;
+use keel_proto::client::ControllerClient;
 use keel_testkit::netfilter::{self, Net};
 use keel_testkit::Addressing;
 
@@ -355,6 +356,48 @@ async fn wait_directories(
     }
 }
 
+/// Three controllers on `127.0.<net>.11-13` with a stand-in broker, once
+/// the active controller has bound every voter's directory id: the
+/// cluster, a client, the active controller and the bound ids.
+async fn bound_quorum(
+    net: u8,
+) -> (
+    Cluster,
+    ControllerClient,
+    usize,
+    std::collections::BTreeMap<u64, Option<String>>,
+) {
+    let mut q = subnet_quorum(net, FLAGS);
+    let client = client(&q);
+    let a = q.wait_active(LONG).await.unwrap();
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    let bound = wait_directories(&q, "every voter's directory id bound", |d| {
+        d.len() == 3 && d.values().all(Option::is_some)
+    })
+    .await;
+    (q, client, a, bound)
+}
+
+/// `keel quorum add-voter` of controller `i` with dir `dir`, asking the
+/// controllers at `bootstrap`.
+fn add_voter_command(q: &Cluster, i: usize, dir: &str, bootstrap: &str) -> std::process::Output {
+    std::process::Command::new(keel_bin())
+        .args([
+            "quorum",
+            "add-voter",
+            "--node-id",
+            &(i + 1).to_string(),
+            "--address",
+            &q.controller(i).address(),
+            "--directory-id",
+            dir,
+            "--bootstrap",
+            bootstrap,
+        ])
+        .output()
+        .expect("run keel")
+}
+
 /// Controller `i`'s data dir wiped under it and the node started again on
 /// the empty dir (it finds the formed quorum and waits to be replicated
 /// to): returns the new dir's directory id.
@@ -403,23 +446,7 @@ async fn readmit(
     i: usize,
     dir: &str,
 ) -> std::collections::BTreeMap<u64, Option<String>> {
-    let out = std::process::Command::new(keel_bin())
-        .args([
-            "quorum",
-            "add-voter",
-            "--node-id",
-            &(i + 1).to_string(),
-            "--address",
-            &q.controller(i).address(),
-            "--directory-id",
-            dir,
-            "--bootstrap",
-            &q.controller_addrs().join(","),
-            "--output",
-            "json",
-        ])
-        .output()
-        .expect("run keel");
+    let out = add_voter_command(q, i, dir, &q.controller_addrs().join(","));
     assert!(
         out.status.success(),
         "add-voter: {}\n{}",
@@ -445,16 +472,8 @@ async fn readmit(
 /// a learner first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_follower_neither_votes_nor_loses_a_committed_entry_and_rejoins_after_add_voter() {
-    let mut q = subnet_quorum(73, FLAGS);
-    let client = client(&q);
-    let a = q.wait_active(LONG).await.unwrap();
-    register_fake_broker(&client, &q.cluster_id, 1).await;
-    // The active controller binds every voter's directory id; each is the
-    // one the node says is its own.
-    let bound = wait_directories(&q, "every voter's directory id bound", |d| {
-        d.len() == 3 && d.values().all(Option::is_some)
-    })
-    .await;
+    let (mut q, client, a, bound) = bound_quorum(73).await;
+    // Each bound id is the one the node says is its own.
     for i in 0..3 {
         let own = q
             .describe_node(i, Duration::from_secs(2))
@@ -544,14 +563,7 @@ async fn a_wiped_follower_neither_votes_nor_loses_a_committed_entry_and_rejoins_
 /// Its votes and acknowledgements stay refused until it is re-admitted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_node_catches_up_from_a_leader_that_was_re_admitted_before_it() {
-    let mut q = subnet_quorum(74, FLAGS);
-    let client = client(&q);
-    let a = q.wait_active(LONG).await.unwrap();
-    register_fake_broker(&client, &q.cluster_id, 1).await;
-    wait_directories(&q, "every voter's directory id bound", |d| {
-        d.len() == 3 && d.values().all(Option::is_some)
-    })
-    .await;
+    let (mut q, client, a, _) = bound_quorum(74).await;
     let (x, y) = {
         let f: Vec<usize> = (0..3).filter(|i| *i != a).collect();
         (f[0], f[1])
@@ -610,34 +622,13 @@ async fn a_wiped_node_catches_up_from_a_leader_that_was_re_admitted_before_it() 
 /// again, the same command promotes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn add_voter_promotes_only_a_node_that_caught_up() {
-    let mut q = subnet_quorum(75, FLAGS);
-    let client = client(&q);
-    let a = q.wait_active(LONG).await.unwrap();
-    register_fake_broker(&client, &q.cluster_id, 1).await;
-    wait_directories(&q, "every voter's directory id bound", |d| {
-        d.len() == 3 && d.values().all(Option::is_some)
-    })
-    .await;
+    let (mut q, _client, a, _) = bound_quorum(75).await;
     let x = (a + 1) % 3;
     let dir = wipe(&mut q, x).await;
     q.controller_mut(x).process.pause();
-    let out = std::process::Command::new(keel_bin())
-        .args([
-            "quorum",
-            "add-voter",
-            "--node-id",
-            &(x + 1).to_string(),
-            "--address",
-            &q.controller(x).address(),
-            "--directory-id",
-            &dir,
-            // Not the stopped node: a connection to it is accepted by the
-            // kernel and never answered.
-            "--bootstrap",
-            &q.controller(a).address(),
-        ])
-        .output()
-        .expect("run keel");
+    // Not the stopped node: a connection to it is accepted by the kernel
+    // and never answered.
+    let out = add_voter_command(&q, x, &dir, &q.controller(a).address());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         !out.status.success() && stderr.contains("has not caught up"),

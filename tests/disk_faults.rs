@@ -46,18 +46,7 @@ async fn a_controller_whose_disk_fails_stops_acknowledging_and_restarts_cleanly(
         c.disk_fault(target, calls, errno).unwrap();
 
         // It stops on its own, saying why, rather than going on from memory.
-        let deadline = Instant::now() + LONG;
-        let status = loop {
-            if let Some(st) = c.controller_mut(target).process.exited() {
-                break st;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{when}: the node kept running\n{}",
-                c.controller(target).process.log_tail(30)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
+        let status = wait_exit(&mut c, target, LONG, &when).await;
         // What this process wrote (the log is appended across starts).
         let all = c.controller(target).process.log_text();
         let log = all

@@ -80,22 +80,6 @@ fn durable_last_index(c: &Cluster, i: usize) -> u64 {
     last
 }
 
-/// Waits (bounded) for controller `i` to exit on its own.
-async fn wait_exit(c: &mut Cluster, i: usize, when: &str) -> std::process::ExitStatus {
-    let deadline = std::time::Instant::now() + LONG;
-    loop {
-        if let Some(st) = c.controller_mut(i).process.exited() {
-            return st;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{when}: the node kept running\n{}",
-            c.controller(i).process.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// Waits until the controllers converge; on failure, says what each one
 /// reports.
 async fn converge(c: &mut Cluster) {
@@ -269,7 +253,7 @@ async fn a_failed_sync_is_never_acknowledged_even_when_the_disk_lost_the_pages()
         };
         let before = matched_index(&c, &client, target).await;
         c.disk_fault(target, Calls::Sync, Errno::Eio).unwrap();
-        let status = wait_exit(&mut c, target, &when).await;
+        let status = wait_exit(&mut c, target, LONG, &when).await;
         assert_eq!(
             status.code(),
             Some(4),

@@ -185,3 +185,24 @@ pub fn set_flag(args: &mut [String], flag: &str, value: impl Into<String>) {
         .unwrap_or_else(|| panic!("{flag} not in {args:?}"));
     args[pos + 1] = value.into();
 }
+
+/// Waits (bounded) for controller `i` to exit on its own.
+pub async fn wait_exit(
+    c: &mut Cluster,
+    i: usize,
+    within: Duration,
+    when: &str,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(st) = c.controller_mut(i).process.exited() {
+            return st;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{when}: the node kept running\n{}",
+            c.controller(i).process.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -573,3 +573,31 @@ fn version_completions_and_usage_errors_need_no_cluster() {
         );
     }
 }
+
+/// A stopped controller (SIGSTOP: the kernel still accepts connections to
+/// it, nobody answers) first in `--bootstrap` is passed over: the CLI asks
+/// every address which one is active before it sends anything, so a create
+/// is acknowledged by the active controller. Trying the list in order, the
+/// create went to the stopped node and ended, after its 10 s request
+/// timeout, as of unknown outcome (exit 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_controller_first_in_the_bootstrap_list_is_passed_over() {
+    let mut c = cluster(1);
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let active = c.wait_active(LONG).await.unwrap();
+    let stopped = (active + 1) % 3;
+    let mut addrs = c.controller_addrs();
+    let first = addrs.remove(stopped);
+    addrs.insert(0, first);
+    let boot = addrs.join(",");
+
+    c.controller_mut(stopped).process.pause();
+    let created = ok(
+        &boot,
+        &["topics", "create", "past-a-stopped-node", "-r", "1"],
+    );
+    assert_eq!(created["name"], "past-a-stopped-node", "{created}");
+    let d = ok(&boot, &["topics", "describe", "past-a-stopped-node"]);
+    assert_eq!(names(&d), ["past-a-stopped-node"]);
+    c.controller_mut(stopped).process.resume();
+}

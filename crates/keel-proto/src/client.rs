@@ -10,12 +10,17 @@ use keel_metadata::ErrorCode;
 use tonic::transport::Channel;
 
 use crate::convert::HasError;
+use crate::pb;
 use crate::pb::admin_service_client::AdminServiceClient;
 use crate::pb::broker_service_client::BrokerServiceClient;
 
 /// Largest answer accepted: describing a cluster with a million partitions
 /// is far beyond gRPC's 4 MiB default.
 pub const MAX_RESPONSE_BYTES: usize = 1 << 30;
+
+/// How long [`ControllerClient::with_locate`] waits for each controller to
+/// say whether it is the active one.
+const LOCATE_TIMEOUT: Duration = Duration::from_secs(2);
 
 fn admin_client(ch: Channel) -> AdminServiceClient<Channel> {
     AdminServiceClient::new(ch).max_decoding_message_size(MAX_RESPONSE_BYTES)
@@ -58,6 +63,9 @@ pub struct ControllerClient {
     /// Give up at once when every address refused the connection in a row
     /// (nothing listens there), instead of retrying until the deadline.
     fail_fast: bool,
+    /// Before a call with no active controller known, ask every bootstrap
+    /// address at once which one it is.
+    locate: bool,
 }
 
 impl ControllerClient {
@@ -71,7 +79,19 @@ impl ControllerClient {
             max_backoff: Duration::from_millis(500),
             transport: keel_tls::Transport::Plaintext,
             fail_fast: false,
+            locate: false,
         }
+    }
+
+    /// Before a call with no active controller known yet, asks every
+    /// bootstrap address at once (DescribeNode, 2 s each) which one is
+    /// active, and starts there. A controller that is stopped (SIGSTOP, a
+    /// hung host) still has its connections accepted by the kernel, so
+    /// trying the list in order would spend a whole request timeout on it,
+    /// and a write sent to it would end as of unknown outcome.
+    pub fn with_locate(mut self, on: bool) -> Self {
+        self.locate = on;
+        self
     }
 
     /// Gives up as soon as every bootstrap address refused a connection
@@ -131,6 +151,35 @@ impl ControllerClient {
             .channel(ep, None, keel_tls::Expect::Controller))
     }
 
+    /// Asks every bootstrap address at once whether it is the active
+    /// controller and remembers the first that says so (nothing when none
+    /// does within [`LOCATE_TIMEOUT`]: the call then tries them in turn).
+    async fn locate_active(&self) {
+        let wait = LOCATE_TIMEOUT.min(self.request_timeout);
+        let mut probes = tokio::task::JoinSet::new();
+        for addr in &self.bootstrap {
+            let Ok(ch) = self.channel(addr) else { continue };
+            let addr = addr.clone();
+            probes.spawn(async move {
+                let mut client = admin_client(ch);
+                let ask = client.describe_node(pb::DescribeNodeRequest::default());
+                match tokio::time::timeout(wait, ask).await {
+                    Ok(Ok(r)) if r.get_ref().active_controller => Some(addr),
+                    _ => None,
+                }
+            });
+        }
+        while let Some(answer) = probes.join_next().await {
+            if let Ok(Some(addr)) = answer {
+                if let Ok(mut g) = self.leader.lock() {
+                    *g = Some(addr);
+                }
+                // Dropping the set cancels the probes still waiting.
+                return;
+            }
+        }
+    }
+
     /// Calls the admin service of the active controller, retrying any
     /// failure: for reads and idempotent requests.
     pub async fn admin<R, F, Fut>(&self, f: F) -> Result<R, ClientError>
@@ -171,6 +220,9 @@ impl ControllerClient {
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
         let start = Instant::now();
+        if self.locate && self.bootstrap.len() > 1 && self.leader_address().is_none() {
+            self.locate_active().await;
+        }
         let mut next_bootstrap = 0usize;
         let mut last;
         let mut hinted: Option<String> = self.leader_address();

@@ -90,7 +90,8 @@ impl Common {
         let transport = self.transport()?;
         Ok(ControllerClient::new(addresses)
             .with_transport(transport)
-            .with_fail_fast(true))
+            .with_fail_fast(true)
+            .with_locate(true))
     }
 }
 

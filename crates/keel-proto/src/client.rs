@@ -153,7 +153,8 @@ impl ControllerClient {
 
     /// Asks every bootstrap address at once whether it is the active
     /// controller and remembers the first that says so (nothing when none
-    /// does within [`LOCATE_TIMEOUT`]: the call then tries them in turn).
+    /// does within [`LOCATE_TIMEOUT`], or the caller may not describe the
+    /// cluster: the call then tries them in turn).
     async fn locate_active(&self) {
         let wait = LOCATE_TIMEOUT.min(self.request_timeout);
         let mut probes = tokio::task::JoinSet::new();
@@ -162,7 +163,10 @@ impl ControllerClient {
             let addr = addr.clone();
             probes.spawn(async move {
                 let mut client = admin_client(ch);
-                let ask = client.describe_node(pb::DescribeNodeRequest::default());
+                // Only the role is wanted: no node hashes its image for it.
+                let ask = client.describe_node(pb::DescribeNodeRequest {
+                    skip_image_hash: true,
+                });
                 match tokio::time::timeout(wait, ask).await {
                     Ok(Ok(r)) if r.get_ref().active_controller => Some(addr),
                     _ => None,

@@ -21,12 +21,16 @@ pub struct Outcome {
     pub leadership_changes: Value,
 }
 
+/// Median, p99, range and every trial; with no successful trial the
+/// figures are null (shown as "-"), never a 0 ms that reads as a result.
 fn summary_json(trials: &[f64]) -> Value {
+    let or_null = |v: Option<f64>| v.map_or(Value::Null, |v| json!(r1(v)));
+    let some = !trials.is_empty();
     json!({
-        "median_ms": r1(median(trials)),
-        "p99_ms": r1(percentile(trials, 99.0)),
-        "min_ms": r1(trials.iter().copied().reduce(f64::min).unwrap_or(0.0)),
-        "max_ms": r1(trials.iter().copied().reduce(f64::max).unwrap_or(0.0)),
+        "median_ms": or_null(some.then(|| median(trials))),
+        "p99_ms": or_null(some.then(|| percentile(trials, 99.0))),
+        "min_ms": or_null(trials.iter().copied().reduce(f64::min)),
+        "max_ms": or_null(trials.iter().copied().reduce(f64::max)),
         "trials_ms": trials.iter().map(|x| r1(*x)).collect::<Vec<_>>(),
     })
 }
@@ -211,4 +215,25 @@ pub fn report(p: &BrokerFailureParams, o: Outcome) -> anyhow::Result<Report> {
         table,
         summary,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_measurement_without_trials_has_no_figures() {
+        let none = summary_json(&[]);
+        for k in ["median_ms", "p99_ms", "min_ms", "max_ms"] {
+            assert_eq!(none[k], Value::Null, "{k}");
+        }
+        assert_eq!(none["trials_ms"], json!([]));
+        assert_eq!(cell(&none["median_ms"]), "-");
+
+        let some = summary_json(&[300.04, 100.0, 200.0]);
+        assert_eq!(some["median_ms"], json!(200.0));
+        assert_eq!(some["min_ms"], json!(100.0));
+        assert_eq!(some["max_ms"], json!(300.0));
+        assert_eq!(some["trials_ms"], json!([300.0, 100.0, 200.0]));
+    }
 }

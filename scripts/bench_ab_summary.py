@@ -75,9 +75,8 @@ def permutation_p(a, b, shuffles=20_000, seed=1):
 def collect(root):
     """{build: {figure: [value per round]}} and the builds in first-seen order."""
     data, order = {}, []
-    for path in sorted(root.glob("*/*/*.json"), key=lambda p: (int(p.parts[-3]), p.parts[-2])):
-        if not path.parts[-3].isdigit():
-            continue
+    runs = [p for p in root.glob("*/*/*.json") if p.parts[-3].isdigit()]
+    for path in sorted(runs, key=lambda p: (int(p.parts[-3]), p.parts[-2])):
         build = path.parts[-2]
         try:
             doc = json.loads(path.read_text())

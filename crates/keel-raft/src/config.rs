@@ -6,8 +6,8 @@ use openraft::{Config, SnapshotPolicy};
 ///
 /// Heartbeats every 150 ms (also openraft's timeout for an AppendEntries
 /// without entries; one with entries has 2 s) and an election timeout of
-/// 300–450 ms; lease heartbeats ([`crate::lease`]) go beside replication
-/// at the same interval. openraft's own election timer is off
+/// 300–450 ms; lease heartbeats ([`crate::lease`]) go beside replication,
+/// three per heartbeat interval, several awaiting an answer at once. openraft's own election timer is off
 /// (`enable_elect: false`): [`crate::election_watchdog`] is the only thing
 /// that starts elections, each after a pre-vote round a majority granted
 /// (openraft 0.9 has none), about 0.5 s after a leader goes silent.

@@ -9,8 +9,10 @@
 //! a healthy leader, and the followers' leases run out and they stand for
 //! election: big decisions starved the lease.
 //!
-//! So the leader also sends each voter a [`LeaseRequest`] every heartbeat
-//! interval, on a connection of its own ([`crate::network::Network::lease`]).
+//! So the leader also sends each voter a [`LeaseRequest`] three times per
+//! heartbeat interval, on a connection of its own
+//! ([`crate::network::Network::lease`]), without waiting for the previous
+//! answer ([`LeasePace`]).
 //! A follower answers it at once from its published Raft state, without
 //! waiting for its Raft core: it acknowledges ([`decide_lease`]) only if it
 //! follows exactly the leadership the request names (same committed vote).
@@ -133,8 +135,7 @@ pub fn spawn_lease_heartbeats(
 }
 
 /// Runs until `stop` turns true: while this node leads, sends every other
-/// voter a lease request each heartbeat interval (one in flight per voter,
-/// each answer awaited at most `election_timeout_min`) and hands every
+/// voter lease requests at the [`LeasePace`] of its config and hands every
 /// acknowledgement to Raft.
 pub async fn lease_heartbeats(
     raft: KeelRaft,
@@ -143,13 +144,12 @@ pub async fn lease_heartbeats(
     mut stop: watch::Receiver<bool>,
 ) {
     let config = raft.config().clone();
-    let interval = Duration::from_millis(config.heartbeat_interval.max(1));
-    let timeout = Duration::from_millis(config.election_timeout_min.max(1));
-    let mut in_flight: HashMap<NodeId, JoinHandle<()>> = HashMap::new();
+    let pace = LeasePace::of(&config);
+    let mut in_flight: HashMap<NodeId, Vec<JoinHandle<()>>> = HashMap::new();
     loop {
         tokio::select! {
             _ = stop.wait_for(|v| *v) => break,
-            _ = tokio::time::sleep(interval) => {}
+            _ = tokio::time::sleep(pace.interval) => {}
         }
         // Read under the borrow; the voters only while leading.
         let (vote, members) = {
@@ -169,28 +169,66 @@ pub async fn lease_heartbeats(
                 .collect();
             (m.vote, members)
         };
-        in_flight.retain(|_, h| !h.is_finished());
+        in_flight.retain(|target, hs| {
+            hs.retain(|h| !h.is_finished());
+            members.iter().any(|(id, _)| id == target)
+        });
         for (target, node) in members {
-            if in_flight.contains_key(&target) {
+            let sent_to = in_flight.entry(target).or_default();
+            if sent_to.len() >= pace.max_in_flight {
                 continue;
             }
             let (raft, network) = (raft.clone(), network.clone());
             let req = LeaseRequest { vote };
-            in_flight.insert(
-                target,
-                tokio::spawn(async move {
-                    let sent = Instant::now();
-                    if let Ok(r) = network.lease(target, &node, &req, timeout).await {
-                        if r.acked {
-                            let _ = raft.lease_acknowledged(target, vote, sent).await;
-                        }
+            let timeout = pace.timeout;
+            sent_to.push(tokio::spawn(async move {
+                let sent = Instant::now();
+                if let Ok(r) = network.lease(target, &node, &req, timeout).await {
+                    if r.acked {
+                        let _ = raft.lease_acknowledged(target, vote, sent).await;
                     }
-                }),
-            );
+                }
+            }));
         }
     }
-    for (_, h) in in_flight {
+    for h in in_flight.into_values().flatten() {
         h.abort();
+    }
+}
+
+/// How often a leader asks each voter, how long it waits for an answer,
+/// and how many requests may wait at once.
+///
+/// A request every third of a heartbeat interval, each answer awaited for
+/// the whole lease (`election_timeout_max`: an acknowledgement counts from
+/// its request's sending, so a later one cannot keep the leader), and a new
+/// request sent whether or not the last one was answered. A follower busy
+/// for a while (a 100,000-partition append on a loaded host) then answers
+/// all of them when it gets to them, and the quorum clock's age stays under
+/// one answer's delay plus one interval; with one request at a time, it
+/// was two delays plus an interval, and answers of 150 ms deposed the
+/// leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeasePace {
+    /// Between two requests to one voter.
+    pub interval: Duration,
+    /// An answer's deadline.
+    pub timeout: Duration,
+    /// Requests awaiting an answer, per voter.
+    pub max_in_flight: usize,
+}
+
+impl LeasePace {
+    /// The pace for `config`.
+    pub fn of(config: &openraft::Config) -> Self {
+        let interval = Duration::from_millis((config.heartbeat_interval / 3).max(1));
+        let timeout = Duration::from_millis(config.election_timeout_max.max(1));
+        let max_in_flight = (timeout.as_millis() / interval.as_millis()).max(1) as usize + 1;
+        Self {
+            interval,
+            timeout,
+            max_in_flight,
+        }
     }
 }
 
@@ -231,6 +269,31 @@ mod tests {
         assert!(!decide_lease(2, ServerState::Candidate, &v, &v));
         assert!(!decide_lease(2, ServerState::Leader, &v, &v));
         assert!(!decide_lease(1, ServerState::Follower, &v, &v));
+    }
+
+    #[test]
+    fn a_leader_asks_three_times_a_heartbeat_and_waits_a_lease_for_each_answer() {
+        let c = crate::default_config("t");
+        let pace = LeasePace::of(&c);
+        assert_eq!(pace.interval, Duration::from_millis(50));
+        assert_eq!(pace.timeout, Duration::from_millis(c.election_timeout_max));
+        // Enough requests waiting to cover a whole lease of silence: a
+        // request goes every interval until the first answer comes back.
+        assert_eq!(pace.max_in_flight, 10);
+        assert!(pace.interval * (pace.max_in_flight as u32 - 1) >= pace.timeout);
+        // A follower answering within half a lease keeps the quorum
+        // clock younger than the lease (one answer's delay + one interval).
+        let delay = Duration::from_millis(c.election_timeout_max / 2);
+        assert!(delay + pace.interval < Duration::from_millis(c.election_timeout_max));
+        // Degenerate settings still send.
+        let tiny = openraft::Config {
+            heartbeat_interval: 1,
+            election_timeout_max: 0,
+            ..c
+        };
+        let p = LeasePace::of(&tiny);
+        assert_eq!(p.interval, Duration::from_millis(1));
+        assert!(p.max_in_flight >= 1);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! is an ordinary Raft answer (`vote_granted: false` with this node's vote
 //! and last log id), which the candidate takes as any other.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,6 +55,9 @@ pub struct RaftGrpcService {
     address: Option<String>,
     /// When this node last acknowledged its leader's lease request.
     lease_clock: LeaseClock,
+    /// Milliseconds this node waits before it answers a lease request:
+    /// zero, but in tests of a follower that answers late.
+    lease_answer_delay_ms: Arc<AtomicU64>,
 }
 
 impl RaftGrpcService {
@@ -69,7 +73,17 @@ impl RaftGrpcService {
             directory_text: String::new(),
             address: None,
             lease_clock: LeaseClock::default(),
+            lease_answer_delay_ms: Arc::default(),
         }
+    }
+
+    /// Makes this node wait `delay_ms` (read at each request) before it
+    /// answers a lease request, as a busy follower does. For tests of the
+    /// leader's lease pace; nothing else calls it.
+    #[doc(hidden)]
+    pub fn with_lease_answer_delay(mut self, delay_ms: Arc<AtomicU64>) -> Self {
+        self.lease_answer_delay_ms = delay_ms;
+        self
     }
 
     /// Records the lease requests this node acknowledges on `clock`: the
@@ -279,7 +293,15 @@ impl RaftGrpcService {
             });
         }
         self.check_directories(req, sender)?;
-        codec::decode(&req.payload).map_err(|e| {
+        // An append of 100,000-record decisions is megabytes: decoding it
+        // must not hold a worker the lease answers need (crate::lease).
+        let decode = || codec::decode(&req.payload);
+        let decoded = if req.payload.len() > LARGE_PAYLOAD {
+            crate::off_the_workers(decode)
+        } else {
+            decode()
+        };
+        decoded.map_err(|e| {
             tracing::warn!(from_node = req.from_node, error = %e, "undecodable Raft request");
             EnvelopeRefusal::Undecodable {
                 from: req.from_node,
@@ -438,6 +460,9 @@ impl RaftGrpcService {
     }
 }
 
+/// A payload above this many bytes is decoded off the runtime's workers.
+const LARGE_PAYLOAD: usize = 64 * 1024;
+
 #[tonic::async_trait]
 impl RaftService for RaftGrpcService {
     type AppendStreamStream = BoxStream<'static, Result<RaftResponse, Status>>;
@@ -527,6 +552,10 @@ impl RaftService for RaftGrpcService {
             Ok(req) => req,
             Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
         };
+        let delay = self.lease_answer_delay_ms.load(Ordering::Relaxed);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
         let result: Result<LeaseResponse, RaftError<NodeId>> = Ok(self.answer_lease(from, &req));
         answer(&result, &self.directory_text).map(Response::new)
     }

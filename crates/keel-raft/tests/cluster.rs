@@ -426,3 +426,51 @@ async fn followers_learn_a_lone_commit_without_waiting_for_a_heartbeat() {
         n.stop().await;
     }
 }
+
+/// A batch of `n` topics numbered from `from`.
+fn topics(from: u64, n: u64) -> keel_metadata::RecordBatch {
+    let records = (from..from + n)
+        .flat_map(|i| topic_batch(i).records.as_ref().clone())
+        .collect();
+    keel_metadata::RecordBatch::new(records)
+}
+
+/// Large appends (entries of thousands of records, as a 100,000-partition
+/// decision's are, whose payloads followers decode off the runtime's
+/// workers) are as durable as small ones: every node holds them after the
+/// whole cluster restarts, with the small appends after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_appends_reach_every_disk_and_survive_a_restart() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let config = Arc::new(default_config(CLUSTER));
+    let nodes = start_cluster(root.path(), config.clone()).await;
+    let leader_id = wait_leader(&nodes).await;
+    let leader = &nodes[leader_id as usize - 1].raft;
+    let mut last = 0;
+    for round in 0..3 {
+        let r = leader
+            .client_write(topics(round * 5_000, 5_000))
+            .await
+            .expect("a large write commits");
+        last = r.log_id.index;
+    }
+    let small = write_batches(leader, 15_000..15_010, 4).await;
+    assert!(small > last);
+    let hash = assert_converged(&nodes, small).await;
+    let mut stopped = Vec::new();
+    for n in nodes {
+        stopped.push(n.stop().await);
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut nodes = Vec::new();
+    for (id, dir, addr) in &stopped {
+        let node = TestNode::restart(*id, dir, addr, config.clone()).await;
+        assert_eq!(node.recovered.image.topic_count(), 15_010, "node {id}");
+        assert_eq!(node.recovered.image.hash(), hash, "node {id}");
+        nodes.push(node);
+    }
+    for n in nodes {
+        n.stop().await;
+    }
+}

@@ -532,3 +532,81 @@ async fn a_leader_whose_followers_stall_on_their_disks_keeps_its_quorum_through_
         n.stop().await;
     }
 }
+
+/// Both followers' disks stall, as in the test above, and both also answer
+/// every lease request 200 ms late (a busy follower's answer waits for its
+/// runtime). The leader keeps asking without waiting for the answers, so
+/// its quorum clock ages by one delay plus a request interval, not two
+/// delays plus an interval (550 ms, past the 450 ms lease, with one
+/// request at a time): it stays leader in its term and no follower stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_whose_followers_answer_its_lease_late_keeps_its_quorum() {
+    use std::sync::atomic::Ordering;
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let config = Arc::new(default_config(CLUSTER));
+    let nodes = start_cluster(root.path(), config.clone()).await;
+    let leader_id = wait_leader(&nodes).await;
+    let leader = &nodes[leader_id as usize - 1];
+    let index = write_batches(&leader.raft, 0..3, 1).await;
+    assert_converged(&nodes, index).await;
+    let term = leader.raft.metrics().borrow().current_term;
+
+    let delay = Duration::from_millis(200);
+    let followers: Vec<_> = nodes.iter().filter(|n| n.id != leader_id).collect();
+    for n in &followers {
+        n.lease_answer_delay_ms
+            .store(delay.as_millis() as u64, Ordering::Relaxed);
+    }
+    let holds: Vec<_> = followers
+        .iter()
+        .map(|n| n.log.stall_follower_appends())
+        .collect();
+    let raft = leader.raft.clone();
+    let pending = tokio::spawn(async move { raft.client_write(topic_batch(100)).await });
+    let lease = Duration::from_millis(config.election_timeout_max);
+    let until = Instant::now() + lease * 6;
+    let mut oldest_ack = Duration::ZERO;
+    while Instant::now() < until {
+        let m = leader.raft.metrics().borrow().clone();
+        assert_eq!(m.state, ServerState::Leader, "the leader stepped down");
+        assert_eq!(m.current_term, term, "the term moved");
+        // Its age now, not as of the last metrics report.
+        if let Some(at) = m.last_quorum_acked {
+            oldest_ack = oldest_ack.max(at.elapsed());
+        }
+        for n in &followers {
+            assert_eq!(
+                n.raft.metrics().borrow().current_term,
+                term,
+                "node {} raised its term",
+                n.id
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!pending.is_finished(), "the write committed with no flush");
+    // The acknowledgements came from the delayed lease answers only.
+    assert!(
+        oldest_ack >= delay,
+        "the quorum acknowledgement aged only {oldest_ack:?}: were the answers delayed?"
+    );
+    assert!(
+        oldest_ack <= lease,
+        "the quorum acknowledgement aged {oldest_ack:?}"
+    );
+    drop(holds);
+    for n in &followers {
+        n.lease_answer_delay_ms.store(0, Ordering::Relaxed);
+    }
+    let written = tokio::time::timeout(PATIENCE, pending)
+        .await
+        .expect("the write commits once the disks are back")
+        .unwrap()
+        .expect("the write succeeds");
+    assert_converged(&nodes, written.log_id.index).await;
+    assert_eq!(leader.raft.metrics().borrow().current_term, term);
+    for n in nodes {
+        n.stop().await;
+    }
+}

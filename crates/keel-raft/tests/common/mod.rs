@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -45,6 +46,8 @@ pub struct TestNode {
     pub recovered: Arc<AppliedState>,
     /// When each peer last answered this node's RPCs.
     pub contacts: PeerContacts,
+    /// Milliseconds the node waits before answering a lease request.
+    pub lease_answer_delay_ms: Arc<AtomicU64>,
     /// The tonic server task.
     server: JoinHandle<()>,
     /// Triggers the server's graceful shutdown.
@@ -132,6 +135,7 @@ impl TestNode {
             .with_directory(log.directory_id());
         let contacts = network.contacts();
         let lease_clock = network.lease_clock();
+        let lease_answer_delay_ms = Arc::new(AtomicU64::new(0));
         let watchdog_network = network.clone();
         let raft = KeelRaft::new(id, config, network, log.clone(), sm)
             .await
@@ -148,7 +152,8 @@ impl TestNode {
         ));
         let mut service = RaftGrpcService::new(raft.clone(), CLUSTER.into())
             .with_directory(log.directory_id())
-            .with_lease_clock(lease_clock);
+            .with_lease_clock(lease_clock)
+            .with_lease_answer_delay(lease_answer_delay_ms.clone());
         if let Some(window) = no_vote_for {
             service = service.refusing_votes_for(window);
         }
@@ -174,6 +179,7 @@ impl TestNode {
             state,
             recovered,
             contacts,
+            lease_answer_delay_ms,
             server,
             stop_server: Some(stop_tx),
             stop_watchdog,

@@ -40,10 +40,20 @@ pub(crate) struct StorageMeta {
 /// The sled settings of every controller's storage, rooted at `dir`. Also
 /// used by `keel bench commit`'s storage ceiling, so it measures the store
 /// the controllers run.
+///
+/// The `unsafe-ack-before-fsync` demonstration build (never shipped)
+/// also turns off sled's own flush every 500 ms: otherwise whether that
+/// timer happened to fire between an acknowledgement and a power cut
+/// decided whether the build lost anything, and the power-cut tests that
+/// show they catch it (`tests/power.rs`) passed or failed on the timing.
 pub fn sled_config(dir: &Path) -> sled::Config {
-    sled::Config::new()
+    let config = sled::Config::new()
         .path(dir)
-        .cache_capacity(SLED_CACHE_BYTES)
+        .cache_capacity(SLED_CACHE_BYTES);
+    if cfg!(feature = "unsafe-ack-before-fsync") {
+        return config.flush_every_ms(None);
+    }
+    config
 }
 
 /// Opens (or creates) the Raft storage under `data_dir/raft`.

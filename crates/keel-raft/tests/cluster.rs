@@ -171,21 +171,13 @@ async fn whole_cluster_restart_recovers_state_from_disk() {
         .metrics()
         .borrow()
         .current_term;
-    let mut stopped = Vec::new();
-    for n in nodes {
-        stopped.push(n.stop().await);
-    }
-    // Give the dropped stores a moment; `restart` waits for the lock anyway.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-
-    let mut nodes = Vec::new();
-    for (id, dir, addr) in &stopped {
-        let node = TestNode::restart(*id, dir, addr, config.clone()).await;
+    let nodes = restart_all(nodes, &config).await;
+    for node in &nodes {
         // Raft::new re-applies the committed log after the snapshot before
         // the node talks to anyone: the image is back as it was.
+        let id = node.id;
         assert_eq!(node.recovered.last_applied, applied, "node {id}");
         assert_eq!(node.recovered.image.hash(), hash, "node {id}");
-        nodes.push(node);
     }
     let leader_id = wait_leader(&nodes).await;
     // No node resumed the old leadership (its unflushed tail could be gone
@@ -427,6 +419,21 @@ async fn followers_learn_a_lone_commit_without_waiting_for_a_heartbeat() {
     }
 }
 
+/// Stops every node, then restarts each on its old address and data dir.
+async fn restart_all(nodes: Vec<TestNode>, config: &Arc<openraft::Config>) -> Vec<TestNode> {
+    let mut stopped = Vec::new();
+    for n in nodes {
+        stopped.push(n.stop().await);
+    }
+    // Give the dropped stores a moment; `restart` waits for the lock anyway.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut nodes = Vec::new();
+    for (id, dir, addr) in &stopped {
+        nodes.push(TestNode::restart(*id, dir, addr, config.clone()).await);
+    }
+    nodes
+}
+
 /// A batch of `n` topics numbered from `from`.
 fn topics(from: u64, n: u64) -> keel_metadata::RecordBatch {
     let records = (from..from + n)
@@ -458,17 +465,11 @@ async fn large_appends_reach_every_disk_and_survive_a_restart() {
     let small = write_batches(leader, 15_000..15_010, 4).await;
     assert!(small > last);
     let hash = assert_converged(&nodes, small).await;
-    let mut stopped = Vec::new();
-    for n in nodes {
-        stopped.push(n.stop().await);
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let mut nodes = Vec::new();
-    for (id, dir, addr) in &stopped {
-        let node = TestNode::restart(*id, dir, addr, config.clone()).await;
+    let nodes = restart_all(nodes, &config).await;
+    for node in &nodes {
+        let id = node.id;
         assert_eq!(node.recovered.image.topic_count(), 15_010, "node {id}");
         assert_eq!(node.recovered.image.hash(), hash, "node {id}");
-        nodes.push(node);
     }
     for n in nodes {
         n.stop().await;

@@ -475,62 +475,11 @@ async fn a_bound_membership_refuses_envelopes_naming_another_data_dir() {
 /// term does not move. Once the disks are back the write commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_whose_followers_stall_on_their_disks_keeps_its_quorum_through_lease_heartbeats() {
-    init_tracing();
-    let root = tempfile::tempdir().unwrap();
-    let config = Arc::new(default_config(CLUSTER));
-    let nodes = start_cluster(root.path(), config.clone()).await;
-    let leader_id = wait_leader(&nodes).await;
-    let leader = &nodes[leader_id as usize - 1];
-    let index = write_batches(&leader.raft, 0..3, 1).await;
-    assert_converged(&nodes, index).await;
-    let term = leader.raft.metrics().borrow().current_term;
-
-    let holds: Vec<_> = nodes
-        .iter()
-        .filter(|n| n.id != leader_id)
-        .map(|n| n.log.stall_follower_appends())
-        .collect();
-    let raft = leader.raft.clone();
-    let pending = tokio::spawn(async move { raft.client_write(topic_batch(100)).await });
-    let stall = Duration::from_millis(config.election_timeout_max * 4);
-    let until = Instant::now() + stall;
-    let mut oldest_ack = Duration::ZERO;
-    while Instant::now() < until {
-        let m = leader.raft.metrics().borrow().clone();
-        assert_eq!(m.state, ServerState::Leader, "the leader stepped down");
-        assert_eq!(m.current_term, term, "the term moved");
-        if let Some(ms) = m.millis_since_quorum_ack {
-            oldest_ack = oldest_ack.max(Duration::from_millis(ms));
-        }
-        for n in nodes.iter().filter(|n| n.id != leader_id) {
-            assert_eq!(
-                n.raft.metrics().borrow().current_term,
-                term,
-                "node {} raised its term",
-                n.id
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let oldest_ack = leader_through_stalled_followers(Duration::ZERO, 4).await;
     assert!(
-        !pending.is_finished(),
-        "the write committed though no follower could flush"
-    );
-    assert!(
-        oldest_ack <= Duration::from_millis(config.election_timeout_max),
+        oldest_ack <= Duration::from_millis(default_config(CLUSTER).election_timeout_max),
         "the quorum acknowledgement aged {oldest_ack:?}"
     );
-    drop(holds);
-    let written = tokio::time::timeout(PATIENCE, pending)
-        .await
-        .expect("the write commits once the disks are back")
-        .unwrap()
-        .expect("the write succeeds");
-    assert_converged(&nodes, written.log_id.index).await;
-    assert_eq!(leader.raft.metrics().borrow().current_term, term);
-    for n in nodes {
-        n.stop().await;
-    }
 }
 
 /// Both followers' disks stall, as in the test above, and both also answer
@@ -541,6 +490,27 @@ async fn a_leader_whose_followers_stall_on_their_disks_keeps_its_quorum_through_
 /// request at a time): it stays leader in its term and no follower stands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_leader_whose_followers_answer_its_lease_late_keeps_its_quorum() {
+    let delay = Duration::from_millis(200);
+    let oldest_ack = leader_through_stalled_followers(delay, 6).await;
+    // The acknowledgements came from the delayed lease answers only.
+    assert!(
+        oldest_ack >= delay,
+        "the quorum acknowledgement aged only {oldest_ack:?}: were the answers delayed?"
+    );
+    assert!(
+        oldest_ack <= Duration::from_millis(default_config(CLUSTER).election_timeout_max),
+        "the quorum acknowledgement aged {oldest_ack:?}"
+    );
+}
+
+/// Starts a quorum, stalls both followers' appends while a write is
+/// pending and delays their lease answers by `delay`, for `leases`
+/// election timeouts; throughout, the leader must stay leader in its term
+/// and no follower may raise its term. Then lifts both faults and checks
+/// the write commits in the same term. Returns the oldest age of the
+/// leader's quorum acknowledgement seen (as of each look, not of the last
+/// metrics report).
+async fn leader_through_stalled_followers(delay: Duration, leases: u32) -> Duration {
     use std::sync::atomic::Ordering;
     init_tracing();
     let root = tempfile::tempdir().unwrap();
@@ -552,7 +522,6 @@ async fn a_leader_whose_followers_answer_its_lease_late_keeps_its_quorum() {
     assert_converged(&nodes, index).await;
     let term = leader.raft.metrics().borrow().current_term;
 
-    let delay = Duration::from_millis(200);
     let followers: Vec<_> = nodes.iter().filter(|n| n.id != leader_id).collect();
     for n in &followers {
         n.lease_answer_delay_ms
@@ -564,14 +533,12 @@ async fn a_leader_whose_followers_answer_its_lease_late_keeps_its_quorum() {
         .collect();
     let raft = leader.raft.clone();
     let pending = tokio::spawn(async move { raft.client_write(topic_batch(100)).await });
-    let lease = Duration::from_millis(config.election_timeout_max);
-    let until = Instant::now() + lease * 6;
+    let until = Instant::now() + Duration::from_millis(config.election_timeout_max) * leases;
     let mut oldest_ack = Duration::ZERO;
     while Instant::now() < until {
         let m = leader.raft.metrics().borrow().clone();
         assert_eq!(m.state, ServerState::Leader, "the leader stepped down");
         assert_eq!(m.current_term, term, "the term moved");
-        // Its age now, not as of the last metrics report.
         if let Some(at) = m.last_quorum_acked {
             oldest_ack = oldest_ack.max(at.elapsed());
         }
@@ -585,15 +552,9 @@ async fn a_leader_whose_followers_answer_its_lease_late_keeps_its_quorum() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(!pending.is_finished(), "the write committed with no flush");
-    // The acknowledgements came from the delayed lease answers only.
     assert!(
-        oldest_ack >= delay,
-        "the quorum acknowledgement aged only {oldest_ack:?}: were the answers delayed?"
-    );
-    assert!(
-        oldest_ack <= lease,
-        "the quorum acknowledgement aged {oldest_ack:?}"
+        !pending.is_finished(),
+        "the write committed though no follower could flush"
     );
     drop(holds);
     for n in &followers {
@@ -609,4 +570,5 @@ async fn a_leader_whose_followers_answer_its_lease_late_keeps_its_quorum() {
     for n in nodes {
         n.stop().await;
     }
+    oldest_ack
 }

@@ -25,7 +25,7 @@ enum LogCommand {
 /// Options of `keel log dump`.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  keel log dump --data-dir .keel-dev/controller-1\n  keel log dump --data-dir .keel-dev/controller-1 -o json --record-type Topic,RemoveTopic\n\nRecord types: RegisterBroker, FenceBroker, UnfenceBroker, BrokerShuttingDown, UnregisterBroker, LogDirsOffline, Topic, Partition, PartitionChange, TopicConfig, MarkTopicForDeletion, ReplicaDeletionState, RemoveTopic, BeginTransaction, EndTransaction, AbortTransaction, AclAdded, AclRemoved, BrokerKafkaListener, ClusterConfig."
+    after_help = "Examples:\n  keel log dump --data-dir .keel-dev/controller-1\n  keel log dump --data-dir .keel-dev/controller-1 -o json --record-type Topic,RemoveTopic\n\nRecord types: RegisterBroker, FenceBroker, UnfenceBroker, BrokerShuttingDown, UnregisterBroker, LogDirsOffline, Topic, Partition, PartitionChange, TopicConfig, MarkTopicForDeletion, ReplicaDeletionState, RemoveTopic, BeginTransaction, EndTransaction, AbortTransaction, AclAdded, AclRemoved, BrokerKafkaListener, ClusterConfig, UserScramCredential (user, mechanism and iterations only), UserScramCredentialRemoved."
 )]
 struct DumpArgs {
     /// The controller's data dir (the one given to `keel controller --data-dir`).
@@ -89,9 +89,17 @@ impl serde_json::ser::Formatter for UuidText {
 }
 
 /// One record as JSON: `{"Type": {fields}}` (a bare `"Type"` for a record
-/// without fields).
+/// without fields). A SCRAM credential shows its user, mechanism and
+/// iterations only, never its salt or keys.
 fn record_json(r: &keel_metadata::MetadataRecord) -> serde_json::Value {
     use serde::Serialize;
+    if let keel_metadata::MetadataRecord::UserScramCredential { user, credential } = r {
+        return serde_json::json!({ "UserScramCredential": {
+            "user": user,
+            "mechanism": credential.mechanism.name(),
+            "iterations": credential.iterations,
+        }});
+    }
     let mut buf = Vec::new();
     let mut ser = serde_json::Serializer::with_formatter(&mut buf, UuidText);
     match r.serialize(&mut ser) {
@@ -190,5 +198,25 @@ mod tests {
         assert_eq!(v["RemoveTopic"]["topic_id"], id.to_string());
         let v = record_json(&MetadataRecord::EndTransaction);
         assert_eq!(record_type(&v), "EndTransaction");
+    }
+
+    #[test]
+    fn a_credential_shows_no_salt_nor_keys() {
+        use keel_metadata::scram::{ScramCredential, ScramMechanism};
+        let credential =
+            ScramCredential::from_password(ScramMechanism::Sha256, b"pw", b"salt", 4096).unwrap();
+        let v = record_json(&MetadataRecord::UserScramCredential {
+            user: "alice".into(),
+            credential,
+        });
+        assert_eq!(record_type(&v), "UserScramCredential");
+        assert_eq!(
+            v,
+            serde_json::json!({ "UserScramCredential": {
+                "user": "alice",
+                "mechanism": "SCRAM-SHA-256",
+                "iterations": 4096,
+            }})
+        );
     }
 }

@@ -9,11 +9,14 @@ use std::time::{Duration, Instant};
 
 use futures::stream::{BoxStream, StreamExt};
 use keel_metadata::acl::{Operation, Resource};
+use keel_metadata::decide::{duplicate_user, duplicated_users, MAX_SCRAM_CREDENTIALS};
 use keel_metadata::decide::{ConfigOp, CreatePartitions, CreateTopic, ElectionKind};
+use keel_metadata::scram::{ScramCredential, ScramMechanism};
 use keel_metadata::{ApiError, BrokerId, ErrorCode, MetadataImage, TopicPartition};
 use keel_proto::convert::{
     acl_binding_from_pb, acl_binding_to_pb, acl_filter_from_pb, broker_to_pb, brokers_from_pb,
     config_op_from_pb, election_kind_from_pb, error_to_pb, partition_to_pb, result_error,
+    scram_credential_info_to_pb, scram_deletion_from_pb, scram_upsertion_from_pb,
 };
 use keel_proto::pb;
 use keel_proto::pb::admin_service_server::AdminService;
@@ -188,6 +191,8 @@ refused!(
     pb::DescribeAclsResponse,
     pb::AlterClusterConfigsResponse,
     pb::DescribeClusterConfigsResponse,
+    pb::AlterUserScramCredentialsResponse,
+    pb::DescribeUserScramCredentialsResponse,
 );
 
 /// Takes one of the node's admin request slots for the rest of the call
@@ -225,6 +230,160 @@ fn config_entries<'a>(
         .map(|(key, value)| pb::ConfigEntry {
             key: key.clone(),
             value: value.clone(),
+        })
+        .collect()
+}
+
+/// The items of an AlterUserScramCredentials request, converted: the ones
+/// refused before the decision (a user named twice, a mechanism not
+/// supported, a salted password that yields no credential) keep their
+/// refusal; the others go to the decision.
+struct ScramChanges {
+    /// Per item, in the request's order (upsertions, then deletions): the
+    /// user and its refusal, `None` for an item decided.
+    refused: Vec<(String, Option<ApiError>)>,
+    upserts: Vec<(String, ScramCredential)>,
+    deletions: Vec<(String, ScramMechanism)>,
+}
+
+impl ScramChanges {
+    fn from_pb(req: &pb::AlterUserScramCredentialsRequest) -> Self {
+        // A user named twice is refused in every item naming it, even one
+        // whose conversion fails, as Kafka refuses them.
+        let twice = duplicated_users(
+            req.upsertions
+                .iter()
+                .map(|u| u.user.as_str())
+                .chain(req.deletions.iter().map(|d| d.user.as_str())),
+        );
+        let mut out = Self {
+            refused: Vec::with_capacity(req.upsertions.len() + req.deletions.len()),
+            upserts: Vec::new(),
+            deletions: Vec::new(),
+        };
+        for u in &req.upsertions {
+            let refusal = if twice.contains(u.user.as_str()) {
+                Some(duplicate_user(&u.user))
+            } else {
+                match scram_upsertion_from_pb(u) {
+                    Ok(item) => {
+                        out.upserts.push(item);
+                        None
+                    }
+                    Err(e) => Some(e),
+                }
+            };
+            out.refused.push((u.user.clone(), refusal));
+        }
+        for d in &req.deletions {
+            let refusal = if twice.contains(d.user.as_str()) {
+                Some(duplicate_user(&d.user))
+            } else {
+                match scram_deletion_from_pb(d) {
+                    Ok(item) => {
+                        out.deletions.push(item);
+                        None
+                    }
+                    Err(e) => Some(e),
+                }
+            };
+            out.refused.push((d.user.clone(), refusal));
+        }
+        out
+    }
+
+    /// Every item's result in the request's order: the decision answers
+    /// the decided ones, in the same order (upserts, then deletions).
+    fn merge(
+        &self,
+        decided: Vec<(String, Result<(), ApiError>)>,
+    ) -> Vec<(String, Result<(), ApiError>)> {
+        let mut decided = decided.into_iter();
+        self.refused
+            .iter()
+            .map(|(user, refusal)| match refusal {
+                Some(e) => (user.clone(), Err(e.clone())),
+                None => decided.next().unwrap_or_else(|| {
+                    (
+                        user.clone(),
+                        Err(ApiError::new(ErrorCode::Internal, "no decision for item")),
+                    )
+                }),
+            })
+            .collect()
+    }
+}
+
+/// One log line per committed credential change: who changed whose
+/// credential, how, at which log index (never the credential itself).
+fn log_scram_changes(caller: &Caller, records: &[keel_metadata::MetadataRecord], index: u64) {
+    use keel_metadata::MetadataRecord as R;
+    for r in records {
+        let (user, mechanism, operation) = match r {
+            R::UserScramCredential { user, credential } => (user, credential.mechanism, "upsert"),
+            R::UserScramCredentialRemoved { user, mechanism } => (user, *mechanism, "delete"),
+            _ => continue,
+        };
+        tracing::info!(
+            principal = %caller.name(),
+            user = %user,
+            mechanism = %mechanism,
+            operation = %operation,
+            index,
+            "SCRAM credential changed"
+        );
+    }
+}
+
+/// The description of the credentials of `users` (every user that has one
+/// when empty): per user, mechanisms and iterations, never salts or keys.
+fn describe_scram(image: &MetadataImage, users: &[String]) -> Vec<pb::UserScramCredentials> {
+    let infos = |user: &str| -> Vec<pb::ScramCredentialInfo> {
+        ScramMechanism::ALL
+            .into_iter()
+            .filter_map(|m| image.scram_credential(user, m))
+            .map(scram_credential_info_to_pb)
+            .collect()
+    };
+    if users.is_empty() {
+        let mut out: Vec<pb::UserScramCredentials> = Vec::new();
+        for (user, _, c) in image.scram_users() {
+            match out.last_mut() {
+                Some(last) if last.user == user => {
+                    last.credentials.push(scram_credential_info_to_pb(c))
+                }
+                _ => out.push(pb::UserScramCredentials {
+                    user: user.to_string(),
+                    error: None,
+                    credentials: vec![scram_credential_info_to_pb(c)],
+                }),
+            }
+        }
+        return out;
+    }
+    let twice = duplicated_users(users.iter().map(String::as_str));
+    users
+        .iter()
+        .map(|user| {
+            let (error, credentials) = if twice.contains(user.as_str()) {
+                (Some(error_to_pb(&duplicate_user(user))), vec![])
+            } else {
+                let found = infos(user);
+                if found.is_empty() {
+                    let e = ApiError::new(
+                        ErrorCode::ResourceNotFound,
+                        format!("user {user:?} has no SCRAM credential"),
+                    );
+                    (Some(error_to_pb(&e)), vec![])
+                } else {
+                    (None, found)
+                }
+            };
+            pb::UserScramCredentials {
+                user: user.clone(),
+                error,
+                credentials,
+            }
         })
         .collect()
 }
@@ -1206,6 +1365,87 @@ impl AdminService for AdminApi {
         }))
     }
 
+    async fn alter_user_scram_credentials(
+        &self,
+        req: Request<pb::AlterUserScramCredentialsRequest>,
+    ) -> Result<Response<pb::AlterUserScramCredentialsResponse>, Status> {
+        let _slot = slot!(self, req, pb::AlterUserScramCredentialsResponse);
+        let _admitted = self.admit(&req).await;
+        let caller = Caller::of(&req);
+        let supers = self.super_users();
+        let req = req.into_inner();
+        let items = req.upsertions.len() + req.deletions.len();
+        if items > MAX_SCRAM_CREDENTIALS {
+            return Ok(Response::new(pb::AlterUserScramCredentialsResponse {
+                error: top(ApiError::new(
+                    ErrorCode::PolicyViolation,
+                    format!(
+                        "the request changes {items} credentials; at most {MAX_SCRAM_CREDENTIALS} at once"
+                    ),
+                )),
+                results: vec![],
+            }));
+        }
+        let asked = ScramChanges::from_pb(&req);
+        let r = self
+            .shared
+            .submit(CommandKind::AlterScramCredentials, move |image, _| {
+                if let Err(e) = caller
+                    .checker(image, &supers)
+                    .check(Operation::Alter, Resource::Cluster)
+                {
+                    return Proposal::with_reply(vec![], Err(e));
+                }
+                let d = image.decide_alter_scram(&asked.upserts, &asked.deletions);
+                let results = asked.merge(d.reply);
+                let records = d.records.clone();
+                Proposal::new(d.records, move |commit| {
+                    let index = commit?;
+                    log_scram_changes(&caller, &records, index);
+                    Ok(results)
+                })
+                .with_replayed(d.replayed)
+            })
+            .await;
+        Ok(Response::new(match r {
+            Ok(results) => pb::AlterUserScramCredentialsResponse {
+                error: None,
+                results: results
+                    .into_iter()
+                    .map(|(user, r)| pb::UserResult {
+                        user,
+                        error: result_error(&r),
+                    })
+                    .collect(),
+            },
+            Err(e) => pb::AlterUserScramCredentialsResponse {
+                error: submit_error(&self.shared, e),
+                results: vec![],
+            },
+        }))
+    }
+
+    async fn describe_user_scram_credentials(
+        &self,
+        req: Request<pb::DescribeUserScramCredentialsRequest>,
+    ) -> Result<Response<pb::DescribeUserScramCredentialsResponse>, Status> {
+        let _slot = slot!(self, req, pb::DescribeUserScramCredentialsResponse);
+        let image = match self.cluster_read(&req, Operation::Describe).await {
+            Ok(image) => image,
+            Err(e) => {
+                return Ok(Response::new(pb::DescribeUserScramCredentialsResponse {
+                    error: Some(e),
+                    results: vec![],
+                }))
+            }
+        };
+        let users = &req.get_ref().users;
+        Ok(Response::new(pb::DescribeUserScramCredentialsResponse {
+            error: None,
+            results: describe_scram(&image, users),
+        }))
+    }
+
     async fn alter_cluster_configs(
         &self,
         req: Request<pb::AlterClusterConfigsRequest>,
@@ -1560,5 +1800,60 @@ mod tests {
         let e = to_the_end(async { Err(ApiError::new(ErrorCode::InvalidRequest, "no")) }).await;
         assert_eq!(e.map(|e| e.code), Some(ErrorCode::InvalidRequest.as_i32()));
         assert_eq!(to_the_end(async { Ok(()) }).await, None);
+    }
+
+    /// Items refused before the decision keep their place: the decision's
+    /// answers fill the others in the request's order.
+    #[test]
+    fn scram_items_refused_up_front_keep_their_place_among_the_decided() {
+        use keel_metadata::MetadataRecord;
+        use keel_proto::convert::{scram_deletion_to_pb, scram_upsertion_to_pb};
+
+        let m = ScramMechanism::Sha256;
+        let salt = [7u8; 32];
+        let salted = ScramCredential::salted_password(m, b"pw", &salt, 4096).unwrap();
+        let up = |user: &str| scram_upsertion_to_pb(user, m, 4096, &salt, &salted);
+        let req = pb::AlterUserScramCredentialsRequest {
+            upsertions: vec![
+                up("alice"),
+                pb::ScramCredentialUpsertion {
+                    mechanism: 0,
+                    ..up("bob")
+                },
+                up("carol"),
+                up("alice"),
+            ],
+            deletions: vec![
+                scram_deletion_to_pb("dave", ScramMechanism::Sha512),
+                scram_deletion_to_pb("erin", m),
+            ],
+        };
+        let asked = ScramChanges::from_pb(&req);
+        assert_eq!(asked.upserts.len(), 1);
+        assert_eq!(asked.deletions.len(), 2);
+        let mut image = MetadataImage::new();
+        let erin = MetadataRecord::UserScramCredential {
+            user: "erin".into(),
+            credential: asked.upserts[0].1.clone(),
+        };
+        image.replay(&erin, 1).unwrap();
+        let d = image.decide_alter_scram(&asked.upserts, &asked.deletions);
+        let codes: Vec<(String, ErrorCode)> = asked
+            .merge(d.reply)
+            .into_iter()
+            .map(|(u, r)| (u, r.err().map_or(ErrorCode::None, |e| e.code)))
+            .collect();
+        let want = [
+            ("alice", ErrorCode::DuplicateResource),
+            ("bob", ErrorCode::UnsupportedSaslMechanism),
+            ("carol", ErrorCode::None),
+            ("alice", ErrorCode::DuplicateResource),
+            ("dave", ErrorCode::ResourceNotFound),
+            ("erin", ErrorCode::None),
+        ];
+        let want: Vec<(String, ErrorCode)> =
+            want.iter().map(|(u, c)| (u.to_string(), *c)).collect();
+        assert_eq!(codes, want);
+        assert_eq!(d.records.len(), 2);
     }
 }

@@ -32,6 +32,8 @@ pub enum CommandKind {
     ReplicaDeletionResults,
     /// ACL bindings added or removed.
     AlterAcls,
+    /// Users' SCRAM credentials set or removed.
+    AlterScramCredentials,
 }
 
 impl CommandKind {
@@ -45,6 +47,7 @@ impl CommandKind {
             Self::ElectLeaders => "elect_leaders",
             Self::UnregisterBroker => "unregister_broker",
             Self::AlterAcls => "alter_acls",
+            Self::AlterScramCredentials => "alter_scram_credentials",
             Self::AlterConfigs => "alter_configs",
             Self::RegisterBroker => "register_broker",
             Self::BrokerHeartbeat => "broker_heartbeat",
@@ -68,6 +71,7 @@ impl CommandKind {
                 | Self::UnregisterBroker
                 | Self::AlterConfigs
                 | Self::AlterAcls
+                | Self::AlterScramCredentials
         )
     }
 
@@ -279,6 +283,7 @@ mod tests {
             Housekeeping,
             ReplicaDeletionResults,
             AlterAcls,
+            AlterScramCredentials,
         ];
         let labels: std::collections::BTreeSet<&str> = all.iter().map(|k| k.as_str()).collect();
         assert_eq!(labels.len(), all.len());

@@ -49,11 +49,29 @@ pub enum ErrorCode {
     ThrottlingQuotaExceeded = 35,
     /// The active controller's data dir is below its free-space reserve.
     StorageFull = 36,
+    /// The item names something that does not exist (a SCRAM credential
+    /// to delete or describe); Kafka's RESOURCE_NOT_FOUND (91).
+    ResourceNotFound = 37,
+    /// The request names the same resource twice (a user in one SCRAM
+    /// credential change); Kafka's DUPLICATE_RESOURCE (92).
+    DuplicateResource = 38,
+    /// A SCRAM credential refused (empty or invalid user name, iterations
+    /// out of range, malformed salt or keys); Kafka's
+    /// UNACCEPTABLE_CREDENTIAL (93).
+    UnacceptableCredential = 39,
+    /// A SASL login failed (unknown user, wrong password); Kafka's
+    /// SASL_AUTHENTICATION_FAILED (58).
+    SaslAuthenticationFailed = 40,
+    /// A SASL mechanism this cluster does not offer; Kafka's
+    /// UNSUPPORTED_SASL_MECHANISM (33).
+    UnsupportedSaslMechanism = 41,
+    /// A SASL message out of turn; Kafka's ILLEGAL_SASL_STATE (34).
+    IllegalSaslState = 42,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 37] = [
+    pub const ALL: [ErrorCode; 43] = [
         ErrorCode::None,
         ErrorCode::NotController,
         ErrorCode::StaleControllerEpoch,
@@ -91,6 +109,12 @@ impl ErrorCode {
         ErrorCode::PolicyViolation,
         ErrorCode::ThrottlingQuotaExceeded,
         ErrorCode::StorageFull,
+        ErrorCode::ResourceNotFound,
+        ErrorCode::DuplicateResource,
+        ErrorCode::UnacceptableCredential,
+        ErrorCode::SaslAuthenticationFailed,
+        ErrorCode::UnsupportedSaslMechanism,
+        ErrorCode::IllegalSaslState,
     ];
 
     pub fn as_i32(self) -> i32 {
@@ -144,6 +168,12 @@ impl ErrorCode {
             ErrorCode::PolicyViolation => "POLICY_VIOLATION",
             ErrorCode::ThrottlingQuotaExceeded => "THROTTLING_QUOTA_EXCEEDED",
             ErrorCode::StorageFull => "STORAGE_FULL",
+            ErrorCode::ResourceNotFound => "RESOURCE_NOT_FOUND",
+            ErrorCode::DuplicateResource => "DUPLICATE_RESOURCE",
+            ErrorCode::UnacceptableCredential => "UNACCEPTABLE_CREDENTIAL",
+            ErrorCode::SaslAuthenticationFailed => "SASL_AUTHENTICATION_FAILED",
+            ErrorCode::UnsupportedSaslMechanism => "UNSUPPORTED_SASL_MECHANISM",
+            ErrorCode::IllegalSaslState => "ILLEGAL_SASL_STATE",
         }
     }
 }
@@ -191,6 +221,13 @@ pub enum ReplayErrorKind {
     DuplicateAcl(String),
     #[error("ACL binding {0} does not exist")]
     UnknownAcl(String),
+    #[error("SCRAM credential of user {user:?} is invalid: {reason}")]
+    InvalidScramCredential { user: String, reason: String },
+    #[error("user {user:?} has no {mechanism} credential")]
+    UnknownScramCredential {
+        user: String,
+        mechanism: &'static str,
+    },
     #[error("broker {0} is not registered")]
     UnknownBroker(BrokerId),
     #[error("broker {broker} epoch {got} does not match registered epoch {expected}")]

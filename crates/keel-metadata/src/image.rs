@@ -25,6 +25,7 @@ use crate::records::{
     decode_versioned, encode_as_into, encode_versioned_into, LeaderChange, MetadataRecord,
     PartitionChangeRecord, PartitionRecord, RecordBatch, RegisterBrokerRecord, TopicRecord,
 };
+use crate::scram::{ScramCredential, ScramMechanism};
 use crate::state::{PartitionState, ReplicaState, TransitionError};
 
 mod partition_table;
@@ -186,7 +187,10 @@ pub struct ValidationError(pub String);
 ///
 /// Serialized by imbl (a map: length, then entries in key order); read back
 /// through [`sorted_map`], never through imbl's own `Deserialize`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+///
+/// Equality is that of the replicated state: it leaves out
+/// `access_version`, which depends on where a node started replaying.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct MetadataImage {
     /// Log index of the last applied entry (0 = nothing applied).
     offset: u64,
@@ -207,8 +211,9 @@ pub struct MetadataImage {
     #[serde(deserialize_with = "sorted_map::deserialize")]
     acls: OrdMap<AclBinding, ()>,
     /// Cluster-wide defaults of topic configs (`ClusterConfig` records):
-    /// what a topic without its own value for a key takes. Last, so an
-    /// image without any is encoded in format version 3's shape.
+    /// what a topic without its own value for a key takes. After the
+    /// fields of version 3, so an image without any is encoded in version
+    /// 3's shape.
     #[serde(deserialize_with = "sorted_map::deserialize")]
     cluster_configs: OrdMap<String, String>,
     /// The records of a transaction whose end marker has not been replayed
@@ -217,7 +222,50 @@ pub struct MetadataImage {
     /// is the same on every node at the same index anyway.
     #[serde(skip)]
     transaction: Option<OpenTransaction>,
+    /// The log index of the last record applied that changed the ACLs or
+    /// the SCRAM credentials (see [`MetadataImage::access_version`]).
+    /// Never encoded nor hashed, and left out of equality: a node that
+    /// loaded a snapshot has the snapshot's offset here, one that replayed
+    /// the whole log the index of the change itself.
+    #[serde(skip)]
+    access_version: u64,
+    /// Every user's SCRAM credential, per mechanism (`UserScramCredential`
+    /// records); the key's mechanism is the credential's. The last field
+    /// encoded, so an image without credentials is encoded in version 3's
+    /// or 4's shape.
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    scram: OrdMap<(String, ScramMechanism), ScramCredential>,
 }
+
+impl PartialEq for MetadataImage {
+    fn eq(&self, other: &Self) -> bool {
+        // Destructured, so a new field must be placed on one side or the
+        // other of equality.
+        let Self {
+            offset,
+            brokers,
+            topics,
+            topic_names,
+            partitions,
+            acls,
+            cluster_configs,
+            transaction,
+            access_version: _,
+            scram,
+        } = self;
+        *offset == other.offset
+            && *brokers == other.brokers
+            && *topics == other.topics
+            && *topic_names == other.topic_names
+            && *partitions == other.partitions
+            && *acls == other.acls
+            && *cluster_configs == other.cluster_configs
+            && *transaction == other.transaction
+            && *scram == other.scram
+    }
+}
+
+impl Eq for MetadataImage {}
 
 /// The image as format version 1 wrote it (before ACLs), read only to
 /// decode an old snapshot.
@@ -265,8 +313,8 @@ struct ImageV3 {
     acls: OrdMap<AclBinding, ()>,
 }
 
-/// An image without cluster defaults in [`ImageV3`]'s shape, as it is
-/// written, so the previous release can read it.
+/// An image without cluster defaults and without SCRAM credentials in
+/// [`ImageV3`]'s shape, as it is written, so older releases can read it.
 #[derive(Serialize)]
 struct ImageV3Ref<'a> {
     offset: u64,
@@ -275,6 +323,38 @@ struct ImageV3Ref<'a> {
     topic_names: &'a OrdMap<String, TopicId>,
     partitions: &'a PartitionTable,
     acls: &'a OrdMap<AclBinding, ()>,
+}
+
+/// The image as format version 4 wrote it (no SCRAM credentials), read
+/// only to decode an old snapshot.
+#[derive(Deserialize)]
+struct ImageV4 {
+    offset: u64,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    brokers: OrdMap<BrokerId, BrokerRegistration>,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    topics: OrdMap<TopicId, Arc<TopicImage>>,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    topic_names: OrdMap<String, TopicId>,
+    partitions: PartitionTable,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    acls: OrdMap<AclBinding, ()>,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    cluster_configs: OrdMap<String, String>,
+}
+
+/// An image with cluster defaults but without SCRAM credentials in
+/// [`ImageV4`]'s shape, as it is written, so the previous release can
+/// read it.
+#[derive(Serialize)]
+struct ImageV4Ref<'a> {
+    offset: u64,
+    brokers: &'a OrdMap<BrokerId, BrokerRegistration>,
+    topics: &'a OrdMap<TopicId, Arc<TopicImage>>,
+    topic_names: &'a OrdMap<String, TopicId>,
+    partitions: &'a PartitionTable,
+    acls: &'a OrdMap<AclBinding, ()>,
+    cluster_configs: &'a OrdMap<String, String>,
 }
 
 /// Registrations of a legacy image in today's shape.
@@ -524,6 +604,43 @@ impl MetadataImage {
         self.acls.contains_key(b)
     }
 
+    /// `user`'s credential for `mechanism`, if it has one.
+    pub fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: ScramMechanism,
+    ) -> Option<&ScramCredential> {
+        // The key owns its name: a lookup by `&str` needs one.
+        self.scram.get(&(user.to_string(), mechanism))
+    }
+
+    /// Every credential with its user and mechanism, in (user, mechanism)
+    /// order.
+    pub fn scram_users(&self) -> impl Iterator<Item = (&str, ScramMechanism, &ScramCredential)> {
+        self.scram
+            .iter()
+            .map(|((user, mechanism), c)| (user.as_str(), *mechanism, c))
+    }
+
+    /// How many credentials are stored (users times their mechanisms).
+    pub fn scram_count(&self) -> usize {
+        self.scram.len()
+    }
+
+    /// The log index of the last record that changed the ACLs or the SCRAM
+    /// credentials (`AclAdded`, `AclRemoved`, `UserScramCredential`,
+    /// `UserScramCredentialRemoved`); 0 when none was replayed. Brokers use
+    /// it to know when to re-read the ACLs and credentials: a reader that
+    /// saw a smaller value has stale ones.
+    ///
+    /// Not part of the encoding nor of the hash. After
+    /// [`decode`](Self::decode) it is the snapshot's offset (the changes it
+    /// holds are not known one by one), so a reader of a freshly loaded
+    /// snapshot refreshes once, perhaps needlessly, never too rarely.
+    pub fn access_version(&self) -> u64 {
+        self.access_version
+    }
+
     /// The index of the entry that began the open transaction, if one is
     /// open: its records have not taken effect yet.
     pub fn open_transaction(&self) -> Option<u64> {
@@ -675,12 +792,44 @@ impl MetadataImage {
                 if self.acls.insert(b.clone(), ()).is_some() {
                     return Err(err(offset, ReplayErrorKind::DuplicateAcl(b.to_string())));
                 }
+                self.access_version = offset;
                 Ok(())
             }
             MetadataRecord::AclRemoved(b) => {
                 if self.acls.remove(b).is_none() {
                     return Err(err(offset, ReplayErrorKind::UnknownAcl(b.to_string())));
                 }
+                self.access_version = offset;
+                Ok(())
+            }
+            MetadataRecord::UserScramCredential { user, credential } => {
+                // Checked before it is stored: an image never holds a
+                // credential a login could not use.
+                if let Err(e) = credential.validate() {
+                    return Err(err(
+                        offset,
+                        ReplayErrorKind::InvalidScramCredential {
+                            user: user.clone(),
+                            reason: e.to_string(),
+                        },
+                    ));
+                }
+                self.scram
+                    .insert((user.clone(), credential.mechanism), credential.clone());
+                self.access_version = offset;
+                Ok(())
+            }
+            MetadataRecord::UserScramCredentialRemoved { user, mechanism } => {
+                if self.scram.remove(&(user.clone(), *mechanism)).is_none() {
+                    return Err(err(
+                        offset,
+                        ReplayErrorKind::UnknownScramCredential {
+                            user: user.clone(),
+                            mechanism: mechanism.name(),
+                        },
+                    ));
+                }
+                self.access_version = offset;
                 Ok(())
             }
             MetadataRecord::BrokerKafkaListener { broker, address } => {
@@ -1226,11 +1375,25 @@ impl MetadataImage {
                 return fail(format!("broker key {id} holds registration of {}", b.id));
             }
         }
+        for ((user, mechanism), c) in self.scram.iter() {
+            if c.mechanism != *mechanism {
+                return fail(format!(
+                    "the {} credential of user {user:?} is keyed as {}",
+                    c.mechanism.name(),
+                    mechanism.name()
+                ));
+            }
+            if let Err(e) = c.validate() {
+                return fail(format!("the credential of user {user:?}: {e}"));
+            }
+        }
         Ok(())
     }
 
     /// The canonical encoding: format version + bincode of the ordered
-    /// maps; version 3's shape while no cluster default is set.
+    /// maps; the oldest shape that holds the image: version 3's while no
+    /// cluster default and no SCRAM credential is set, version 4's while
+    /// no credential is, else version 5's (the whole struct).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         self.encode_into(&mut out)
@@ -1241,24 +1404,36 @@ impl MetadataImage {
     /// [`encode`](Self::encode) into a writer. It fails only if `out` does:
     /// the image is plain data.
     fn encode_into<W: Write>(&self, out: &mut W) -> Result<(), crate::records::EncodeError> {
-        if self.cluster_configs.is_empty() {
-            let v3 = ImageV3Ref {
+        if !self.scram.is_empty() {
+            return encode_versioned_into(self, out);
+        }
+        if !self.cluster_configs.is_empty() {
+            let v4 = ImageV4Ref {
                 offset: self.offset,
                 brokers: &self.brokers,
                 topics: &self.topics,
                 topic_names: &self.topic_names,
                 partitions: &self.partitions,
                 acls: &self.acls,
+                cluster_configs: &self.cluster_configs,
             };
-            encode_as_into(crate::records::BASE_RECORD_FORMAT_VERSION, &v3, out)
-        } else {
-            encode_versioned_into(self, out)
+            return encode_as_into(4, &v4, out);
         }
+        let v3 = ImageV3Ref {
+            offset: self.offset,
+            brokers: &self.brokers,
+            topics: &self.topics,
+            topic_names: &self.topic_names,
+            partitions: &self.partitions,
+            acls: &self.acls,
+        };
+        encode_as_into(crate::records::BASE_RECORD_FORMAT_VERSION, &v3, out)
     }
 
-    /// Decodes an image written by [`encode`](Self::encode) and validates it.
+    /// Decodes an image written by [`encode`](Self::encode) and validates
+    /// it. Its [`access_version`](Self::access_version) is its offset.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
-        let image: Self = if bytes.starts_with(&1u16.to_le_bytes()) {
+        let mut image: Self = if bytes.starts_with(&1u16.to_le_bytes()) {
             let v1: ImageV1 = decode_versioned(bytes)?;
             Self {
                 offset: v1.offset,
@@ -1269,6 +1444,8 @@ impl MetadataImage {
                 acls: OrdMap::new(),
                 cluster_configs: OrdMap::new(),
                 transaction: None,
+                access_version: 0,
+                scram: OrdMap::new(),
             }
         } else if bytes.starts_with(&2u16.to_le_bytes()) {
             let v2: ImageV2 = decode_versioned(bytes)?;
@@ -1281,6 +1458,8 @@ impl MetadataImage {
                 acls: v2.acls,
                 cluster_configs: OrdMap::new(),
                 transaction: None,
+                access_version: 0,
+                scram: OrdMap::new(),
             }
         } else if bytes.starts_with(&3u16.to_le_bytes()) {
             let v3: ImageV3 = decode_versioned(bytes)?;
@@ -1293,10 +1472,29 @@ impl MetadataImage {
                 acls: v3.acls,
                 cluster_configs: OrdMap::new(),
                 transaction: None,
+                access_version: 0,
+                scram: OrdMap::new(),
+            }
+        } else if bytes.starts_with(&4u16.to_le_bytes()) {
+            let v4: ImageV4 = decode_versioned(bytes)?;
+            Self {
+                offset: v4.offset,
+                brokers: v4.brokers,
+                topics: v4.topics,
+                topic_names: v4.topic_names,
+                partitions: v4.partitions,
+                acls: v4.acls,
+                cluster_configs: v4.cluster_configs,
+                transaction: None,
+                access_version: 0,
+                scram: OrdMap::new(),
             }
         } else {
             decode_versioned(bytes)?
         };
+        // Which changes the snapshot holds is not known one by one: a
+        // reader of it refreshes once.
+        image.access_version = image.offset;
         image
             .validate()
             .map_err(|e| DecodeError::Corrupt(e.to_string()))?;

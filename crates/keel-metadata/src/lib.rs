@@ -24,6 +24,7 @@ pub mod limits;
 pub mod placement;
 pub mod planner;
 pub mod records;
+pub mod scram;
 pub mod selectors;
 pub mod state;
 pub mod synthetic;

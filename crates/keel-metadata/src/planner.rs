@@ -116,7 +116,11 @@ pub fn plan<'a>(
             | MetadataRecord::AbortTransaction
             | MetadataRecord::AclAdded(_)
             | MetadataRecord::AclRemoved(_)
-            | MetadataRecord::ClusterConfig { .. } => {}
+            | MetadataRecord::ClusterConfig { .. }
+            // Brokers re-read credentials (and ACLs) when the image's
+            // `access_version` moves, not through these requests.
+            | MetadataRecord::UserScramCredential { .. }
+            | MetadataRecord::UserScramCredentialRemoved { .. } => {}
         }
     }
     touched.sort_unstable();

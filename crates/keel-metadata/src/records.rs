@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::DecodeError;
 use crate::ids::{BrokerEpoch, BrokerId, IncarnationId, PartitionId, TopicId};
+use crate::scram::{ScramCredential, ScramMechanism};
 use crate::state::ReplicaState;
 
 /// Format version written in front of every encoded batch and snapshot.
@@ -26,7 +27,15 @@ use crate::state::ReplicaState;
 /// still written as version 3 (see [`MetadataRecord::format_version`]), so
 /// a controller of the previous release keeps reading the log of an
 /// upgraded one until a cluster default is actually set.
-pub const RECORD_FORMAT_VERSION: u16 = 4;
+///
+/// 5: users' SCRAM credentials (the `UserScramCredential` and
+/// `UserScramCredentialRemoved` records, in the image `scram`; KIP-554's
+/// `UserScramCredentialRecord`). Again only variants at the end of the
+/// enum, and again what carries none is written as before: a batch without
+/// these records keeps version 3 (or 4 with a cluster default), an image
+/// without credentials keeps version 3's or 4's shape, so the previous
+/// release reads an upgraded log until a credential is actually set.
+pub const RECORD_FORMAT_VERSION: u16 = 5;
 /// The version written for what carries nothing newer (see above).
 pub const BASE_RECORD_FORMAT_VERSION: u16 = 3;
 /// The oldest version still decoded.
@@ -121,6 +130,19 @@ pub enum MetadataRecord {
     /// topic config (Kafka's dynamic default broker config, set with
     /// `--entity-default`): topics without their own value take it.
     ClusterConfig { key: String, value: Option<String> },
+    /// Sets `user`'s credential for `credential.mechanism`, adding it or
+    /// replacing the one it had (Kafka's `UserScramCredentialRecord`):
+    /// salt, iterations and the derived keys, never the password.
+    UserScramCredential {
+        user: String,
+        credential: ScramCredential,
+    },
+    /// Removes `user`'s credential for `mechanism` (Kafka's
+    /// `RemoveUserScramCredentialRecord`); it must exist.
+    UserScramCredentialRemoved {
+        user: String,
+        mechanism: ScramMechanism,
+    },
 }
 
 impl MetadataRecord {
@@ -128,6 +150,7 @@ impl MetadataRecord {
     pub fn format_version(&self) -> u16 {
         match self {
             Self::ClusterConfig { .. } => 4,
+            Self::UserScramCredential { .. } | Self::UserScramCredentialRemoved { .. } => 5,
             _ => BASE_RECORD_FORMAT_VERSION,
         }
     }

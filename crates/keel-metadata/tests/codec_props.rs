@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use keel_metadata::records::{RecordBatch, RECORD_FORMAT_VERSION};
+use keel_metadata::scram::{ScramCredential, ScramMechanism};
 use keel_metadata::{
     BrokerEpoch, BrokerId, BrokerRegistration, DecodeError, IncarnationId, LeaderChange,
     MetadataImage, MetadataRecord, PartitionChangeRecord, PartitionId, PartitionRecord,
@@ -196,7 +197,37 @@ fn record() -> impl Strategy<Value = MetadataRecord> {
             .prop_map(|(broker, address)| MetadataRecord::BrokerKafkaListener { broker, address }),
         (text(), proptest::option::of(text()))
             .prop_map(|(key, value)| MetadataRecord::ClusterConfig { key, value }),
+        (text(), scram_credential()).prop_map(|(user, credential)| {
+            MetadataRecord::UserScramCredential { user, credential }
+        }),
+        (text(), scram_mechanism()).prop_map(|(user, mechanism)| {
+            MetadataRecord::UserScramCredentialRemoved { user, mechanism }
+        }),
     ]
+}
+
+fn scram_mechanism() -> impl Strategy<Value = ScramMechanism> {
+    proptest::sample::select(ScramMechanism::ALL.to_vec())
+}
+
+/// Any credential, valid or not (the codec does not care).
+fn scram_credential() -> impl Strategy<Value = ScramCredential> {
+    (
+        scram_mechanism(),
+        vec(any::<u8>(), 0..40),
+        any::<u32>(),
+        vec(any::<u8>(), 0..70),
+        vec(any::<u8>(), 0..70),
+    )
+        .prop_map(
+            |(mechanism, salt, iterations, stored_key, server_key)| ScramCredential {
+                mechanism,
+                salt,
+                iterations,
+                stored_key,
+                server_key,
+            },
+        )
 }
 
 fn acl_binding() -> impl Strategy<Value = keel_metadata::acl::AclBinding> {
@@ -241,8 +272,12 @@ proptest! {
     fn batch_encode_decode_is_identity(b in batch()) {
         let bytes = b.encode();
         // The oldest version that carries every record of the batch.
-        let newest = b.records.iter().any(|r| matches!(r, MetadataRecord::ClusterConfig { .. }));
-        let version = if newest { RECORD_FORMAT_VERSION } else { 3 };
+        let scram = b.records.iter().any(|r| matches!(
+            r,
+            MetadataRecord::UserScramCredential { .. } | MetadataRecord::UserScramCredentialRemoved { .. }
+        ));
+        let defaults = b.records.iter().any(|r| matches!(r, MetadataRecord::ClusterConfig { .. }));
+        let version: u16 = if scram { 5 } else if defaults { 4 } else { 3 };
         prop_assert_eq!(&bytes[..2], &version.to_le_bytes()[..]);
         prop_assert_eq!(RecordBatch::decode(&bytes), Ok(b.clone()));
         // The encoding is canonical: the same batch always gives the same bytes.
@@ -296,7 +331,7 @@ proptest! {
             Ok(other) if i < 2 => {
                 let version = u16::from_le_bytes([bytes[0], bytes[1]]);
                 prop_assert!(
-                    (keel_metadata::records::OLDEST_RECORD_FORMAT_VERSION..RECORD_FORMAT_VERSION)
+                    (keel_metadata::records::OLDEST_RECORD_FORMAT_VERSION..=RECORD_FORMAT_VERSION)
                         .contains(&version),
                     "a flipped version bit decoded as version {}", version
                 );
@@ -398,10 +433,114 @@ fn snapshot_layout_with_cluster_defaults_is_version_4_with_a_sixth_map() {
     let empty: Vec<(u8, u8)> = Vec::new();
     let defaults = vec![("retention.ms".to_string(), "1".to_string())];
     let body = (3u64, &brokers, &empty, &empty, &empty, &empty, &defaults);
-    let bytes = keel_metadata::records::encode_versioned(&body).expect("plain data encodes");
-    assert_eq!(&bytes[..2], &4u16.to_le_bytes());
+    let mut bytes = keel_metadata::records::encode_versioned(&body).expect("plain data encodes");
+    // Behind version 4: an image without credentials keeps version 4's shape.
+    bytes[..2].copy_from_slice(&4u16.to_le_bytes());
     assert_eq!(image.encode(), bytes);
     assert_eq!(MetadataImage::decode(&bytes).expect("decodes"), image);
+}
+
+#[test]
+fn snapshot_layout_with_credentials_is_version_5_with_a_seventh_map() {
+    let mut image = two_broker_image();
+    let c = valid_credential(ScramMechanism::Sha512, 7);
+    let set = MetadataRecord::UserScramCredential {
+        user: "alice".into(),
+        credential: c.clone(),
+    };
+    image
+        .replay_batch(&RecordBatch::new(vec![set]), 3)
+        .expect("replays");
+    let brokers: Vec<_> = image.brokers().map(|b| (b.id, b)).collect();
+    let empty: Vec<(u8, u8)> = Vec::new();
+    let credentials = vec![(("alice".to_string(), ScramMechanism::Sha512), &c)];
+    let body = (
+        3u64,
+        &brokers,
+        &empty,
+        &empty,
+        &empty,
+        &empty,
+        &empty,
+        &credentials,
+    );
+    let bytes = keel_metadata::records::encode_versioned(&body).expect("plain data encodes");
+    assert_eq!(&bytes[..2], &5u16.to_le_bytes());
+    assert_eq!(image.encode(), bytes);
+    let back = MetadataImage::decode(&bytes).expect("decodes");
+    assert_eq!(back, image);
+    assert_eq!(back.hash(), image.hash());
+    assert_eq!(
+        back.scram_credential("alice", ScramMechanism::Sha512),
+        Some(&c)
+    );
+    assert_eq!(back.access_version(), 3);
+}
+
+#[test]
+fn an_image_whose_credentials_are_all_removed_encodes_as_before_them() {
+    // Byte for byte (and so hash for hash) the image of the same state
+    // that never had a credential: version 3's shape, or 4's with a
+    // cluster default.
+    let mut with = two_broker_image();
+    let without = two_broker_image();
+    let set = MetadataRecord::UserScramCredential {
+        user: "alice".into(),
+        credential: valid_credential(ScramMechanism::Sha256, 1),
+    };
+    let removed = MetadataRecord::UserScramCredentialRemoved {
+        user: "alice".into(),
+        mechanism: ScramMechanism::Sha256,
+    };
+    with.replay(&set, 3).expect("replays");
+    with.replay(&removed, 3).expect("replays");
+    assert_eq!(with.access_version(), 3);
+    let mut at_3 = without.clone();
+    at_3.advance_offset(3);
+    with.advance_offset(3);
+    assert_eq!(with.encode(), at_3.encode());
+    assert_eq!(&with.encode()[..2], &3u16.to_le_bytes());
+    assert_eq!(with.hash(), at_3.hash());
+
+    let default = MetadataRecord::ClusterConfig {
+        key: "retention.ms".into(),
+        value: Some("1".into()),
+    };
+    with.replay(&default, 4).expect("replays");
+    with.replay(&set, 4).expect("replays");
+    assert_eq!(&with.encode()[..2], &5u16.to_le_bytes());
+    with.replay(&removed, 4).expect("replays");
+    let mut plain = at_3;
+    plain.replay(&default, 4).expect("replays");
+    plain.advance_offset(4);
+    with.advance_offset(4);
+    assert_eq!(&with.encode()[..2], &4u16.to_le_bytes());
+    assert_eq!(with.encode(), plain.encode());
+    assert_eq!(
+        MetadataImage::decode(&with.encode()).expect("decodes"),
+        plain
+    );
+}
+
+#[test]
+fn a_version_4_snapshot_without_credentials_still_decodes_and_is_read_once() {
+    let mut image = two_broker_image();
+    let default = MetadataRecord::ClusterConfig {
+        key: "retention.ms".into(),
+        value: Some("1".into()),
+    };
+    image
+        .replay_batch(&RecordBatch::new(vec![default]), 3)
+        .expect("replays");
+    let bytes = image.encode();
+    assert_eq!(&bytes[..2], &4u16.to_le_bytes());
+    let back = MetadataImage::decode(&bytes).expect("decodes");
+    assert_eq!(back, image);
+    assert_eq!(back.scram_count(), 0);
+    // No ACL or credential change was replayed here, yet a reader of the
+    // snapshot reads the access state once.
+    assert_eq!(image.access_version(), 0);
+    assert_eq!(back.access_version(), 3);
 }
 
 #[test]
@@ -625,7 +764,7 @@ fn records_for(image: &MetadataImage, op: &Op, next_topic: &mut u128) -> Vec<Met
             .map(|b| vec![make(b, epoch_of(image, b))])
             .unwrap_or_default()
     };
-    match op.kind % 12 {
+    match op.kind % 13 {
         // (Re)register: a new incarnation gets a new epoch and starts fenced.
         0 | 1 => {
             // Rack 0 stands for "no rack".
@@ -660,6 +799,7 @@ fn records_for(image: &MetadataImage, op: &Op, next_topic: &mut u128) -> Vec<Met
             })
             .unwrap_or_default(),
         6 | 7 => create_topic(image, op, next_topic, &registered),
+        12 => scram_change(image, op),
         8..=10 => pick(&partitions, op.a)
             .and_then(|tp| change_partition(image, tp, op))
             .map(|c| vec![MetadataRecord::PartitionChange(c)])
@@ -794,6 +934,32 @@ fn change_partition(
     Some(c)
 }
 
+/// Sets or removes a credential of one of a few users (removes only one
+/// that exists).
+fn scram_change(image: &MetadataImage, op: &Op) -> Vec<MetadataRecord> {
+    let user = format!("user-{}", op.a % 4);
+    let mechanism = ScramMechanism::ALL[op.b as usize % ScramMechanism::ALL.len()];
+    if op.c.is_multiple_of(3) && image.scram_credential(&user, mechanism).is_some() {
+        return vec![MetadataRecord::UserScramCredentialRemoved { user, mechanism }];
+    }
+    vec![MetadataRecord::UserScramCredential {
+        user,
+        credential: valid_credential(mechanism, op.c),
+    }]
+}
+
+/// A credential that passes `validate` (its keys derive from no password:
+/// replay only checks their shape), different for each `seed`.
+fn valid_credential(mechanism: ScramMechanism, seed: u32) -> ScramCredential {
+    ScramCredential {
+        mechanism,
+        salt: seed.to_le_bytes().to_vec(),
+        iterations: mechanism.min_iterations() + seed % 1000,
+        stored_key: vec![seed as u8; mechanism.hash_len()],
+        server_key: vec![(seed >> 8) as u8; mechanism.hash_len()],
+    }
+}
+
 /// Marks `t` for deletion; with `finish`, takes its partitions offline, runs
 /// every replica through the deletion machine and removes the topic.
 fn delete_topic(image: &MetadataImage, t: TopicId, finish: bool) -> Vec<MetadataRecord> {
@@ -864,9 +1030,20 @@ proptest! {
     fn snapshot_round_trip_keeps_image_and_hash(ops in ops()) {
         let (_, image) = build(&ops)?;
         let bytes = image.encode();
+        // The oldest shape that holds the image.
+        let version: u16 = if image.scram_count() > 0 {
+            5
+        } else if !image.cluster_configs().is_empty() {
+            4
+        } else {
+            3
+        };
+        prop_assert_eq!(&bytes[..2], &version.to_le_bytes()[..]);
         let decoded = MetadataImage::decode(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
         prop_assert_eq!(decoded.hash(), image.hash());
         prop_assert_eq!(decoded.offset(), image.offset());
+        // A snapshot's changes are not known one by one.
+        prop_assert_eq!(decoded.access_version(), image.offset());
         prop_assert_eq!(decoded.encode(), bytes);
         prop_assert_eq!(decoded, image);
     }
@@ -878,6 +1055,7 @@ proptest! {
         let second = replay_log(&log);
         prop_assert_eq!(first.hash(), second.hash());
         prop_assert_eq!(first.hash(), image.hash());
+        prop_assert_eq!(first.access_version(), image.access_version());
         prop_assert_eq!(&first, &image);
         first.validate().map_err(|e| TestCaseError::fail(e.to_string()))?;
     }
@@ -896,6 +1074,10 @@ proptest! {
             restored.replay_batch(batch, *offset).map_err(|e| TestCaseError::fail(e.to_string()))?;
         }
         prop_assert_eq!(restored.hash(), image.hash());
+        prop_assert_eq!(&restored, &image);
+        // A reader of the restored image refreshes no later than one of
+        // the whole log's (at the snapshot or at a later change).
+        prop_assert!(restored.access_version() >= image.access_version());
     }
 
     #[test]
@@ -932,6 +1114,7 @@ proptest! {
 fn generated_histories_reach_interesting_states() {
     let mut runner = proptest::test_runner::TestRunner::new(config(64, 0x6b65_656c_0003));
     let (mut topics, mut partitions, mut offline, mut reassigning, mut deleting) = (0, 0, 0, 0, 0);
+    let mut credentials = 0;
     for _ in 0..64 {
         let ops = ops().new_tree(&mut runner).unwrap().current();
         let (_, image) = build(&ops).unwrap_or_else(|e| panic!("{e}"));
@@ -943,10 +1126,12 @@ fn generated_histories_reach_interesting_states() {
             .count();
         reassigning += image.partitions().filter(|(_, p)| p.reassigning()).count();
         deleting += image.topics().filter(|t| t.marked_for_deletion()).count();
+        credentials += image.scram_count();
     }
     assert!(topics > 20, "topics {topics}");
     assert!(partitions > 40, "partitions {partitions}");
     assert!(offline > 0, "offline {offline}");
     assert!(reassigning > 0, "reassigning {reassigning}");
     assert!(deleting > 0, "deleting {deleting}");
+    assert!(credentials > 0, "credentials {credentials}");
 }

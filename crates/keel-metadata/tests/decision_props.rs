@@ -37,7 +37,7 @@ struct Op {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    (0u8..26, any::<u8>(), any::<u8>(), any::<u8>(), any::<u64>()).prop_map(
+    (0u8..28, any::<u8>(), any::<u8>(), any::<u8>(), any::<u64>()).prop_map(
         |(kind, a, b, c, seed)| Op {
             kind,
             a,
@@ -141,7 +141,8 @@ impl Sim {
             22 => 13,
             23 => 14,
             24 => 15,
-            _ => 16,
+            25 => 16,
+            _ => 17,
         };
         let records = match kind {
             0 => {
@@ -322,6 +323,29 @@ impl Sim {
                 .image
                 .decide_auto_rebalance(u32::from(op.a % 50))
                 .checked(&self.image),
+            17 => {
+                use keel_metadata::scram::{ScramCredential, ScramMechanism};
+                let user = format!("user-{}", op.a % 3);
+                let mechanism = ScramMechanism::ALL[usize::from(op.b) % 2];
+                if op.c.is_multiple_of(3) {
+                    // Refused (RESOURCE_NOT_FOUND) when the user has none.
+                    self.image
+                        .decide_alter_scram(&[], &[(user, mechanism)])
+                        .checked(&self.image)
+                } else {
+                    // Keys of the right shape (replay checks no more).
+                    let credential = ScramCredential {
+                        mechanism,
+                        salt: op.seed.to_le_bytes().to_vec(),
+                        iterations: mechanism.min_iterations() + u32::from(op.c),
+                        stored_key: vec![op.c; mechanism.hash_len()],
+                        server_key: vec![op.a; mechanism.hash_len()],
+                    };
+                    self.image
+                        .decide_alter_scram(&[(user, credential)], &[])
+                        .checked(&self.image)
+                }
+            }
             _ => {
                 let name = TOPICS[usize::from(op.a) % TOPICS.len()].to_string();
                 let value = if op.b & 1 == 0 { "true" } else { "false" };
@@ -394,6 +418,7 @@ proptest! {
         let second = replay_log(&sim.log);
         prop_assert_eq!(first.hash(), second.hash());
         prop_assert_eq!(first.hash(), sim.image.hash());
+        prop_assert_eq!(first.access_version(), sim.image.access_version());
     }
 
     /// After fencing, the broker leads nothing, and every partition it led

@@ -190,6 +190,8 @@ has_error!(
     pb::DescribeAclsResponse,
     pb::AlterClusterConfigsResponse,
     pb::DescribeClusterConfigsResponse,
+    pb::AlterUserScramCredentialsResponse,
+    pb::DescribeUserScramCredentialsResponse,
     pb::TriggerSnapshotResponse,
     pb::ReadSnapshotResponse,
 );
@@ -290,6 +292,44 @@ pub fn heartbeat_reply_from_pb(r: &pb::BrokerHeartbeatResponse) -> HeartbeatRepl
         should_shut_down: r.should_shut_down,
         remaining_leaderships: 0,
     }
+}
+
+/// A user's SCRAM credential, as brokers read it (DescribeAccess).
+pub fn scram_credential_to_pb(
+    user: &str,
+    c: &keel_metadata::scram::ScramCredential,
+) -> pb::ScramCredential {
+    pb::ScramCredential {
+        user: user.to_string(),
+        mechanism: i32::from(c.mechanism.kafka_type()),
+        salt: c.salt.clone(),
+        iterations: c.iterations,
+        stored_key: c.stored_key.clone(),
+        server_key: c.server_key.clone(),
+    }
+}
+
+/// A credential read from a DescribeAccess answer: its user and the
+/// credential, or why it is not one (checked as the log checks it).
+pub fn scram_credential_from_pb(
+    c: &pb::ScramCredential,
+) -> Result<(String, keel_metadata::scram::ScramCredential), String> {
+    use keel_metadata::scram::{ScramCredential, ScramMechanism};
+    let mechanism = i8::try_from(c.mechanism)
+        .ok()
+        .and_then(ScramMechanism::from_kafka_type)
+        .ok_or_else(|| format!("user {:?}: unknown SCRAM mechanism {}", c.user, c.mechanism))?;
+    let credential = ScramCredential {
+        mechanism,
+        salt: c.salt.clone(),
+        iterations: c.iterations,
+        stored_key: c.stored_key.clone(),
+        server_key: c.server_key.clone(),
+    };
+    credential
+        .validate()
+        .map_err(|e| format!("user {:?}: {e}", c.user))?;
+    Ok((c.user.clone(), credential))
 }
 
 /// One item's answer, keyed by the item's own topic id bytes (moved in,
@@ -479,6 +519,7 @@ mod broker_side_tests {
             should_shut_down: true,
             controller_epoch: 11,
             controller_id: 2,
+            access_version: 0,
         });
         assert_eq!(
             r,
@@ -694,4 +735,142 @@ pub fn acl_filter_from_pb(f: &pb::AclFilter) -> Result<AclFilter, ConvertError> 
             .map_err(ConvertError::Invalid)?,
         permission: permission_from_pb(f.permission)?,
     })
+}
+
+use keel_metadata::scram::{ScramCredential, ScramMechanism};
+
+/// The wire form of a SCRAM mechanism.
+pub fn scram_mechanism_to_pb(m: ScramMechanism) -> pb::ScramMechanism {
+    match m {
+        ScramMechanism::Sha256 => pb::ScramMechanism::ScramSha256,
+        ScramMechanism::Sha512 => pb::ScramMechanism::ScramSha512,
+    }
+}
+
+/// The mechanism a wire value names; anything else is
+/// UNSUPPORTED_SASL_MECHANISM, as Kafka answers it.
+pub fn scram_mechanism_from_pb(v: i32) -> Result<ScramMechanism, ApiError> {
+    match pb::ScramMechanism::try_from(v) {
+        Ok(pb::ScramMechanism::ScramSha256) => Ok(ScramMechanism::Sha256),
+        Ok(pb::ScramMechanism::ScramSha512) => Ok(ScramMechanism::Sha512),
+        Ok(pb::ScramMechanism::Unknown) | Err(_) => Err(ApiError::new(
+            ErrorCode::UnsupportedSaslMechanism,
+            format!(
+                "SCRAM mechanism {v} is not supported (SCRAM-SHA-256 is 1, SCRAM-SHA-512 is 2)"
+            ),
+        )),
+    }
+}
+
+/// An upsertion as a client sends it: the salt and the salted password it
+/// computed (the password stays with the client).
+pub fn scram_upsertion_to_pb(
+    user: &str,
+    mechanism: ScramMechanism,
+    iterations: u32,
+    salt: &[u8],
+    salted_password: &[u8],
+) -> pb::ScramCredentialUpsertion {
+    pb::ScramCredentialUpsertion {
+        user: user.to_string(),
+        mechanism: scram_mechanism_to_pb(mechanism) as i32,
+        iterations,
+        salt: salt.to_vec(),
+        salted_password: salted_password.to_vec(),
+    }
+}
+
+/// The user and the credential an upsertion sets: the stored and server
+/// keys derived from its salted password. A mechanism not supported is
+/// UNSUPPORTED_SASL_MECHANISM; a salted password that yields no credential
+/// (wrong length, iterations out of range) is UNACCEPTABLE_CREDENTIAL.
+pub fn scram_upsertion_from_pb(
+    u: &pb::ScramCredentialUpsertion,
+) -> Result<(String, ScramCredential), ApiError> {
+    let mechanism = scram_mechanism_from_pb(u.mechanism)?;
+    let credential =
+        ScramCredential::from_salted_password(mechanism, &u.salted_password, &u.salt, u.iterations)
+            .map_err(|e| {
+                ApiError::new(
+                    ErrorCode::UnacceptableCredential,
+                    format!(
+                        "the {} credential of user {:?}: {e}",
+                        mechanism.name(),
+                        u.user
+                    ),
+                )
+            })?;
+    Ok((u.user.clone(), credential))
+}
+
+pub fn scram_deletion_to_pb(user: &str, mechanism: ScramMechanism) -> pb::ScramCredentialDeletion {
+    pb::ScramCredentialDeletion {
+        user: user.to_string(),
+        mechanism: scram_mechanism_to_pb(mechanism) as i32,
+    }
+}
+
+/// The user and mechanism a deletion names.
+pub fn scram_deletion_from_pb(
+    d: &pb::ScramCredentialDeletion,
+) -> Result<(String, ScramMechanism), ApiError> {
+    Ok((d.user.clone(), scram_mechanism_from_pb(d.mechanism)?))
+}
+
+/// What a description shows of a credential: its mechanism and
+/// iterations, never its salt or keys.
+pub fn scram_credential_info_to_pb(c: &ScramCredential) -> pb::ScramCredentialInfo {
+    pb::ScramCredentialInfo {
+        mechanism: scram_mechanism_to_pb(c.mechanism) as i32,
+        iterations: c.iterations,
+    }
+}
+
+#[cfg(test)]
+mod scram_tests {
+    use super::*;
+
+    #[test]
+    fn an_upsertion_becomes_the_credential_of_its_salted_password() {
+        let salt = b"0123456789abcdef0123456789abcdef";
+        let salted =
+            ScramCredential::salted_password(ScramMechanism::Sha512, b"secret", salt, 4096)
+                .unwrap();
+        let sent = scram_upsertion_to_pb("alice", ScramMechanism::Sha512, 4096, salt, &salted);
+        assert_eq!(sent.mechanism, 2);
+        let (user, c) = scram_upsertion_from_pb(&sent).unwrap();
+        assert_eq!(user, "alice");
+        assert_eq!(
+            c,
+            ScramCredential::from_password(ScramMechanism::Sha512, b"secret", salt, 4096).unwrap()
+        );
+        let info = scram_credential_info_to_pb(&c);
+        assert_eq!((info.mechanism, info.iterations), (2, 4096));
+        let d = scram_deletion_to_pb("alice", ScramMechanism::Sha256);
+        assert_eq!(
+            scram_deletion_from_pb(&d),
+            Ok(("alice".to_string(), ScramMechanism::Sha256))
+        );
+    }
+
+    #[test]
+    fn unknown_mechanisms_and_bad_salted_passwords_are_refused_with_kafkas_codes() {
+        for v in [0, 3, -1] {
+            assert_eq!(
+                scram_mechanism_from_pb(v).unwrap_err().code,
+                ErrorCode::UnsupportedSaslMechanism
+            );
+        }
+        let mut bad =
+            scram_upsertion_to_pb("alice", ScramMechanism::Sha256, 4096, b"salt", &[1, 2]);
+        assert_eq!(
+            scram_upsertion_from_pb(&bad).unwrap_err().code,
+            ErrorCode::UnacceptableCredential
+        );
+        bad.mechanism = 9;
+        assert_eq!(
+            scram_upsertion_from_pb(&bad).unwrap_err().code,
+            ErrorCode::UnsupportedSaslMechanism
+        );
+    }
 }

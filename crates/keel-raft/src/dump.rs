@@ -317,9 +317,18 @@ fn stored_membership(m: &StoredMembership<NodeId, KeelNode>) -> String {
     format!("{} (from {at})", membership(m.membership()))
 }
 
-/// One record on one line.
+/// One record on one line. A SCRAM credential shows its user, mechanism
+/// and iterations only: its salt and keys would let whoever reads the dump
+/// attack the password offline, or pose as the server.
 fn record(r: &MetadataRecord) -> String {
-    format!("{r:?}")
+    match r {
+        MetadataRecord::UserScramCredential { user, credential } => format!(
+            "UserScramCredential {{ user: {user:?}, mechanism: {}, iterations: {} }}",
+            credential.mechanism.name(),
+            credential.iterations
+        ),
+        _ => format!("{r:?}"),
+    }
 }
 
 /// Appends the whole dump of `db` to `out`.

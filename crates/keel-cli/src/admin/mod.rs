@@ -210,6 +210,7 @@ mod partitions;
 mod quorum;
 mod reassign;
 mod topics;
+mod users;
 
 pub use acls::{acls, AclsArgs};
 pub use cluster::{cluster, ClusterArgs};
@@ -220,6 +221,7 @@ pub use partitions::{partitions, PartitionsArgs};
 pub use quorum::{quorum, QuorumArgs};
 pub use reassign::{reassign, ReassignArgs};
 pub use topics::{topics, TopicsArgs};
+pub use users::{users, UsersArgs};
 
 fn topic_id_text(b: &[u8]) -> String {
     TopicId::from_bytes(b)

@@ -16,6 +16,7 @@ mod chain;
 mod deletion;
 mod partitions;
 mod reassign;
+mod scram;
 mod topics;
 
 pub use acls::{AclFilter, MAX_ACLS};
@@ -23,6 +24,7 @@ pub use brokers::{Heartbeat, HeartbeatReply, RegisterBroker, RegisterReply};
 pub use chain::{Chain, ReplayMismatch, Replayed};
 pub use deletion::DeletionStep;
 pub use partitions::{AlterPartitionItem, ElectionKind};
+pub use scram::{duplicate_user, duplicated_users, MAX_SCRAM_CREDENTIALS};
 pub use topics::{ConfigOp, CreatePartitions, CreateTopic, CreatedTopic};
 
 use crate::ids::{BrokerId, TopicPartition};

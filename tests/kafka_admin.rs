@@ -1,13 +1,18 @@
-//! Kafka AdminClients nobody here wrote, against real `keel` processes
-//! over the default mutual TLS: librdkafka's (`confluent_kafka`) and
-//! kafka-python's create, alter, describe and delete topics through a
-//! broker's Kafka listener, which forwards them to the active controller
-//! (as `Broker:<id>`, a super user in the kit). Each client's script in
-//! `tests/python/` prints JSON; the test checks every Kafka error code it
-//! reports and what Keel's own API says afterwards.
+//! Kafka clients nobody here wrote, against real `keel` processes over
+//! the Kafka listeners' TLS (the node's own certificate and the cluster
+//! CA): librdkafka's (`confluent_kafka`, kcat) and kafka-python's. Over SSL
+//! a client's certificate names its user; over SASL_SSL (brokers started
+//! with `--kafka-ssl-client-auth requested`) a SCRAM login does. A broker
+//! forwards admin requests as the client, and the active controller
+//! authorizes that principal against the ACLs (only `User:admin` is a
+//! super user in the kit): the AdminClients administer what they are
+//! granted and nothing else, intruders get nothing, and refusals write
+//! nothing. Each client's script in `tests/python/` prints JSON; the test
+//! checks every Kafka error code it reports and what Keel's own API says
+//! afterwards.
 //!
 //! Needs the Python venv `scripts/test-deps.sh` makes (`target/venv`, or
-//! `$KEEL_TEST_PYTHON`).
+//! `$KEEL_TEST_PYTHON`) and kcat.
 
 mod common;
 
@@ -17,7 +22,12 @@ use std::time::Duration;
 
 use common::*;
 use keel_testkit::KafkaPorts;
+use keel_tls::Identity;
 use serde_json::{json, Value};
+
+/// Brokers' `--kafka-ssl-client-auth`: a client without a certificate may
+/// log in with SASL (or is `User:ANONYMOUS`).
+const CLIENT_AUTH_REQUESTED: [&str; 2] = ["--kafka-ssl-client-auth", "requested"];
 
 /// The Python the tests drive: `$KEEL_TEST_PYTHON`, else the venv
 /// `scripts/test-deps.sh` makes.
@@ -34,8 +44,9 @@ fn python() -> PathBuf {
     venv
 }
 
-/// Runs `tests/python/<script>` with `args` (bounded: 180 s); its JSON.
-pub fn run_python(script: &str, args: &[&str]) -> Value {
+/// Runs `tests/python/<script>` with `args` and the client settings
+/// `config` (in `$KEEL_KAFKA_CONFIG`; bounded: 180 s); its JSON.
+pub fn run_python(script: &str, args: &[&str], config: &Value) -> Value {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/python")
         .join(script);
@@ -44,6 +55,7 @@ pub fn run_python(script: &str, args: &[&str]) -> Value {
         .arg(python())
         .arg(&path)
         .args(args)
+        .env("KEEL_KAFKA_CONFIG", config.to_string())
         .output()
         .expect("run timeout(1)");
     assert!(
@@ -60,36 +72,35 @@ pub fn run_python(script: &str, args: &[&str]) -> Value {
 
 /// Three controllers, three brokers with Kafka listeners, mutual TLS;
 /// returned once every broker is active and `bootstrap`'s cache lists all
-/// three (as `kcat -L` reads it).
+/// three (as `kcat -L` over SSL as the admin user reads it).
 async fn tls_kafka_cluster(bootstrap: usize) -> (Cluster, String) {
-    tls_kafka_cluster_with(bootstrap, true).await
+    tls_kafka_cluster_with(bootstrap, &[]).await
 }
 
-/// [`tls_kafka_cluster`], with the brokers' `--kafka-admin` as `admin`.
-async fn tls_kafka_cluster_with(bootstrap: usize, admin: bool) -> (Cluster, String) {
+/// [`tls_kafka_cluster`], the brokers started with `broker_flags` too.
+async fn tls_kafka_cluster_with(bootstrap: usize, broker_flags: &[&str]) -> (Cluster, String) {
     let mut c = Cluster::start(
         fast_spec(3)
             .kafka(KafkaPorts::Free)
-            .kafka_admin(admin)
-            .tls(true),
+            .tls(true)
+            .broker_flags(broker_flags),
     )
     .expect("start a TLS cluster with Kafka listeners");
     c.wait_all_brokers_active(Duration::from_secs(60))
         .await
         .expect("brokers active");
     let addr = c.kafka_addrs()[bootstrap].clone();
+    let admin = KafkaSecurity::admin(&c);
+    let mut last = String::new();
     for _ in 0..100 {
-        let out = Command::new("timeout")
-            .args(["20", "kcat", "-L", "-J", "-b", &addr])
-            .output()
-            .expect("run kcat (scripts/test-deps.sh installs it)");
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        if v["brokers"].as_array().is_some_and(|b| b.len() == 3) {
-            return (c, addr);
+        match kcat_list(&addr, &admin) {
+            Ok(v) if kcat_brokers_and_topics(&v).0.len() == 3 => return (c, addr),
+            Ok(v) => last = v.to_string(),
+            Err(e) => last = e,
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    panic!("{addr} never listed three brokers");
+    panic!("{addr} never listed three brokers: {last}");
 }
 
 async fn keel_topics(c: &Cluster, prefix: &str) -> Vec<String> {
@@ -101,22 +112,314 @@ async fn keel_topics(c: &Cluster, prefix: &str) -> Vec<String> {
         .collect()
 }
 
-/// The Kafka listener authenticates nobody: unless a broker is started
-/// with `--kafka-admin`, admin requests reaching it are refused with
-/// CLUSTER_AUTHORIZATION_FAILED (which clients do not retry) and change
-/// nothing, even though the broker itself may administer the cluster.
+/// Waits (bounded) until every broker's Kafka listener lets `security` in
+/// and lists `topics` to it (users, credentials and ACLs reach brokers a
+/// moment after the controller took them); the last listing.
+async fn wait_listed(c: &Cluster, security: &KafkaSecurity, topics: &[&str]) -> Value {
+    let want: Vec<String> = topics.iter().map(|t| t.to_string()).collect();
+    let mut last = Ok(Value::Null);
+    for addr in c.kafka_addrs() {
+        for _ in 0..50 {
+            last = kcat_list(&addr, security);
+            if matches!(&last, Ok(v) if kcat_brokers_and_topics(v) == (vec![1, 2, 3], want.clone()))
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let v = last.as_ref().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            kcat_brokers_and_topics(v),
+            (vec![1, 2, 3], want.clone()),
+            "{addr} as {security:?}"
+        );
+    }
+    last.unwrap()
+}
+
+/// What an intruder got from the Kafka listener at `addr`: kcat's listing
+/// (`Err`: refused) and `create_one.py`'s answer creating `topic` (request
+/// bounded to 10 s).
+fn intrude(addr: &str, topic: &str, security: &KafkaSecurity) -> (Result<Value, String>, Value) {
+    let listed = kcat_list(addr, security);
+    let created = run_python(
+        "create_one.py",
+        &[addr, topic, "10"],
+        &security.librdkafka_json(),
+    );
+    (listed, created)
+}
+
+/// [`intrude`] for each of `intruders` (name, topic, security) at once.
+fn intrude_all(
+    addr: &str,
+    intruders: &[(&str, &str, KafkaSecurity)],
+) -> Vec<(Result<Value, String>, Value)> {
+    std::thread::scope(|s| {
+        let runs: Vec<_> = intruders
+            .iter()
+            .map(|(_, topic, security)| s.spawn(move || intrude(addr, topic, security)))
+            .collect();
+        runs.into_iter().map(|r| r.join().unwrap()).collect()
+    })
+}
+
+/// A create refused for want of an ACL, as Kafka words it.
+fn authorization_refused(answer: &Value) -> bool {
+    matches!(
+        answer.as_str(),
+        Some("TOPIC_AUTHORIZATION_FAILED(29)" | "CLUSTER_AUTHORIZATION_FAILED(31)")
+    )
+}
+
+/// On the default listener (`ssl.client.auth=required`) the admin user's
+/// certificate lists the cluster with kcat; a client without TLS, one
+/// without a certificate, one with a certificate of another CA (naming
+/// `admin` of this very cluster) and one presenting a broker's own
+/// certificate all get no connection: kcat lists nothing, a
+/// CreateTopics gets no answer from Keel, and nothing is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_broker_without_kafka_admin_refuses_admin_requests_and_changes_nothing() {
-    let (c, addr) = tls_kafka_cluster_with(0, false).await;
-    let r = run_python("create_one.py", &[&addr, "noadmin-t"]);
-    assert_eq!(r["error"], json!("CLUSTER_AUTHORIZATION_FAILED(31)"), "{r}");
-    assert!(keel_topics(&c, "noadmin").await.is_empty());
+async fn only_a_user_certificate_of_the_cluster_ca_gets_through_the_default_listener() {
+    let (c, addr) = tls_kafka_cluster(0).await;
+    admin::create_topic(&client(&c), "payroll", 1, 1)
+        .await
+        .expect("payroll created");
+    let listed = wait_listed(&c, &KafkaSecurity::admin(&c), &["payroll"]).await;
+    assert_eq!(
+        listed["topics"][0]["partitions"].as_array().map(Vec::len),
+        Some(1)
+    );
+
+    let foreign = tempfile::tempdir().unwrap();
+    keel_tls::certs::init(
+        foreign.path(),
+        &keel_tls::certs::InitSpec {
+            cluster_id: CLUSTER_ID.into(),
+            users: vec!["admin".into()],
+            ..Default::default()
+        },
+    )
+    .expect("a foreign CA and its admin certificate");
+    let ca = c.certs_dir().unwrap().join("ca.pem");
+    let intruders = [
+        ("no TLS", "intruder-plain", KafkaSecurity::Plaintext),
+        (
+            "TLS without a certificate",
+            "intruder-nocert",
+            KafkaSecurity::no_certificate(&c),
+        ),
+        (
+            "admin's certificate from a foreign CA",
+            "intruder-foreign",
+            KafkaSecurity::Ssl {
+                ca,
+                cert: Some(keel_tls::certs::paths(
+                    foreign.path(),
+                    &Identity::user(CLUSTER_ID, "admin"),
+                )),
+            },
+        ),
+        (
+            "broker 1's certificate",
+            "intruder-broker",
+            KafkaSecurity::certificate_of(&c, &Identity::broker(CLUSTER_ID, 1)),
+        ),
+    ];
+    let got = intrude_all(&addr, &intruders);
+    for ((who, _, _), (listed, created)) in intruders.iter().zip(&got) {
+        eprintln!("{who}: {created}");
+        assert!(listed.is_err(), "{who}: kcat listed {listed:?}");
+        // No answer from Keel: librdkafka gives up waiting (a local error,
+        // code < 0) after its connections failed.
+        let error = created["error"].as_str().unwrap_or_default();
+        assert!(error.contains("(-"), "{who}: {created}");
+        assert_ne!(created["client_errors"], json!({}), "{who}: {created}");
+    }
+    // The listener said why (its log; the audit side).
+    let log = c.broker(0).process.log_text();
+    assert!(log.contains("TLS handshake refused"), "{log}");
+    // (The foreign CA bears the cluster CA's name: its certificate's
+    // signature is what fails.)
+    assert!(
+        log.contains("invalid peer certificate"),
+        "the foreign CA: {log}"
+    );
+    assert!(log.contains("a node's certificate"), "broker 1's: {log}");
+    assert!(keel_topics(&c, "intruder-").await.is_empty());
+}
+
+/// With `--kafka-ssl-client-auth requested`, kcat logs in over SASL_SSL
+/// with SCRAM-SHA-512 (and SCRAM-SHA-256) as users `keel users create`
+/// made, and lists the cluster: every broker, and only the topics each
+/// user may describe. A wrong password and an unknown user are refused
+/// (SASL_AUTHENTICATION_FAILED, which librdkafka reports as
+/// `_AUTHENTICATION`); a user without ACLs, one with Describe only and a
+/// client with neither certificate nor login (`User:ANONYMOUS`) get in but
+/// may not create. Nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kcat_lists_the_cluster_over_sasl_ssl_and_logins_without_acls_change_nothing() {
+    let (c, addr) = tls_kafka_cluster_with(1, &CLIENT_AUTH_REQUESTED).await;
+    let client = client(&c);
+    for t in ["carol-t", "secret-payroll"] {
+        admin::create_topic(&client, t, 1, 1)
+            .await
+            .expect("topic created");
+    }
+    create_scram_user(&c, "carol", "SCRAM-SHA-512", "carol-secret");
+    create_scram_user(&c, "dave", "SCRAM-SHA-256", "dave-secret");
+    allow_on_topic_prefix(&c, "carol", &["describe"], "carol-");
+
+    // Carol may describe her topics only; dave nothing.
+    let carol = KafkaSecurity::scram(&c, "SCRAM-SHA-512", "carol", "carol-secret");
+    let dave = KafkaSecurity::scram(&c, "SCRAM-SHA-256", "dave", "dave-secret");
+    wait_listed(&c, &carol, &["carol-t"]).await;
+    wait_listed(&c, &dave, &[]).await;
+    wait_listed(&c, &KafkaSecurity::no_certificate(&c), &[]).await;
+
+    let intruders = [
+        (
+            "carol with a wrong password",
+            "intruder-wrong",
+            KafkaSecurity::scram(&c, "SCRAM-SHA-512", "carol", "not-carols"),
+        ),
+        (
+            "an unknown user",
+            "intruder-unknown",
+            KafkaSecurity::scram(&c, "SCRAM-SHA-512", "mallory", "carol-secret"),
+        ),
+        (
+            "carol with the mechanism she has no credential for",
+            "intruder-mechanism",
+            KafkaSecurity::scram(&c, "SCRAM-SHA-256", "carol", "carol-secret"),
+        ),
+        ("dave, without ACLs", "intruder-dave", dave),
+        ("carol, who may describe only", "carol-new", carol),
+        (
+            "User:ANONYMOUS",
+            "intruder-anonymous",
+            KafkaSecurity::no_certificate(&c),
+        ),
+    ];
+    let got = intrude_all(&addr, &intruders);
+    for ((who, _, _), (listed, created)) in intruders.iter().zip(&got).take(3) {
+        eprintln!("{who}: {created}");
+        assert!(listed.is_err(), "{who}: kcat listed {listed:?}");
+        let why = created["client_errors"]["_AUTHENTICATION(-169)"]
+            .as_str()
+            .unwrap_or_default();
+        // Kafka's words, sent with SASL_AUTHENTICATION_FAILED.
+        assert!(why.contains("invalid credentials"), "{who}: {created}");
+        assert!(created["error"] != Value::Null, "{who}: {created}");
+    }
+    for ((who, _, _), (listed, created)) in intruders.iter().zip(&got).skip(3) {
+        eprintln!("{who}: {created}");
+        assert!(listed.is_ok(), "{who}: {listed:?}");
+        assert!(authorization_refused(&created["error"]), "{who}: {created}");
+    }
+    assert!(keel_topics(&c, "intruder-").await.is_empty());
+    assert_eq!(keel_topics(&c, "carol-").await, ["carol-t"]);
+}
+
+/// AdminClients as user `alice`, granted create, describe, alter and
+/// delete (and their configs' counterparts) on topics `alice-*` only:
+/// confluent-kafka over SASL_SSL with SCRAM-SHA-512, kafka-python over SSL
+/// with alice's certificate (kafka-python 2.0.2 sends SaslHandshake v0,
+/// whose raw SASL frames Keel does not serve). Both administer their
+/// prefix; `bob-*` (not granted) and `secret-payroll` (the admin's) are
+/// refused with TOPIC_AUTHORIZATION_FAILED, the latter never listed;
+/// nothing of it is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_clients_as_alice_administer_her_prefix_and_nothing_else() {
+    let (c, addr) = tls_kafka_cluster_with(2, &CLIENT_AUTH_REQUESTED).await;
+    let client = client(&c);
+    admin::create_topic(&client, "secret-payroll", 1, 1)
+        .await
+        .expect("secret-payroll created");
+    create_scram_user(&c, "alice", "SCRAM-SHA-512", "alice-secret");
+    allow_on_topic_prefix(
+        &c,
+        "alice",
+        &[
+            "create",
+            "describe",
+            "alter",
+            "delete",
+            "describe-configs",
+            "alter-configs",
+        ],
+        "alice-",
+    );
+    let sasl = KafkaSecurity::scram(&c, "SCRAM-SHA-512", "alice", "alice-secret");
+    let cert = KafkaSecurity::user(&c, "alice");
+    wait_listed(&c, &sasl, &[]).await;
+    let denied = "TOPIC_AUTHORIZATION_FAILED(29)";
+
+    let got = run_python(
+        "confluent_acls.py",
+        &[&addr, "alice-ck-", "bob-x", "secret-payroll"],
+        &sasl.librdkafka_json(),
+    );
+    eprintln!("{got:#}");
+    assert_eq!(got["create"], Value::Null);
+    assert_eq!(got["visible"], json!(["alice-ck-t"]));
+    assert_eq!(got["hidden_by_name"], denied);
+    assert_eq!(got["describe_configs"], "1000");
+    assert_eq!(got["alter_configs"], Value::Null);
+    assert_eq!(got["configs_after_alter"], "2000");
+    assert_eq!(got["create_partitions"], Value::Null);
+    assert_eq!(got["partitions_after"], 4);
+    assert_eq!(got["create_forbidden"], denied);
+    assert_eq!(got["describe_configs_forbidden"], denied);
+    assert_eq!(got["describe_configs_hidden"], denied);
+    assert_eq!(got["alter_configs_hidden"], denied);
+    assert_eq!(got["create_partitions_hidden"], denied);
+    assert_eq!(got["delete_hidden"], denied);
+    assert_eq!(got["delete_forbidden"], denied);
+    assert_eq!(got["delete"], Value::Null);
+    assert_eq!(got["visible_after"], json!([]));
+
+    let got = run_python(
+        "kafka_python_acls.py",
+        &[&addr, "alice-kp-", "bob-y", "secret-payroll"],
+        &cert.kafka_python(),
+    );
+    eprintln!("{got:#}");
+    assert_eq!(got["create"], json!({"alice-kp-kp": 0}));
+    assert_eq!(got["visible"], json!(["alice-kp-kp"]));
+    assert_eq!(got["hidden_by_name"], json!([29]));
+    assert_eq!(
+        got["describe_configs"],
+        json!({"error": 0, "retention.ms": "5000"})
+    );
+    assert_eq!(got["alter_configs"], json!([0]));
+    assert_eq!(
+        got["describe_configs_after"],
+        json!({"error": 0, "retention.ms": "7000"})
+    );
+    assert_eq!(got["create_partitions"], json!({"alice-kp-kp": 0}));
+    assert_eq!(got["create_forbidden"], "TopicAuthorizationFailedError");
+    assert_eq!(got["describe_configs_forbidden"], 29);
+    assert_eq!(got["alter_configs_hidden"], json!([29]));
+    assert_eq!(got["delete_hidden"], "TopicAuthorizationFailedError");
+    assert_eq!(got["delete"], json!({"alice-kp-kp": 0}));
+    assert_eq!(got["visible_after"], json!([]));
+
+    // Keel's own API agrees: alice's topics are gone, bob's never were,
+    // the admin's is untouched.
+    assert!(keel_topics(&c, "alice-").await.is_empty());
+    assert!(keel_topics(&c, "bob-").await.is_empty());
+    let payroll = admin::describe_topic(&client, "secret-payroll")
+        .await
+        .expect("describe")
+        .expect("secret-payroll is still there");
+    assert_eq!(payroll.partitions.len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confluent_kafka_admin_client_administers_topics_through_a_broker() {
     let (c, bootstrap) = tls_kafka_cluster(1).await;
-    let got = run_python("confluent_admin.py", &[&bootstrap, "ck-"]);
+    let admin_ssl = KafkaSecurity::admin(&c).librdkafka_json();
+    let got = run_python("confluent_admin.py", &[&bootstrap, "ck-"], &admin_ssl);
     eprintln!("{got:#}");
 
     // Errors as librdkafka names them, with Kafka's code:
@@ -192,7 +495,8 @@ async fn confluent_kafka_admin_client_administers_topics_through_a_broker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_python_admin_client_administers_topics_through_a_broker() {
     let (c, bootstrap) = tls_kafka_cluster(0).await;
-    let got = run_python("kafka_python_admin.py", &[&bootstrap, "kp-"]);
+    let admin_ssl = KafkaSecurity::admin(&c).kafka_python();
+    let got = run_python("kafka_python_admin.py", &[&bootstrap, "kp-"], &admin_ssl);
     eprintln!("{got:#}");
 
     assert_eq!(got["create"], json!({"kp-kp": 0}));
@@ -260,6 +564,10 @@ async fn a_create_sent_while_the_active_controller_fails_over_is_applied_once_or
         .arg(python())
         .arg(&script)
         .args([bootstrap.as_str(), "fo-", &n.to_string()])
+        .env(
+            "KEEL_KAFKA_CONFIG",
+            KafkaSecurity::admin(&c).librdkafka_json().to_string(),
+        )
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -206,3 +206,281 @@ pub async fn wait_exit(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+// ---------------------------------------------------------------------
+// Kafka clients of a TLS cluster's Kafka listeners: the security settings
+// librdkafka (confluent-kafka, kcat) and kafka-python take, kcat itself,
+// and the `keel` CLI as the kit's admin user (users, ACLs).
+
+/// How a Kafka client speaks to a Kafka listener, as Kafka names it.
+#[derive(Clone, Debug)]
+pub enum KafkaSecurity {
+    /// No TLS at all (a TLS listener refuses it).
+    Plaintext,
+    /// Kafka's SSL: TLS trusting `ca`, presenting `cert` (certificate and
+    /// key files) when there is one.
+    Ssl {
+        ca: std::path::PathBuf,
+        cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
+    },
+    /// Kafka's SASL_SSL: TLS trusting `ca` without a certificate, then a
+    /// SCRAM login (`mechanism`: SCRAM-SHA-256 or SCRAM-SHA-512).
+    SaslSsl {
+        ca: std::path::PathBuf,
+        mechanism: String,
+        user: String,
+        password: String,
+    },
+}
+
+impl KafkaSecurity {
+    /// SSL presenting `identity`'s certificate of `c` (issued by the
+    /// cluster CA on first use; a node's certificate too).
+    pub fn certificate_of(c: &Cluster, identity: &keel_tls::Identity) -> Self {
+        let certs = c.certs_dir().expect("a TLS cluster");
+        keel_testkit::cluster::issue_missing(certs, identity).expect("issue a certificate");
+        Self::Ssl {
+            ca: certs.join("ca.pem"),
+            cert: Some(keel_tls::certs::paths(certs, identity)),
+        }
+    }
+
+    /// SSL as user `name` of `c`, with the user's certificate.
+    pub fn user(c: &Cluster, name: &str) -> Self {
+        Self::certificate_of(c, &keel_tls::Identity::user(&c.cluster_id, name))
+    }
+
+    /// SSL as the kit's admin user (a super user).
+    pub fn admin(c: &Cluster) -> Self {
+        Self::user(c, keel_testkit::cluster::ADMIN_USER)
+    }
+
+    /// TLS trusting `c`'s CA, with no certificate and no login.
+    pub fn no_certificate(c: &Cluster) -> Self {
+        Self::Ssl {
+            ca: c.certs_dir().expect("a TLS cluster").join("ca.pem"),
+            cert: None,
+        }
+    }
+
+    /// SASL_SSL: a SCRAM login as `user` over TLS trusting `c`'s CA.
+    pub fn scram(c: &Cluster, mechanism: &str, user: &str, password: &str) -> Self {
+        Self::SaslSsl {
+            ca: c.certs_dir().expect("a TLS cluster").join("ca.pem"),
+            mechanism: mechanism.into(),
+            user: user.into(),
+            password: password.into(),
+        }
+    }
+
+    /// librdkafka's properties (confluent-kafka's configuration, kcat's
+    /// `-X`). The chain is verified against the cluster CA, but not the
+    /// host name: node certificates name only `keel.internal`
+    /// (`keel_tls::certs::SERVER_NAME`, the fixed name Keel's own clients
+    /// ask for), never the 127.0.0.x address a client dials, so
+    /// `ssl.endpoint.identification.algorithm` is `none`.
+    pub fn librdkafka(&self) -> Vec<(&'static str, String)> {
+        let tls = |ca: &std::path::Path| {
+            vec![
+                ("ssl.ca.location", ca.display().to_string()),
+                ("ssl.endpoint.identification.algorithm", "none".to_string()),
+            ]
+        };
+        match self {
+            Self::Plaintext => vec![("security.protocol", "plaintext".to_string())],
+            Self::Ssl { ca, cert } => {
+                let mut v = vec![("security.protocol", "ssl".to_string())];
+                v.extend(tls(ca));
+                if let Some((cert, key)) = cert {
+                    v.push(("ssl.certificate.location", cert.display().to_string()));
+                    v.push(("ssl.key.location", key.display().to_string()));
+                }
+                v
+            }
+            Self::SaslSsl {
+                ca,
+                mechanism,
+                user,
+                password,
+            } => {
+                let mut v = vec![("security.protocol", "sasl_ssl".to_string())];
+                v.extend(tls(ca));
+                v.extend([
+                    ("sasl.mechanisms", mechanism.clone()),
+                    ("sasl.username", user.clone()),
+                    ("sasl.password", password.clone()),
+                ]);
+                v
+            }
+        }
+    }
+
+    /// [`KafkaSecurity::librdkafka`] as one JSON object (what the
+    /// confluent-kafka scripts in `tests/python/` read from
+    /// `$KEEL_KAFKA_CONFIG`).
+    pub fn librdkafka_json(&self) -> serde_json::Value {
+        self.librdkafka()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::String(v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    }
+
+    /// kafka-python's `KafkaAdminClient` keyword arguments (what the
+    /// kafka-python scripts read from `$KEEL_KAFKA_CONFIG`). As for
+    /// librdkafka, the chain is checked against the cluster CA
+    /// (`ssl_cafile` makes kafka-python require a valid one) but not the
+    /// host name (`ssl_check_hostname` off: the certificates name no
+    /// 127.0.0.x address).
+    pub fn kafka_python(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            Self::Plaintext => json!({"security_protocol": "PLAINTEXT"}),
+            Self::Ssl { ca, cert } => {
+                let mut v = json!({
+                    "security_protocol": "SSL",
+                    "ssl_cafile": ca,
+                    "ssl_check_hostname": false,
+                });
+                if let Some((cert, key)) = cert {
+                    v["ssl_certfile"] = json!(cert);
+                    v["ssl_keyfile"] = json!(key);
+                }
+                v
+            }
+            Self::SaslSsl {
+                ca,
+                mechanism,
+                user,
+                password,
+            } => json!({
+                "security_protocol": "SASL_SSL",
+                "ssl_cafile": ca,
+                "ssl_check_hostname": false,
+                "sasl_mechanism": mechanism,
+                "sasl_plain_username": user,
+                "sasl_plain_password": password,
+            }),
+        }
+    }
+}
+
+/// `kcat -L -J` against `bootstrap`, speaking `security` (metadata timeout
+/// 10 s, the whole run bounded to 40 s): its JSON, or its exit status and
+/// stderr when it lists nothing.
+pub fn kcat_list(bootstrap: &str, security: &KafkaSecurity) -> Result<serde_json::Value, String> {
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.args(["40", "kcat", "-L", "-J", "-m", "10", "-b", bootstrap]);
+    for (k, v) in security.librdkafka() {
+        cmd.arg("-X").arg(format!("{k}={v}"));
+    }
+    let out = cmd.output().expect("run timeout(1)");
+    assert!(
+        out.status.code() != Some(127),
+        "kcat is not installed: apt-get install -y kcat (scripts/test-deps.sh does)"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(format!("kcat -L -b {bootstrap}: {}\n{stderr}", out.status));
+    }
+    serde_json::from_slice(&out.stdout).map_err(|e| {
+        format!(
+            "kcat printed no JSON ({e}): {}\n{stderr}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Broker ids and topic names in `kcat -L -J`'s JSON (each sorted).
+pub fn kcat_brokers_and_topics(v: &serde_json::Value) -> (Vec<u64>, Vec<String>) {
+    let list = |key: &str, field: &str| -> Vec<serde_json::Value> {
+        v[key]
+            .as_array()
+            .map(|a| a.iter().map(|x| x[field].clone()).collect())
+            .unwrap_or_default()
+    };
+    let mut brokers: Vec<u64> = list("brokers", "id")
+        .iter()
+        .filter_map(|i| i.as_u64())
+        .collect();
+    let mut topics: Vec<String> = list("topics", "topic")
+        .iter()
+        .filter_map(|t| t.as_str().map(String::from))
+        .collect();
+    brokers.sort_unstable();
+    topics.sort();
+    (brokers, topics)
+}
+
+/// Runs `keel <args> --output json` against `c`'s controllers as the
+/// kit's admin user (bounded: 60 s): (exit code, its JSON, stderr).
+pub fn keel_as_admin(c: &Cluster, args: &[&str]) -> (i32, serde_json::Value, String) {
+    let certs = c.certs_dir().expect("a TLS cluster");
+    let admin = keel_tls::Identity::user(&c.cluster_id, keel_testkit::cluster::ADMIN_USER);
+    let (cert, key) = keel_tls::certs::paths(certs, &admin);
+    let out = std::process::Command::new("timeout")
+        .arg("60")
+        .arg(keel_bin())
+        .args(args)
+        .args(["--output", "json", "--bootstrap"])
+        .arg(c.controller_addrs().join(","))
+        .arg("--tls-cert")
+        .arg(cert)
+        .arg("--tls-key")
+        .arg(key)
+        .arg("--tls-ca")
+        .arg(certs.join("ca.pem"))
+        .env_remove("KEEL_ALLOW_PLAINTEXT")
+        .env_remove("KEEL_BOOTSTRAP")
+        .output()
+        .expect("run keel");
+    (
+        out.status.code().unwrap_or(-1),
+        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `keel users create`: a SCRAM credential (`mechanism`: SCRAM-SHA-256
+/// or SCRAM-SHA-512) for `user`; panics on refusal.
+pub fn create_scram_user(c: &Cluster, user: &str, mechanism: &str, password: &str) {
+    let args = [
+        "users",
+        "create",
+        "--user",
+        user,
+        "--mechanism",
+        mechanism,
+        "--password",
+        password,
+    ];
+    let (code, _, err) = keel_as_admin(c, &args);
+    assert_eq!(
+        code, 0,
+        "keel users create --user {user} --mechanism {mechanism}: {err}"
+    );
+}
+
+/// `keel acls add --principal User:<user> --operation <op> --topic-prefix
+/// <prefix> --allow`, for each of `operations`; panics on refusal.
+pub fn allow_on_topic_prefix(c: &Cluster, user: &str, operations: &[&str], prefix: &str) {
+    let principal = format!("User:{user}");
+    for op in operations {
+        let args = [
+            "acls",
+            "add",
+            "--principal",
+            &principal,
+            "--operation",
+            op,
+            "--topic-prefix",
+            prefix,
+            "--allow",
+        ];
+        let (code, _, err) = keel_as_admin(c, &args);
+        assert_eq!(
+            code, 0,
+            "keel acls add {principal} {op} on {prefix}*: {err}"
+        );
+    }
+}

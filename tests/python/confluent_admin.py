@@ -1,11 +1,15 @@
 """confluent_kafka.admin.AdminClient (librdkafka) against a Keel broker's
 Kafka listener. Usage: confluent_admin.py BOOTSTRAP PREFIX
 
+Security settings (librdkafka properties: security.protocol, ssl.*,
+sasl.*) come as one JSON object in $KEEL_KAFKA_CONFIG.
+
 Runs every admin call once and prints one JSON object: for each step, the
 error name librdkafka reports (null on success) and what was read back.
 The Rust test (tests/kafka_admin.rs) asserts on it."""
 
 import json
+import os
 import sys
 import time
 
@@ -17,7 +21,9 @@ from confluent_kafka import ElectionType
 bootstrap, prefix = sys.argv[1], sys.argv[2]
 # elect_leaders takes no keyword arguments in 2.6.1 (its C binding's
 # format string is wrong), so it runs with the client's defaults.
-admin = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 20000})
+conf = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 20000}
+conf.update(json.loads(os.environ.get("KEEL_KAFKA_CONFIG", "{}")))
+admin = AdminClient(conf)
 out = {}
 
 

@@ -2,10 +2,14 @@
 Keel broker's Kafka listener with confluent_kafka's AdminClient, while the
 test kills the active controller. Usage: failover_creates.py BOOTSTRAP PREFIX N
 
+Security settings (librdkafka properties) come as one JSON object in
+$KEEL_KAFKA_CONFIG.
+
 Each create is sent once by this script (librdkafka may retry inside);
 prints one JSON list of [topic, null | "ERROR_NAME(code)"]."""
 
 import json
+import os
 import sys
 import time
 
@@ -13,7 +17,9 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 bootstrap, prefix, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-admin = AdminClient({"bootstrap.servers": bootstrap})
+conf = {"bootstrap.servers": bootstrap}
+conf.update(json.loads(os.environ.get("KEEL_KAFKA_CONFIG", "{}")))
+admin = AdminClient(conf)
 out = []
 for i in range(n):
     name = f"{prefix}{i}"

@@ -1,10 +1,14 @@
 """kafka.KafkaAdminClient (kafka-python, pure Python) against a Keel
 broker's Kafka listener. Usage: kafka_python_admin.py BOOTSTRAP PREFIX
 
+Security settings (KafkaAdminClient keyword arguments: security_protocol,
+ssl_*, sasl_*) come as one JSON object in $KEEL_KAFKA_CONFIG.
+
 Prints one JSON object: for each step the error class name (null on
 success) and what was read back. Asserted on by tests/kafka_admin.rs."""
 
 import json
+import os
 import sys
 import time
 
@@ -14,7 +18,8 @@ from kafka.errors import KafkaError
 
 bootstrap, prefix = sys.argv[1], sys.argv[2]
 admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="keel-test",
-                         request_timeout_ms=30000)
+                         request_timeout_ms=30000,
+                         **json.loads(os.environ.get("KEEL_KAFKA_CONFIG", "{}")))
 out = {}
 
 

@@ -94,6 +94,10 @@ impl Broker {
             want_shutdown: AtomicBool::new(false),
             poke: Notify::new(),
             shutdown_allowed: watch::Sender::new(false),
+            access: crate::access::AccessCache::new(matches!(
+                config.transport,
+                keel_tls::Transport::Plaintext
+            )),
             config,
         });
         info!(broker = id.0, address = %local_addr, kafka = ?kafka_address, %incarnation, transport = %shared.config.transport, "broker starting");
@@ -125,29 +129,23 @@ impl Broker {
             }
         }));
         if let Some(l) = kafka_listener {
-            if shared.config.kafka_admin {
-                warn!(
-                    kafka = ?kafka_address,
-                    "the Kafka listener speaks plaintext, authenticates nobody and takes admin requests (--kafka-admin): whoever reaches it can create, alter and delete topics as this broker"
-                );
-            } else if !matches!(shared.config.transport, keel_tls::Transport::Plaintext) {
-                warn!(
-                    kafka = ?kafka_address,
-                    "the Kafka listener speaks plaintext and authenticates nobody: whoever reaches it reads the cluster's metadata (brokers, topic names, partitions); admin requests are refused (--kafka-admin is off)"
-                );
-            }
             let views = Arc::new(CacheViews {
                 shared: shared.clone(),
                 last: Mutex::new(None),
             });
             let limits = keel_kafka::ListenerConfig {
                 max_request_bytes: shared.config.kafka_max_request_bytes,
+                security: shared.config.kafka_security(),
                 ..keel_kafka::ListenerConfig::default()
             };
             tasks.push(tokio::spawn(keel_kafka::serve(
                 l,
                 views,
                 limits,
+                stop_rx.clone(),
+            )));
+            tasks.push(tokio::spawn(crate::access::run_refresher(
+                shared.clone(),
                 stop_rx.clone(),
             )));
         }

@@ -74,11 +74,10 @@ pub struct BrokerConfig {
     /// A Kafka request whose length prefix claims more closes its
     /// connection.
     pub kafka_max_request_bytes: usize,
-    /// Forward admin requests (create, delete, alter, elect, reassign,
-    /// describe configs) that reach the Kafka listener. Off by default:
-    /// the listener authenticates nobody, and forwarded requests act as
-    /// this broker.
-    pub kafka_admin: bool,
+    /// Whether a Kafka client must present a certificate (TLS only).
+    pub kafka_client_auth: keel_tls::KafkaClientAuth,
+    /// Offer SASL PLAIN beside SCRAM on the (TLS) Kafka listener.
+    pub kafka_sasl_plain: bool,
 }
 
 impl BrokerConfig {
@@ -108,7 +107,23 @@ impl BrokerConfig {
             transport: keel_tls::Transport::Plaintext,
             kafka_listen: None,
             kafka_max_request_bytes: DEFAULT_KAFKA_MAX_REQUEST_BYTES,
-            kafka_admin: false,
+            kafka_client_auth: keel_tls::KafkaClientAuth::Required,
+            kafka_sasl_plain: false,
+        }
+    }
+
+    /// The Kafka listener's security: the node's own transport (one trust
+    /// for both doors): TLS with its certificate and CA, SCRAM offered
+    /// (and PLAIN when asked for); plaintext only where the node speaks
+    /// plaintext (`--allow-plaintext`).
+    pub fn kafka_security(&self) -> keel_kafka::server::Security {
+        match &self.transport {
+            keel_tls::Transport::Plaintext => keel_kafka::server::Security::Plaintext,
+            keel_tls::Transport::Tls(ctx) => keel_kafka::server::Security::tls(
+                ctx.clone(),
+                self.kafka_client_auth,
+                self.kafka_sasl_plain,
+            ),
         }
     }
 
@@ -136,6 +151,9 @@ impl BrokerConfig {
         }
         if self.max_message_bytes == 0 {
             return bad("max_message_bytes must be at least 1");
+        }
+        if self.kafka_sasl_plain && matches!(self.transport, keel_tls::Transport::Plaintext) {
+            return bad("--kafka-sasl-plain needs TLS: PLAIN sends the password itself, never over a plaintext connection");
         }
         if self.kafka_max_request_bytes == 0 {
             return bad("kafka_max_request_bytes must be at least 1");

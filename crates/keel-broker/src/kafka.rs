@@ -2,8 +2,10 @@
 //! cache as a [`ClusterView`], made again only after an UpdateMetadata
 //! changed the cache, so a Metadata request costs a shared pointer; and
 //! admin requests forwarded to the active controller over the broker's
-//! controller link (its channels, its TLS identity: forwarded requests act
-//! as `Broker:<id>`), following NOT_CONTROLLER hints as heartbeats do.
+//! controller link (its channels, its TLS identity), following
+//! NOT_CONTROLLER hints as heartbeats do. A forwarded request names the
+//! client's principal, address and listener (KIP-590's `Envelope`): the
+//! controller authorizes the client, never this broker.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use keel_kafka::{
-    AdminCall, AdminReply, BoxFuture, BrokerView, ClusterView, ForwardError, Forwarder,
-    PartitionView, TopicView, ViewSource,
+    Access, AdminCall, AdminReply, BoxFuture, BrokerView, Client, ClusterView, ForwardError,
+    Forwarder, PartitionView, TopicView, ViewSource,
 };
 use keel_metadata::{BrokerId, BrokerInfo, ErrorCode, PartitionLeadership};
 use keel_proto::backoff::Backoff;
@@ -56,18 +58,24 @@ impl ViewSource for CacheViews {
     fn forwarder(&self) -> Option<&dyn Forwarder> {
         Some(self)
     }
+
+    fn access(&self) -> Arc<Access> {
+        self.shared.access.get()
+    }
+
+    fn credentials_missed(&self) {
+        self.shared.access.missed();
+    }
 }
 
 impl Forwarder for CacheViews {
     fn forward(
         &self,
         call: AdminCall,
+        client: Client,
         deadline: Duration,
     ) -> BoxFuture<'_, Result<AdminReply, ForwardError>> {
-        if !self.shared.config.kafka_admin {
-            return Box::pin(async { Err(ForwardError::AdminOff) });
-        }
-        Box::pin(forward(self.shared.clone(), call, deadline))
+        Box::pin(forward(self.shared.clone(), call, client, deadline))
     }
 }
 
@@ -77,6 +85,7 @@ impl Forwarder for CacheViews {
 async fn forward(
     shared: Arc<Shared>,
     call: AdminCall,
+    client: Client,
     deadline: Duration,
 ) -> Result<AdminReply, ForwardError> {
     let start = Instant::now();
@@ -90,7 +99,7 @@ async fn forward(
                 lock(&shared.link).rotate();
                 format!("{addr}: the address does not parse")
             }
-            Some(ch) => match tokio::time::timeout(left, send(ch, call.clone())).await {
+            Some(ch) => match tokio::time::timeout(left, send(ch, call.clone(), &client)).await {
                 Ok(Ok(reply)) => match reply.error() {
                     Some(e) if e.code == ErrorCode::NotController.as_i32() => {
                         lock(&shared.link).follow(e.leader.as_ref());
@@ -125,40 +134,76 @@ async fn forward(
     }
 }
 
-/// One attempt of `call` on `ch`.
-async fn send(ch: Channel, call: AdminCall) -> Result<AdminReply, tonic::Status> {
+/// `r` with the forwarded client's principal, address and listener.
+fn on_behalf<T>(r: T, client: &Client) -> tonic::Request<T> {
+    let mut req = tonic::Request::new(r);
+    let m = req.metadata_mut();
+    let mut put = |key: &'static str, value: String| {
+        // Principals, addresses and listener names are ASCII; anything
+        // else is left out rather than sent garbled.
+        if let Ok(v) = value.parse() {
+            m.insert(key, v);
+        }
+    };
+    put(FORWARDED_PRINCIPAL, client.principal.to_string());
+    if let Some(a) = client.address {
+        put(FORWARDED_CLIENT, a.to_string());
+    }
+    put(FORWARDED_LISTENER, client.listener.to_string());
+    req
+}
+
+/// The gRPC metadata keys the controller reads (`keel_controller::authz`).
+const FORWARDED_PRINCIPAL: &str = "keel-forwarded-principal";
+const FORWARDED_CLIENT: &str = "keel-forwarded-client";
+const FORWARDED_LISTENER: &str = "keel-forwarded-listener";
+
+/// One attempt of `call` on `ch`, on behalf of `client`.
+async fn send(ch: Channel, call: AdminCall, client: &Client) -> Result<AdminReply, tonic::Status> {
     let mut c = AdminServiceClient::new(ch).max_decoding_message_size(MAX_ANSWER_BYTES);
     Ok(match call {
         AdminCall::CreateTopics(r) => {
-            AdminReply::CreateTopics(c.create_topics(r).await?.into_inner())
+            AdminReply::CreateTopics(c.create_topics(on_behalf(r, client)).await?.into_inner())
         }
         AdminCall::DeleteTopics(r) => {
-            AdminReply::DeleteTopics(c.delete_topics(r).await?.into_inner())
+            AdminReply::DeleteTopics(c.delete_topics(on_behalf(r, client)).await?.into_inner())
         }
-        AdminCall::CreatePartitions(r) => {
-            AdminReply::CreatePartitions(c.create_partitions(r).await?.into_inner())
-        }
+        AdminCall::CreatePartitions(r) => AdminReply::CreatePartitions(
+            c.create_partitions(on_behalf(r, client))
+                .await?
+                .into_inner(),
+        ),
         AdminCall::DescribeTopics(r) => {
-            AdminReply::DescribeTopics(c.describe_topics(r).await?.into_inner())
+            AdminReply::DescribeTopics(c.describe_topics(on_behalf(r, client)).await?.into_inner())
         }
-        AdminCall::IncrementalAlterConfigs(r) => {
-            AdminReply::IncrementalAlterConfigs(c.incremental_alter_configs(r).await?.into_inner())
-        }
+        AdminCall::IncrementalAlterConfigs(r) => AdminReply::IncrementalAlterConfigs(
+            c.incremental_alter_configs(on_behalf(r, client))
+                .await?
+                .into_inner(),
+        ),
         AdminCall::ElectLeaders(r) => {
-            AdminReply::ElectLeaders(c.elect_leaders(r).await?.into_inner())
+            AdminReply::ElectLeaders(c.elect_leaders(on_behalf(r, client)).await?.into_inner())
         }
         AdminCall::AlterPartitionReassignments(r) => AdminReply::AlterPartitionReassignments(
-            c.alter_partition_reassignments(r).await?.into_inner(),
+            c.alter_partition_reassignments(on_behalf(r, client))
+                .await?
+                .into_inner(),
         ),
         AdminCall::ListPartitionReassignments(r) => AdminReply::ListPartitionReassignments(
-            c.list_partition_reassignments(r).await?.into_inner(),
+            c.list_partition_reassignments(on_behalf(r, client))
+                .await?
+                .into_inner(),
         ),
-        AdminCall::AlterClusterConfigs(r) => {
-            AdminReply::AlterClusterConfigs(c.alter_cluster_configs(r).await?.into_inner())
-        }
-        AdminCall::DescribeClusterConfigs(r) => {
-            AdminReply::DescribeClusterConfigs(c.describe_cluster_configs(r).await?.into_inner())
-        }
+        AdminCall::AlterClusterConfigs(r) => AdminReply::AlterClusterConfigs(
+            c.alter_cluster_configs(on_behalf(r, client))
+                .await?
+                .into_inner(),
+        ),
+        AdminCall::DescribeClusterConfigs(r) => AdminReply::DescribeClusterConfigs(
+            c.describe_cluster_configs(on_behalf(r, client))
+                .await?
+                .into_inner(),
+        ),
     })
 }
 

@@ -5,6 +5,7 @@
 //! controller to shrink or expand ISRs. Every leadership it accepts is
 //! recorded in `history.jsonl` in its data dir, for the safety checkers.
 
+mod access;
 mod broker;
 mod config;
 mod control;

@@ -190,6 +190,7 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
                     .record(started.elapsed().as_secs_f64());
                 match convert::check(&resp.error).map_err(|e| (e.code, e.message)) {
                     Ok(()) => {
+                        shared.access.want(resp.access_version);
                         let reply = convert::heartbeat_reply_from_pb(&resp);
                         let controller_epoch = ControllerEpoch(resp.controller_epoch);
                         let mut st = shared.state();

@@ -38,6 +38,8 @@ pub(crate) struct Shared {
     pub poke: Notify,
     /// Flips to true when the controller answers should_shut_down.
     pub shutdown_allowed: watch::Sender<bool>,
+    /// Who may do what, for the Kafka listener (see [`crate::access`]).
+    pub access: crate::access::AccessCache,
 }
 
 impl Shared {

@@ -66,8 +66,10 @@ pub struct BrokerArgs {
     #[arg(long, env = "KEEL_BROKER_MAX_MESSAGE_BYTES")]
     max_message_bytes: Option<usize>,
     /// Kafka listener address, e.g. 127.0.0.21:9094: Kafka clients (kcat,
-    /// AdminClients) read the cluster's metadata there (no TLS; off when
-    /// not given).
+    /// AdminClients) reach the cluster there, over TLS with this broker's
+    /// certificate (SSL with a client certificate, or SASL_SSL with
+    /// SCRAM), or plaintext only with --allow-plaintext; off when not
+    /// given.
     #[arg(long, env = "KEEL_BROKER_KAFKA_LISTEN")]
     kafka_listen: Option<SocketAddr>,
     /// Largest Kafka request read, in bytes (Kafka's
@@ -75,13 +77,19 @@ pub struct BrokerArgs {
     /// [default: 104857600].
     #[arg(long, env = "KEEL_BROKER_KAFKA_MAX_REQUEST_BYTES")]
     kafka_max_request_bytes: Option<usize>,
-    /// Forward admin requests (CreateTopics, DeleteTopics, AlterConfigs,
-    /// ElectLeaders, reassignments, ...) that reach the Kafka listener to
-    /// the active controller, acting as this broker. Off by default: the
-    /// listener authenticates nobody, so whoever reaches it could
-    /// administer the cluster; refused requests get
-    /// CLUSTER_AUTHORIZATION_FAILED.
-    #[arg(long, env = "KEEL_BROKER_KAFKA_ADMIN")]
+    /// Whether a Kafka client must present a certificate (Kafka's
+    /// ssl.client.auth): `required`, or `requested` (a client without one
+    /// logs in with SASL, or is User:ANONYMOUS) [default: required].
+    #[arg(long, env = "KEEL_BROKER_KAFKA_SSL_CLIENT_AUTH")]
+    kafka_ssl_client_auth: Option<keel_tls::KafkaClientAuth>,
+    /// Offer SASL PLAIN beside SCRAM-SHA-256/512 on the Kafka listener (TLS
+    /// only: PLAIN sends the password itself). The password is checked
+    /// against the user's SCRAM credential.
+    #[arg(long, env = "KEEL_BROKER_KAFKA_SASL_PLAIN")]
+    kafka_sasl_plain: bool,
+    /// No longer used: every broker forwards Kafka admin requests, and the
+    /// active controller authorizes each as the client that sent it.
+    #[arg(long, env = "KEEL_BROKER_KAFKA_ADMIN", hide = true)]
     kafka_admin: bool,
     /// Prometheus metrics address.
     #[arg(long, env = "KEEL_METRICS_LISTEN")]
@@ -129,6 +137,8 @@ struct BrokerFile {
     max_message_bytes: Option<usize>,
     kafka_listen: Option<SocketAddr>,
     kafka_max_request_bytes: Option<usize>,
+    kafka_ssl_client_auth: Option<String>,
+    kafka_sasl_plain: Option<bool>,
     kafka_admin: Option<bool>,
     metrics_listen: Option<SocketAddr>,
     log_format: Option<LogFormat>,
@@ -228,7 +238,15 @@ fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat)
         }
         c.kafka_max_request_bytes = v;
     }
-    c.kafka_admin = a.kafka_admin || f.kafka_admin.unwrap_or(false);
+    if a.kafka_admin || f.kafka_admin.unwrap_or(false) {
+        eprintln!("keel broker: --kafka-admin is no longer used: every broker forwards Kafka admin requests, authorized as the client that sent them");
+    }
+    if let Some(v) = a.kafka_ssl_client_auth {
+        c.kafka_client_auth = v;
+    } else if let Some(v) = &f.kafka_ssl_client_auth {
+        c.kafka_client_auth = v.parse()?;
+    }
+    c.kafka_sasl_plain = a.kafka_sasl_plain || f.kafka_sasl_plain.unwrap_or(false);
     Ok((
         c,
         a.metrics_listen.or(f.metrics_listen),

@@ -140,10 +140,19 @@ pub struct ControllerArgs {
     super_users: Option<String>,
     /// Kafka listener address, e.g. 127.0.0.11:9095: Kafka clients that
     /// bootstrap from the controllers ask ApiVersions, DescribeCluster and
-    /// DescribeQuorum there (no TLS; off when not given). The other
-    /// controllers are taken to listen on the same port.
+    /// DescribeQuorum there (over TLS with this node's certificate, as the
+    /// brokers' Kafka listeners; plaintext only with --allow-plaintext;
+    /// off when not given). The other controllers are taken to listen on
+    /// the same port.
     #[arg(long, env = "KEEL_CONTROLLER_KAFKA_LISTEN")]
     kafka_listen: Option<SocketAddr>,
+    /// Whether a Kafka client must present a certificate (Kafka's
+    /// ssl.client.auth): `required` or `requested` [default: required].
+    #[arg(long, env = "KEEL_CONTROLLER_KAFKA_SSL_CLIENT_AUTH")]
+    kafka_ssl_client_auth: Option<keel_tls::KafkaClientAuth>,
+    /// Offer SASL PLAIN beside SCRAM on the Kafka listener (TLS only).
+    #[arg(long, env = "KEEL_CONTROLLER_KAFKA_SASL_PLAIN")]
+    kafka_sasl_plain: bool,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -178,6 +187,8 @@ struct ControllerFile {
     disk_reserve_bytes: Option<u64>,
     allow_unknown_topic_configs: Option<bool>,
     kafka_listen: Option<SocketAddr>,
+    kafka_ssl_client_auth: Option<String>,
+    kafka_sasl_plain: Option<bool>,
     max_topics_per_request: Option<usize>,
     max_partitions_per_request: Option<u64>,
     max_partitions: Option<u64>,
@@ -393,6 +404,12 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
     c.allow_unknown_topic_configs =
         a.allow_unknown_topic_configs || file.allow_unknown_topic_configs.unwrap_or(false);
     c.kafka_listen = a.kafka_listen.or(file.kafka_listen);
+    if let Some(v) = a.kafka_ssl_client_auth {
+        c.kafka_client_auth = v;
+    } else if let Some(v) = &file.kafka_ssl_client_auth {
+        c.kafka_client_auth = v.parse()?;
+    }
+    c.kafka_sasl_plain = a.kafka_sasl_plain || file.kafka_sasl_plain.unwrap_or(false);
     if c.election_timeout_min_ms >= c.election_timeout_max_ms
         || c.raft_heartbeat_ms * 2 > c.election_timeout_min_ms
     {

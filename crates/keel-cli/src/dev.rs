@@ -84,10 +84,81 @@ fn spec(exe: PathBuf, a: &DevArgs) -> Spec {
         .metrics(true)
         .tls(true)
         .logs(None, None);
+    // Clients without a certificate may log in with SCRAM (`keel users
+    // create`); one that does neither is User:ANONYMOUS, allowed nothing.
+    spec.broker_flags.extend([
+        "--kafka-ssl-client-auth".to_string(),
+        "requested".to_string(),
+    ]);
     spec.data_subdir = String::new();
     spec.naming = Naming::Long;
     spec.own_process_groups = true;
     spec
+}
+
+/// The Kafka client configs `keel dev` writes next to the certificates.
+struct KafkaClientConfigs {
+    /// librdkafka's (`kcat -F`, confluent-kafka): PEM paths.
+    kcat: PathBuf,
+    /// Kafka's Java tools' (`--command-config`): PEM key store and trust
+    /// store (KIP-651).
+    java: PathBuf,
+}
+
+/// Writes the admin user's Kafka client configs: SSL with its certificate,
+/// trusting the cluster CA. The brokers' certificates name no host (Keel's
+/// own clients check the cluster's fixed server name), so host name
+/// checking is off; the chain is still checked against the CA.
+fn write_kafka_client_configs(
+    certs: &std::path::Path,
+    cluster_id: &str,
+) -> anyhow::Result<KafkaClientConfigs> {
+    use anyhow::Context;
+    let admin = keel_tls::Identity::user(cluster_id, keel_testkit::cluster::ADMIN_USER);
+    let (cert, key) = keel_tls::certs::paths(certs, &admin);
+    let ca = certs.join("ca.pem");
+    let kcat = certs.join("kcat.conf");
+    std::fs::write(
+        &kcat,
+        format!(
+            "# librdkafka (kcat -F, confluent-kafka) as User:admin over SSL\n\
+             security.protocol=ssl\n\
+             ssl.ca.location={}\n\
+             ssl.certificate.location={}\n\
+             ssl.key.location={}\n\
+             ssl.endpoint.identification.algorithm=none\n",
+            ca.display(),
+            cert.display(),
+            key.display()
+        ),
+    )
+    .with_context(|| format!("write {}", kcat.display()))?;
+    // Java's PEM key store takes the key and its certificate in one file.
+    let key_and_cert = certs.join("user-admin-keystore.pem");
+    let joined = [
+        std::fs::read_to_string(&key).with_context(|| format!("read {}", key.display()))?,
+        std::fs::read_to_string(&cert).with_context(|| format!("read {}", cert.display()))?,
+    ]
+    .concat();
+    std::fs::write(&key_and_cert, joined)
+        .with_context(|| format!("write {}", key_and_cert.display()))?;
+    let java = certs.join("client.properties");
+    std::fs::write(
+        &java,
+        format!(
+            "# Kafka's Java tools (--command-config) as User:admin over SSL\n\
+             security.protocol=SSL\n\
+             ssl.keystore.type=PEM\n\
+             ssl.keystore.location={}\n\
+             ssl.truststore.type=PEM\n\
+             ssl.truststore.location={}\n\
+             ssl.endpoint.identification.algorithm=\n",
+            key_and_cert.display(),
+            ca.display()
+        ),
+    )
+    .with_context(|| format!("write {}", java.display()))?;
+    Ok(KafkaClientConfigs { kcat, java })
 }
 
 /// Waits (bounded) until every node of `role` exited; SIGKILLs the rest.
@@ -252,17 +323,24 @@ pub async fn run(a: DevArgs) -> ExitCode {
         eprint!(".");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    let kafka_client = match write_kafka_client_configs(&certs, &a.cluster_id) {
+        Ok(k) => Some(k),
+        Err(e) => {
+            eprintln!("warning: no Kafka client configs written: {e:#}");
+            None
+        }
+    };
     println!();
     println!("Keel dev cluster '{}' is up.", a.cluster_id);
     println!();
     println!("  controllers  {}", controllers_list);
     println!("  brokers      {}", c.broker_addrs().join(","));
     println!(
-        "  Kafka        {} (brokers, plaintext; metadata and admin APIs)",
+        "  Kafka        {} (brokers, TLS; metadata and admin APIs, as the client's user)",
         c.kafka_addrs().join(",")
     );
     println!(
-        "  Kafka        {} (controllers, plaintext; DescribeCluster, DescribeQuorum)",
+        "  Kafka        {} (controllers, TLS; DescribeCluster, DescribeQuorum)",
         c.controller_kafka_addrs().join(",")
     );
     println!("  console      http://127.0.0.11:9100/ (any controller; a standby links to the active one)");
@@ -280,10 +358,21 @@ pub async fn run(a: DevArgs) -> ExitCode {
     println!("  keel topics create orders --partitions 6 --replication-factor 3");
     println!("  keel topics describe orders");
     println!("  keel elect-leaders --preferred --all");
-    println!(
-        "  kcat -L -b {}",
-        c.kafka_addrs().first().map_or("", String::as_str)
-    );
+    let first_kafka = c.kafka_addrs().first().cloned().unwrap_or_default();
+    match &kafka_client {
+        Some(k) => {
+            // kcat sets its own host name check after reading -F: off here.
+            println!(
+                "  kcat -F {} -X ssl.endpoint.identification.algorithm=none -L -b {first_kafka}",
+                k.kcat.display()
+            );
+            println!(
+                "  (Kafka's Java tools: --command-config {}; both act as User:admin)",
+                k.java.display()
+            );
+        }
+        None => println!("  kcat -L -b {first_kafka}"),
+    }
     println!("(`cargo run --release --` in place of `keel` from the source tree.)");
     println!();
     if a.exit_when_ready {

@@ -118,6 +118,9 @@ enum Command {
     Health(admin::HealthArgs),
     /// ACLs: who may do what (add, remove, list).
     Acls(admin::AclsArgs),
+    /// Users' SCRAM credentials for Kafka SASL logins (create, delete,
+    /// list).
+    Users(admin::UsersArgs),
     /// Decode a controller's Raft log and snapshot offline.
     Log(log::LogArgs),
     /// Certificates: a cluster CA and one certificate per node and user.
@@ -187,6 +190,7 @@ pub fn main() -> ExitCode {
             Command::ElectLeaders(a) => admin::elect(a).await,
             Command::Health(a) => admin::health(a).await,
             Command::Acls(a) => admin::acls(a).await,
+            Command::Users(a) => admin::users(a).await,
             Command::Log(a) => log::run(a),
             Command::Certs(a) => certs::run(a),
             Command::Completions { shell } => completions(shell),

@@ -20,27 +20,65 @@ use keel_metadata::decide::Decision;
 use keel_metadata::{ApiError, ErrorCode, MetadataImage};
 use tonic::Request;
 
+/// The gRPC metadata a broker forwards a Kafka client's request with
+/// (KIP-590's `Envelope`): the principal its Kafka listener authenticated,
+/// and for the audit, the client's address and the listener's security
+/// (`SSL`, `SASL_SSL`, `PLAINTEXT`).
+pub const FORWARDED_PRINCIPAL: &str = "keel-forwarded-principal";
+pub const FORWARDED_CLIENT: &str = "keel-forwarded-client";
+pub const FORWARDED_LISTENER: &str = "keel-forwarded-listener";
+
 /// The caller of an admin request, as authorization sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Caller {
     /// A plaintext listener: no identity, no checks.
     Unchecked,
     /// A TLS caller: its certificate's principal (`User:ANONYMOUS` when the
-    /// certificate names no identity of this cluster).
+    /// certificate names no identity of this cluster), or, for a request a
+    /// broker forwarded, the principal the broker's Kafka listener
+    /// authenticated (`via` says which broker and from where).
     As(Principal),
+    /// A Kafka client's request forwarded by a broker: authorized as
+    /// `principal`, never as the broker.
+    Forwarded {
+        principal: Principal,
+        /// The broker whose certificate carried the request.
+        broker: u32,
+        /// The client's address and the listener, for audit lines.
+        client: String,
+        listener: String,
+    },
+    /// A request no check may pass: a broker forwarding as a node
+    /// principal, or a forwarded principal that does not parse.
+    Refused(String),
 }
 
 impl Caller {
     /// The caller of `req`: a `Write` session's request carries its
-    /// session's caller; a unary call's comes from its connection.
+    /// session's caller; a unary call's comes from its connection, or, when
+    /// a broker's certificate carries it with a forwarded principal, from
+    /// the broker's Kafka listener.
     pub fn of<T>(req: &Request<T>) -> Caller {
         if let Some(c) = req.extensions().get::<Caller>() {
             return c.clone();
         }
         match keel_tls::transport::caller(req) {
             None => Caller::Unchecked,
-            Some(Some(id)) => Caller::As(id.principal()),
+            Some(Some(id)) => match (&id.role, forwarded(req)) {
+                (keel_tls::Role::Broker(broker), Some(f)) => f.into_caller(*broker),
+                // Only brokers forward: anyone else's header is ignored, and
+                // it acts as itself.
+                _ => Caller::As(id.principal()),
+            },
             Some(None) => Caller::As(Principal::Anonymous),
+        }
+    }
+
+    /// The principal authorized, if any.
+    pub fn principal(&self) -> Option<&Principal> {
+        match self {
+            Caller::As(p) | Caller::Forwarded { principal: p, .. } => Some(p),
+            Caller::Unchecked | Caller::Refused(_) => None,
         }
     }
 
@@ -49,6 +87,15 @@ impl Caller {
         match self {
             Caller::Unchecked => "a plaintext caller".into(),
             Caller::As(p) => p.to_string(),
+            Caller::Forwarded {
+                principal,
+                broker,
+                client,
+                listener,
+            } => {
+                format!("{principal} (from {client} over {listener}, forwarded by broker {broker})")
+            }
+            Caller::Refused(why) => format!("a refused caller ({why})"),
         }
     }
 
@@ -59,12 +106,15 @@ impl Caller {
         super_users: &'a BTreeSet<Principal>,
     ) -> Checker<'a> {
         let bindings = match self {
-            Caller::As(p) if !is_super(p, super_users) => Some(
-                image
-                    .acls()
-                    .filter(|b| b.principal == *p || b.principal == Principal::any_user())
-                    .collect(),
-            ),
+            Caller::Refused(_) => Some(Vec::new()),
+            Caller::As(p) | Caller::Forwarded { principal: p, .. } if !is_super(p, super_users) => {
+                Some(
+                    image
+                        .acls()
+                        .filter(|b| b.principal == *p || b.principal == Principal::any_user())
+                        .collect(),
+                )
+            }
             _ => None,
         };
         Checker {
@@ -82,11 +132,59 @@ impl Caller {
         image: &MetadataImage,
         super_users: &BTreeSet<Principal>,
     ) -> bool {
-        matches!(self, Caller::As(_))
+        matches!(self, Caller::As(_) | Caller::Forwarded { .. })
             && self
                 .checker(image, super_users)
                 .check(Operation::Describe, Resource::Cluster)
                 .is_ok()
+    }
+}
+
+/// What a broker forwarded with a request.
+struct ForwardedHeaders {
+    principal: String,
+    client: String,
+    listener: String,
+}
+
+fn forwarded<T>(req: &Request<T>) -> Option<ForwardedHeaders> {
+    let m = req.metadata();
+    let text = |k: &str| {
+        m.get(k)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.chars().take(256).collect::<String>())
+    };
+    Some(ForwardedHeaders {
+        principal: text(FORWARDED_PRINCIPAL)?,
+        client: text(FORWARDED_CLIENT).unwrap_or_else(|| "?".into()),
+        listener: text(FORWARDED_LISTENER).unwrap_or_else(|| "?".into()),
+    })
+}
+
+impl ForwardedHeaders {
+    /// The caller a request forwarded by `broker` acts as: only a user (or
+    /// `User:ANONYMOUS`) can be forwarded; a node principal never, so no
+    /// broker turns itself, another broker or a controller into the
+    /// caller of its own request.
+    fn into_caller(self, broker: u32) -> Caller {
+        match self.principal.parse::<Principal>() {
+            Ok(p @ (Principal::User(_) | Principal::Anonymous)) if p != Principal::any_user() => {
+                Caller::Forwarded {
+                    principal: p,
+                    broker,
+                    client: self.client,
+                    listener: self.listener,
+                }
+            }
+            Ok(p) => {
+                tracing::warn!(broker, forwarded = %p, client = %self.client, "refused: a broker forwarded a request as a principal no Kafka client can be");
+                Caller::Refused(format!("broker {broker} forwarded as {p}"))
+            }
+            Err(e) => {
+                tracing::warn!(broker, error = %e, "refused: a forwarded principal that does not parse");
+                Caller::Refused(format!("broker {broker} forwarded {e}"))
+            }
+        }
     }
 }
 
@@ -107,8 +205,23 @@ impl Checker<'_> {
     /// `Ok` when the caller may do `op` on `resource`; else the typed
     /// refusal (TOPIC_ or CLUSTER_AUTHORIZATION_FAILED) naming both.
     pub fn check(&self, op: Operation, resource: Resource<'_>) -> Result<(), ApiError> {
-        let (Some(bindings), Caller::As(p)) = (&self.bindings, self.caller) else {
+        let Some(bindings) = &self.bindings else {
             return Ok(());
+        };
+        let Some(p) = self.caller.principal() else {
+            // Refused: no binding speaks for it.
+            let who = self.caller.name();
+            tracing::warn!(caller = %who, operation = %op, ?resource, "refused");
+            return Err(match resource {
+                Resource::Topic(t) => ApiError::new(
+                    ErrorCode::TopicAuthorizationFailed,
+                    format!("{who} may not {op} topic {t:?}"),
+                ),
+                Resource::Cluster => ApiError::new(
+                    ErrorCode::ClusterAuthorizationFailed,
+                    format!("{who} may not {op} the cluster"),
+                ),
+            });
         };
         match authorize(bindings.iter().copied(), self.super_users, p, op, resource) {
             Verdict::Allowed(_) => Ok(()),
@@ -117,7 +230,19 @@ impl Checker<'_> {
                     Some(b) => format!("an ACL denies it ({b})"),
                     None => "no ACL allows it".to_string(),
                 };
-                tracing::info!(principal = %p, operation = %op, ?resource, %why, "refused");
+                match self.caller {
+                    Caller::Forwarded {
+                        broker,
+                        client,
+                        listener,
+                        ..
+                    } => {
+                        tracing::info!(principal = %p, operation = %op, ?resource, %why, %client, %listener, broker, "refused")
+                    }
+                    _ => {
+                        tracing::info!(principal = %p, operation = %op, ?resource, %why, listener = "gRPC", "refused")
+                    }
+                }
                 Err(match resource {
                     Resource::Topic(t) => ApiError::new(
                         ErrorCode::TopicAuthorizationFailed,
@@ -134,8 +259,11 @@ impl Checker<'_> {
 
     /// Whether the caller may do `op` on `resource` (no log line).
     pub fn may(&self, op: Operation, resource: Resource<'_>) -> bool {
-        let (Some(bindings), Caller::As(p)) = (&self.bindings, self.caller) else {
+        let Some(bindings) = &self.bindings else {
             return true;
+        };
+        let Some(p) = self.caller.principal() else {
+            return false;
         };
         authorize(bindings.iter().copied(), self.super_users, p, op, resource).allowed()
     }
@@ -237,6 +365,81 @@ mod tests {
         assert!(!Caller::Unchecked.may_see_incarnations(&image, &none));
         assert!(!a.may_see_incarnations(&image, &none));
         assert!(a.may_see_incarnations(&image, &supers));
+    }
+
+    /// A request as it reaches a TLS listener from `id`, with `forwarded`
+    /// as the forwarded principal header.
+    fn over_tls(id: keel_tls::Identity, forwarded: Option<&str>) -> Request<()> {
+        let mut req = Request::new(());
+        req.extensions_mut().insert(keel_tls::PeerInfo {
+            remote: None,
+            identity: Some(id),
+        });
+        if let Some(p) = forwarded {
+            req.metadata_mut()
+                .insert(FORWARDED_PRINCIPAL, p.parse().unwrap());
+            req.metadata_mut()
+                .insert(FORWARDED_LISTENER, "SASL_SSL".parse().unwrap());
+        }
+        req
+    }
+
+    #[test]
+    fn a_forwarded_request_acts_as_the_client_never_as_the_broker_or_a_node() {
+        let alice = Principal::User("alice".into());
+        let image = image_with(&[AclBinding {
+            principal: alice.clone(),
+            pattern: ResourcePattern::Topic("orders".into()),
+            operation: Operation::Create,
+            permission: Permission::Allow,
+        }]);
+        // Broker 2 is a super user here: a forwarded request must not be.
+        let supers: BTreeSet<Principal> = [Principal::Broker(2)].into();
+        let orders = Resource::Topic("orders");
+        let broker = keel_tls::Identity::broker("c", 2);
+
+        let c = Caller::of(&over_tls(broker.clone(), Some("User:alice")));
+        assert!(
+            matches!(&c, Caller::Forwarded { principal, broker: 2, listener, .. }
+            if *principal == alice && listener == "SASL_SSL")
+        );
+        let checks = c.checker(&image, &supers);
+        assert!(checks.check(Operation::Create, orders).is_ok());
+        assert_eq!(
+            checks.check(Operation::Delete, orders).unwrap_err().code,
+            ErrorCode::TopicAuthorizationFailed
+        );
+        // Anonymous clients are forwarded as such, with no rights here.
+        let anon = Caller::of(&over_tls(broker.clone(), Some("User:ANONYMOUS")));
+        assert!(anon
+            .checker(&image, &supers)
+            .check(Operation::Describe, Resource::Cluster)
+            .is_err());
+        // A node principal, the wildcard or garbage: refused outright.
+        for forged in ["Broker:2", "Controller:1", "User:*", "nobody"] {
+            let c = Caller::of(&over_tls(broker.clone(), Some(forged)));
+            assert!(matches!(c, Caller::Refused(_)), "{forged}: {c:?}");
+            let checks = c.checker(&image, &supers);
+            assert!(
+                checks.check(Operation::Describe, orders).is_err(),
+                "{forged}"
+            );
+            assert!(
+                !checks.may(Operation::Describe, Resource::Cluster),
+                "{forged}"
+            );
+        }
+        // Only brokers forward: a user's header is ignored.
+        let user = keel_tls::Identity::user("c", "mallory");
+        assert_eq!(
+            Caller::of(&over_tls(user, Some("User:alice"))),
+            Caller::As(Principal::User("mallory".into()))
+        );
+        // Without the header a broker acts as itself.
+        assert_eq!(
+            Caller::of(&over_tls(broker, None)),
+            Caller::As(Principal::Broker(2))
+        );
     }
 
     #[test]

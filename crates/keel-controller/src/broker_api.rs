@@ -15,7 +15,8 @@ use keel_metadata::{
     ApiError, BrokerEpoch, BrokerId, ErrorCode, IncarnationId, LeaderEpoch, PartitionEpoch,
 };
 use keel_proto::convert::{
-    brokers_from_pb, error_to_pb, partition_to_pb, result_error, topic_id_from_pb,
+    acl_binding_to_pb, brokers_from_pb, error_to_pb, partition_to_pb, result_error,
+    scram_credential_to_pb, topic_id_from_pb,
 };
 use keel_proto::pb;
 use keel_proto::pb::broker_service_server::BrokerService;
@@ -59,6 +60,41 @@ fn as_broker<T>(req: &Request<T>, what: &str, id: u32) -> Result<(), Status> {
 
 #[tonic::async_trait]
 impl BrokerService for BrokerApi {
+    async fn describe_access(
+        &self,
+        req: Request<pb::DescribeAccessRequest>,
+    ) -> Result<Response<pb::DescribeAccessResponse>, Status> {
+        as_broker(&req, "DescribeAccess", req.get_ref().broker_id)?;
+        // The active controller answers, as it answers heartbeats: the
+        // version a heartbeat names is then one this answer has reached.
+        if let Err(e) = self.shared.active_handle() {
+            return Ok(Response::new(pb::DescribeAccessResponse {
+                error: Some(e),
+                ..Default::default()
+            }));
+        }
+        let open = !keel_tls::transport::is_tls(&req);
+        let applied = self.shared.applied();
+        let image = &applied.image;
+        Ok(Response::new(pb::DescribeAccessResponse {
+            error: None,
+            access_version: image.access_version(),
+            super_users: self
+                .shared
+                .config
+                .super_users
+                .iter()
+                .map(ToString::to_string)
+                .collect(),
+            acls: image.acls().map(acl_binding_to_pb).collect(),
+            credentials: image
+                .scram_users()
+                .map(|(user, _, c)| scram_credential_to_pb(user, c))
+                .collect(),
+            open,
+        }))
+    }
+
     async fn register_broker(
         &self,
         req: Request<pb::RegisterBrokerRequest>,
@@ -187,6 +223,7 @@ impl BrokerService for BrokerApi {
         // for every heartbeat of every broker.
         let applied = self.shared.applied();
         let image = &applied.image;
+        let access_version = image.access_version();
         let answer = |r: Result<HeartbeatReply, ApiError>| {
             Ok(Response::new(match r {
                 Ok(h) => pb::BrokerHeartbeatResponse {
@@ -196,6 +233,7 @@ impl BrokerService for BrokerApi {
                     should_shut_down: h.should_shut_down,
                     controller_epoch: handle.epoch,
                     controller_id: self.shared.config.node_id as u32,
+                    access_version,
                 },
                 Err(e) => pb::BrokerHeartbeatResponse {
                     error: self.error(e),

@@ -66,6 +66,10 @@ pub struct ControllerConfig {
     /// Kafka listener (`--kafka-listen`): ApiVersions, DescribeCluster and
     /// DescribeQuorum for Kafka clients that bootstrap from controllers.
     pub kafka_listen: Option<SocketAddr>,
+    /// Whether a Kafka client must present a certificate (TLS only).
+    pub kafka_client_auth: keel_tls::KafkaClientAuth,
+    /// Offer SASL PLAIN beside SCRAM on the (TLS) Kafka listener.
+    pub kafka_sasl_plain: bool,
 }
 
 impl ControllerConfig {
@@ -109,6 +113,8 @@ impl ControllerConfig {
             disk_reserve_bytes: None,
             allow_unknown_topic_configs: false,
             kafka_listen: None,
+            kafka_client_auth: keel_tls::KafkaClientAuth::Required,
+            kafka_sasl_plain: false,
         }
     }
 

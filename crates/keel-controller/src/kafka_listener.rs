@@ -13,7 +13,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use keel_kafka::{ClusterView, QuorumMember, QuorumView, ViewSource};
+use std::sync::Mutex;
+
+use keel_kafka::{Access, ClusterView, QuorumMember, QuorumView, ViewSource};
 
 use crate::shared::Shared;
 
@@ -22,9 +24,44 @@ pub(crate) struct QuorumViews {
     pub(crate) shared: Arc<Shared>,
     /// This controller's bound Kafka listener.
     pub(crate) kafka_address: SocketAddr,
+    /// The access last made, remade when the image's ACLs or credentials
+    /// changed (`access_version`).
+    pub(crate) access: Mutex<Option<Arc<Access>>>,
+}
+
+impl QuorumViews {
+    /// Who may do what, from this controller's own image.
+    fn make_access(&self) -> Arc<Access> {
+        if matches!(self.shared.config.transport, keel_tls::Transport::Plaintext) {
+            return Arc::new(Access::open());
+        }
+        let applied = self.shared.applied();
+        let image = &applied.image;
+        let version = image.access_version();
+        let mut last = self.access.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = last.as_ref().filter(|a| a.version == version) {
+            return a.clone();
+        }
+        let access = Arc::new(Access {
+            open: false,
+            version,
+            super_users: self.shared.config.super_users.clone(),
+            acls: image.acls().cloned().collect(),
+            credentials: image
+                .scram_users()
+                .map(|(user, m, c)| ((user.to_string(), m), c.clone()))
+                .collect(),
+        });
+        *last = Some(access.clone());
+        access
+    }
 }
 
 impl ViewSource for QuorumViews {
+    fn access(&self) -> Arc<Access> {
+        self.make_access()
+    }
+
     fn view(&self) -> Arc<ClusterView> {
         let now_unix_ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -205,17 +205,28 @@ impl ControllerNode {
                 .with_context(|| format!("cannot listen on {addr} (Kafka listener)"))?;
             let kafka_address = l.local_addr().unwrap_or(addr);
             let _ = shared.kafka_address.set(kafka_address);
-            if !matches!(config.transport, keel_tls::Transport::Plaintext) {
-                tracing::warn!(kafka = %kafka_address, "the Kafka listener speaks plaintext and authenticates nobody: whoever reaches it reads the quorum's state (it changes nothing)");
-            }
+            // One trust for both doors: the node's own TLS, or plaintext
+            // where the node speaks plaintext (`--allow-plaintext`).
+            let security = match &config.transport {
+                keel_tls::Transport::Plaintext => keel_kafka::server::Security::Plaintext,
+                keel_tls::Transport::Tls(ctx) => keel_kafka::server::Security::tls(
+                    ctx.clone(),
+                    config.kafka_client_auth,
+                    config.kafka_sasl_plain,
+                ),
+            };
             let views = Arc::new(crate::kafka_listener::QuorumViews {
                 shared: shared.clone(),
                 kafka_address,
+                access: std::sync::Mutex::new(None),
             });
             tokio::spawn(keel_kafka::serve(
                 l,
                 views,
-                keel_kafka::ListenerConfig::default(),
+                keel_kafka::ListenerConfig {
+                    security,
+                    ..keel_kafka::ListenerConfig::default()
+                },
                 shutdown_rx.clone(),
             ));
         }

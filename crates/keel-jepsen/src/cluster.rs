@@ -56,8 +56,8 @@ pub fn spec(exe: PathBuf, run_dir: &Path, brokers: usize, tls: bool, lazyfs: boo
         ])
 }
 
-/// `spec` with a Kafka listener on every broker (plaintext, taking admin
-/// requests: `--kafka-listen <broker ip>:9094 --kafka-admin`) when `on`.
+/// `spec` with a Kafka listener on every broker (`--kafka-listen <broker ip>:9094`,
+/// TLS on TLS runs) when `on`.
 pub fn with_kafka(spec: Spec, on: bool) -> Spec {
     if on {
         spec.kafka(KafkaPorts::Fixed(KAFKA_PORT))

@@ -11,12 +11,21 @@
 //! A request whose connection breaks or times out after it was written is
 //! unknown too; one whose connection never opened was never sent.
 //!
-//! The Kafka listener speaks plaintext only (no TLS, no authentication):
-//! in a mutual-TLS run the harness's gRPC calls use TLS, these do not, and
-//! the brokers forward them as themselves.
+//! The brokers' Kafka listeners follow the node's transport
+//! ([`KafkaSecurity`], Kafka's `security.protocol`). In a TLS run every
+//! connection does a TLS handshake presenting the harness's admin user's
+//! certificate (SSL: the listener takes the client for `User:admin`, a
+//! super user) and checks that the server's certificate names a member of
+//! the cluster, as Keel's own clients do; in a `--plaintext` run it speaks
+//! plaintext. SASL_SSL ([`KafkaSecurity::sasl_ssl`], for brokers run with
+//! `--kafka-ssl-client-auth requested`) presents no certificate and logs in
+//! with SCRAM-SHA-512 instead. A connection that fails before the
+//! request is written (TCP, TLS handshake or login) never sent it.
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -38,12 +47,18 @@ use kafka_protocol::messages::{
     DeleteTopicsRequest, DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse,
     ElectLeadersRequest, ElectLeadersResponse, IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse, MetadataRequest, MetadataResponse, RequestHeader,
-    ResponseHeader, TopicName,
+    ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    SaslHandshakeResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::ResponseError;
+use keel_metadata::scram::{ScramClient, ScramMechanism};
 use keel_metadata::TopicId;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use keel_tls::{Identity, Role, TlsContext, Transport};
+use rand::Rng;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 
 use crate::client::{AdminClient, OpResult};
@@ -56,7 +71,8 @@ pub enum ClientKind {
     /// `--plaintext`).
     #[default]
     Grpc,
-    /// Kafka's protocol on the brokers' Kafka listeners (plaintext).
+    /// Kafka's protocol on the brokers' Kafka listeners (TLS as
+    /// `User:admin` unless `--plaintext`: [`KafkaSecurity`]).
     Kafka,
 }
 
@@ -158,6 +174,202 @@ const V_ALTER_REASSIGNMENTS: i16 = 0;
 
 /// The largest answer read (the workload's answers are small).
 const MAX_ANSWER_BYTES: usize = 16 << 20;
+
+/// The SASL mechanism of [`KafkaSecurity::sasl`] logins.
+const SASL_MECHANISM: ScramMechanism = ScramMechanism::Sha512;
+/// SaslHandshake v1: the tokens then travel in SaslAuthenticate requests
+/// (v0, tokens framed raw, is not served).
+const V_SASL_HANDSHAKE: i16 = 1;
+const V_SASL_AUTHENTICATE: i16 = 2;
+/// Characters of the client's SCRAM nonce (alphanumeric, fresh per login).
+const SCRAM_NONCE_LEN: usize = 24;
+/// Longest a connection's close (TLS close_notify, then FIN) may take.
+const CLOSE_TIMEOUT: Duration = Duration::from_millis(100);
+
+/// TLS to the Kafka listeners.
+#[derive(Clone, Debug)]
+pub struct KafkaTls {
+    /// Keel's own client configuration (the cluster CA, and the admin
+    /// user's certificate unless SASL authenticates instead) without ALPN:
+    /// a Kafka listener offers no `h2`.
+    pub config: Arc<rustls::ClientConfig>,
+    /// The cluster a server's certificate must name a member of.
+    pub cluster_id: String,
+}
+
+/// A SASL SCRAM-SHA-512 login.
+#[derive(Clone)]
+pub struct ScramLogin {
+    pub user: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for ScramLogin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The password stays out of logs.
+        f.debug_struct("ScramLogin")
+            .field("user", &self.user)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How connections to the Kafka listeners are secured: neither
+/// (PLAINTEXT), TLS (SSL, authenticated by the client certificate), or
+/// either with a SASL login on top (SASL_PLAINTEXT, SASL_SSL).
+#[derive(Clone, Debug, Default)]
+pub struct KafkaSecurity {
+    /// The TLS handshake each connection starts with (`None`: plaintext).
+    pub tls: Option<KafkaTls>,
+    /// The login each connection does before its request (`None`: none;
+    /// a TLS client is then whoever its certificate names).
+    pub sasl: Option<ScramLogin>,
+}
+
+impl KafkaSecurity {
+    /// SSL as the identity of `ctx` (the harness's admin user): Keel's own
+    /// client configuration without ALPN.
+    pub fn ssl(ctx: &TlsContext) -> Self {
+        let mut config = (*ctx.client_config()).clone();
+        config.alpn_protocols.clear();
+        KafkaSecurity {
+            tls: Some(KafkaTls {
+                config: Arc::new(config),
+                cluster_id: ctx.cluster_id().to_string(),
+            }),
+            sasl: None,
+        }
+    }
+
+    /// What a run's transport gives: SSL as the transport's identity over
+    /// TLS, plaintext otherwise.
+    pub fn from_transport(transport: &Transport) -> Self {
+        match transport {
+            Transport::Plaintext => KafkaSecurity::default(),
+            Transport::Tls(ctx) => KafkaSecurity::ssl(ctx),
+        }
+    }
+
+    /// SASL_SSL: TLS trusting the CA certificates in `ca_pem` and
+    /// presenting none, then a SCRAM-SHA-512 login as `user` (brokers run
+    /// with `--kafka-ssl-client-auth requested`).
+    pub fn sasl_ssl(
+        ca_pem: &Path,
+        cluster_id: &str,
+        user: &str,
+        password: &str,
+    ) -> Result<Self, String> {
+        let at = |e: String| format!("{}: {e}", ca_pem.display());
+        let pem = std::fs::read(ca_pem).map_err(|e| at(e.to_string()))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in CertificateDer::pem_slice_iter(&pem) {
+            roots
+                .add(ca.map_err(|e| at(e.to_string()))?)
+                .map_err(|e| at(e.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(at("no CA certificate".into()));
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        Ok(KafkaSecurity {
+            tls: Some(KafkaTls {
+                config: Arc::new(config),
+                cluster_id: cluster_id.to_string(),
+            }),
+            sasl: Some(ScramLogin {
+                user: user.to_string(),
+                password: password.to_string(),
+            }),
+        })
+    }
+
+    /// Kafka's name of it (`security.protocol`).
+    pub fn protocol(&self) -> &'static str {
+        match (&self.tls, &self.sasl) {
+            (None, None) => "PLAINTEXT",
+            (Some(_), None) => "SSL",
+            (None, Some(_)) => "SASL_PLAINTEXT",
+            (Some(_), Some(_)) => "SASL_SSL",
+        }
+    }
+}
+
+impl KafkaTls {
+    /// The TLS handshake over `tcp`: the server's certificate must be the
+    /// CA's, for [`keel_tls::certs::SERVER_NAME`] (as Keel's own clients
+    /// verify), and name a member of the cluster.
+    async fn handshake(
+        &self,
+        tcp: TcpStream,
+    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, String> {
+        let name = ServerName::try_from(keel_tls::certs::SERVER_NAME).map_err(|e| e.to_string())?;
+        let tls = tokio_rustls::TlsConnector::from(self.config.clone())
+            .connect(name, tcp)
+            .await
+            .map_err(|e| format!("TLS handshake: {e}"))?;
+        let server = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| Identity::from_der(c.as_ref()));
+        match server {
+            Some(Ok(id))
+                if id.cluster_id == self.cluster_id
+                    && matches!(id.role, Role::Controller(_) | Role::Broker(_)) =>
+            {
+                Ok(tls)
+            }
+            Some(Ok(id)) => Err(format!(
+                "TLS handshake: the server is {id}, not a member of cluster {}",
+                self.cluster_id
+            )),
+            Some(Err(e)) => Err(format!(
+                "TLS handshake: the server's certificate names no identity: {e}"
+            )),
+            None => Err("TLS handshake: the server presented no certificate".into()),
+        }
+    }
+}
+
+/// A fresh client nonce for SCRAM.
+fn scram_nonce() -> String {
+    rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(SCRAM_NONCE_LEN)
+        .map(char::from)
+        .collect()
+}
+
+fn sasl_handshake_request(mechanism: ScramMechanism) -> SaslHandshakeRequest {
+    SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name()))
+}
+
+fn sasl_authenticate_request(token: Vec<u8>) -> SaslAuthenticateRequest {
+    SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token))
+}
+
+/// One request's frame: length, header (correlation id `id`), body.
+fn frame<Q: Encodable>(api: ApiKey, version: i16, id: i32, body: &Q) -> Result<BytesMut, String> {
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    RequestHeader::default()
+        .with_request_api_key(api as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(id)
+        .with_client_id(Some(StrBytes::from_static_str("keel-jepsen")))
+        .encode(&mut buf, api.request_header_version(version))
+        .and_then(|()| body.encode(&mut buf, version))
+        .map_err(|e| format!("cannot encode {api:?}: {e}"))?;
+    let len = i32::try_from(buf.len() - 4).map_err(|_| format!("{api:?} request too large"))?;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf)
+}
 
 /// What a Kafka error code says about a write.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -278,18 +490,27 @@ impl CallError {
     }
 }
 
+/// A connection's bytes: plain TCP, or TLS over it.
+trait KafkaIo: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> KafkaIo for T {}
+
 /// One connection to a broker's Kafka listener, from the harness's address.
 struct Conn {
-    stream: TcpStream,
+    stream: Box<dyn KafkaIo>,
     next_id: i32,
     /// Bound on each answer (a lost one is [`CallError::Lost`]).
     answer_timeout: Duration,
 }
 
 impl Conn {
+    /// Connects from `bind` to `addr`, does the TLS handshake (both within
+    /// `connect_timeout`) and the login `security` asks for. Every failure
+    /// is [`CallError::NotSent`]: no request of the caller's was written.
     async fn open(
         bind: IpAddr,
         addr: &str,
+        security: &KafkaSecurity,
         connect_timeout: Duration,
         answer_timeout: Duration,
     ) -> Result<Conn, CallError> {
@@ -303,16 +524,91 @@ impl Conn {
         socket
             .bind(SocketAddr::new(bind, 0))
             .map_err(|e| not_sent(format!("bind {bind}: {e}")))?;
-        let stream = tokio::time::timeout(connect_timeout, socket.connect(to))
+        let connect = async {
+            let tcp = socket.connect(to).await.map_err(|e| e.to_string())?;
+            let _ = tcp.set_nodelay(true);
+            let stream: Box<dyn KafkaIo> = match &security.tls {
+                None => Box::new(tcp),
+                Some(tls) => Box::new(tls.handshake(tcp).await?),
+            };
+            Ok::<_, String>(stream)
+        };
+        let stream = tokio::time::timeout(connect_timeout, connect)
             .await
-            .map_err(|_| not_sent("connect timed out".into()))?
-            .map_err(|e| not_sent(e.to_string()))?;
-        let _ = stream.set_nodelay(true);
-        Ok(Conn {
+            .map_err(|_| match security.tls {
+                None => not_sent("connect timed out".into()),
+                Some(_) => not_sent("connect and TLS handshake timed out".into()),
+            })?
+            .map_err(not_sent)?;
+        let mut conn = Conn {
             stream,
             next_id: 1,
             answer_timeout,
-        })
+        };
+        if let Some(login) = &security.sasl {
+            conn.login(login).await.map_err(not_sent)?;
+        }
+        Ok(conn)
+    }
+
+    /// A SCRAM-SHA-512 login: SaslHandshake, then two SaslAuthenticate
+    /// round trips (client-first, client-final), checking the server's
+    /// signature. A refusal (SASL_AUTHENTICATION_FAILED, after which the
+    /// listener closes) is an error naming the code.
+    async fn login(&mut self, login: &ScramLogin) -> Result<(), String> {
+        let mut scram =
+            ScramClient::new(SASL_MECHANISM, &login.user, &login.password, &scram_nonce());
+        let hs: SaslHandshakeResponse = self
+            .call(
+                ApiKey::SaslHandshake,
+                V_SASL_HANDSHAKE,
+                &sasl_handshake_request(SASL_MECHANISM),
+            )
+            .await
+            .map_err(|e| format!("SASL login: {}", e.text()))?;
+        if hs.error_code != 0 {
+            let offered: Vec<String> = hs.mechanisms.iter().map(|m| m.to_string()).collect();
+            return Err(format!(
+                "SASL login: SaslHandshake {}: {} not offered (the listener offers {offered:?})",
+                code_name(hs.error_code),
+                SASL_MECHANISM.name()
+            ));
+        }
+        let server_first = self.authenticate(scram.client_first()).await?;
+        let client_final = scram
+            .server_first(&server_first)
+            .map_err(|e| format!("SASL login: server-first: {e}"))?;
+        let server_final = self.authenticate(client_final).await?;
+        scram
+            .server_final(&server_final)
+            .map_err(|e| format!("SASL login: server-final: {e}"))
+    }
+
+    /// One SaslAuthenticate round trip: `token` out, the server's in.
+    async fn authenticate(&mut self, token: Vec<u8>) -> Result<Vec<u8>, String> {
+        let r: SaslAuthenticateResponse = self
+            .call(
+                ApiKey::SaslAuthenticate,
+                V_SASL_AUTHENTICATE,
+                &sasl_authenticate_request(token),
+            )
+            .await
+            .map_err(|e| format!("SASL login: {}", e.text()))?;
+        if r.error_code != 0 {
+            return Err(format!(
+                "SASL login: {}: {}",
+                code_name(r.error_code),
+                text(&r.error_message).unwrap_or_default()
+            ));
+        }
+        Ok(r.auth_bytes.to_vec())
+    }
+
+    /// Closes the connection the polite way: over TLS a close_notify
+    /// first, so the listener sees an orderly end rather than a truncated
+    /// stream. Bounded; a broken connection is simply dropped.
+    async fn close(mut self) {
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.stream.shutdown()).await;
     }
 
     /// Sends one request and reads its answer.
@@ -324,23 +620,11 @@ impl Conn {
     ) -> Result<R, CallError> {
         let id = self.next_id;
         self.next_id += 1;
-        let mut buf = BytesMut::new();
-        buf.put_i32(0);
-        let encoded = RequestHeader::default()
-            .with_request_api_key(api as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(id)
-            .with_client_id(Some(StrBytes::from_static_str("keel-jepsen")))
-            .encode(&mut buf, api.request_header_version(version))
-            .and_then(|()| body.encode(&mut buf, version));
-        if let Err(e) = encoded {
-            return Err(CallError::NotSent(format!("cannot encode {api:?}: {e}")));
-        }
-        let len = i32::try_from(buf.len() - 4)
-            .map_err(|_| CallError::NotSent(format!("{api:?} request too large")))?;
-        buf[..4].copy_from_slice(&len.to_be_bytes());
+        let buf = frame(api, version, id, body).map_err(CallError::NotSent)?;
         let exchange = async {
             self.stream.write_all(&buf).await?;
+            // TLS holds records back until flushed.
+            self.stream.flush().await?;
             let len = self.stream.read_i32().await?;
             let len = usize::try_from(len)
                 .ok()
@@ -426,6 +710,8 @@ pub struct KafkaClient {
     rr: usize,
     /// The harness's own address, where connections leave from.
     bind: IpAddr,
+    /// TLS and login of every connection.
+    security: KafkaSecurity,
     /// `timeout_ms` of every request that has one: how long the broker
     /// keeps trying to reach the active controller.
     pub request_timeout: Duration,
@@ -437,11 +723,12 @@ pub struct KafkaClient {
 }
 
 impl KafkaClient {
-    pub fn new(addrs: Vec<String>, bind: IpAddr) -> Self {
+    pub fn new(addrs: Vec<String>, bind: IpAddr, security: KafkaSecurity) -> Self {
         KafkaClient {
             addrs,
             rr: 0,
             bind,
+            security,
             request_timeout: Duration::from_millis(2000),
             answer_timeout: Duration::from_millis(3000),
             op_budget: Duration::from_secs(4),
@@ -464,6 +751,7 @@ impl KafkaClient {
         let conn = Conn::open(
             self.bind,
             &addr,
+            &self.security,
             Duration::from_millis(700),
             self.answer_timeout,
         )
@@ -485,7 +773,11 @@ impl KafkaClient {
             let (addr, conn) = self.open().await;
             let end = match conn {
                 Err(e) => Attempt::Retry(e.text().to_string()),
-                Ok(mut c) => attempt(&mut c).await,
+                Ok(mut c) => {
+                    let end = attempt(&mut c).await;
+                    c.close().await;
+                    end
+                }
             };
             match end {
                 Attempt::Done(r) => {
@@ -1065,5 +1357,229 @@ mod tests {
             code_name(code(ResponseError::NotController)),
             "NOT_CONTROLLER"
         );
+    }
+
+    /// One request frame's header and body, checking its length prefix.
+    fn decode_frame(mut frame: Bytes) -> (RequestHeader, Bytes) {
+        let len = frame.split_to(4);
+        assert_eq!(
+            i32::from_be_bytes(len[..].try_into().unwrap()) as usize,
+            frame.len()
+        );
+        let api = ApiKey::try_from(i16::from_be_bytes([frame[0], frame[1]])).unwrap();
+        let version = i16::from_be_bytes([frame[2], frame[3]]);
+        let h = RequestHeader::decode(&mut frame, api.request_header_version(version)).unwrap();
+        (h, frame)
+    }
+
+    #[test]
+    fn sasl_frames_encode_as_kafka_protocol_decodes_them() {
+        let scram = ScramClient::new(
+            SASL_MECHANISM,
+            "admin",
+            "secret",
+            "fyko+d2lbbFgONRv9qkxdawL",
+        );
+        // SaslHandshake v1 (header v1): the mechanism's name.
+        let hs = frame(
+            ApiKey::SaslHandshake,
+            V_SASL_HANDSHAKE,
+            1,
+            &sasl_handshake_request(SASL_MECHANISM),
+        )
+        .unwrap();
+        assert_eq!(ApiKey::SaslHandshake.request_header_version(1), 1);
+        let (h, mut body) = decode_frame(hs.freeze());
+        assert_eq!(h.request_api_key, 17);
+        assert_eq!(h.request_api_version, 1);
+        assert_eq!(h.correlation_id, 1);
+        assert_eq!(h.client_id.as_deref(), Some("keel-jepsen"));
+        let req = SaslHandshakeRequest::decode(&mut body, 1).unwrap();
+        assert_eq!(req.mechanism.as_str(), "SCRAM-SHA-512");
+        assert!(body.is_empty());
+        // SaslAuthenticate v2 (flexible, header v2): the SCRAM token as is.
+        let auth = frame(
+            ApiKey::SaslAuthenticate,
+            V_SASL_AUTHENTICATE,
+            2,
+            &sasl_authenticate_request(scram.client_first()),
+        )
+        .unwrap();
+        assert_eq!(ApiKey::SaslAuthenticate.request_header_version(2), 2);
+        let (h, mut body) = decode_frame(auth.freeze());
+        assert_eq!(h.request_api_key, 36);
+        assert_eq!(h.request_api_version, 2);
+        assert_eq!(h.correlation_id, 2);
+        let req = SaslAuthenticateRequest::decode(&mut body, 2).unwrap();
+        assert_eq!(
+            &req.auth_bytes[..],
+            b"n,,n=admin,r=fyko+d2lbbFgONRv9qkxdawL"
+        );
+        assert!(body.is_empty());
+    }
+
+    /// Reads one request from a listener's side of a connection.
+    async fn read_request(io: &mut tokio::io::DuplexStream) -> (RequestHeader, Bytes) {
+        let len = io.read_i32().await.unwrap();
+        let mut b = vec![0u8; len as usize + 4];
+        b[..4].copy_from_slice(&len.to_be_bytes());
+        io.read_exact(&mut b[4..]).await.unwrap();
+        decode_frame(Bytes::from(b))
+    }
+
+    /// Writes the answer to request `h`.
+    async fn answer<R: Encodable>(io: &mut tokio::io::DuplexStream, h: &RequestHeader, r: &R) {
+        let api = ApiKey::try_from(h.request_api_key).unwrap();
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        ResponseHeader::default()
+            .with_correlation_id(h.correlation_id)
+            .encode(&mut buf, api.response_header_version(h.request_api_version))
+            .unwrap();
+        r.encode(&mut buf, h.request_api_version).unwrap();
+        let len = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&len.to_be_bytes());
+        io.write_all(&buf).await.unwrap();
+    }
+
+    /// A listener's side of one SCRAM-SHA-512 login of user `admin`: what
+    /// keel-kafka answers, SASL_AUTHENTICATION_FAILED for a bad proof.
+    async fn serve_login(
+        mut io: tokio::io::DuplexStream,
+        credential: keel_metadata::scram::ScramCredential,
+    ) {
+        let (h, mut body) = read_request(&mut io).await;
+        assert_eq!(h.request_api_key, ApiKey::SaslHandshake as i16);
+        let req = SaslHandshakeRequest::decode(&mut body, h.request_api_version).unwrap();
+        assert_eq!(req.mechanism.as_str(), "SCRAM-SHA-512");
+        let offered = vec![StrBytes::from_static_str("SCRAM-SHA-512")];
+        answer(
+            &mut io,
+            &h,
+            &SaslHandshakeResponse::default().with_mechanisms(offered),
+        )
+        .await;
+        let (h, mut body) = read_request(&mut io).await;
+        let first = SaslAuthenticateRequest::decode(&mut body, h.request_api_version).unwrap();
+        let (server, server_first) = keel_metadata::scram::ScramServer::start(
+            ScramMechanism::Sha512,
+            &first.auth_bytes,
+            "3rfcNHYJY1ZVvWVs7j3rfcNH",
+            |user| (user == "admin").then(|| credential.clone()),
+        )
+        .unwrap();
+        let r = SaslAuthenticateResponse::default().with_auth_bytes(server_first.into());
+        answer(&mut io, &h, &r).await;
+        let (h, mut body) = read_request(&mut io).await;
+        let last = SaslAuthenticateRequest::decode(&mut body, h.request_api_version).unwrap();
+        let r = match server.finish(&last.auth_bytes) {
+            Ok(server_final) => {
+                SaslAuthenticateResponse::default().with_auth_bytes(server_final.into())
+            }
+            Err(e) => SaslAuthenticateResponse::default()
+                .with_error_code(ResponseError::SaslAuthenticationFailed.code())
+                .with_error_message(Some(StrBytes::from_string(e.to_string()))),
+        };
+        answer(&mut io, &h, &r).await;
+    }
+
+    #[tokio::test]
+    async fn a_scram_login_passes_with_the_password_and_fails_without() {
+        let credential = keel_metadata::scram::ScramCredential::from_password(
+            ScramMechanism::Sha512,
+            b"secret",
+            b"salt of admin",
+            4096,
+        )
+        .unwrap();
+        for (password, logs_in) in [("secret", true), ("wrong", false)] {
+            let (client, server) = tokio::io::duplex(64 << 10);
+            let listener = tokio::spawn(serve_login(server, credential.clone()));
+            let mut conn = Conn {
+                stream: Box::new(client),
+                next_id: 1,
+                answer_timeout: Duration::from_secs(10),
+            };
+            let login = ScramLogin {
+                user: "admin".into(),
+                password: password.into(),
+            };
+            let r = conn.login(&login).await;
+            listener.await.unwrap();
+            if logs_in {
+                r.unwrap();
+            } else {
+                let why = r.unwrap_err();
+                assert!(why.contains("SASL_AUTHENTICATION_FAILED"), "{why}");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tls_connection_presents_the_admin_certificate_within_the_connect_timeout() {
+        let dir = tempfile::tempdir().unwrap();
+        keel_tls::certs::init(
+            dir.path(),
+            &keel_tls::certs::InitSpec {
+                cluster_id: "c".into(),
+                controllers: 1,
+                brokers: 1,
+                users: vec!["admin".into()],
+                ips: Vec::new(),
+                dns: Vec::new(),
+            },
+        )
+        .unwrap();
+        let load = |id: &Identity| {
+            let (cert, key) = keel_tls::certs::paths(dir.path(), id);
+            let ca = dir.path().join("ca.pem");
+            TlsContext::load(keel_tls::TlsFiles { cert, key, ca }, "c").unwrap()
+        };
+        let broker = load(&Identity::broker("c", 1));
+        let security = KafkaSecurity::ssl(&load(&Identity::user("c", "admin")));
+        assert_eq!(security.protocol(), "SSL");
+        let tls = security.tls.as_ref().unwrap();
+        assert!(tls.config.alpn_protocols.is_empty());
+        let localhost: IpAddr = "127.0.0.1".parse().unwrap();
+
+        // A broker's Kafka listener (client certificates required) sees
+        // User:admin.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let acceptor = tokio_rustls::TlsAcceptor::from(
+            broker.kafka_server_config(keel_tls::KafkaClientAuth::Required),
+        );
+        let server = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let tls = acceptor.accept(tcp).await.unwrap();
+            let chain = tls.get_ref().1.peer_certificates().unwrap();
+            Identity::from_der(chain[0].as_ref()).unwrap()
+        });
+        let second = Duration::from_secs(1);
+        let conn = Conn::open(localhost, &addr, &security, 5 * second, second).await;
+        assert!(conn.is_ok(), "{:?}", conn.err());
+        assert_eq!(server.await.unwrap(), Identity::user("c", "admin"));
+
+        // A listener that accepts and never answers the handshake: not
+        // sent, within the connect timeout.
+        let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = silent.local_addr().unwrap().to_string();
+        let start = Instant::now();
+        let conn = Conn::open(localhost, &addr, &security, second / 4, second).await;
+        assert!(
+            matches!(&conn, Err(CallError::NotSent(why)) if why.contains("TLS handshake timed out")),
+            "{:?}",
+            conn.err()
+        );
+        assert!(start.elapsed() < 2 * second);
+        drop(silent);
+
+        // SASL_SSL trusts the CA and presents no certificate.
+        let sasl = KafkaSecurity::sasl_ssl(&dir.path().join("ca.pem"), "c", "alice", "pw").unwrap();
+        assert_eq!(sasl.protocol(), "SASL_SSL");
+        let tls = sasl.tls.as_ref().unwrap();
+        assert!(!tls.config.client_auth_cert_resolver.has_certs());
+        assert!(tls.config.alpn_protocols.is_empty());
+        assert!(!format!("{sasl:?}").contains("pw"));
     }
 }

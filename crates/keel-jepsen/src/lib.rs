@@ -211,7 +211,11 @@ async fn worker(
             kafka_client::Client::Grpc(AdminClient::new(ctrl, CLIENT_IP.into(), transport))
         }
         kafka_client::ClientKind::Kafka => {
-            kafka_client::Client::Kafka(kafka_client::KafkaClient::new(kafka, CLIENT_IP.into()))
+            kafka_client::Client::Kafka(kafka_client::KafkaClient::new(
+                kafka,
+                CLIENT_IP.into(),
+                kafka_client::KafkaSecurity::from_transport(&transport),
+            ))
         }
     };
     let mut process = shared.next_process.fetch_add(1, Ordering::SeqCst);
@@ -591,8 +595,8 @@ async fn body(
         cfg.client.as_str(),
         cfg.time_limit.as_secs(),
         match (cfg.tls, cfg.client) {
-            // Kafka listeners speak no TLS.
-            (true, kafka_client::ClientKind::Kafka) => "mutual TLS; Kafka requests in plaintext",
+            // Kafka listeners follow the node's transport.
+            (true, kafka_client::ClientKind::Kafka) => "mutual TLS (Kafka requests as User:admin)",
             (true, kafka_client::ClientKind::Grpc) => "mutual TLS",
             (false, _) => "plaintext",
         }

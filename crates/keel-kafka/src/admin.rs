@@ -41,7 +41,7 @@ use keel_metadata::ErrorCode;
 use keel_proto::pb;
 use uuid::Uuid;
 
-use crate::forward::{AdminCall, AdminReply, ForwardError, Forwarder};
+use crate::forward::{AdminCall, AdminReply, ForwardError, OnBehalf};
 use crate::view::{kafka_id, ClusterView};
 
 /// Kafka's resource types (`ConfigResource.Type`).
@@ -121,6 +121,12 @@ pub fn kafka_error_code(code: ErrorCode) -> ResponseError {
         K::PolicyViolation => R::PolicyViolation,
         K::ThrottlingQuotaExceeded => R::ThrottlingQuotaExceeded,
         K::StorageFull => R::KafkaStorageError,
+        K::ResourceNotFound => R::ResourceNotFound,
+        K::DuplicateResource => R::DuplicateResource,
+        K::UnacceptableCredential => R::UnacceptableCredential,
+        K::SaslAuthenticationFailed => R::SaslAuthenticationFailed,
+        K::UnsupportedSaslMechanism => R::UnsupportedSaslMechanism,
+        K::IllegalSaslState => R::IllegalSaslState,
         K::StaleControllerEpoch
         | K::StaleBrokerEpoch
         | K::FencedLeaderEpoch
@@ -151,7 +157,6 @@ fn from_forward(e: &ForwardError) -> KafkaError {
     let code = match e {
         ForwardError::NoController(_) | ForwardError::NotForwarding => ResponseError::NotController,
         ForwardError::OutcomeUnknown(_) => ResponseError::RequestTimedOut,
-        ForwardError::AdminOff => ResponseError::ClusterAuthorizationFailed,
     };
     KafkaError::new(code, e.to_string())
 }
@@ -220,7 +225,7 @@ fn topic_id(bytes: &[u8]) -> Uuid {
 }
 
 async fn call(
-    fwd: &dyn Forwarder,
+    fwd: &OnBehalf<'_>,
     c: AdminCall,
     deadline: Duration,
 ) -> Result<AdminReply, ForwardError> {
@@ -249,7 +254,7 @@ macro_rules! expect_reply {
 pub async fn create_topics(
     req: CreateTopicsRequest,
     version: i16,
-    fwd: &dyn Forwarder,
+    fwd: &OnBehalf<'_>,
 ) -> CreateTopicsResponse {
     let mut seen = BTreeSet::new();
     let mut dups = BTreeSet::new();
@@ -419,7 +424,7 @@ pub async fn delete_topics(
     req: DeleteTopicsRequest,
     version: i16,
     view: &ClusterView,
-    fwd: &dyn Forwarder,
+    fwd: &OnBehalf<'_>,
 ) -> DeleteTopicsResponse {
     // (name as asked, id as asked, the name to delete or the error)
     let mut asked: Vec<(Option<String>, Uuid, Result<String, KafkaError>)> = Vec::new();
@@ -538,7 +543,7 @@ pub async fn delete_topics(
 pub async fn create_partitions(
     req: CreatePartitionsRequest,
     view: &ClusterView,
-    fwd: &dyn Forwarder,
+    fwd: &OnBehalf<'_>,
 ) -> CreatePartitionsResponse {
     let mut count: BTreeMap<String, usize> = BTreeMap::new();
     for t in &req.topics {
@@ -732,7 +737,7 @@ fn default_configs(
 pub async fn describe_configs(
     req: DescribeConfigsRequest,
     version: i16,
-    fwd: &dyn Forwarder,
+    fwd: &OnBehalf<'_>,
 ) -> DescribeConfigsResponse {
     let names: Vec<String> = req
         .resources
@@ -829,7 +834,7 @@ pub async fn describe_configs(
 async fn alter_topic_configs(
     resources: Vec<(i8, String, Result<Vec<pb::AlterConfigOp>, KafkaError>)>,
     validate_only: bool,
-    fwd: &dyn Forwarder,
+    fwd: &OnBehalf<'_>,
 ) -> Vec<(i8, String, KafkaError)> {
     let mut count: BTreeMap<(i8, String), usize> = BTreeMap::new();
     for (ty, name, _) in &resources {
@@ -940,7 +945,7 @@ async fn alter_topic_configs(
 /// the same decision: no read-then-write race).
 pub async fn incremental_alter_configs(
     req: IncrementalAlterConfigsRequest,
-    fwd: &dyn Forwarder,
+    fwd: &OnBehalf<'_>,
 ) -> IncrementalAlterConfigsResponse {
     let resources = req
         .resources
@@ -1010,7 +1015,7 @@ pub async fn incremental_alter_configs(
 /// IncrementalAlterConfigs sets the given ones and deletes the others: a
 /// change made between the two by someone else may be undone, as with
 /// Kafka's own non-incremental AlterConfigs.
-pub async fn alter_configs(req: AlterConfigsRequest, fwd: &dyn Forwarder) -> AlterConfigsResponse {
+pub async fn alter_configs(req: AlterConfigsRequest, fwd: &OnBehalf<'_>) -> AlterConfigsResponse {
     let names: Vec<String> = req
         .resources
         .iter()
@@ -1125,7 +1130,7 @@ pub async fn alter_configs(req: AlterConfigsRequest, fwd: &dyn Forwarder) -> Alt
 }
 
 /// The cluster-wide defaults (one DescribeClusterConfigs call).
-async fn cluster_defaults(fwd: &dyn Forwarder) -> Result<Vec<pb::ConfigEntry>, KafkaError> {
+async fn cluster_defaults(fwd: &OnBehalf<'_>) -> Result<Vec<pb::ConfigEntry>, KafkaError> {
     let c = AdminCall::DescribeClusterConfigs(pb::DescribeClusterConfigsRequest {});
     let r = expect_reply!(
         call(fwd, c, DEFAULT_FORWARD_TIMEOUT).await,
@@ -1158,7 +1163,7 @@ fn default_ops(ops: Vec<pb::AlterConfigOp>) -> Vec<pb::AlterConfigOp> {
 pub async fn elect_leaders(
     req: ElectLeadersRequest,
     version: i16,
-    fwd: &dyn Forwarder,
+    fwd: &OnBehalf<'_>,
 ) -> ElectLeadersResponse {
     let election_type = match (version, req.election_type) {
         (0, _) | (_, 0) => pb::ElectionType::Preferred,
@@ -1277,7 +1282,7 @@ pub async fn elect_leaders(
 /// cancellation, in one call.
 pub async fn alter_partition_reassignments(
     req: AlterPartitionReassignmentsRequest,
-    fwd: &dyn Forwarder,
+    fwd: &OnBehalf<'_>,
 ) -> AlterPartitionReassignmentsResponse {
     // (topic, partition, what to send or why not)
     let mut asked: Vec<(String, i32, Result<pb::ReassignablePartition, KafkaError>)> = Vec::new();
@@ -1383,7 +1388,7 @@ pub async fn alter_partition_reassignments(
 /// of the partitions named.
 pub async fn list_partition_reassignments(
     req: ListPartitionReassignmentsRequest,
-    fwd: &dyn Forwarder,
+    fwd: &OnBehalf<'_>,
 ) -> ListPartitionReassignmentsResponse {
     let wanted: Option<BTreeMap<String, BTreeSet<i32>>> = req.topics.as_ref().map(|ts| {
         ts.iter()

@@ -22,7 +22,6 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use crate::dispatch::served_by;
 use crate::view::{kafka_id, ClusterView, PartitionView, QuorumMember, QuorumView, TopicView};
 
 /// DescribeCluster's `endpoint_type` of a broker.
@@ -51,8 +50,8 @@ fn index(i: u32) -> i32 {
 // ---- ApiVersions ------------------------------------------------------------
 
 /// The served APIs, as ApiVersions lists them.
-fn api_keys(view: &ClusterView) -> Vec<ApiVersion> {
-    served_by(view)
+fn api_keys(served: &[(ApiKey, i16, i16)]) -> Vec<ApiVersion> {
+    served
         .iter()
         .map(|&(api, min, max)| {
             ApiVersion::default()
@@ -83,7 +82,7 @@ fn valid_software_id(v: &str) -> bool {
 pub(crate) fn api_versions(
     req: &ApiVersionsRequest,
     version: i16,
-    view: &ClusterView,
+    served: &[(ApiKey, i16, i16)],
 ) -> ApiVersionsResponse {
     if version >= 3
         && !(valid_software_id(req.client_software_name.as_str())
@@ -92,12 +91,12 @@ pub(crate) fn api_versions(
         return ApiVersionsResponse::default()
             .with_error_code(ResponseError::InvalidRequest.code());
     }
-    ApiVersionsResponse::default().with_api_keys(api_keys(view))
+    ApiVersionsResponse::default().with_api_keys(api_keys(served))
 }
 
 /// The v0 answer to an ApiVersions version not served.
-pub(crate) fn api_versions_unsupported(view: &ClusterView) -> ApiVersionsResponse {
-    let own = api_keys(view)
+pub(crate) fn api_versions_unsupported(served: &[(ApiKey, i16, i16)]) -> ApiVersionsResponse {
+    let own = api_keys(served)
         .into_iter()
         .filter(|k| k.api_key == ApiKey::ApiVersions as i16)
         .collect();
@@ -112,10 +111,16 @@ pub(crate) fn api_versions_unsupported(view: &ClusterView) -> ApiVersionsRespons
 /// controller, and the topics asked for (all of them when the list is null,
 /// or empty in v0). `allow_auto_topic_creation` is ignored: Keel never
 /// creates a topic because a client asked about it.
+///
+/// Only topics the client may describe (`may_describe`) are named: left
+/// out of an all-topics answer, and answered TOPIC_AUTHORIZATION_FAILED
+/// when asked for by name, whether they exist or not (Kafka's rule: the
+/// answer does not tell a forbidden topic from a missing one).
 pub(crate) fn metadata(
     req: &MetadataRequest,
     version: i16,
     view: &ClusterView,
+    may_describe: &dyn Fn(&str) -> bool,
 ) -> MetadataResponse {
     let brokers = view
         .brokers
@@ -138,10 +143,11 @@ pub(crate) fn metadata(
     let topics = if all {
         view.topics
             .iter()
+            .filter(|(name, _)| may_describe(name))
             .map(|(name, t)| topic(name, t, version, view))
             .collect()
     } else {
-        requested_topics(req, version, view)
+        requested_topics(req, version, view, may_describe)
     };
     MetadataResponse::default()
         .with_brokers(brokers)
@@ -155,6 +161,7 @@ fn requested_topics(
     req: &MetadataRequest,
     version: i16,
     view: &ClusterView,
+    may_describe: &dyn Fn(&str) -> bool,
 ) -> Vec<MetadataResponseTopic> {
     let mut seen_names = BTreeSet::new();
     let mut seen_ids = BTreeSet::new();
@@ -164,6 +171,14 @@ fn requested_topics(
             Some(name) => {
                 let name = name.as_str();
                 if !seen_names.insert(name.to_string()) {
+                    continue;
+                }
+                if !may_describe(name) {
+                    out.push(
+                        MetadataResponseTopic::default()
+                            .with_error_code(ResponseError::TopicAuthorizationFailed.code())
+                            .with_name(Some(TopicName(s(name)))),
+                    );
                     continue;
                 }
                 out.push(match view.topics.get(name) {
@@ -192,7 +207,12 @@ fn requested_topics(
                     .then(|| view.topic_by_id(id))
                     .flatten();
                 out.push(match by_id {
-                    Some((name, t)) => topic(name, t, version, view),
+                    Some((name, t)) if may_describe(name) => topic(name, t, version, view),
+                    // Kafka answers a forbidden id as an unknown one.
+                    Some(_) => MetadataResponseTopic::default()
+                        .with_error_code(ResponseError::UnknownTopicId.code())
+                        .with_name(None)
+                        .with_topic_id(asked.topic_id),
                     None => {
                         let code = if version >= 12 && id != 0 {
                             ResponseError::UnknownTopicId

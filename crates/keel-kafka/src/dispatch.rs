@@ -26,9 +26,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
+use keel_metadata::acl::{Operation, Principal, Resource};
+
+use crate::access::Access;
 use crate::admin;
 use crate::apis;
-use crate::forward::Forwarder;
+use crate::forward::OnBehalf;
 use crate::view::ClusterView;
 
 /// The APIs served and their version ranges (inclusive): exactly what
@@ -121,9 +124,32 @@ pub fn served(api: ApiKey) -> Option<(i16, i16)> {
         .map(|&(_, min, max)| (min, max))
 }
 
-/// Answers one request from `view`. Never panics, whatever `request` is.
+/// Who asks, as the listener authenticated the connection, and what the
+/// cluster lets whom see: Metadata names only the topics `principal` may
+/// describe.
+#[derive(Clone, Copy)]
+pub struct Asker<'a> {
+    pub principal: &'a Principal,
+    pub access: &'a Access,
+}
+
+impl Asker<'_> {
+    /// Whether the asker may describe `topic`.
+    pub fn may_describe(&self, topic: &str) -> bool {
+        self.access
+            .may(self.principal, Operation::Describe, Resource::Topic(topic))
+    }
+}
+
+/// Answers one request from `view` for a client of a plaintext cluster
+/// (nothing is checked). Never panics, whatever `request` is.
 pub fn handle(request: &[u8], view: &ClusterView) -> Outcome {
-    route(request, served_by(view), || view)
+    let open = Access::open();
+    let asker = Asker {
+        principal: &Principal::Anonymous,
+        access: &open,
+    };
+    route(request, served_by(view), || view, &asker)
 }
 
 /// [`handle`] on a listener that serves `served` (what [`served_by`] says of
@@ -132,7 +158,12 @@ pub fn handle(request: &[u8], view: &ClusterView) -> Outcome {
 /// its snapshot on first use after each UpdateMetadata, which at 100,000
 /// partitions costs more than the forwarded call itself, and every create
 /// is followed by an UpdateMetadata.
-pub fn route<V, F>(request: &[u8], served: &[(ApiKey, i16, i16)], view: F) -> Outcome
+pub fn route<V, F>(
+    request: &[u8],
+    served: &[(ApiKey, i16, i16)],
+    view: F,
+    asker: &Asker<'_>,
+) -> Outcome
 where
     V: Deref<Target = ClusterView>,
     F: FnOnce() -> V,
@@ -161,7 +192,7 @@ where
     };
     if !(min..=max).contains(&version) {
         if api == ApiKey::ApiVersions {
-            return unsupported_api_versions(correlation_id, &view());
+            return unsupported_api_versions(correlation_id, served);
         }
         return Outcome::Close(format!(
             "{api:?} v{version} is not served (versions {min}-{max} are)"
@@ -207,7 +238,7 @@ where
     let view = &*view;
     match api {
         ApiKey::ApiVersions => match ApiVersionsRequest::decode(&mut buf, version) {
-            Ok(req) => respond(api, version, id, &apis::api_versions(&req, version, view)),
+            Ok(req) => respond(api, version, id, &apis::api_versions(&req, version, served)),
             Err(e) => undecodable(format!("undecodable request: {e}")),
         },
         ApiKey::Metadata => {
@@ -217,7 +248,12 @@ where
                 return undecodable(e);
             }
             match MetadataRequest::decode(&mut buf, version) {
-                Ok(req) => respond(api, version, id, &apis::metadata(&req, version, view)),
+                Ok(req) => respond(
+                    api,
+                    version,
+                    id,
+                    &apis::metadata(&req, version, view, &|t| asker.may_describe(t)),
+                ),
                 Err(e) => undecodable(format!("undecodable request: {e}")),
             }
         }
@@ -286,13 +322,13 @@ fn decode_admin(api: ApiKey, buf: &mut Bytes, version: i16) -> Result<AdminReque
 
 /// Answers a forwarded admin request: its calls sent through `fwd`, the
 /// answer encoded as [`handle`] encodes the others.
-pub async fn answer(f: Forwarded, view: &ClusterView, fwd: &dyn Forwarder) -> Outcome {
+pub async fn answer(f: Forwarded, view: &ClusterView, fwd: &OnBehalf<'_>) -> Outcome {
     answer_with(f, || view, fwd).await
 }
 
 /// [`answer`], taking the snapshot (`view`) only for the requests that
 /// read the cache (topic ids, current partition counts); see [`route`].
-pub async fn answer_with<V, F>(f: Forwarded, view: F, fwd: &dyn Forwarder) -> Outcome
+pub async fn answer_with<V, F>(f: Forwarded, view: F, fwd: &OnBehalf<'_>) -> Outcome
 where
     V: Deref<Target = ClusterView>,
     F: FnOnce() -> V,
@@ -361,13 +397,18 @@ where
 /// The answer to an ApiVersions request at a version not served: v0 format
 /// (header v0, no tagged fields), UNSUPPORTED_VERSION, and the ApiVersions
 /// versions served (Kafka's `ApiVersionsRequest.getErrorResponse`).
-fn unsupported_api_versions(correlation_id: i32, view: &ClusterView) -> Outcome {
-    let body = apis::api_versions_unsupported(view);
+fn unsupported_api_versions(correlation_id: i32, served: &[(ApiKey, i16, i16)]) -> Outcome {
+    let body = apis::api_versions_unsupported(served);
     respond(ApiKey::ApiVersions, 0, correlation_id, &body)
 }
 
 /// Encodes `body` as the answer to `api` v`version`, framed.
-fn respond<B: Encodable>(api: ApiKey, version: i16, correlation_id: i32, body: &B) -> Outcome {
+pub(crate) fn respond<B: Encodable>(
+    api: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    body: &B,
+) -> Outcome {
     let header = ResponseHeader::default().with_correlation_id(correlation_id);
     let mut frame = BytesMut::new();
     frame.put_i32(0); // the length, filled in below
@@ -476,7 +517,12 @@ mod tests {
                 .with_num_partitions(1)
                 .with_replication_factor(1)]),
         );
-        let out = route(&create, &SERVED, take);
+        let open = Access::open();
+        let asker = Asker {
+            principal: &Principal::Anonymous,
+            access: &open,
+        };
+        let out = route(&create, &SERVED, take, &asker);
         assert!(
             matches!(&out, Outcome::Forward(f) if f.api == ApiKey::CreateTopics),
             "{out:?}"
@@ -484,7 +530,7 @@ mod tests {
         assert_eq!(taken.get(), 0, "a create reads nothing of the cache");
 
         let metadata = request(ApiKey::Metadata, 12, &MetadataRequest::default());
-        let out = route(&metadata, &SERVED, take);
+        let out = route(&metadata, &SERVED, take, &asker);
         assert!(matches!(
             out,
             Outcome::Respond {
@@ -495,9 +541,76 @@ mod tests {
         assert_eq!(taken.get(), 1, "Metadata is answered from the snapshot");
 
         // A controller's listener serves no CreateTopics, snapshot or not.
-        let out = route(&create, &CONTROLLER_SERVED, take);
+        let out = route(&create, &CONTROLLER_SERVED, take, &asker);
         assert!(matches!(out, Outcome::Close(_)), "{out:?}");
         assert_eq!(taken.get(), 1);
+    }
+
+    #[test]
+    fn metadata_names_only_the_topics_the_asker_may_describe() {
+        use crate::view::TopicView;
+        use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+        use kafka_protocol::messages::{MetadataResponse, TopicName};
+        use kafka_protocol::protocol::StrBytes;
+        use keel_metadata::acl::{AclBinding, Permission, ResourcePattern};
+
+        let mut view = ClusterView::default();
+        for (i, name) in ["orders", "secret-payroll"].into_iter().enumerate() {
+            view.topics.insert(
+                name.to_string(),
+                TopicView {
+                    id: i as u128 + 1,
+                    partitions: vec![],
+                },
+            );
+        }
+        let alice = Principal::User("alice".into());
+        let access = Access {
+            acls: vec![AclBinding {
+                principal: alice.clone(),
+                pattern: ResourcePattern::Topic("orders".into()),
+                operation: Operation::Describe,
+                permission: Permission::Allow,
+            }],
+            ..Access::default()
+        };
+        let asker = Asker {
+            principal: &alice,
+            access: &access,
+        };
+        let ask = |topics: Option<Vec<&'static str>>| {
+            let req = MetadataRequest::default().with_topics(topics.map(|t| {
+                t.into_iter()
+                    .map(|n| {
+                        MetadataRequestTopic::default()
+                            .with_name(Some(TopicName(StrBytes::from_static_str(n))))
+                    })
+                    .collect()
+            }));
+            let Outcome::Respond { frame, .. } = route(
+                &request(ApiKey::Metadata, 12, &req),
+                &SERVED,
+                || &view,
+                &asker,
+            ) else {
+                panic!("no answer")
+            };
+            let mut b = frame.slice(4..);
+            ResponseHeader::decode(&mut b, ApiKey::Metadata.response_header_version(12)).unwrap();
+            MetadataResponse::decode(&mut b, 12).unwrap()
+        };
+        let all = ask(None);
+        let names: Vec<String> = all
+            .topics
+            .iter()
+            .map(|t| t.name.as_ref().unwrap().to_string())
+            .collect();
+        assert_eq!(names, ["orders"], "the forbidden topic is left out");
+        // By name: refused whether it exists or not, so nothing leaks.
+        let by_name = ask(Some(vec!["secret-payroll", "no-such", "orders"]));
+        let codes: Vec<i16> = by_name.topics.iter().map(|t| t.error_code).collect();
+        let denied = kafka_protocol::ResponseError::TopicAuthorizationFailed.code();
+        assert_eq!(codes, [denied, denied, 0]);
     }
 
     #[test]

@@ -5,8 +5,11 @@
 //! what to send and turns the answers into Kafka's.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
+use std::time::Duration;
 
+use keel_metadata::acl::Principal;
 use keel_proto::pb;
 
 /// A boxed future, as trait objects return them.
@@ -97,20 +100,63 @@ pub enum ForwardError {
     /// This listener does not forward admin requests.
     #[error("this listener forwards no admin requests")]
     NotForwarding,
-    /// Admin requests are off on this listener: it authenticates nobody,
-    /// so its owner takes them only when told to (a broker's
-    /// `--kafka-admin`). Kafka clients do not retry this.
-    #[error("this broker's Kafka listener takes no admin requests: it authenticates nobody (start the broker with --kafka-admin to let whoever reaches it administer the cluster as this broker)")]
-    AdminOff,
+}
+
+/// Who sent a Kafka request, as the listener authenticated it: what a
+/// forwarded call carries to the active controller, which authorizes
+/// `principal` (never the forwarding broker) and names all three in its
+/// audit lines (KIP-590's `Envelope`, in Keel's own call).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Client {
+    /// `User:<name>` from the client's certificate or its SASL login;
+    /// `User:ANONYMOUS` when it authenticated neither way.
+    pub principal: Principal,
+    /// The client's address as the listener saw it.
+    pub address: Option<SocketAddr>,
+    /// How it came in: `PLAINTEXT`, `SSL` or `SASL_SSL` (Kafka's names).
+    pub listener: &'static str,
+}
+
+impl Client {
+    /// An unauthenticated client of a plaintext listener.
+    pub fn anonymous(address: Option<SocketAddr>) -> Self {
+        Self {
+            principal: Principal::Anonymous,
+            address,
+            listener: "PLAINTEXT",
+        }
+    }
 }
 
 /// Sends admin calls to the active controller.
 pub trait Forwarder: Send + Sync + 'static {
-    /// Sends `call`, following NOT_CONTROLLER hints and retrying what
-    /// surely was not applied, for at most `deadline`.
+    /// Sends `call` on behalf of `client`, following NOT_CONTROLLER hints
+    /// and retrying what surely was not applied, for at most `deadline`.
     fn forward(
         &self,
         call: AdminCall,
-        deadline: std::time::Duration,
+        client: Client,
+        deadline: Duration,
     ) -> BoxFuture<'_, Result<AdminReply, ForwardError>>;
+}
+
+/// A forwarder bound to the client whose request is being answered: what
+/// the admin answers send their calls through.
+#[derive(Clone, Copy)]
+pub struct OnBehalf<'a> {
+    pub forwarder: &'a dyn Forwarder,
+    pub client: &'a Client,
+}
+
+impl OnBehalf<'_> {
+    /// [`Forwarder::forward`] as this client.
+    pub async fn forward(
+        &self,
+        call: AdminCall,
+        deadline: Duration,
+    ) -> Result<AdminReply, ForwardError> {
+        self.forwarder
+            .forward(call, self.client.clone(), deadline)
+            .await
+    }
 }

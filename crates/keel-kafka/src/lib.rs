@@ -11,18 +11,21 @@
 //!   calls of Keel's admin API ([`forward`]) and answered from its replies;
 //! - [`server`]: framing and connections on tokio.
 
+pub mod access;
 pub mod admin;
 mod apis;
 pub mod dispatch;
 pub mod forward;
+pub mod sasl;
 pub mod server;
 mod shape;
 mod view;
 
+pub use access::Access;
 pub use dispatch::{
-    answer, handle, served, served_by, Forwarded, Outcome, CONTROLLER_SERVED, SERVED,
+    answer, handle, served, served_by, Asker, Forwarded, Outcome, CONTROLLER_SERVED, SERVED,
 };
-pub use forward::{AdminCall, AdminReply, BoxFuture, ForwardError, Forwarder};
+pub use forward::{AdminCall, AdminReply, BoxFuture, Client, ForwardError, Forwarder, OnBehalf};
 pub use server::{
     serve, ListenerConfig, ViewSource, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_REQUEST_BYTES,
 };

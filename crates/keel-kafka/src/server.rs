@@ -10,14 +10,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::{ApiKey, RequestHeader};
+use kafka_protocol::protocol::Decodable;
+use keel_metadata::acl::Principal;
+use keel_metadata::scram::ScramMechanism;
+use keel_tls::{KafkaClientAuth, Role, TlsContext};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
-use crate::dispatch::{answer_with, route, served_by, Outcome};
-use crate::forward::Forwarder;
+use crate::access::Access;
+use crate::dispatch::{answer_with, route, served_by, Asker, Outcome};
+use crate::forward::{Client, Forwarder, OnBehalf};
+use crate::sasl::{Mechanism, SaslState, Step, SASL_SERVED};
 use crate::view::ClusterView;
 
 /// Kafka's `socket.request.max.bytes` default: 100 MiB.
@@ -39,6 +45,16 @@ pub trait ViewSource: Send + Sync + 'static {
     fn forwarder(&self) -> Option<&dyn Forwarder> {
         None
     }
+
+    /// The cluster's ACLs, super users and SCRAM credentials as they stand
+    /// (cheap: a shared snapshot). By default a plaintext cluster's: open.
+    fn access(&self) -> Arc<Access> {
+        Arc::new(Access::open())
+    }
+
+    /// A login named a user with no credential here: the source may read
+    /// the credentials again (a user created a moment ago), at its own pace.
+    fn credentials_missed(&self) {}
 }
 
 /// The forwarder of a listener that has none.
@@ -48,6 +64,7 @@ impl Forwarder for NoForwarder {
     fn forward(
         &self,
         _: crate::forward::AdminCall,
+        _: Client,
         _: Duration,
     ) -> crate::forward::BoxFuture<
         '_,
@@ -57,14 +74,61 @@ impl Forwarder for NoForwarder {
     }
 }
 
-/// The listener's limits.
-#[derive(Clone, Copy, Debug)]
+/// How clients authenticate on the listener.
+#[derive(Clone, Debug, Default)]
+pub enum Security {
+    /// No TLS, no identities: every client is `User:ANONYMOUS` (only on a
+    /// node started with `--allow-plaintext`).
+    #[default]
+    Plaintext,
+    /// TLS with the node's own certificate and the cluster CA (Kafka's
+    /// `SSL` and `SASL_SSL`): a client certificate naming a user of the
+    /// cluster authenticates as `User:<name>`; `sasl` lists the SASL
+    /// mechanisms offered to clients (a login replaces the certificate's
+    /// principal, as in Kafka).
+    Tls {
+        context: Arc<TlsContext>,
+        client_auth: KafkaClientAuth,
+        sasl: Vec<Mechanism>,
+    },
+}
+
+impl Security {
+    /// TLS with SCRAM-SHA-256 and SCRAM-SHA-512 offered, and PLAIN when
+    /// `plain`.
+    pub fn tls(context: Arc<TlsContext>, client_auth: KafkaClientAuth, plain: bool) -> Self {
+        let mut sasl: Vec<Mechanism> = ScramMechanism::ALL
+            .into_iter()
+            .map(Mechanism::Scram)
+            .collect();
+        if plain {
+            sasl.push(Mechanism::Plain);
+        }
+        Security::Tls {
+            context,
+            client_auth,
+            sasl,
+        }
+    }
+
+    fn sasl(&self) -> &[Mechanism] {
+        match self {
+            Security::Plaintext => &[],
+            Security::Tls { sasl, .. } => sasl,
+        }
+    }
+}
+
+/// The listener's limits and security.
+#[derive(Clone, Debug)]
 pub struct ListenerConfig {
     /// A frame whose length prefix claims more (or is negative) closes its
     /// connection before any of it is read.
     pub max_request_bytes: usize,
     /// See [`DEFAULT_IDLE_TIMEOUT`].
     pub idle_timeout: Duration,
+    /// TLS and SASL, or plaintext.
+    pub security: Security,
 }
 
 impl Default for ListenerConfig {
@@ -72,6 +136,7 @@ impl Default for ListenerConfig {
         Self {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            security: Security::Plaintext,
         }
     }
 }
@@ -150,9 +215,23 @@ pub async fn serve(
 ) {
     let local = listener.local_addr().ok();
     // A source's views are all a controller's or all a broker's: what the
-    // listener serves is fixed by the first.
-    let served = served_by(&source.view());
-    info!(address = ?local, max_request_bytes = config.max_request_bytes, "Kafka listener serving");
+    // listener serves is fixed by the first; SASL's APIs come with SASL.
+    let mut served: Vec<(ApiKey, i16, i16)> = served_by(&source.view()).to_vec();
+    if !config.security.sasl().is_empty() {
+        served.extend(SASL_SERVED);
+    }
+    let served: Arc<[(ApiKey, i16, i16)]> = served.into();
+    let config = Arc::new(config);
+    let security = match &config.security {
+        Security::Plaintext => "PLAINTEXT".to_string(),
+        Security::Tls {
+            client_auth, sasl, ..
+        } => format!(
+            "TLS (ssl.client.auth={client_auth}; SASL: {})",
+            sasl.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
+        ),
+    };
+    info!(address = ?local, max_request_bytes = config.max_request_bytes, %security, "Kafka listener serving");
     loop {
         let accepted = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -160,13 +239,13 @@ pub async fn serve(
         };
         match accepted {
             Ok((stream, peer)) => {
-                let _ = stream.set_nodelay(true);
+                keel_tls::transport::tune(&stream);
                 tokio::spawn(connection(
                     stream,
                     peer,
                     source.clone(),
-                    served,
-                    config,
+                    served.clone(),
+                    config.clone(),
                     stop.clone(),
                 ));
             }
@@ -179,34 +258,99 @@ pub async fn serve(
     }
 }
 
-/// One client's connection: read a frame, answer it, until the client
-/// leaves, misbehaves or the broker stops.
+/// One client's connection: the TLS handshake (when the listener speaks
+/// TLS), then frames answered until the client leaves, misbehaves or the
+/// node stops.
 async fn connection(
-    mut stream: TcpStream,
+    tcp: TcpStream,
     peer: SocketAddr,
     source: Arc<dyn ViewSource>,
-    served: &'static [(ApiKey, i16, i16)],
-    config: ListenerConfig,
+    served: Arc<[(ApiKey, i16, i16)]>,
+    config: Arc<ListenerConfig>,
     mut stop: watch::Receiver<bool>,
 ) {
     debug!(%peer, "Kafka connection opened");
+    let session = async {
+        match &config.security {
+            Security::Plaintext => {
+                let mut tcp = tcp;
+                let client = Client::anonymous(Some(peer));
+                exchange(&mut tcp, client, source.as_ref(), &served, &config).await
+            }
+            Security::Tls {
+                context,
+                client_auth,
+                ..
+            } => {
+                let acceptor =
+                    tokio_rustls::TlsAcceptor::from(context.kafka_server_config(*client_auth));
+                let mut stream = match tokio::time::timeout(
+                    keel_tls::transport::HANDSHAKE_TIMEOUT,
+                    acceptor.accept(tcp),
+                )
+                .await
+                {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        metrics::counter!("keel_kafka_tls_handshake_failures_total").increment(1);
+                        return Err(format!("TLS handshake refused: {e}"));
+                    }
+                    Err(_) => {
+                        metrics::counter!("keel_kafka_tls_handshake_failures_total").increment(1);
+                        return Err("TLS handshake timed out".to_string());
+                    }
+                };
+                let identity = keel_tls::transport::peer_identity(
+                    stream.get_ref().1.peer_certificates(),
+                    context.cluster_id(),
+                )?;
+                let principal = match identity {
+                    None => Principal::Anonymous,
+                    Some(id) => match id.role {
+                        Role::User(name) => Principal::User(name),
+                        // A node's key is for the cluster's own links; it
+                        // is never a Kafka client (KIP-590: brokers forward,
+                        // they do not administer).
+                        _ => {
+                            warn!(%peer, certificate = %id, listener = "SSL", "refused: a node's certificate used as a Kafka client");
+                            return Err(format!("{id} is a node's certificate, not a user's"));
+                        }
+                    },
+                };
+                let client = Client {
+                    principal,
+                    address: Some(peer),
+                    listener: "SSL",
+                };
+                exchange(&mut stream, client, source.as_ref(), &served, &config).await
+            }
+        }
+    };
     tokio::select! {
         _ = stop.wait_for(|s| *s) => {}
-        why = exchange(&mut stream, peer, source.as_ref(), served, &config) => match why {
+        why = session => match why {
             Ok(()) => debug!(%peer, "Kafka connection closed by the client"),
             Err(e) => warn!(%peer, reason = %e, "closing a Kafka connection"),
         },
     }
 }
 
+/// A fresh SCRAM server nonce: 24 random letters and digits.
+fn nonce() -> String {
+    use rand::distr::{Alphanumeric, SampleString};
+    Alphanumeric.sample_string(&mut rand::rng(), 24)
+}
+
 /// The request/answer loop of one connection; `Err` says why it closes.
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
-    peer: SocketAddr,
+    mut client: Client,
     source: &dyn ViewSource,
     served: &[(ApiKey, i16, i16)],
     config: &ListenerConfig,
 ) -> Result<(), String> {
+    let offered = config.security.sasl();
+    let mut sasl = SaslState::Idle;
     loop {
         let Some(request) = read_frame(stream, config)
             .await
@@ -214,12 +358,49 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         else {
             return Ok(());
         };
-        let outcome = match route(&request, served, || source.view()) {
-            Outcome::Forward(f) => {
-                let fwd = source.forwarder().unwrap_or(&NoForwarder);
-                answer_with(*f, || source.view(), fwd).await
+        let api = request
+            .get(..2)
+            .and_then(|k| ApiKey::try_from(i16::from_be_bytes([k[0], k[1]])).ok());
+        let outcome = if matches!(api, Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate))
+            && !offered.is_empty()
+        {
+            let (outcome, step) = sasl_request(&request, served, &mut sasl, offered, source);
+            match step {
+                Step::Continue => {}
+                Step::Authenticated(p) => {
+                    info!(peer = ?client.address, principal = %p, listener = "SASL_SSL", "Kafka client authenticated");
+                    client.principal = p;
+                    client.listener = "SASL_SSL";
+                }
+                Step::Failed(why) => {
+                    warn!(peer = ?client.address, reason = %why, listener = "SASL_SSL", operation = "authenticate", "refused");
+                    metrics::counter!("keel_kafka_authentication_failures_total").increment(1);
+                    if let Outcome::Respond { frame, .. } = &outcome {
+                        let _ = tokio::time::timeout(config.idle_timeout, stream.write_all(frame))
+                            .await;
+                    }
+                    return Err(format!("SASL: {why}"));
+                }
             }
-            other => other,
+            outcome
+        } else if matches!(sasl, SaslState::Chosen(_) | SaslState::Scram(_)) {
+            return Err(format!("{api:?} in the middle of a SASL exchange"));
+        } else {
+            let access = source.access();
+            let asker = Asker {
+                principal: &client.principal,
+                access: &access,
+            };
+            match route(&request, served, || source.view(), &asker) {
+                Outcome::Forward(f) => {
+                    let fwd = OnBehalf {
+                        forwarder: source.forwarder().unwrap_or(&NoForwarder),
+                        client: &client,
+                    };
+                    answer_with(*f, || source.view(), &fwd).await
+                }
+                other => other,
+            }
         };
         match outcome {
             Outcome::Respond {
@@ -227,7 +408,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                 version,
                 frame,
             } => {
-                debug!(%peer, ?api, version, bytes = frame.len(), "Kafka request answered");
+                debug!(peer = ?client.address, ?api, version, bytes = frame.len(), "Kafka request answered");
                 tokio::time::timeout(config.idle_timeout, stream.write_all(&frame))
                     .await
                     .map_err(|_| format!("the answer was not taken for {:?}", config.idle_timeout))?
@@ -241,6 +422,53 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     }
 }
 
+/// A SaslHandshake or SaslAuthenticate request: its version checked
+/// against what is served, its header read, then [`crate::sasl::handle`].
+fn sasl_request(
+    request: &[u8],
+    served: &[(ApiKey, i16, i16)],
+    state: &mut SaslState,
+    offered: &[Mechanism],
+    source: &dyn ViewSource,
+) -> (Outcome, Step) {
+    let fail = |why: String| (Outcome::Close(why.clone()), Step::Failed(why));
+    let Some(fixed) = request.get(..4) else {
+        return fail("a request shorter than its header".into());
+    };
+    let Ok(api) = ApiKey::try_from(i16::from_be_bytes([fixed[0], fixed[1]])) else {
+        return fail("an unknown API key".into());
+    };
+    let version = i16::from_be_bytes([fixed[2], fixed[3]]);
+    let ok = served
+        .iter()
+        .any(|&(k, min, max)| k == api && (min..=max).contains(&version));
+    if !ok {
+        return fail(format!("{api:?} v{version} is not served"));
+    }
+    let mut buf = Bytes::copy_from_slice(request);
+    let header = match RequestHeader::decode(&mut buf, api.request_header_version(version)) {
+        Ok(h) => h,
+        Err(e) => {
+            return fail(format!(
+                "{api:?} v{version}: undecodable request header: {e}"
+            ))
+        }
+    };
+    let access = source.access();
+    let nonce = nonce();
+    let login = crate::sasl::Login {
+        offered,
+        access: &access,
+        nonce: &nonce,
+    };
+    let step = crate::sasl::handle(api, version, header.correlation_id, buf, state, login);
+    if let (_, Step::Failed(_)) = &step {
+        // Perhaps a user made a moment ago: the next login may find it.
+        source.credentials_missed();
+    }
+    step
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,6 +477,7 @@ mod tests {
         ListenerConfig {
             max_request_bytes: max,
             idle_timeout: Duration::from_secs(5),
+            security: Security::Plaintext,
         }
     }
 
@@ -314,6 +543,7 @@ mod tests {
         let c = ListenerConfig {
             max_request_bytes: 10,
             idle_timeout: Duration::from_millis(50),
+            security: Security::Plaintext,
         };
         let e = read_frame(&mut server, &c).await.unwrap_err();
         assert!(matches!(e, FrameError::Idle(_)), "{e}");

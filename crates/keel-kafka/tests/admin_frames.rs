@@ -23,8 +23,8 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use keel_kafka::{
-    answer, handle, serve, AdminCall, AdminReply, BoxFuture, ClusterView, ForwardError, Forwarder,
-    ListenerConfig, Outcome, ViewSource,
+    answer, handle, serve, AdminCall, AdminReply, BoxFuture, Client, ClusterView, ForwardError,
+    Forwarder, ListenerConfig, OnBehalf, Outcome, ViewSource,
 };
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -39,6 +39,7 @@ impl Forwarder for Leaderless {
     fn forward(
         &self,
         _: AdminCall,
+        _: Client,
         _: Duration,
     ) -> BoxFuture<'_, Result<AdminReply, ForwardError>> {
         Box::pin(async { Err(ForwardError::NoController("none elected".into())) })
@@ -282,7 +283,11 @@ proptest! {
         mutate(&mut bytes, &muts);
         let view = ClusterView::default();
         let out = match handle(&bytes, &view) {
-            Outcome::Forward(f) => block_on(answer(*f, &view, &Leaderless)),
+            Outcome::Forward(f) => {
+                let client = Client::anonymous(None);
+                let fwd = OnBehalf { forwarder: &Leaderless, client: &client };
+                block_on(answer(*f, &view, &fwd))
+            }
             other => other,
         };
         match &out {
@@ -329,6 +334,7 @@ fn a_live_listener_survives_mutated_admin_frames_and_keeps_serving() {
         let config = ListenerConfig {
             max_request_bytes: 1 << 16,
             idle_timeout: Duration::from_secs(30),
+            ..ListenerConfig::default()
         };
         let server = tokio::spawn(serve(listener, Arc::new(Leaderless), config, stop_rx));
         let mut good = TcpStream::connect(addr).await.unwrap();

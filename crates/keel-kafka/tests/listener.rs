@@ -71,6 +71,7 @@ async fn a_bad_connection_is_closed_and_the_others_keep_being_served() {
     let config = ListenerConfig {
         max_request_bytes: 1024,
         idle_timeout: Duration::from_secs(30),
+        ..ListenerConfig::default()
     };
     let server = tokio::spawn(serve(
         listener,

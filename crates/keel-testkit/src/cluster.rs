@@ -125,9 +125,6 @@ pub struct Spec {
     pub fiu: bool,
     /// A Kafka listener on every broker (`None`: none).
     pub kafka: Option<KafkaPorts>,
-    /// Brokers with a Kafka listener forward admin requests from it
-    /// (`--kafka-admin`; default true).
-    pub kafka_admin: bool,
 }
 
 impl Spec {
@@ -159,20 +156,12 @@ impl Spec {
             allow_unsafe_build: false,
             fiu: false,
             kafka: None,
-            kafka_admin: true,
         }
     }
 
     /// A Kafka listener on every broker (see [`Spec::kafka`]).
     pub fn kafka(mut self, ports: KafkaPorts) -> Self {
         self.kafka = Some(ports);
-        self
-    }
-
-    /// Whether brokers forward Kafka admin requests (see
-    /// [`Spec::kafka_admin`]).
-    pub fn kafka_admin(mut self, on: bool) -> Self {
-        self.kafka_admin = on;
         self
     }
 
@@ -453,10 +442,9 @@ pub struct Cluster {
     tmpfs_bytes: Option<u64>,
     /// Brokers' Kafka listeners, when the spec asks for them.
     kafka: Option<KafkaPorts>,
-    kafka_admin: bool,
-    /// `--super-users` of controllers over TLS: the kit's admin user, and
-    /// the brokers when they have Kafka listeners (requests they forward
-    /// act as `Broker:<id>`, as Kafka deployments make brokers super users).
+    /// `--super-users` of controllers over TLS: the kit's admin user only
+    /// (a request a broker forwards acts as the Kafka client that sent it,
+    /// never as the broker).
     super_users: String,
     /// The port of controllers' Kafka listeners (each on its own address),
     /// when brokers have them and nodes have addresses of their own.
@@ -511,15 +499,7 @@ impl Cluster {
             transport: Transport::Plaintext,
             tmpfs_bytes: spec.tmpfs_bytes,
             kafka: spec.kafka,
-            kafka_admin: spec.kafka_admin,
-            super_users: std::iter::once(format!("User:{ADMIN_USER}"))
-                .chain(
-                    (1..=spec.brokers)
-                        .filter(|_| spec.kafka.is_some())
-                        .map(|i| format!("Broker:{i}")),
-                )
-                .collect::<Vec<_>>()
-                .join(","),
+            super_users: format!("User:{ADMIN_USER}"),
             controller_kafka_port: None,
             lazyfs: if spec.lazyfs {
                 Some(crate::lazyfs::binary()?)
@@ -812,12 +792,6 @@ impl Cluster {
         }
         if let Some(k) = kafka {
             args.extend(["--kafka-listen".into(), k.to_string()]);
-            // The kit's brokers take Kafka admin requests unless told not
-            // to (as Broker:<id>, a super user of clusters with Kafka
-            // listeners).
-            if self.kafka_admin {
-                args.push("--kafka-admin".into());
-            }
         }
         args.extend(self.tls_flags(&keel_tls::Identity::broker(&self.cluster_id, id)));
         args.extend(self.broker_flags.iter().cloned());

@@ -108,6 +108,44 @@ struct Material {
     identity: Identity,
     server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
+    /// The Kafka listener's configurations (no ALPN: Kafka clients send
+    /// none), one per [`KafkaClientAuth`].
+    kafka_required: Arc<ServerConfig>,
+    kafka_requested: Arc<ServerConfig>,
+}
+
+/// Whether a Kafka client must present a certificate (Kafka's
+/// `ssl.client.auth`): `required`, or `requested` (a client without one
+/// connects unauthenticated and must then authenticate with SASL, or act
+/// as `User:ANONYMOUS`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KafkaClientAuth {
+    #[default]
+    Required,
+    Requested,
+}
+
+impl std::str::FromStr for KafkaClientAuth {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "required" => Ok(Self::Required),
+            "requested" => Ok(Self::Requested),
+            other => Err(format!(
+                "ssl.client.auth {other:?} is not one of required, requested"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for KafkaClientAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Required => "required",
+            Self::Requested => "requested",
+        })
+    }
 }
 
 fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
@@ -142,6 +180,26 @@ fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
         .with_client_cert_verifier(verifier)
         .with_single_cert(chain.clone(), key.clone_key())
         .map_err(config_err)?;
+    let kafka = |required: bool| -> Result<Arc<ServerConfig>, TlsError> {
+        let builder = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider());
+        let builder = if required {
+            builder
+        } else {
+            builder.allow_unauthenticated()
+        };
+        let verifier = builder
+            .build()
+            .map_err(|e| TlsError::Config(e.to_string()))?;
+        let config = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(config_err)?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain.clone(), key.clone_key())
+            .map_err(config_err)?;
+        Ok(Arc::new(config))
+    };
+    let kafka_required = kafka(true)?;
+    let kafka_requested = kafka(false)?;
     server.alpn_protocols = vec![b"h2".to_vec()];
     let mut client = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
@@ -154,6 +212,8 @@ fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
         identity,
         server: Arc::new(server),
         client: Arc::new(client),
+        kafka_required,
+        kafka_requested,
     })
 }
 
@@ -200,6 +260,15 @@ impl TlsContext {
     /// The server configuration for a new connection.
     pub fn server_config(&self) -> Arc<ServerConfig> {
         self.material.load().server.clone()
+    }
+
+    /// The Kafka listener's server configuration for a new connection.
+    pub fn kafka_server_config(&self, auth: KafkaClientAuth) -> Arc<ServerConfig> {
+        let m = self.material.load();
+        match auth {
+            KafkaClientAuth::Required => m.kafka_required.clone(),
+            KafkaClientAuth::Requested => m.kafka_requested.clone(),
+        }
     }
 
     /// The client configuration for a new connection.

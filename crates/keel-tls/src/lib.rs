@@ -12,6 +12,6 @@ pub mod context;
 pub mod identity;
 pub mod transport;
 
-pub use context::{TlsContext, TlsError, TlsFiles};
+pub use context::{KafkaClientAuth, TlsContext, TlsError, TlsFiles};
 pub use identity::{Identity, Role};
 pub use transport::{peer, Expect, PeerInfo, Transport};

@@ -28,9 +28,9 @@ use crate::context::TlsContext;
 use crate::identity::{Identity, Role};
 
 /// Longest a TLS handshake may take before the connection is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes in progress at once, per listener.
-const MAX_HANDSHAKES: usize = 512;
+pub const MAX_HANDSHAKES: usize = 512;
 /// TCP keepalive on every connection: a peer that vanished is noticed.
 const KEEPALIVE: Duration = Duration::from_secs(30);
 /// HTTP/2 PING on every client connection, idle or not, this often...
@@ -198,10 +198,30 @@ impl AsyncWrite for TlsConn {
     }
 }
 
-fn tune(tcp: &TcpStream) {
+/// Nodelay and keepalive on an accepted or made connection.
+pub fn tune(tcp: &TcpStream) {
     let _ = tcp.set_nodelay(true);
     let sock = socket2::SockRef::from(tcp);
     let _ = sock.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(KEEPALIVE));
+}
+
+/// The identity a verified peer certificate chain names: `None` when the
+/// peer presented none; an error (the connection is refused) when its
+/// certificate names no identity or one of another cluster. The CA signed
+/// it (the handshake checked that), but it must also name a member or user
+/// of this very cluster.
+pub fn peer_identity(
+    chain: Option<&[rustls::pki_types::CertificateDer<'_>]>,
+    cluster_id: &str,
+) -> Result<Option<Identity>, String> {
+    match chain.and_then(|c| c.first()).map(|c| Identity::from_der(c)) {
+        None => Ok(None),
+        Some(Ok(id)) if id.cluster_id == cluster_id => Ok(Some(id)),
+        Some(Ok(id)) => Err(format!(
+            "the certificate names {id}, of another cluster than {cluster_id:?}"
+        )),
+        Some(Err(e)) => Err(format!("the certificate names no identity: {e}")),
+    }
 }
 
 /// Accepted TLS connections of `listener`. Failed handshakes are logged and
@@ -237,27 +257,16 @@ pub fn tls_incoming(
                 let _permit = permit;
                 match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                     Ok(Ok(stream)) => {
-                        let identity = stream
-                            .get_ref()
-                            .1
-                            .peer_certificates()
-                            .and_then(|c| c.first())
-                            .map(|c| Identity::from_der(c));
-                        // The CA signed it, but it must also name a member
-                        // or user of this very cluster.
-                        let identity = match identity {
-                            Some(Ok(id)) if id.cluster_id == ctx.cluster_id() => Some(id),
-                            Some(Ok(id)) => {
-                                tracing::warn!(%remote, peer = %id, cluster = ctx.cluster_id(), "refusing a certificate of another cluster");
+                        let identity = match peer_identity(
+                            stream.get_ref().1.peer_certificates(),
+                            ctx.cluster_id(),
+                        ) {
+                            Ok(id) => id,
+                            Err(why) => {
+                                tracing::warn!(%remote, %why, "refusing a client certificate");
                                 metrics::counter!("keel_tls_handshake_failures_total").increment(1);
                                 return;
                             }
-                            Some(Err(e)) => {
-                                tracing::warn!(%remote, error = %e, "refusing a certificate that names no identity");
-                                metrics::counter!("keel_tls_handshake_failures_total").increment(1);
-                                return;
-                            }
-                            None => None,
                         };
                         let info = PeerInfo {
                             remote: Some(remote),

@@ -117,6 +117,17 @@ impl FakeController {
 
 #[tonic::async_trait]
 impl BrokerService for FakeController {
+    async fn describe_access(
+        &self,
+        _: Request<pb::DescribeAccessRequest>,
+    ) -> Result<Response<pb::DescribeAccessResponse>, Status> {
+        // A plaintext cluster's: nothing is checked.
+        Ok(Response::new(pb::DescribeAccessResponse {
+            open: true,
+            ..Default::default()
+        }))
+    }
+
     async fn register_broker(
         &self,
         request: Request<pb::RegisterBrokerRequest>,
@@ -173,6 +184,7 @@ impl BrokerService for FakeController {
             should_shut_down: want_shutdown,
             controller_epoch: self.controller_epoch,
             controller_id: 1,
+            access_version: 0,
         }))
     }
 

@@ -28,8 +28,19 @@ use keel_testkit::KafkaPorts;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Sends one request to `addr` on a fresh connection; the decoded answer.
-async fn ask<Q: Encodable, R: Decodable>(addr: &str, api: ApiKey, version: i16, body: &Q) -> R {
+/// Sends one request to `addr` of `c` on a fresh TLS connection, as the
+/// kit's admin user; the decoded answer.
+async fn ask<Q: Encodable, R: Decodable>(
+    c: &Cluster,
+    addr: &str,
+    api: ApiKey,
+    version: i16,
+    body: &Q,
+) -> R {
+    let keel_tls::Transport::Tls(ctx) = c.transport() else {
+        panic!("a TLS cluster")
+    };
+    let config = ctx.kafka_client_config();
     let mut buf = BytesMut::new();
     RequestHeader::default()
         .with_request_api_key(api as i16)
@@ -43,7 +54,12 @@ async fn ask<Q: Encodable, R: Decodable>(addr: &str, api: ApiKey, version: i16, 
     frame.put_i32(buf.len() as i32);
     frame.extend_from_slice(&buf);
     let io = async {
-        let mut s = TcpStream::connect(addr).await?;
+        let tcp = TcpStream::connect(addr).await?;
+        let name = rustls::pki_types::ServerName::try_from(keel_tls::certs::SERVER_NAME)
+            .expect("a valid server name");
+        let mut s = tokio_rustls::TlsConnector::from(config)
+            .connect(name, tcp)
+            .await?;
         s.write_all(&frame).await?;
         let len = s.read_i32().await?;
         let mut answer = vec![0u8; len as usize];
@@ -90,14 +106,17 @@ async fn controllers_describe_the_quorum_to_kafka_clients() {
     let req = ApiVersionsRequest::default()
         .with_client_software_name(StrBytes::from_static_str("keel-test"))
         .with_client_software_version(StrBytes::from_static_str("1"));
-    let r: ApiVersionsResponse = ask(&addrs[0], ApiKey::ApiVersions, 3, &req).await;
+    let r: ApiVersionsResponse = ask(&c, &addrs[0], ApiKey::ApiVersions, 3, &req).await;
     let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
     assert_eq!(
         keys,
         [
             ApiKey::ApiVersions as i16,
             ApiKey::DescribeCluster as i16,
-            ApiKey::DescribeQuorum as i16
+            ApiKey::DescribeQuorum as i16,
+            // A TLS listener offers SASL too.
+            ApiKey::SaslHandshake as i16,
+            ApiKey::SaslAuthenticate as i16,
         ]
     );
 
@@ -105,7 +124,7 @@ async fn controllers_describe_the_quorum_to_kafka_clients() {
     let dc = DescribeClusterRequest::default().with_endpoint_type(2);
     let mut leader = None;
     for _ in 0..100 {
-        let r: DescribeClusterResponse = ask(&addrs[2], ApiKey::DescribeCluster, 1, &dc).await;
+        let r: DescribeClusterResponse = ask(&c, &addrs[2], ApiKey::DescribeCluster, 1, &dc).await;
         assert_eq!(r.error_code, 0);
         assert_eq!(r.cluster_id.as_str(), CLUSTER_ID);
         let mut ids: Vec<i32> = r.brokers.iter().map(|b| b.broker_id.0).collect();
@@ -123,7 +142,7 @@ async fn controllers_describe_the_quorum_to_kafka_clients() {
     let dq = DescribeQuorumRequest::default().with_topics(vec![TopicData::default()
         .with_topic_name(name("__cluster_metadata"))
         .with_partitions(vec![PartitionData::default()])]);
-    let r: DescribeQuorumResponse = ask(&addrs[active], ApiKey::DescribeQuorum, 2, &dq).await;
+    let r: DescribeQuorumResponse = ask(&c, &addrs[active], ApiKey::DescribeQuorum, 2, &dq).await;
     let p = &r.topics[0].partitions[0];
     assert_eq!(p.error_code, 0);
     assert_eq!(p.leader_id.0, active as i32 + 1);
@@ -134,7 +153,7 @@ async fn controllers_describe_the_quorum_to_kafka_clients() {
     assert_eq!(r.nodes.len(), 3);
     // A follower points to the leader.
     let follower = (active + 1) % 3;
-    let r: DescribeQuorumResponse = ask(&addrs[follower], ApiKey::DescribeQuorum, 1, &dq).await;
+    let r: DescribeQuorumResponse = ask(&c, &addrs[follower], ApiKey::DescribeQuorum, 1, &dq).await;
     let p = &r.topics[0].partitions[0];
     assert_eq!(p.error_code, ResponseError::NotLeaderOrFollower.code());
     assert_eq!(p.leader_id.0, active as i32 + 1);
@@ -180,7 +199,7 @@ async fn partition_reassignments_go_through_a_broker() {
                     .with_replicas(Some(vec![BrokerId(1)]))]),
         ]);
     let r: AlterPartitionReassignmentsResponse =
-        ask(&broker, ApiKey::AlterPartitionReassignments, 0, &req).await;
+        ask(&c, &broker, ApiKey::AlterPartitionReassignments, 0, &req).await;
     assert_eq!(r.error_code, 0, "{r:?}");
     let codes: Vec<(String, i32, i16)> = r
         .responses
@@ -211,7 +230,7 @@ async fn partition_reassignments_go_through_a_broker() {
     // Listed while in flight, or done: either way it ends with the target.
     let list = ListPartitionReassignmentsRequest::default().with_timeout_ms(30_000);
     let r: ListPartitionReassignmentsResponse =
-        ask(&broker, ApiKey::ListPartitionReassignments, 0, &list).await;
+        ask(&c, &broker, ApiKey::ListPartitionReassignments, 0, &list).await;
     assert_eq!(r.error_code, 0);
     for t in &r.topics {
         assert_eq!(t.name.0.as_str(), "moves");
@@ -231,6 +250,6 @@ async fn partition_reassignments_go_through_a_broker() {
     }
     assert!(done, "the reassignment completed");
     let r: ListPartitionReassignmentsResponse =
-        ask(&broker, ApiKey::ListPartitionReassignments, 0, &list).await;
+        ask(&c, &broker, ApiKey::ListPartitionReassignments, 0, &list).await;
     assert!(r.topics.is_empty(), "{r:?}");
 }

@@ -23,11 +23,13 @@ use keel_metadata::scram::{ScramCredential, ScramMechanism, ScramServer};
 use crate::access::Access;
 use crate::dispatch::{respond, Outcome};
 
-/// The SASL APIs a listener with SASL serves. SaslHandshake v0 (tokens
-/// framed raw, outside Kafka requests) is not served: every client since
-/// Kafka 1.0 sends v1.
+/// The SASL APIs a listener with SASL serves. After a SaslHandshake v0
+/// (KIP-43, as kafka-python 2.0 and librdkafka's feature check use it) the
+/// tokens travel raw, each in a length-prefixed frame of its own rather
+/// than in a SaslAuthenticate request ([`raw_token`]); after v1 they
+/// travel in SaslAuthenticate (KIP-152).
 pub const SASL_SERVED: [(ApiKey, i16, i16); 2] = [
-    (ApiKey::SaslHandshake, 1, 1),
+    (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
 ];
 
@@ -167,6 +169,18 @@ pub fn handle(
             (respond(api, version, correlation_id, &answer), step)
         }
         other => undecodable(format!("{other:?} is not a SASL request")),
+    }
+}
+
+/// One token of a login begun with SaslHandshake v0, which carries tokens
+/// raw: the token to send back (framed by the caller), or `None` with
+/// [`Step::Failed`] (v0 has no way to say why: the connection is closed).
+pub fn raw_token(token: &[u8], state: &mut SaslState, login: Login<'_>) -> (Option<Vec<u8>>, Step) {
+    let (answer, step) = authenticate(token, state, login.access, login.nonce);
+    if answer.error_code == 0 {
+        (Some(answer.auth_bytes.to_vec()), step)
+    } else {
+        (None, step)
     }
 }
 

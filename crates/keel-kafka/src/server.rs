@@ -168,9 +168,16 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     let mut prefix = [0u8; 4];
     let mut got = 0;
     while got < prefix.len() {
-        let n = tokio::time::timeout(idle, r.read(&mut prefix[got..]))
+        let n = match tokio::time::timeout(idle, r.read(&mut prefix[got..]))
             .await
-            .map_err(|_| FrameError::Idle(idle))??;
+            .map_err(|_| FrameError::Idle(idle))?
+        {
+            Ok(n) => n,
+            // A TLS client that leaves between frames without saying so
+            // (no close_notify, as most Kafka clients do) has just left.
+            Err(e) if got == 0 && e.kind() == io::ErrorKind::UnexpectedEof => 0,
+            Err(e) => return Err(e.into()),
+        };
         if n == 0 {
             return if got == 0 {
                 Ok(None)
@@ -351,6 +358,8 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
 ) -> Result<(), String> {
     let offered = config.security.sasl();
     let mut sasl = SaslState::Idle;
+    // A login begun with SaslHandshake v0: its tokens come raw.
+    let mut legacy = false;
     loop {
         let Some(request) = read_frame(stream, config)
             .await
@@ -358,6 +367,39 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         else {
             return Ok(());
         };
+        if legacy && matches!(sasl, SaslState::Chosen(_) | SaslState::Scram(_)) {
+            let access = source.access();
+            let nonce = nonce();
+            let login = crate::sasl::Login {
+                offered,
+                access: &access,
+                nonce: &nonce,
+            };
+            let (reply, step) = crate::sasl::raw_token(&request, &mut sasl, login);
+            match step {
+                Step::Failed(why) => {
+                    warn!(peer = ?client.address, reason = %why, listener = "SASL_SSL", operation = "authenticate", "refused");
+                    metrics::counter!("keel_kafka_authentication_failures_total").increment(1);
+                    source.credentials_missed();
+                    return Err(format!("SASL: {why}"));
+                }
+                Step::Authenticated(p) => {
+                    info!(peer = ?client.address, principal = %p, listener = "SASL_SSL", "Kafka client authenticated");
+                    client.principal = p;
+                    client.listener = "SASL_SSL";
+                }
+                Step::Continue => {}
+            }
+            let reply = reply.unwrap_or_default();
+            let mut frame = BytesMut::with_capacity(4 + reply.len());
+            frame.extend_from_slice(&(reply.len() as u32).to_be_bytes());
+            frame.extend_from_slice(&reply);
+            tokio::time::timeout(config.idle_timeout, stream.write_all(&frame))
+                .await
+                .map_err(|_| format!("the answer was not taken for {:?}", config.idle_timeout))?
+                .map_err(|e| e.to_string())?;
+            continue;
+        }
         let api = request
             .get(..2)
             .and_then(|k| ApiKey::try_from(i16::from_be_bytes([k[0], k[1]])).ok());
@@ -365,8 +407,10 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             && !offered.is_empty()
         {
             let (outcome, step) = sasl_request(&request, served, &mut sasl, offered, source);
+            let v0_handshake =
+                api == Some(ApiKey::SaslHandshake) && request.get(2..4) == Some(&[0, 0][..]);
             match step {
-                Step::Continue => {}
+                Step::Continue => legacy = v0_handshake && matches!(sasl, SaslState::Chosen(_)),
                 Step::Authenticated(p) => {
                     info!(peer = ?client.address, principal = %p, listener = "SASL_SSL", "Kafka client authenticated");
                     client.principal = p;

@@ -583,6 +583,8 @@ pub struct ScramServer {
     client_first_bare: String,
     /// server-first-message, for AuthMessage.
     server_first: String,
+    /// The client's part of the nonce, as client-first sent it.
+    client_nonce: String,
     /// The combined nonce: client's then server's part.
     nonce: String,
 }
@@ -669,6 +671,7 @@ impl ScramServer {
                 gs2_header: first.gs2_header.to_string(),
                 client_first_bare: first.bare.to_string(),
                 server_first,
+                client_nonce: first.nonce.to_string(),
                 nonce,
             },
             reply,
@@ -709,7 +712,15 @@ impl ScramServer {
                 "c= does not carry the gs2 header of client-first".into(),
             ));
         }
-        if nonce != self.nonce {
+        // librdkafka before 2.1 sends its own nonce again in front of the
+        // combined one (`r=<client><client><server>`); Kafka's own server
+        // takes it (it checks only that the nonce ends with the combined
+        // one). Taken here too, in exactly that form: the proof is still
+        // over the message as sent, and the server's fresh part is in it.
+        let librdkafka_form = nonce.len() == self.client_nonce.len() + self.nonce.len()
+            && nonce.starts_with(&self.client_nonce)
+            && nonce.ends_with(&self.nonce);
+        if nonce != self.nonce && !librdkafka_form {
             return Err(ScramError::NonceMismatch);
         }
         let proof = decode_base64(proof, "proof")?;
@@ -1522,6 +1533,68 @@ mod tests {
         .unwrap()
         .0;
         assert_eq!(again.finish(&f.client_final), Ok(f.server_final.clone()));
+    }
+
+    /// The client-final of librdkafka before 2.1: its own nonce again in
+    /// front of the combined one, with a proof over the message as sent.
+    fn librdkafka_final(
+        m: ScramMechanism,
+        password: &str,
+        credential: &ScramCredential,
+        client_first_bare: &str,
+        server_first: &str,
+        nonce: &str,
+    ) -> Vec<u8> {
+        let salted = ScramCredential::salted_password(
+            m,
+            password.as_bytes(),
+            &credential.salt,
+            credential.iterations,
+        )
+        .unwrap();
+        let client_key = hmac(m, &salted, b"Client Key").unwrap();
+        let without_proof = format!("c=biws,r={nonce}");
+        let auth = format!("{client_first_bare},{server_first},{without_proof}");
+        let signature = hmac(m, &hash(m, &client_key), auth.as_bytes()).unwrap();
+        let proof = xor(&client_key, &signature);
+        format!("{without_proof},p={}", BASE64.encode(proof)).into_bytes()
+    }
+
+    #[test]
+    fn librdkafkas_repeated_client_nonce_is_taken_in_that_form_only() {
+        let m = ScramMechanism::Sha512;
+        let credential = ScramCredential::from_password(m, b"pw", b"salt-salt", 4096).unwrap();
+        let client_nonce = "jalgWSyXKu^P2qF@;n{Y:V~`dJdD8U=S";
+        let bare = format!("n=alice,r={client_nonce}");
+        let start = || {
+            let c = credential.clone();
+            ScramServer::start(m, format!("n,,{bare}").as_bytes(), SERVER_NONCE, |_| {
+                Some(c)
+            })
+            .unwrap()
+        };
+        let (server, first) = start();
+        let first = String::from_utf8(first).unwrap();
+        let combined = format!("{client_nonce}{SERVER_NONCE}");
+        let doubled = format!("{client_nonce}{combined}");
+        let last = librdkafka_final(m, "pw", &credential, &bare, &first, &doubled);
+        assert!(server.finish(&last).is_ok(), "librdkafka's form logs in");
+        // Anything else around the combined nonce is still a mismatch.
+        for other in [format!("x{combined}"), format!("{combined}{client_nonce}")] {
+            let (server, first) = start();
+            let first = String::from_utf8(first).unwrap();
+            let last = librdkafka_final(m, "pw", &credential, &bare, &first, &other);
+            assert_eq!(
+                server.finish(&last),
+                Err(ScramError::NonceMismatch),
+                "{other}"
+            );
+        }
+        // And the proof still has to be right.
+        let (server, first) = start();
+        let first = String::from_utf8(first).unwrap();
+        let last = librdkafka_final(m, "guess", &credential, &bare, &first, &doubled);
+        assert_eq!(server.finish(&last), Err(ScramError::InvalidCredentials));
     }
 
     /// A client nonce: printable ASCII without ','.

@@ -112,6 +112,9 @@ struct Material {
     /// none), one per [`KafkaClientAuth`].
     kafka_required: Arc<ServerConfig>,
     kafka_requested: Arc<ServerConfig>,
+    /// A client configuration for Kafka listeners: this identity's
+    /// certificate, no ALPN.
+    kafka_client: Arc<ClientConfig>,
 }
 
 /// Whether a Kafka client must present a certificate (Kafka's
@@ -207,6 +210,7 @@ fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
         .with_root_certificates(roots)
         .with_client_auth_cert(chain, key)
         .map_err(config_err)?;
+    let kafka_client = Arc::new(client.clone());
     client.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Material {
         identity,
@@ -214,6 +218,7 @@ fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
         client: Arc::new(client),
         kafka_required,
         kafka_requested,
+        kafka_client,
     })
 }
 
@@ -269,6 +274,13 @@ impl TlsContext {
             KafkaClientAuth::Required => m.kafka_required.clone(),
             KafkaClientAuth::Requested => m.kafka_requested.clone(),
         }
+    }
+
+    /// The client configuration for a new connection to a Kafka listener
+    /// (TLS with this identity's certificate, no ALPN); the server name to
+    /// check is [`crate::certs::SERVER_NAME`].
+    pub fn kafka_client_config(&self) -> Arc<ClientConfig> {
+        self.material.load().kafka_client.clone()
     }
 
     /// The client configuration for a new connection.

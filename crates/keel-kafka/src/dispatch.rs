@@ -264,6 +264,18 @@ where
             if let Err(e) = crate::shape::check(api, version, &buf) {
                 return undecodable(e);
             }
+            // As Kafka: describing the quorum needs DESCRIBE on the cluster.
+            if !asker
+                .access
+                .may(asker.principal, Operation::Describe, Resource::Cluster)
+            {
+                tracing::info!(principal = %asker.principal, operation = "describe", resource = "cluster", api = "DescribeQuorum", "refused");
+                let refused = kafka_protocol::messages::DescribeQuorumResponse::default()
+                    .with_error_code(
+                        kafka_protocol::ResponseError::ClusterAuthorizationFailed.code(),
+                    );
+                return respond(api, version, id, &refused);
+            }
             match DescribeQuorumRequest::decode(&mut buf, version) {
                 Ok(req) => respond(api, version, id, &apis::describe_quorum(&req, version, q)),
                 Err(e) => undecodable(format!("undecodable request: {e}")),

@@ -227,3 +227,41 @@ proptest! {
         prop_assert!(well_formed_or_closed(&out).is_ok(), "{:?}", out);
     }
 }
+
+#[test]
+fn describing_the_quorum_needs_describe_on_the_cluster() {
+    use keel_kafka::dispatch::route;
+    use keel_kafka::{Access, Asker};
+    use keel_metadata::acl::{AclBinding, Operation, Permission, Principal, ResourcePattern};
+
+    let view = controller_view(2, true);
+    let bytes = request(ApiKey::DescribeQuorum, 2, &metadata_quorum());
+    let ops = Principal::User("ops".into());
+    let access = Access {
+        acls: vec![AclBinding {
+            principal: ops.clone(),
+            pattern: ResourcePattern::Cluster,
+            operation: Operation::Describe,
+            permission: Permission::Allow,
+        }],
+        ..Access::default()
+    };
+    let ask = |who: &Principal| {
+        let asker = Asker {
+            principal: who,
+            access: &access,
+        };
+        let out = route(&bytes, &CONTROLLER_SERVED, || &view, &asker);
+        let r: DescribeQuorumResponse = answer(out, ApiKey::DescribeQuorum, 2);
+        r.error_code
+    };
+    assert_eq!(ask(&ops), 0);
+    assert_eq!(
+        ask(&Principal::Anonymous),
+        ResponseError::ClusterAuthorizationFailed.code()
+    );
+    assert_eq!(
+        ask(&Principal::User("eve".into())),
+        ResponseError::ClusterAuthorizationFailed.code()
+    );
+}

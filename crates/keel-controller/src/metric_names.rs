@@ -238,6 +238,7 @@ const LABELLED_COUNTERS: &[&str] = &[
 /// 0 from the start: an alert on `increase(...)` of a counter that does
 /// not exist yet would never fire.
 pub fn describe() {
+    keel_kafka::describe_metrics();
     for (name, kind, help) in CATALOG {
         match kind {
             Kind::Counter => metrics::describe_counter!(*name, *help),

@@ -32,3 +32,21 @@ pub use server::{
 pub use view::{
     kafka_id, BrokerView, ClusterView, PartitionView, QuorumMember, QuorumView, TopicView,
 };
+
+/// Help texts of the Kafka listener's metrics (on the installed recorder),
+/// each exported at 0 from the start so an alert on its increase can fire.
+pub fn describe_metrics() {
+    for (name, help) in [
+        (
+            "keel_kafka_tls_handshake_failures_total",
+            "Kafka connections whose TLS handshake failed or timed out.",
+        ),
+        (
+            "keel_kafka_authentication_failures_total",
+            "Kafka SASL logins refused (wrong password, unknown user, bad exchange).",
+        ),
+    ] {
+        metrics::describe_counter!(name, help);
+        metrics::counter!(name).increment(0);
+    }
+}

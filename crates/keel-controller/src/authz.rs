@@ -142,20 +142,36 @@ impl Caller {
 
 /// What a broker forwarded with a request.
 struct ForwardedHeaders {
-    principal: String,
+    /// The principal's text, or why the header is not one (not text, too
+    /// long): never cut to fit, which could name another user.
+    principal: Result<String, String>,
     client: String,
     listener: String,
 }
 
+/// The longest principal text a header may carry: `User:` and a user name
+/// of at most 128 characters.
+const MAX_PRINCIPAL_TEXT: usize = 5 + 128;
+
 fn forwarded<T>(req: &Request<T>) -> Option<ForwardedHeaders> {
     let m = req.metadata();
+    // Audit text only: cut to a bounded length.
     let text = |k: &str| {
         m.get(k)
             .and_then(|v| v.to_str().ok())
             .map(|v| v.chars().take(256).collect::<String>())
     };
+    let principal = m.get(FORWARDED_PRINCIPAL)?;
+    let principal = match principal.to_str() {
+        Err(_) => Err("a forwarded principal that is not text".to_string()),
+        Ok(p) if p.len() > MAX_PRINCIPAL_TEXT => Err(format!(
+            "a forwarded principal of {} bytes (at most {MAX_PRINCIPAL_TEXT})",
+            p.len()
+        )),
+        Ok(p) => Ok(p.to_string()),
+    };
     Some(ForwardedHeaders {
-        principal: text(FORWARDED_PRINCIPAL)?,
+        principal,
         client: text(FORWARDED_CLIENT).unwrap_or_else(|| "?".into()),
         listener: text(FORWARDED_LISTENER).unwrap_or_else(|| "?".into()),
     })
@@ -167,7 +183,14 @@ impl ForwardedHeaders {
     /// broker turns itself, another broker or a controller into the
     /// caller of its own request.
     fn into_caller(self, broker: u32) -> Caller {
-        match self.principal.parse::<Principal>() {
+        let text = match self.principal {
+            Ok(t) => t,
+            Err(why) => {
+                tracing::warn!(broker, %why, client = %self.client, "refused: a malformed forwarded principal");
+                return Caller::Refused(format!("broker {broker} forwarded {why}"));
+            }
+        };
+        match text.parse::<Principal>() {
             Ok(p @ (Principal::User(_) | Principal::Anonymous)) if p != Principal::any_user() => {
                 Caller::Forwarded {
                     principal: p,
@@ -440,6 +463,47 @@ mod tests {
             Caller::of(&over_tls(broker, None)),
             Caller::As(Principal::Broker(2))
         );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// Whatever a broker forwards (any text, any length, or bytes that
+        /// are no text at all), the caller is the user it names exactly,
+        /// or refused: never a node, never the wildcard, never a name cut
+        /// to fit, and nothing panics.
+        #[test]
+        fn a_forwarded_principal_is_the_user_it_names_exactly_or_refused(
+            text in proptest::prop_oneof![
+                "User:[a-zA-Z0-9._@-]{1,140}",
+                "(User|Broker|Controller|Group):.{0,20}",
+                ".{0,300}",
+            ],
+            raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            use_raw in proptest::prelude::any::<bool>(),
+        ) {
+            let mut req = Request::new(());
+            req.extensions_mut().insert(keel_tls::PeerInfo {
+                remote: None,
+                identity: Some(keel_tls::Identity::broker("c", 2)),
+            });
+            let value = if use_raw {
+                tonic::metadata::MetadataValue::try_from(raw.as_slice()).ok()
+            } else {
+                text.parse().ok()
+            };
+            let Some(value) = value else { return Ok(()) };
+            req.metadata_mut().insert(FORWARDED_PRINCIPAL, value);
+            match Caller::of(&req) {
+                Caller::Forwarded { principal, .. } => {
+                    let sent = req.metadata().get(FORWARDED_PRINCIPAL).unwrap().to_str().unwrap();
+                    proptest::prop_assert_eq!(principal.to_string(), sent);
+                    proptest::prop_assert!(matches!(principal, Principal::User(ref n) if n != "*") || principal == Principal::Anonymous);
+                }
+                Caller::Refused(_) => {}
+                other => proptest::prop_assert!(false, "{other:?}"),
+            }
+        }
     }
 
     #[test]

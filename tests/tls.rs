@@ -476,7 +476,9 @@ async fn the_cli_speaks_tls_from_flags_or_environment_and_survives_a_failover() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_one_is_wrong() {
-    let mut c = tls_cluster(1);
+    // With a Kafka listener: one certificate for both doors, reloaded for both.
+    let mut c = Cluster::start(fast_spec(1).tls(true).kafka(keel_testkit::KafkaPorts::Free))
+        .expect("start a TLS cluster with a Kafka listener");
     c.wait_active(LONG).await.unwrap();
     c.wait_all_brokers_active(LONG).await.unwrap();
     let me = Identity::broker(CLUSTER_ID, 1);
@@ -512,6 +514,28 @@ async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_on
                 .unwrap()
         }
     };
+    // What the broker's Kafka listener presents to a new TLS client.
+    let kafka_presented = |c: &Cluster| {
+        let Transport::Tls(ctx) = c.transport() else {
+            panic!("a TLS cluster")
+        };
+        let config = ctx.kafka_client_config();
+        let kafka = c.kafka_addrs()[0].clone();
+        async move {
+            let tcp = tokio::net::TcpStream::connect(&kafka).await.unwrap();
+            let name =
+                rustls::pki_types::ServerName::try_from(keel_tls::certs::SERVER_NAME).unwrap();
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .expect("the Kafka listener's handshake");
+            tls.get_ref().1.peer_certificates().unwrap()[0]
+                .as_ref()
+                .to_vec()
+        }
+    };
+    let before = keel_tls::context::leaf_certificate(&cert_path).unwrap();
+    assert_eq!(kafka_presented(&c).await, before);
 
     // A new certificate from the same CA: new connections see it.
     let ca = keel_tls::certs::load_ca(&certs).unwrap();
@@ -520,6 +544,7 @@ async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_on
     hup(&c);
     wait_log(&c, "TLS certificate reloaded", 1);
     assert_eq!(presented(&c).await, new);
+    assert_eq!(kafka_presented(&c).await, new, "the Kafka listener too");
 
     // A certificate naming broker 2 over broker 1's files: refused, the
     // broker keeps presenting its own.
@@ -533,6 +558,7 @@ async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_on
     hup(&c);
     wait_log(&c, "cannot reload the TLS files", 1);
     assert_eq!(presented(&c).await, new);
+    assert_eq!(kafka_presented(&c).await, new);
 
     // The broker still heartbeats and takes partitions.
     create_topic(&client(&c), "after-reload", 2, 1).await;

@@ -409,6 +409,17 @@ async fn a_user_may_do_exactly_what_its_acls_allow_and_a_deny_wins() {
     // A user with no right to change ACLs is refused through the CLI's path too.
     let listed = acl_ok(&c, &["list"]);
     assert_eq!(listed["acls"].as_array().map(Vec::len), Some(2), "{listed}");
+    // Every committed ACL change was logged once, naming who made it and
+    // the binding; refused attempts changed nothing and logged no change.
+    let logs = c.log_tails(100_000);
+    let changes: Vec<&str> = logs.lines().filter(|l| l.contains("ACL changed")).collect();
+    assert!(!changes.is_empty());
+    assert!(
+        changes
+            .iter()
+            .all(|l| l.contains("User:admin") && l.contains("binding=")),
+        "{changes:#?}"
+    );
     c.check_alive().unwrap();
 }
 

@@ -314,6 +314,27 @@ impl ScramChanges {
     }
 }
 
+/// One log line per committed ACL change: who added or removed which
+/// binding (the caller's name says its listener, and for a forwarded
+/// request the client and the broker), at which log index.
+fn log_acl_changes(caller: &Caller, records: &[keel_metadata::MetadataRecord], index: u64) {
+    use keel_metadata::MetadataRecord as R;
+    for r in records {
+        let (binding, operation) = match r {
+            R::AclAdded(b) => (b, "add"),
+            R::AclRemoved(b) => (b, "remove"),
+            _ => continue,
+        };
+        tracing::info!(
+            principal = %caller.name(),
+            binding = %binding,
+            operation = %operation,
+            index,
+            "ACL changed"
+        );
+    }
+}
+
 /// One log line per committed credential change: who changed whose
 /// credential, how, at which log index (never the credential itself).
 fn log_scram_changes(caller: &Caller, records: &[keel_metadata::MetadataRecord], index: u64) {
@@ -1256,7 +1277,13 @@ impl AdminService for AdminApi {
                         }),
                     })
                     .collect();
-                Proposal::with_reply(d.records, Ok(results)).with_replayed(d.replayed)
+                let records = d.records.clone();
+                Proposal::new(d.records, move |commit| {
+                    let index = commit?;
+                    log_acl_changes(&caller, &records, index);
+                    Ok(results)
+                })
+                .with_replayed(d.replayed)
             })
             .await;
         Ok(Response::new(match r {
@@ -1315,7 +1342,14 @@ impl AdminService for AdminApi {
                     return Proposal::with_reply(vec![], Err(e));
                 }
                 let d = image.decide_delete_acls(&filters);
-                Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
+                let records = d.records.clone();
+                let removed = d.reply;
+                Proposal::new(d.records, move |commit| {
+                    let index = commit?;
+                    log_acl_changes(&caller, &records, index);
+                    Ok(removed)
+                })
+                .with_replayed(d.replayed)
             })
             .await;
         Ok(Response::new(match r {

@@ -376,19 +376,9 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
                 nonce: &nonce,
             };
             let (reply, step) = crate::sasl::raw_token(&request, &mut sasl, login);
-            match step {
-                Step::Failed(why) => {
-                    warn!(peer = ?client.address, reason = %why, listener = "SASL_SSL", operation = "authenticate", "refused");
-                    metrics::counter!("keel_kafka_authentication_failures_total").increment(1);
-                    source.credentials_missed();
-                    return Err(format!("SASL: {why}"));
-                }
-                Step::Authenticated(p) => {
-                    info!(peer = ?client.address, principal = %p, listener = "SASL_SSL", "Kafka client authenticated");
-                    client.principal = p;
-                    client.listener = "SASL_SSL";
-                }
-                Step::Continue => {}
+            if let Err(why) = took(step, &mut client) {
+                source.credentials_missed();
+                return Err(why);
             }
             let reply = reply.unwrap_or_default();
             let mut frame = BytesMut::with_capacity(4 + reply.len());
@@ -409,22 +399,17 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             let (outcome, step) = sasl_request(&request, served, &mut sasl, offered, source);
             let v0_handshake =
                 api == Some(ApiKey::SaslHandshake) && request.get(2..4) == Some(&[0, 0][..]);
-            match step {
-                Step::Continue => legacy = v0_handshake && matches!(sasl, SaslState::Chosen(_)),
-                Step::Authenticated(p) => {
-                    info!(peer = ?client.address, principal = %p, listener = "SASL_SSL", "Kafka client authenticated");
-                    client.principal = p;
-                    client.listener = "SASL_SSL";
+            if step == Step::Continue {
+                legacy = v0_handshake && matches!(sasl, SaslState::Chosen(_));
+            }
+            if let Err(why) = took(step, &mut client) {
+                // The refusal is answered (SASL_AUTHENTICATION_FAILED), then
+                // the connection closed.
+                if let Outcome::Respond { frame, .. } = &outcome {
+                    let _ =
+                        tokio::time::timeout(config.idle_timeout, stream.write_all(frame)).await;
                 }
-                Step::Failed(why) => {
-                    warn!(peer = ?client.address, reason = %why, listener = "SASL_SSL", operation = "authenticate", "refused");
-                    metrics::counter!("keel_kafka_authentication_failures_total").increment(1);
-                    if let Outcome::Respond { frame, .. } = &outcome {
-                        let _ = tokio::time::timeout(config.idle_timeout, stream.write_all(frame))
-                            .await;
-                    }
-                    return Err(format!("SASL: {why}"));
-                }
+                return Err(why);
             }
             outcome
         } else if matches!(sasl, SaslState::Chosen(_) | SaslState::Scram(_)) {
@@ -462,6 +447,25 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             Outcome::Forward(f) => {
                 return Err(format!("{:?}: answered with another admin request", f.api))
             }
+        }
+    }
+}
+
+/// What a login step makes of the connection: a new principal (logged), or
+/// the reason to close it (logged and counted as a refused login).
+fn took(step: Step, client: &mut Client) -> Result<(), String> {
+    match step {
+        Step::Continue => Ok(()),
+        Step::Authenticated(p) => {
+            info!(peer = ?client.address, principal = %p, listener = "SASL_SSL", "Kafka client authenticated");
+            client.principal = p;
+            client.listener = "SASL_SSL";
+            Ok(())
+        }
+        Step::Failed(why) => {
+            warn!(peer = ?client.address, reason = %why, listener = "SASL_SSL", operation = "authenticate", "refused");
+            metrics::counter!("keel_kafka_authentication_failures_total").increment(1);
+            Err(format!("SASL: {why}"))
         }
     }
 }

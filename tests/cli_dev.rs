@@ -183,3 +183,45 @@ fn dev_names_a_port_another_service_holds_and_starts_nothing() {
         !dir.join("logs").exists() || std::fs::read_dir(dir.join("logs")).unwrap().count() == 0
     );
 }
+
+/// Check before destroy: `keel dev --fresh` run again while a dev cluster
+/// runs on the same directory refuses, removes nothing, and the running
+/// cluster goes on serving.
+#[test]
+fn a_second_fresh_dev_refuses_and_leaves_the_running_cluster_untouched() {
+    let _one = DEV.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("dev");
+    let _cleanup = Cleanup(dir.display().to_string());
+    let mut dev = start_dev(&dir);
+    keel_ok(&["topics", "create", "before", "--replication-factor", "3"]);
+
+    let second = Command::new(keel_bin())
+        .args(["dev", "--fresh", "--dir"])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run a second keel dev");
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success(), "{said}");
+    assert!(said.contains("in use by a running node"), "{said}");
+    assert!(said.contains("nothing was removed"), "{said}");
+    for kept in ["controller-1/raft/db", "broker-1/broker.lock", "certs/ca.pem"] {
+        assert!(dir.join(kept).exists(), "{kept} was removed");
+    }
+    // The first cluster still commits and still answers.
+    keel_ok(&["topics", "create", "after", "--replication-factor", "3"]);
+    keel_ok(&["topics", "describe", "before"]);
+
+    let group = format!("-{}", dev.id());
+    let sent = Command::new("kill")
+        .args(["-INT", "--", &group])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while dev.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "keel dev did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -96,6 +96,32 @@ fn spec(exe: PathBuf, a: &DevArgs) -> Spec {
     spec
 }
 
+/// The node data dirs under `dir` that a running process holds: a
+/// broker's `broker.lock`, a controller's sled log (`raft/db`), each
+/// locked with `flock` by its node for as long as it runs.
+fn held_data_dirs(dir: &std::path::Path) -> Vec<PathBuf> {
+    use std::os::fd::AsRawFd;
+    let mut held = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return held;
+    };
+    for node in entries.flatten().map(|e| e.path()) {
+        for lock in [node.join("broker.lock"), node.join("raft").join("db")] {
+            let Ok(f) = std::fs::File::open(&lock) else {
+                continue;
+            };
+            // SAFETY: flock on a descriptor this function owns; a lock it
+            // gets is released when `f` is dropped just below.
+            let r = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+            if r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EWOULDBLOCK) {
+                held.push(node.clone());
+                break;
+            }
+        }
+    }
+    held
+}
+
 /// The Kafka client configs `keel dev` writes next to the certificates.
 struct KafkaClientConfigs {
     /// librdkafka's (`kcat -F`, confluent-kafka): PEM paths.
@@ -250,6 +276,20 @@ pub async fn run(a: DevArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     if a.fresh && a.dir.exists() {
+        // Check before destroying: a node still running on these data
+        // dirs (another `keel dev`) holds its lock, and would die on its
+        // next write if they went.
+        let held = held_data_dirs(&a.dir);
+        if !held.is_empty() {
+            for d in &held {
+                eprintln!("error: {} is in use by a running node", d.display());
+            }
+            eprintln!(
+                "hint: another `keel dev --dir {}` is running: stop it first (Ctrl-C in its terminal); nothing was removed",
+                a.dir.display()
+            );
+            return ExitCode::from(EXIT_LOCAL);
+        }
         if let Err(e) = std::fs::remove_dir_all(&a.dir) {
             eprintln!("error: cannot wipe {}: {e}", a.dir.display());
             return ExitCode::from(EXIT_LOCAL);

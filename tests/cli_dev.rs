@@ -225,3 +225,40 @@ fn a_second_fresh_dev_refuses_and_leaves_the_running_cluster_untouched() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A closed terminal sends SIGHUP: `keel dev` stops its cluster as Ctrl-C
+/// does, and no node outlives it.
+#[test]
+fn sighup_stops_the_dev_cluster_and_leaves_no_node_running() {
+    let _one = DEV.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("dev");
+    let marker = dir.display().to_string();
+    let _cleanup = Cleanup(marker.clone());
+    let mut dev = start_dev(&dir);
+    let sent = Command::new("kill")
+        .args(["-HUP", &dev.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(st) = dev.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "keel dev did not stop on SIGHUP");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let said = std::fs::read_to_string(dir.with_extension("stderr")).unwrap();
+    assert!(status.success(), "{status}: {said}");
+    assert!(said.contains("stopped; nothing left running."), "{said}");
+    let left = Command::new("pgrep")
+        .args(["-f", &format!("--data-dir {marker}")])
+        .output()
+        .unwrap();
+    assert!(
+        left.stdout.is_empty(),
+        "nodes still running: {}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+}

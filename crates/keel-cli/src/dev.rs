@@ -328,6 +328,22 @@ pub async fn run(a: DevArgs) -> ExitCode {
     if let Err(e) = std::fs::write(certs_note(), certs.display().to_string()) {
         eprintln!("warning: cannot note the certificates directory: {e}");
     }
+    // Every way a terminal or a supervisor ends `keel dev` stops the
+    // cluster in order (Ctrl-C, SIGTERM, and SIGHUP when the terminal
+    // closes), from before the first node starts: no signal may leave
+    // nodes running behind it.
+    use tokio::signal::unix::{signal, SignalKind};
+    let (mut int, mut term, mut hup) = match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) {
+        (Ok(i), Ok(t), Ok(h)) => (i, t, h),
+        _ => {
+            eprintln!("error: cannot handle signals");
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    };
     if let Err(e) = c.start_all() {
         eprintln!("error: {e:#}");
         stop(&mut c);
@@ -342,7 +358,18 @@ pub async fn run(a: DevArgs) -> ExitCode {
     );
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        if let Some((_, _, active, _)) = status(&client).await {
+        let up = tokio::select! {
+            _ = int.recv() => None,
+            _ = term.recv() => None,
+            _ = hup.recv() => None,
+            s = status(&client) => Some(s),
+        };
+        let Some(up) = up else {
+            eprintln!("\nstopped while starting");
+            stop(&mut c);
+            return ExitCode::from(EXIT_LOCAL);
+        };
+        if let Some((_, _, active, _)) = up {
             if active >= a.brokers as usize {
                 break;
             }
@@ -419,25 +446,15 @@ pub async fn run(a: DevArgs) -> ExitCode {
         stop(&mut c);
         return ExitCode::SUCCESS;
     }
-    // Both streams exist before the loop: a signal that arrives while a
+    // The streams existed before the loop: a signal that arrives while a
     // status query is in flight is kept, not lost.
-    use tokio::signal::unix::{signal, SignalKind};
-    let (mut int, mut term) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(i), Ok(t)) => (i, t),
-        _ => {
-            stop(&mut c);
-            return ExitCode::from(EXIT_LOCAL);
-        }
-    };
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut last_line: Option<String> = None;
     loop {
         let line = tokio::select! {
             _ = int.recv() => break,
             _ = term.recv() => break,
+            _ = hup.recv() => break,
             s = status(&client) => match s {
                 Some((leader, term, active, total)) => {
                     format!("leader: controller {leader}  term: {term}  brokers up: {active}/{total}")
@@ -458,6 +475,7 @@ pub async fn run(a: DevArgs) -> ExitCode {
         tokio::select! {
             _ = int.recv() => break,
             _ = term.recv() => break,
+            _ = hup.recv() => break,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }

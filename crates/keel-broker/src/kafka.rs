@@ -204,6 +204,25 @@ async fn send(ch: Channel, call: AdminCall, client: &Client) -> Result<AdminRepl
                 .await?
                 .into_inner(),
         ),
+        AdminCall::CreateAcls(r) => {
+            AdminReply::CreateAcls(c.create_acls(on_behalf(r, client)).await?.into_inner())
+        }
+        AdminCall::DeleteAcls(r) => {
+            AdminReply::DeleteAcls(c.delete_acls(on_behalf(r, client)).await?.into_inner())
+        }
+        AdminCall::DescribeAcls(r) => {
+            AdminReply::DescribeAcls(c.describe_acls(on_behalf(r, client)).await?.into_inner())
+        }
+        AdminCall::AlterUserScramCredentials(r) => AdminReply::AlterUserScramCredentials(
+            c.alter_user_scram_credentials(on_behalf(r, client))
+                .await?
+                .into_inner(),
+        ),
+        AdminCall::DescribeUserScramCredentials(r) => AdminReply::DescribeUserScramCredentials(
+            c.describe_user_scram_credentials(on_behalf(r, client))
+                .await?
+                .into_inner(),
+        ),
     })
 }
 

@@ -15,11 +15,17 @@ use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceRespon
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
 };
+use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
+use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::delete_acls_response::DeleteAclsFilterResult;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult,
+};
+use kafka_protocol::messages::describe_user_scram_credentials_response::{
+    CredentialInfo, DescribeUserScramCredentialsResult,
 };
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as IncrementalResult;
@@ -33,6 +39,12 @@ use kafka_protocol::messages::{
     DeleteTopicsResponse, DescribeConfigsRequest, DescribeConfigsResponse, ElectLeadersRequest,
     ElectLeadersResponse, IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
     ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, TopicName,
+};
+use kafka_protocol::messages::{
+    AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, CreateAclsRequest,
+    CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse, DescribeAclsRequest,
+    DescribeAclsResponse, DescribeUserScramCredentialsRequest,
+    DescribeUserScramCredentialsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
@@ -1453,6 +1465,322 @@ pub async fn list_partition_reassignments(
     )
 }
 
+// ---- ACLs -------------------------------------------------------------------
+
+/// The Keel bindings a Kafka filter selects: fetched with a filter as
+/// narrow as Keel's can be, then narrowed to exactly the Kafka filter's.
+async fn acls_matching(
+    f: &crate::acls::KafkaFilter,
+    fwd: &OnBehalf<'_>,
+) -> Result<Vec<keel_metadata::acl::AclBinding>, KafkaError> {
+    f.validate()?;
+    let Some(broad) = f.keel_filter() else {
+        return Ok(vec![]);
+    };
+    let c = AdminCall::DescribeAcls(pb::DescribeAclsRequest {
+        filter: Some(keel_proto::convert::acl_filter_to_pb(&broad)),
+    });
+    let r = expect_reply!(call(fwd, c, deadline(0)).await, DescribeAcls)
+        .map_err(|e| from_forward(&e))?;
+    let e = from_pb(r.error.as_ref());
+    if e.code != 0 {
+        return Err(e);
+    }
+    let mut out = Vec::new();
+    for b in &r.bindings {
+        let b = keel_proto::convert::acl_binding_from_pb(b).map_err(|e| {
+            KafkaError::new(
+                ResponseError::UnknownServerError,
+                format!("the controller described a binding this broker cannot read: {e}"),
+            )
+        })?;
+        if f.matches(&b) {
+            out.push(b);
+        }
+    }
+    Ok(out)
+}
+
+/// DescribeAcls (v1-3): the bindings the filter matches, grouped by
+/// resource.
+pub async fn describe_acls(req: DescribeAclsRequest, fwd: &OnBehalf<'_>) -> DescribeAclsResponse {
+    let f = crate::acls::KafkaFilter::of_describe(&req);
+    match acls_matching(&f, fwd).await {
+        Ok(bindings) => DescribeAclsResponse::default()
+            .with_resources(crate::acls::describe_resources(&bindings)),
+        Err(e) => DescribeAclsResponse::default()
+            .with_error_code(e.code)
+            .with_error_message(e.msg()),
+    }
+}
+
+/// CreateAcls (v1-3): each creation converted (those Keel cannot hold
+/// refused per item), the rest sent in one call; one result per creation,
+/// in order.
+pub async fn create_acls(req: CreateAclsRequest, fwd: &OnBehalf<'_>) -> CreateAclsResponse {
+    let mapped: Vec<Result<keel_metadata::acl::AclBinding, KafkaError>> =
+        req.creations.iter().map(crate::acls::binding_of).collect();
+    let sent: Vec<pb::AclBinding> = mapped
+        .iter()
+        .filter_map(|m| m.as_ref().ok())
+        .map(keel_proto::convert::acl_binding_to_pb)
+        .collect();
+    let reply = if sent.is_empty() {
+        None
+    } else {
+        let c = AdminCall::CreateAcls(pb::CreateAclsRequest { bindings: sent });
+        Some(expect_reply!(call(fwd, c, deadline(0)).await, CreateAcls))
+    };
+    let failed = reply
+        .as_ref()
+        .and_then(|r| whole_of(r, |r| r.error.as_ref()));
+    let mut answers = match &reply {
+        Some(Ok(r)) => r.results.iter(),
+        _ => [].iter(),
+    };
+    let results = mapped
+        .iter()
+        .map(|m| {
+            let e = match (m, &failed) {
+                (Err(e), _) => e.clone(),
+                (Ok(_), Some(e)) => e.clone(),
+                (Ok(_), None) => match answers.next() {
+                    Some(a) => from_pb(a.error.as_ref()),
+                    None => KafkaError::new(
+                        ResponseError::UnknownServerError,
+                        "the controller did not answer for this binding",
+                    ),
+                },
+            };
+            AclCreationResult::default()
+                .with_error_code(e.code)
+                .with_error_message(e.msg())
+        })
+        .collect();
+    CreateAclsResponse::default().with_results(results)
+}
+
+/// DeleteAcls (v1-3): each filter's bindings found (as DescribeAcls finds
+/// them), then exactly those removed in one call; a binding two filters
+/// match is removed once, with the first.
+pub async fn delete_acls(req: DeleteAclsRequest, fwd: &OnBehalf<'_>) -> DeleteAclsResponse {
+    let mut found: Vec<Result<Vec<keel_metadata::acl::AclBinding>, KafkaError>> = Vec::new();
+    let mut taken = BTreeSet::new();
+    for f in &req.filters {
+        let f = crate::acls::KafkaFilter::of_delete(f);
+        found.push(
+            acls_matching(&f, fwd)
+                .await
+                .map(|bs| bs.into_iter().filter(|b| taken.insert(b.clone())).collect()),
+        );
+    }
+    let exact: Vec<pb::AclFilter> = found
+        .iter()
+        .filter_map(|f| f.as_ref().ok())
+        .flatten()
+        .map(|b| keel_proto::convert::acl_filter_to_pb(&crate::acls::exact_filter(b)))
+        .collect();
+    let reply = if exact.is_empty() {
+        None
+    } else {
+        let c = AdminCall::DeleteAcls(pb::DeleteAclsRequest { filters: exact });
+        Some(expect_reply!(call(fwd, c, deadline(0)).await, DeleteAcls))
+    };
+    let failed = reply
+        .as_ref()
+        .and_then(|r| whole_of(r, |r| r.error.as_ref()));
+    // One answer per exact filter, in the order sent.
+    let mut removed = match &reply {
+        Some(Ok(r)) => r.results.iter(),
+        _ => [].iter(),
+    };
+    let filter_results = found
+        .into_iter()
+        .map(|f| match (f, &failed) {
+            (Err(e), _) => DeleteAclsFilterResult::default()
+                .with_error_code(e.code)
+                .with_error_message(e.msg()),
+            (Ok(bs), Some(e)) if !bs.is_empty() => DeleteAclsFilterResult::default()
+                .with_error_code(e.code)
+                .with_error_message(e.msg()),
+            (Ok(bs), _) => {
+                let mut matching = Vec::new();
+                for b in &bs {
+                    // A binding gone before the delete came is not named.
+                    let gone = removed.next().is_some_and(|r| !r.removed.is_empty());
+                    if gone {
+                        matching.push(crate::acls::matching_acl(b));
+                    }
+                }
+                DeleteAclsFilterResult::default().with_matching_acls(matching)
+            }
+        })
+        .collect();
+    DeleteAclsResponse::default().with_filter_results(filter_results)
+}
+
+// ---- SCRAM credentials ------------------------------------------------------
+
+/// AlterUserScramCredentials (v0): one result per user. A user named more
+/// than once is refused with DUPLICATE_RESOURCE (nothing of it is sent);
+/// the others' items go in one call, and each user gets its first error.
+pub async fn alter_user_scram_credentials(
+    req: AlterUserScramCredentialsRequest,
+    fwd: &OnBehalf<'_>,
+) -> AlterUserScramCredentialsResponse {
+    let users: Vec<String> = req
+        .deletions
+        .iter()
+        .map(|d| d.name.to_string())
+        .chain(req.upsertions.iter().map(|u| u.name.to_string()))
+        .collect();
+    let twice: BTreeSet<String> =
+        keel_metadata::decide::duplicated_users(users.iter().map(String::as_str))
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+    let mut items: Vec<(String, KafkaError)> = Vec::new();
+    // The items sent: their users, upsertions then deletions (Keel's order).
+    let mut sent_users = Vec::new();
+    let mut upsertions = Vec::new();
+    let mut deletions = Vec::new();
+    for u in &req.upsertions {
+        let user = u.name.to_string();
+        if twice.contains(&user) {
+            continue;
+        }
+        match u32::try_from(u.iterations) {
+            Ok(iterations) => {
+                upsertions.push(pb::ScramCredentialUpsertion {
+                    user: user.clone(),
+                    mechanism: i32::from(u.mechanism),
+                    iterations,
+                    salt: u.salt.to_vec(),
+                    salted_password: u.salted_password.to_vec(),
+                });
+                sent_users.push(user);
+            }
+            Err(_) => items.push((
+                user,
+                KafkaError::new(
+                    ResponseError::UnacceptableCredential,
+                    format!("iterations {} is negative", u.iterations),
+                ),
+            )),
+        }
+    }
+    for d in &req.deletions {
+        let user = d.name.to_string();
+        if twice.contains(&user) {
+            continue;
+        }
+        deletions.push(pb::ScramCredentialDeletion {
+            user: user.clone(),
+            mechanism: i32::from(d.mechanism),
+        });
+        sent_users.push(user);
+    }
+    if !sent_users.is_empty() {
+        let c = AdminCall::AlterUserScramCredentials(pb::AlterUserScramCredentialsRequest {
+            upsertions,
+            deletions,
+        });
+        let reply = expect_reply!(call(fwd, c, deadline(0)).await, AlterUserScramCredentials);
+        let failed = whole_of(&reply, |r| r.error.as_ref());
+        let mut answers = match &reply {
+            Ok(r) => r.results.iter(),
+            Err(_) => [].iter(),
+        };
+        for user in sent_users {
+            let e = match &failed {
+                Some(e) => e.clone(),
+                None => match answers.next() {
+                    Some(a) => from_pb(a.error.as_ref()),
+                    None => KafkaError::new(
+                        ResponseError::UnknownServerError,
+                        "the controller did not answer for this item",
+                    ),
+                },
+            };
+            items.push((user, e));
+        }
+    }
+    for user in &twice {
+        let e = keel_metadata::decide::duplicate_user(user);
+        items.push((
+            user.clone(),
+            KafkaError::new(ResponseError::DuplicateResource, e.message),
+        ));
+    }
+    // Users in the order the request first names them.
+    let mut results = crate::acls::per_user(items);
+    results.sort_by_key(|(u, _)| users.iter().position(|n| n == u));
+    AlterUserScramCredentialsResponse::default().with_results(
+        results
+            .into_iter()
+            .map(|(u, e)| {
+                AlterUserScramCredentialsResult::default()
+                    .with_user(s(u))
+                    .with_error_code(e.code)
+                    .with_error_message(e.msg())
+            })
+            .collect(),
+    )
+}
+
+/// DescribeUserScramCredentials (v0): the users named (null or none:
+/// every user with a credential), each once, with its mechanisms and
+/// iterations.
+pub async fn describe_user_scram_credentials(
+    req: DescribeUserScramCredentialsRequest,
+    fwd: &OnBehalf<'_>,
+) -> DescribeUserScramCredentialsResponse {
+    let users: Vec<String> = req
+        .users
+        .iter()
+        .flatten()
+        .map(|u| u.name.to_string())
+        .collect();
+    let c =
+        AdminCall::DescribeUserScramCredentials(pb::DescribeUserScramCredentialsRequest { users });
+    let reply = expect_reply!(
+        call(fwd, c, deadline(0)).await,
+        DescribeUserScramCredentials
+    );
+    if let Some(e) = whole_of(&reply, |r| r.error.as_ref()) {
+        return DescribeUserScramCredentialsResponse::default()
+            .with_error_code(e.code)
+            .with_error_message(e.msg());
+    }
+    let Ok(r) = reply else {
+        return DescribeUserScramCredentialsResponse::default();
+    };
+    let mut seen = BTreeSet::new();
+    let results = r
+        .results
+        .into_iter()
+        .filter(|u| seen.insert(u.user.clone()))
+        .map(|u| {
+            let e = from_pb(u.error.as_ref());
+            DescribeUserScramCredentialsResult::default()
+                .with_user(s(u.user))
+                .with_error_code(e.code)
+                .with_error_message(e.msg())
+                .with_credential_infos(
+                    u.credentials
+                        .iter()
+                        .map(|c| {
+                            CredentialInfo::default()
+                                .with_mechanism(i8::try_from(c.mechanism).unwrap_or(0))
+                                .with_iterations(i32::try_from(c.iterations).unwrap_or(i32::MAX))
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    DescribeUserScramCredentialsResponse::default().with_results(results)
+}
+
 #[cfg(test)]
 mod tests {
 
@@ -1575,5 +1903,191 @@ mod tests {
         let keys = ["segment.ms".to_string()].into_iter().collect();
         let one = topic_configs(&set, &[], Some(&keys), 4);
         assert_eq!(one.len(), 1);
+    }
+
+    /// Answers each call from a script and keeps what was sent.
+    struct Scripted {
+        sent: std::sync::Mutex<Vec<AdminCall>>,
+        answer: fn(&AdminCall) -> AdminReply,
+    }
+
+    impl crate::forward::Forwarder for Scripted {
+        fn forward(
+            &self,
+            call: AdminCall,
+            _: crate::forward::Client,
+            _: Duration,
+        ) -> crate::forward::BoxFuture<'_, Result<AdminReply, ForwardError>> {
+            let reply = (self.answer)(&call);
+            self.sent.lock().unwrap().push(call);
+            Box::pin(async move { Ok(reply) })
+        }
+    }
+
+    fn run<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn scram_alterations_refuse_users_named_twice_and_answer_once_per_user() {
+        use kafka_protocol::messages::alter_user_scram_credentials_request::{
+            ScramCredentialDeletion, ScramCredentialUpsertion,
+        };
+        let fwd = Scripted {
+            sent: Default::default(),
+            answer: |_| {
+                AdminReply::AlterUserScramCredentials(pb::AlterUserScramCredentialsResponse {
+                    error: None,
+                    results: vec![
+                        pb::UserResult {
+                            user: "alice".into(),
+                            error: None,
+                        },
+                        pb::UserResult {
+                            user: "erin".into(),
+                            error: Some(pb::Error {
+                                code: ErrorCode::UnacceptableCredential.as_i32(),
+                                message: "too short".into(),
+                                leader: None,
+                            }),
+                        },
+                    ],
+                })
+            },
+        };
+        let up = |u: &str, iterations| {
+            ScramCredentialUpsertion::default()
+                .with_name(s(u))
+                .with_mechanism(2)
+                .with_iterations(iterations)
+        };
+        let req = AlterUserScramCredentialsRequest::default()
+            .with_deletions(vec![ScramCredentialDeletion::default()
+                .with_name(s("bob"))
+                .with_mechanism(1)])
+            .with_upsertions(vec![
+                up("alice", 4096),
+                up("dave", -5),
+                up("bob", 4096),
+                up("erin", 4096),
+            ]);
+        let client = crate::forward::Client::anonymous(None);
+        let on = OnBehalf {
+            forwarder: &fwd,
+            client: &client,
+        };
+        let r = run(alter_user_scram_credentials(req, &on));
+        let got: Vec<(&str, i16)> = r
+            .results
+            .iter()
+            .map(|r| (r.user.as_str(), r.error_code))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("bob", ResponseError::DuplicateResource.code()),
+                ("alice", 0),
+                ("dave", ResponseError::UnacceptableCredential.code()),
+                ("erin", ResponseError::UnacceptableCredential.code()),
+            ]
+        );
+        // Neither bob nor dave was sent.
+        let sent = fwd.sent.lock().unwrap();
+        let AdminCall::AlterUserScramCredentials(c) = &sent[0] else {
+            panic!("{sent:?}")
+        };
+        let users: Vec<&str> = c.upsertions.iter().map(|u| u.user.as_str()).collect();
+        assert_eq!(users, ["alice", "erin"]);
+        assert!(c.deletions.is_empty());
+    }
+
+    #[test]
+    fn a_delete_by_match_filter_removes_exactly_the_bindings_it_matches() {
+        use crate::acls::{PATTERN_MATCH, PATTERN_PREFIXED, RESOURCE_TOPIC};
+        use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+        use keel_metadata::acl::{AclBinding, Operation, Permission, Principal, ResourcePattern};
+        fn bindings() -> Vec<AclBinding> {
+            let b = |p, op| AclBinding {
+                principal: Principal::User("alice".into()),
+                pattern: p,
+                operation: op,
+                permission: Permission::Allow,
+            };
+            vec![
+                b(
+                    ResourcePattern::TopicPrefix("orders".into()),
+                    Operation::Create,
+                ),
+                b(
+                    ResourcePattern::Topic("payments".into()),
+                    Operation::Describe,
+                ),
+            ]
+        }
+        let fwd = Scripted {
+            sent: Default::default(),
+            answer: |c| match c {
+                AdminCall::DescribeAcls(_) => AdminReply::DescribeAcls(pb::DescribeAclsResponse {
+                    error: None,
+                    bindings: bindings()
+                        .iter()
+                        .map(keel_proto::convert::acl_binding_to_pb)
+                        .collect(),
+                }),
+                AdminCall::DeleteAcls(r) => AdminReply::DeleteAcls(pb::DeleteAclsResponse {
+                    error: None,
+                    results: r
+                        .filters
+                        .iter()
+                        .map(|_| pb::DeleteAclsResult {
+                            removed: vec![keel_proto::convert::acl_binding_to_pb(&bindings()[0])],
+                        })
+                        .collect(),
+                }),
+                other => panic!("{other:?}"),
+            },
+        };
+        let filter = DeleteAclsFilter::default()
+            .with_resource_type_filter(RESOURCE_TOPIC)
+            .with_resource_name_filter(Some(s("orders-eu")))
+            .with_pattern_type_filter(PATTERN_MATCH)
+            .with_principal_filter(None)
+            .with_host_filter(None)
+            .with_operation(1)
+            .with_permission_type(1);
+        let client = crate::forward::Client::anonymous(None);
+        let on = OnBehalf {
+            forwarder: &fwd,
+            client: &client,
+        };
+        let r = run(delete_acls(
+            DeleteAclsRequest::default().with_filters(vec![filter.clone(), filter]),
+            &on,
+        ));
+        // The second filter matched the same binding: removed once.
+        let removed: Vec<Vec<(&str, i8)>> = r
+            .filter_results
+            .iter()
+            .map(|f| {
+                f.matching_acls
+                    .iter()
+                    .map(|a| (a.resource_name.as_str(), a.pattern_type))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(removed, [vec![("orders", PATTERN_PREFIXED)], vec![]]);
+        let sent = fwd.sent.lock().unwrap();
+        let AdminCall::DeleteAcls(d) = sent.last().unwrap() else {
+            panic!("{sent:?}")
+        };
+        assert_eq!(
+            d.filters,
+            [keel_proto::convert::acl_filter_to_pb(
+                &crate::acls::exact_filter(&bindings()[0])
+            )]
+        );
     }
 }

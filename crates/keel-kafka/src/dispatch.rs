@@ -18,11 +18,12 @@ use std::ops::Deref;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    AlterConfigsRequest, AlterPartitionReassignmentsRequest, ApiKey, ApiVersionsRequest,
-    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, DescribeQuorumRequest, ElectLeadersRequest,
-    IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
-    RequestHeader, ResponseHeader,
+    AlterConfigsRequest, AlterPartitionReassignmentsRequest, AlterUserScramCredentialsRequest,
+    ApiKey, ApiVersionsRequest, CreateAclsRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteAclsRequest, DeleteTopicsRequest, DescribeAclsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, DescribeQuorumRequest, DescribeUserScramCredentialsRequest,
+    ElectLeadersRequest, IncrementalAlterConfigsRequest, ListPartitionReassignmentsRequest,
+    MetadataRequest, RequestHeader, ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -39,9 +40,11 @@ use crate::view::ClusterView;
 /// fields): ApiVersions 3+, Metadata 9+, every DescribeCluster,
 /// CreateTopics 5+, DeleteTopics 4+, CreatePartitions 2+, DescribeConfigs
 /// 4+, AlterConfigs 2+, IncrementalAlterConfigs 1+, ElectLeaders 2+, every
-/// AlterPartitionReassignments and ListPartitionReassignments. The admin
-/// APIs from CreateTopics on are forwarded to the active controller.
-pub const SERVED: [(ApiKey, i16, i16); 12] = [
+/// AlterPartitionReassignments and ListPartitionReassignments, DescribeAcls,
+/// CreateAcls and DeleteAcls 2+, every AlterUserScramCredentials and
+/// DescribeUserScramCredentials. The admin APIs from CreateTopics on are
+/// forwarded to the active controller.
+pub const SERVED: [(ApiKey, i16, i16); 17] = [
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::Metadata, 0, 13),
     (ApiKey::DescribeCluster, 0, 2),
@@ -54,6 +57,11 @@ pub const SERVED: [(ApiKey, i16, i16); 12] = [
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// What a controller's listener serves (and advertises): enough for
@@ -90,6 +98,11 @@ pub enum AdminRequest {
     ElectLeaders(ElectLeadersRequest),
     AlterPartitionReassignments(AlterPartitionReassignmentsRequest),
     ListPartitionReassignments(ListPartitionReassignmentsRequest),
+    DescribeAcls(DescribeAclsRequest),
+    CreateAcls(CreateAclsRequest),
+    DeleteAcls(DeleteAclsRequest),
+    DescribeUserScramCredentials(DescribeUserScramCredentialsRequest),
+    AlterUserScramCredentials(AlterUserScramCredentialsRequest),
 }
 
 /// An admin request waiting for the controller's answer.
@@ -328,6 +341,21 @@ fn decode_admin(api: ApiKey, buf: &mut Bytes, version: i16) -> Result<AdminReque
         ApiKey::ListPartitionReassignments => AdminRequest::ListPartitionReassignments(
             ListPartitionReassignmentsRequest::decode(buf, version).map_err(e)?,
         ),
+        ApiKey::DescribeAcls => {
+            AdminRequest::DescribeAcls(DescribeAclsRequest::decode(buf, version).map_err(e)?)
+        }
+        ApiKey::CreateAcls => {
+            AdminRequest::CreateAcls(CreateAclsRequest::decode(buf, version).map_err(e)?)
+        }
+        ApiKey::DeleteAcls => {
+            AdminRequest::DeleteAcls(DeleteAclsRequest::decode(buf, version).map_err(e)?)
+        }
+        ApiKey::DescribeUserScramCredentials => AdminRequest::DescribeUserScramCredentials(
+            DescribeUserScramCredentialsRequest::decode(buf, version).map_err(e)?,
+        ),
+        ApiKey::AlterUserScramCredentials => AdminRequest::AlterUserScramCredentials(
+            AlterUserScramCredentialsRequest::decode(buf, version).map_err(e)?,
+        ),
         other => return Err(format!("{other:?} is not an admin request forwarded here")),
     })
 }
@@ -402,6 +430,23 @@ where
             version,
             id,
             &admin::list_partition_reassignments(r, fwd).await,
+        ),
+        AdminRequest::DescribeAcls(r) => {
+            respond(api, version, id, &admin::describe_acls(r, fwd).await)
+        }
+        AdminRequest::CreateAcls(r) => respond(api, version, id, &admin::create_acls(r, fwd).await),
+        AdminRequest::DeleteAcls(r) => respond(api, version, id, &admin::delete_acls(r, fwd).await),
+        AdminRequest::DescribeUserScramCredentials(r) => respond(
+            api,
+            version,
+            id,
+            &admin::describe_user_scram_credentials(r, fwd).await,
+        ),
+        AdminRequest::AlterUserScramCredentials(r) => respond(
+            api,
+            version,
+            id,
+            &admin::alter_user_scram_credentials(r, fwd).await,
         ),
     }
 }

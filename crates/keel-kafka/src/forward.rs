@@ -28,6 +28,11 @@ pub enum AdminCall {
     ListPartitionReassignments(pb::ListPartitionReassignmentsRequest),
     AlterClusterConfigs(pb::AlterClusterConfigsRequest),
     DescribeClusterConfigs(pb::DescribeClusterConfigsRequest),
+    CreateAcls(pb::CreateAclsRequest),
+    DeleteAcls(pb::DeleteAclsRequest),
+    DescribeAcls(pb::DescribeAclsRequest),
+    AlterUserScramCredentials(pb::AlterUserScramCredentialsRequest),
+    DescribeUserScramCredentials(pb::DescribeUserScramCredentialsRequest),
 }
 
 impl AdminCall {
@@ -37,14 +42,19 @@ impl AdminCall {
         match self {
             AdminCall::DescribeTopics(_)
             | AdminCall::ListPartitionReassignments(_)
-            | AdminCall::DescribeClusterConfigs(_) => false,
+            | AdminCall::DescribeClusterConfigs(_)
+            | AdminCall::DescribeAcls(_)
+            | AdminCall::DescribeUserScramCredentials(_) => false,
             AdminCall::CreateTopics(_)
             | AdminCall::DeleteTopics(_)
             | AdminCall::CreatePartitions(_)
             | AdminCall::IncrementalAlterConfigs(_)
             | AdminCall::ElectLeaders(_)
             | AdminCall::AlterPartitionReassignments(_)
-            | AdminCall::AlterClusterConfigs(_) => true,
+            | AdminCall::AlterClusterConfigs(_)
+            | AdminCall::CreateAcls(_)
+            | AdminCall::DeleteAcls(_)
+            | AdminCall::AlterUserScramCredentials(_) => true,
         }
     }
 }
@@ -62,6 +72,11 @@ pub enum AdminReply {
     ListPartitionReassignments(pb::ListPartitionReassignmentsResponse),
     AlterClusterConfigs(pb::AlterClusterConfigsResponse),
     DescribeClusterConfigs(pb::DescribeClusterConfigsResponse),
+    CreateAcls(pb::CreateAclsResponse),
+    DeleteAcls(pb::DeleteAclsResponse),
+    DescribeAcls(pb::DescribeAclsResponse),
+    AlterUserScramCredentials(pb::AlterUserScramCredentialsResponse),
+    DescribeUserScramCredentials(pb::DescribeUserScramCredentialsResponse),
 }
 
 impl AdminReply {
@@ -79,6 +94,11 @@ impl AdminReply {
             AdminReply::ListPartitionReassignments(r) => r.error.as_ref(),
             AdminReply::AlterClusterConfigs(r) => r.error.as_ref(),
             AdminReply::DescribeClusterConfigs(r) => r.error.as_ref(),
+            AdminReply::CreateAcls(r) => r.error.as_ref(),
+            AdminReply::DeleteAcls(r) => r.error.as_ref(),
+            AdminReply::DescribeAcls(r) => r.error.as_ref(),
+            AdminReply::AlterUserScramCredentials(r) => r.error.as_ref(),
+            AdminReply::DescribeUserScramCredentials(r) => r.error.as_ref(),
         }
     }
 }

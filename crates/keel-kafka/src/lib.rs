@@ -12,6 +12,7 @@
 //! - [`server`]: framing and connections on tokio.
 
 pub mod access;
+pub mod acls;
 pub mod admin;
 mod apis;
 pub mod dispatch;

@@ -21,6 +21,8 @@ enum F {
     Uuid,
     /// A (nullable) string.
     Str,
+    /// (Nullable) bytes: a 32-bit length, compact when flexible.
+    Bytes,
     /// A (nullable) array of scalars or strings.
     Arr(&'static F),
     /// A (nullable) array of structs, each with these fields (and, in a
@@ -122,6 +124,10 @@ impl Walk<'_> {
                 Some(n) => self.skip(n),
                 None => Ok(()),
             },
+            Bytes => match self.length(true)? {
+                Some(n) => self.skip(n),
+                None => Ok(()),
+            },
             Arr(e) => {
                 for _ in 0..self.count()?.unwrap_or(0) {
                     self.field(e)?;
@@ -169,6 +175,13 @@ const REASSIGNABLE_PARTITION: &[F] = &[I32, Arr(&I32)];
 const REASSIGNABLE_TOPIC: &[F] = &[Str, Structs(REASSIGNABLE_PARTITION)];
 const QUORUM_PARTITION: &[F] = &[I32];
 const QUORUM_TOPIC: &[F] = &[Str, Structs(QUORUM_PARTITION)];
+/// DescribeAcls' body, one DeleteAcls filter and one CreateAcls creation:
+/// resource type, name, pattern type, principal, host, operation,
+/// permission.
+const ACL: &[F] = &[I8, Str, I8, Str, Str, I8, I8];
+const SCRAM_DELETION: &[F] = &[Str, I8];
+const SCRAM_UPSERTION: &[F] = &[Str, I8, I32, Bytes, Bytes];
+const SCRAM_USER: &[F] = &[Str];
 
 /// Walks the body of admin request `api` v`version` (a served one);
 /// `Err` names the first length that cannot be true.
@@ -201,6 +214,13 @@ fn walk(api: ApiKey, version: i16, body: &[u8]) -> Result<usize, String> {
         ApiKey::AlterPartitionReassignments => (true, vec![I32, Structs(REASSIGNABLE_TOPIC)]),
         ApiKey::ListPartitionReassignments => (true, vec![I32, Structs(TOPIC_PARTITIONS)]),
         ApiKey::DescribeQuorum => (true, vec![Structs(QUORUM_TOPIC)]),
+        ApiKey::DescribeAcls => (version >= 2, ACL.to_vec()),
+        ApiKey::CreateAcls | ApiKey::DeleteAcls => (version >= 2, vec![Structs(ACL)]),
+        ApiKey::AlterUserScramCredentials => (
+            true,
+            vec![Structs(SCRAM_DELETION), Structs(SCRAM_UPSERTION)],
+        ),
+        ApiKey::DescribeUserScramCredentials => (true, vec![Structs(SCRAM_USER)]),
         other => return Err(format!("{other:?} has no shape here")),
     };
     let mut w = Walk {
@@ -317,6 +337,43 @@ mod tests {
                     .with_topic_name(TopicName(st("__cluster_metadata")))
                     .with_partitions(vec![describe_quorum_request::PartitionData::default()]),
             ])),
+            ApiKey::DescribeAcls => enc(DescribeAclsRequest::default()
+                .with_resource_name_filter(Some(st("orders")))
+                .with_principal_filter(Some(st("User:alice")))
+                .with_host_filter(None)),
+            ApiKey::CreateAcls => enc(CreateAclsRequest::default().with_creations(vec![
+                create_acls_request::AclCreation::default()
+                    .with_resource_name(st("orders"))
+                    .with_principal(st("User:alice"))
+                    .with_host(st("*")),
+                create_acls_request::AclCreation::default(),
+            ])),
+            ApiKey::DeleteAcls => enc(DeleteAclsRequest::default().with_filters(vec![
+                delete_acls_request::DeleteAclsFilter::default()
+                    .with_resource_name_filter(Some(st("orders")))
+                    .with_principal_filter(None),
+                delete_acls_request::DeleteAclsFilter::default(),
+            ])),
+            ApiKey::AlterUserScramCredentials => enc(AlterUserScramCredentialsRequest::default()
+                .with_deletions(vec![
+                    alter_user_scram_credentials_request::ScramCredentialDeletion::default()
+                        .with_name(st("bob"))
+                        .with_mechanism(1),
+                ])
+                .with_upsertions(vec![
+                    alter_user_scram_credentials_request::ScramCredentialUpsertion::default()
+                        .with_name(st("alice"))
+                        .with_mechanism(2)
+                        .with_iterations(4096)
+                        .with_salt(bytes::Bytes::from_static(b"salt"))
+                        .with_salted_password(bytes::Bytes::from(vec![7u8; 64])),
+                ])),
+            ApiKey::DescribeUserScramCredentials => enc(
+                DescribeUserScramCredentialsRequest::default().with_users(Some(vec![
+                    describe_user_scram_credentials_request::UserName::default()
+                        .with_name(st("alice")),
+                ])),
+            ),
             other => panic!("{other:?} is not forwarded"),
         }
     }
@@ -349,5 +406,11 @@ mod tests {
         // The same in a flexible version.
         let b = [2, 2, b'a', 0, 0, 0, 1, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x07];
         assert!(check(ApiKey::CreateTopics, 5, &b).is_err());
+        // A salted password claiming more bytes than are left.
+        let b = [1, 2, 2, b'a', 2, 0, 0, 16, 0, 2, b's', 0xff, 0xff, 0x03];
+        assert!(check(ApiKey::AlterUserScramCredentials, 0, &b).is_err());
+        // DescribeAcls v1: a resource name of 32767 bytes in 3.
+        let b = [2, 0x7f, 0xff, 0, 0, 0];
+        assert!(check(ApiKey::DescribeAcls, 1, &b).is_err());
     }
 }

@@ -212,7 +212,168 @@ fn admin_request() -> impl Strategy<Value = (ApiKey, i16, Vec<u8>)> {
                 frame(ApiKey::ElectLeaders, v, &body),
             )
         });
-    prop_oneof![create, delete, alter, elect]
+    prop_oneof![create, delete, alter, elect, acl_request(), scram_request()]
+}
+
+/// One ACL's fields, each code from a little below to a little above
+/// Kafka's range: (resource type, name, pattern type, principal, host,
+/// operation, permission).
+type AclFields = (
+    i8,
+    Option<String>,
+    i8,
+    Option<String>,
+    Option<String>,
+    i8,
+    i8,
+);
+
+fn acl_fields() -> impl Strategy<Value = AclFields> {
+    (
+        -1i8..9,
+        proptest::option::of(prop_oneof![
+            Just("*".to_string()),
+            Just("kafka-cluster".to_string()),
+            "[a-z]{0,4}"
+        ]),
+        -1i8..6,
+        proptest::option::of(prop_oneof![
+            Just("User:alice".to_string()),
+            Just("User:*".to_string()),
+            "[A-Za-z:]{0,8}"
+        ]),
+        proptest::option::of(prop_oneof![Just("*".to_string()), "[0-9.]{0,4}"]),
+        -1i8..16,
+        -1i8..5,
+    )
+}
+
+/// DescribeAcls, CreateAcls, DeleteAcls at every served version.
+fn acl_request() -> impl Strategy<Value = (ApiKey, i16, Vec<u8>)> {
+    (0..3, 1i16..=3, vec(acl_fields(), 0..4)).prop_map(|(which, v, acls)| {
+        let or_empty = |x: &Option<String>| s(x.clone().unwrap_or_default());
+        match which {
+            0 => {
+                let (t, n, p, pr, h, op, perm) = acls
+                    .first()
+                    .cloned()
+                    .unwrap_or((1, None, 1, None, None, 1, 1));
+                let body = DescribeAclsRequest::default()
+                    .with_resource_type_filter(t)
+                    .with_resource_name_filter(n.map(s))
+                    .with_pattern_type_filter(p)
+                    .with_principal_filter(pr.map(s))
+                    .with_host_filter(h.map(s))
+                    .with_operation(op)
+                    .with_permission_type(perm);
+                (
+                    ApiKey::DescribeAcls,
+                    v,
+                    frame(ApiKey::DescribeAcls, v, &body),
+                )
+            }
+            1 => {
+                let body = CreateAclsRequest::default().with_creations(
+                    acls.iter()
+                        .map(|(t, n, p, pr, h, op, perm)| {
+                            create_acls_request::AclCreation::default()
+                                .with_resource_type(*t)
+                                .with_resource_name(or_empty(n))
+                                .with_resource_pattern_type(*p)
+                                .with_principal(or_empty(pr))
+                                .with_host(or_empty(h))
+                                .with_operation(*op)
+                                .with_permission_type(*perm)
+                        })
+                        .collect(),
+                );
+                (ApiKey::CreateAcls, v, frame(ApiKey::CreateAcls, v, &body))
+            }
+            _ => {
+                let body = DeleteAclsRequest::default().with_filters(
+                    acls.into_iter()
+                        .map(|(t, n, p, pr, h, op, perm)| {
+                            delete_acls_request::DeleteAclsFilter::default()
+                                .with_resource_type_filter(t)
+                                .with_resource_name_filter(n.map(s))
+                                .with_pattern_type_filter(p)
+                                .with_principal_filter(pr.map(s))
+                                .with_host_filter(h.map(s))
+                                .with_operation(op)
+                                .with_permission_type(perm)
+                        })
+                        .collect(),
+                );
+                (ApiKey::DeleteAcls, v, frame(ApiKey::DeleteAcls, v, &body))
+            }
+        }
+    })
+}
+
+/// AlterUserScramCredentials and DescribeUserScramCredentials (v0), users
+/// sometimes named twice.
+fn scram_request() -> impl Strategy<Value = (ApiKey, i16, Vec<u8>)> {
+    let user = prop_oneof![Just("bob".to_string()), "[a-z]{0,3}"];
+    let alter = (
+        vec((user.clone(), -1i8..4), 0..3),
+        vec(
+            (
+                user.clone(),
+                -1i8..4,
+                prop_oneof![Just(4096i32), -2i32..20000],
+                vec(any::<u8>(), 0..8),
+                vec(any::<u8>(), 0..66),
+            ),
+            0..3,
+        ),
+    )
+        .prop_map(|(dels, ups)| {
+            use alter_user_scram_credentials_request::{
+                ScramCredentialDeletion, ScramCredentialUpsertion,
+            };
+            let body = AlterUserScramCredentialsRequest::default()
+                .with_deletions(
+                    dels.into_iter()
+                        .map(|(u, m)| {
+                            ScramCredentialDeletion::default()
+                                .with_name(s(u))
+                                .with_mechanism(m)
+                        })
+                        .collect(),
+                )
+                .with_upsertions(
+                    ups.into_iter()
+                        .map(|(u, m, i, salt, salted)| {
+                            ScramCredentialUpsertion::default()
+                                .with_name(s(u))
+                                .with_mechanism(m)
+                                .with_iterations(i)
+                                .with_salt(Bytes::from(salt))
+                                .with_salted_password(Bytes::from(salted))
+                        })
+                        .collect(),
+                );
+            (
+                ApiKey::AlterUserScramCredentials,
+                0,
+                frame(ApiKey::AlterUserScramCredentials, 0, &body),
+            )
+        });
+    let describe = proptest::option::of(vec(user, 0..3)).prop_map(|users| {
+        let body = DescribeUserScramCredentialsRequest::default().with_users(users.map(|us| {
+            us.into_iter()
+                .map(|u| {
+                    describe_user_scram_credentials_request::UserName::default().with_name(s(u))
+                })
+                .collect()
+        }));
+        (
+            ApiKey::DescribeUserScramCredentials,
+            0,
+            frame(ApiKey::DescribeUserScramCredentials, 0, &body),
+        )
+    });
+    prop_oneof![alter, describe]
 }
 
 /// A frame's answer decodes in full at `version`; `Err` says why not.
@@ -239,6 +400,15 @@ fn decodes(api: ApiKey, version: i16, frame: &Bytes) -> Result<(), String> {
         }
         ApiKey::ListPartitionReassignments => {
             ListPartitionReassignmentsResponse::decode(&mut b, version).map(|_| ())
+        }
+        ApiKey::DescribeAcls => DescribeAclsResponse::decode(&mut b, version).map(|_| ()),
+        ApiKey::CreateAcls => CreateAclsResponse::decode(&mut b, version).map(|_| ()),
+        ApiKey::DeleteAcls => DeleteAclsResponse::decode(&mut b, version).map(|_| ()),
+        ApiKey::AlterUserScramCredentials => {
+            AlterUserScramCredentialsResponse::decode(&mut b, version).map(|_| ())
+        }
+        ApiKey::DescribeUserScramCredentials => {
+            DescribeUserScramCredentialsResponse::decode(&mut b, version).map(|_| ())
         }
         // Mutated into a view-only API: frames.rs checks those bodies.
         _ => Ok(()),

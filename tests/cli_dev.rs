@@ -27,6 +27,22 @@ impl Drop for Cleanup {
     }
 }
 
+/// The pids of processes whose command line names a path under `dir`
+/// (its nodes' data dirs), as pgrep lists them; empty when none.
+fn nodes_under(dir: &str) -> String {
+    let out = Command::new("pgrep")
+        .args(["-f", "--", &format!("{dir}/")])
+        .output()
+        .expect("run pgrep");
+    // 0: some found, 1: none; anything else is pgrep failing.
+    assert!(
+        matches!(out.status.code(), Some(0 | 1)),
+        "pgrep: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
 fn keel_ok(args: &[&str]) {
     let out = Command::new(keel_bin())
         .args(args)
@@ -252,13 +268,48 @@ fn sighup_stops_the_dev_cluster_and_leaves_no_node_running() {
     let said = std::fs::read_to_string(dir.with_extension("stderr")).unwrap();
     assert!(status.success(), "{status}: {said}");
     assert!(said.contains("stopped; nothing left running."), "{said}");
-    let left = Command::new("pgrep")
-        .args(["-f", &format!("--data-dir {marker}")])
-        .output()
+    let left = nodes_under(&marker);
+    assert!(left.is_empty(), "nodes still running: {left}");
+}
+
+/// `keel dev` SIGKILLed (or killed by the OOM killer) cannot stop anything
+/// itself: its nodes notice their parent is gone and stop, and the next
+/// `keel dev` on the same addresses starts.
+#[test]
+fn nodes_die_with_a_killed_keel_dev_and_the_next_one_starts() {
+    let _one = DEV.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("dev");
+    let marker = dir.display().to_string();
+    let _cleanup = Cleanup(marker.clone());
+    let mut dev = start_dev(&dir);
+    let nodes_left = || nodes_under(&marker);
+    assert!(!nodes_left().is_empty(), "no node of {marker} seen running");
+    dev.kill().unwrap();
+    dev.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !nodes_left().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "nodes outlived keel dev: {}",
+            nodes_left()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The addresses are free again: a new dev cluster comes up and stops.
+    let tmp2 = tempfile::tempdir().unwrap();
+    let dir2 = tmp2.path().join("dev");
+    let _cleanup2 = Cleanup(dir2.display().to_string());
+    let mut again = start_dev(&dir2);
+    let group = format!("-{}", again.id());
+    let sent = Command::new("kill")
+        .args(["-INT", "--", &group])
+        .status()
         .unwrap();
-    assert!(
-        left.stdout.is_empty(),
-        "nodes still running: {}",
-        String::from_utf8_lossy(&left.stdout)
-    );
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while again.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "keel dev did not stop");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -282,6 +282,7 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
     keel_broker::metrics::describe();
     logging::build_info("broker");
     logging::raise_fd_limit();
+    logging::exit_with_parent();
     crate::tls::reload_on_sighup(&config.transport, keel_tls::Role::Broker(config.broker_id));
     let broker = match Broker::start(config).await {
         Ok(b) => b,

@@ -481,6 +481,7 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     keel_controller::metric_names::describe();
     logging::build_info("controller");
     logging::raise_fd_limit();
+    logging::exit_with_parent();
     let unsafe_features = crate::unsafe_features();
     if !unsafe_features.is_empty() {
         tracing::warn!(features = ?unsafe_features, "this is a deliberately unsafe build");

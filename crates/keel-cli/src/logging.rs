@@ -92,6 +92,44 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Set by whoever starts a node and wants no node to outlive it (the
+/// cluster kit: `keel dev`, the tests, the bench and the fault harness).
+pub const EXIT_WITH_PARENT_ENV: &str = "KEEL_EXIT_WITH_PARENT";
+
+/// With [`EXIT_WITH_PARENT_ENV`] set, a thread watches the process's
+/// parent: once it is gone (the process was handed to another parent, as
+/// when `keel dev` is SIGKILLed or its terminal closes), the node stops in
+/// order (SIGTERM to itself), and exits anyway 15 s later if that hangs.
+/// A thread rather than `PR_SET_PDEATHSIG`, which fires when the thread
+/// that started the node exits, not its process.
+pub fn exit_with_parent() {
+    if std::env::var_os(EXIT_WITH_PARENT_ENV).is_none() {
+        return;
+    }
+    // SAFETY: getppid has no preconditions and cannot fail.
+    let parent = unsafe { libc::getppid() };
+    let watch = move || loop {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        // SAFETY: as above.
+        if unsafe { libc::getppid() } == parent {
+            continue;
+        }
+        tracing::warn!(parent, "the process that started this node is gone; stopping");
+        // SAFETY: a signal to this very process, whose handlers stop it in
+        // order.
+        unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+        std::thread::sleep(std::time::Duration::from_secs(15));
+        tracing::error!("still running 15 s after its parent went; exiting");
+        std::process::exit(1);
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("parent-watch".into())
+        .spawn(watch)
+    {
+        tracing::warn!(error = %e, "cannot watch the parent process");
+    }
+}
+
 /// Raises the process's open-file limit (soft) to its hard limit: a node
 /// holds a connection per client, peer and broker, and a default soft
 /// limit of 1,024 is reached long before the machine's. Logs the outcome.

@@ -80,6 +80,9 @@ impl Process {
         for (k, v) in &self.launch.env {
             cmd.env(k, v);
         }
+        // No node outlives the process that started it (`keel dev` killed,
+        // a test process gone): the node watches its parent.
+        cmd.env("KEEL_EXIT_WITH_PARENT", "1");
         if self.launch.own_process_group {
             std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         }

@@ -299,11 +299,16 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
         e = broker.failed() => {
             tracing::error!(error = %format!("{e:#}"), "broker stopped");
             eprintln!("error: {e:#}");
+            logging::exit_if_stuck("the broker failed", logging::SHUTDOWN_BOUND);
             let _ = broker.shutdown(false).await;
             return ExitCode::from(EXIT_LOCAL);
         }
     }
     tracing::info!("shutting down (controlled)");
+    logging::exit_if_stuck(
+        "asked to stop",
+        keel_broker::CONTROLLED_SHUTDOWN_TIMEOUT + logging::SHUTDOWN_BOUND,
+    );
     match broker.shutdown(true).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -529,11 +529,15 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
                     Ok(()) if metrics.has_changed().is_err() => {
                         Some("the Raft core is gone".to_string())
                     }
+                    Ok(()) if node.shared().disk.gone() => {
+                        Some("the data dir is gone".to_string())
+                    }
                     Ok(()) => None,
                 };
                 if let Some(e) = stopped {
                     tracing::error!(error = %e, "raft stopped; exiting");
                     eprintln!("error: raft stopped: {e}");
+                    logging::exit_if_stuck("the Raft core stopped", logging::SHUTDOWN_BOUND);
                     let _ = node.shutdown().await;
                     return ExitCode::from(EXIT_LOCAL);
                 }
@@ -541,6 +545,7 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
         }
     }
     tracing::info!("shutting down");
+    logging::exit_if_stuck("asked to stop", logging::SHUTDOWN_BOUND);
     let _ = http_stop.send(true);
     let _ = node.shutdown().await;
     ExitCode::SUCCESS

@@ -26,6 +26,10 @@ pub const EXIT_REFUSED: u8 = 1;
 pub const EXIT_UNREACHABLE: u8 = 3;
 /// Exit code: a local failure (data dir, bind, config).
 pub const EXIT_LOCAL: u8 = 4;
+/// Exit code of a node whose orderly shutdown did not finish in time (a
+/// storage call that never returns, a flush that hangs): it exits anyway,
+/// so a supervisor can restart it and its port is free.
+pub const EXIT_STUCK: u8 = 5;
 
 /// `keel --version`. A build with a deliberately unsafe feature says so
 /// here (test harnesses refuse to run it by mistake) and at every start.

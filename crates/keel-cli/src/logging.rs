@@ -114,7 +114,10 @@ pub fn exit_with_parent() {
         if unsafe { libc::getppid() } == parent {
             continue;
         }
-        tracing::warn!(parent, "the process that started this node is gone; stopping");
+        tracing::warn!(
+            parent,
+            "the process that started this node is gone; stopping"
+        );
         // SAFETY: a signal to this very process, whose handlers stop it in
         // order.
         unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
@@ -127,6 +130,36 @@ pub fn exit_with_parent() {
         .spawn(watch)
     {
         tracing::warn!(error = %e, "cannot watch the parent process");
+    }
+}
+
+/// The longest a node's orderly shutdown may take before it exits anyway.
+pub const SHUTDOWN_BOUND: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Called when a node starts to stop: a thread that, if the process is
+/// still here after `bound` (its shutdown or a drop hangs, e.g. on a disk
+/// that never answers), exits with [`crate::EXIT_STUCK`]. A node that is
+/// stuck is worse than one that exits: its supervisor never restarts it
+/// and it holds its port.
+pub fn exit_if_stuck(why: &'static str, bound: std::time::Duration) {
+    let watch = move || {
+        std::thread::sleep(bound);
+        tracing::error!(
+            reason = why,
+            bound_s = bound.as_secs(),
+            "shutdown did not finish; exiting anyway"
+        );
+        eprintln!(
+            "error: shutdown ({why}) did not finish within {} s; exiting",
+            bound.as_secs()
+        );
+        std::process::exit(i32::from(crate::EXIT_STUCK));
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("shutdown-watch".into())
+        .spawn(watch)
+    {
+        tracing::warn!(error = %e, "cannot bound the shutdown");
     }
 }
 

@@ -48,9 +48,18 @@ pub struct DiskWatch {
     total: AtomicU64,
     reserve: AtomicU64,
     low: AtomicBool,
+    /// The data dir itself is gone (deleted under the running node): its
+    /// files live on only as unlinked inodes, so nothing written from now
+    /// on survives a restart. The node must stop.
+    gone: AtomicBool,
 }
 
 impl DiskWatch {
+    /// Whether the data dir was found gone (see the field).
+    pub fn gone(&self) -> bool {
+        self.gone.load(Ordering::Relaxed)
+    }
+
     /// (free, total, reserve) bytes as last measured (0s before the first).
     pub fn figures(&self) -> (u64, u64, u64) {
         (
@@ -125,6 +134,11 @@ pub async fn watch_disk(
                 total,
                 reserve.unwrap_or_else(|| default_reserve(total)),
             ),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::error!(dir = %dir.display(), error = %e, "the data dir is gone: nothing written now would survive a restart; stopping");
+                watch.gone.store(true, Ordering::Relaxed);
+                return;
+            }
             Ok(Err(e)) => {
                 tracing::warn!(dir = %dir.display(), error = %e, "cannot measure the data dir's free space")
             }

@@ -112,7 +112,11 @@ seed="${KEEL_JEPSEN_SEED:-$(( $(date +%s) % 100000 ))}"
 failed=()
 # Every run speaks mutual TLS (the default of keel jepsen). The intruder
 # (bad certificates, a user without ACLs) rides along with the zombie run:
-# it needs no fault window of its own. The power run's first window cuts
+# it needs no fault window of its own. The intruder nemesis gives the
+# brokers Kafka listeners (SASL_SSL-ready) even with the gRPC workload and
+# attacks them too: plaintext bytes, a foreign CA's and a broker's
+# certificates, a wrong SCRAM password, a SCRAM user without ACLs, a
+# replayed SCRAM client-final. The power run's first window cuts
 # every controller at once.
 # The newer families share two runs: network shapes (one-way cuts, a
 # bridge, the leader isolated with or without brokers, a voter removed and
@@ -131,8 +135,9 @@ for family in partition kill pause zombie,intruder power disk \
   fi
   seed=$((seed + 1))
 done
-# The same workload through the brokers' Kafka listeners (Kafka's protocol,
-# plaintext, forwarded to the active controller), through cuts and kills.
+# The same workload through the brokers' Kafka listeners (Kafka's protocol
+# over SASL_SSL as the SCRAM user User:jepsen-client with ACLs for just the
+# workload, forwarded to the active controller), through cuts and kills.
 echo "=== jepsen: --client kafka, nemesis partition,kill (seed $seed) ==="
 if ! "$bin" jepsen --client kafka --time-limit 30 --fault-secs 8 --heal-secs 6 \
     --nemesis partition,kill --seed "$seed" --results-dir "$results" "$@"; then

@@ -59,8 +59,11 @@ pub struct JepsenArgs {
     plaintext: bool,
     /// What the workload's clients speak: `grpc` (Keel's admin API on the
     /// controllers) or `kafka` (Kafka's protocol on a Kafka listener that
-    /// every broker then gets, plaintext, forwarding admin requests to the
-    /// active controller). Final reads and probes always use gRPC.
+    /// every broker then gets, forwarding admin requests to the active
+    /// controller: SASL_SSL as the SCRAM user `User:jepsen-client`, with
+    /// ACLs for just the workload, or plaintext with --plaintext). Final
+    /// reads and probes always use gRPC. The intruder nemesis gives the
+    /// brokers Kafka listeners too, and attacks them.
     #[arg(long, default_value = "grpc", value_parser = ["grpc", "kafka"])]
     client: String,
 }

@@ -57,12 +57,16 @@ pub fn spec(exe: PathBuf, run_dir: &Path, brokers: usize, tls: bool, lazyfs: boo
 }
 
 /// `spec` with a Kafka listener on every broker (`--kafka-listen <broker ip>:9094`,
-/// TLS on TLS runs) when `on`.
-pub fn with_kafka(spec: Spec, on: bool) -> Spec {
-    if on {
-        spec.kafka(KafkaPorts::Fixed(KAFKA_PORT))
-    } else {
-        spec
+/// TLS on TLS runs) when `on`. On TLS runs (`tls`) the listeners request a
+/// client certificate instead of requiring one, so clients may log in with
+/// SASL SCRAM over TLS (SASL_SSL) as the Kafka workload does.
+pub fn with_kafka(spec: Spec, on: bool, tls: bool) -> Spec {
+    match (on, tls) {
+        (false, _) => spec,
+        (true, false) => spec.kafka(KafkaPorts::Fixed(KAFKA_PORT)),
+        (true, true) => spec
+            .kafka(KafkaPorts::Fixed(KAFKA_PORT))
+            .broker_flags(&["--kafka-ssl-client-auth", "requested"]),
     }
 }
 
@@ -110,12 +114,26 @@ mod tests {
     #[test]
     fn kafka_runs_give_every_broker_a_kafka_listener_on_its_own_address() {
         let dir = tempfile::tempdir().unwrap();
-        let spec = with_kafka(spec("/bin/keel".into(), dir.path(), 3, false, false), true);
+        let spec = with_kafka(
+            spec("/bin/keel".into(), dir.path(), 3, false, false),
+            true,
+            false,
+        );
         let c = Cluster::new(spec).unwrap();
         assert_eq!(
             c.kafka_addrs(),
             ["127.0.2.21:9094", "127.0.2.22:9094", "127.0.2.23:9094"]
         );
+        // TLS runs request a client certificate (SASL_SSL logins need none).
+        let tls = with_kafka(
+            super::spec("/bin/keel".into(), dir.path(), 3, true, false),
+            true,
+            true,
+        );
+        assert!(tls
+            .broker_flags
+            .windows(2)
+            .any(|w| w == ["--kafka-ssl-client-auth", "requested"]));
     }
 
     #[test]

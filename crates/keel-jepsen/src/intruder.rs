@@ -22,6 +22,12 @@
 //!   to a controller and a LeaderAndIsr with a huge controller epoch to a
 //!   broker.
 //!
+//! When the brokers have Kafka listeners (the intruder nemesis turns them
+//! on), each round also attacks one of them ([`crate::kafka_intruder`]):
+//! plaintext bytes, a foreign CA's certificate, a broker's certificate, a
+//! wrong SCRAM password, a SCRAM user without ACLs and a replayed SCRAM
+//! client-final (`kafka_*` credentials).
+//!
 //! Every attempt and its answer lands in `intruder.jsonl`. An answer is
 //! `refused` (PermissionDenied, an authorization error code, or a TLS
 //! handshake the server aborted), `errored` (no verdict: a transport error
@@ -104,6 +110,34 @@ pub enum Credential {
     ForeignCa,
     WrongBroker,
     NoAcls,
+    /// The Kafka listeners' attacks ([`crate::kafka_intruder`]).
+    KafkaPlaintext,
+    KafkaForeignCa,
+    KafkaNodeCert,
+    KafkaWrongPassword,
+    KafkaNoAcls,
+    KafkaReplay,
+}
+
+impl Credential {
+    /// The attacks on the Kafka listeners: each must be refused at least
+    /// once in a run that makes them.
+    pub const KAFKA: [Credential; 6] = [
+        Credential::KafkaPlaintext,
+        Credential::KafkaForeignCa,
+        Credential::KafkaNodeCert,
+        Credential::KafkaWrongPassword,
+        Credential::KafkaNoAcls,
+        Credential::KafkaReplay,
+    ];
+
+    /// Its name in `intruder.jsonl` (`kafka_replay`).
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default()
+    }
 }
 
 /// How the cluster answered an attempt.
@@ -385,6 +419,8 @@ pub struct Intruder {
     pub names: usize,
     pub start: Instant,
     pub attempts: Arc<Mutex<Vec<Attempt>>>,
+    /// The attacks on the brokers' Kafka listeners, when they have some.
+    pub kafka: Option<crate::kafka_intruder::KafkaAttacks>,
 }
 
 impl Intruder {
@@ -489,6 +525,21 @@ impl Intruder {
         self.wrong_broker(&active, y, y_epoch, p.as_ref()).await;
         self.no_acls(round, &active, &target, y, y_epoch, p.as_ref())
             .await;
+        if let Some(k) = &self.kafka {
+            k.round(round, &target, |a| {
+                self.attempts.lock().unwrap().push(Attempt {
+                    at_ms: a.sent.saturating_duration_since(self.start).as_secs_f64() * 1000.0,
+                    credential: a.credential,
+                    identity: a.identity,
+                    request: a.request,
+                    target: a.target,
+                    node: a.node,
+                    answer: a.answer.0,
+                    detail: a.answer.1,
+                })
+            })
+            .await;
+        }
     }
 
     async fn foreign_ca(&self, round: u32, active: &str, target: &str, y: u32) {
@@ -1264,14 +1315,27 @@ pub fn counts(attempts: &[Attempt]) -> (usize, usize, usize) {
     (c(Answer::Refused), c(Answer::Errored), c(Answer::Accepted))
 }
 
-/// The intruder checker: valid when attempts were made, none was accepted,
-/// and nothing the intruder tried shows in `after` compared with `before`
-/// or in the brokers' histories.
+/// [`check_with_kafka`] of a run without Kafka listeners.
 pub fn check(
     attempts: &[Attempt],
     before: Option<&State>,
     after: Option<&State>,
     histories: &BTreeMap<u32, Vec<BrokerEvent>>,
+) -> (bool, Value) {
+    check_with_kafka(attempts, before, after, histories, false)
+}
+
+/// The intruder checker: valid when attempts were made, none was accepted,
+/// nothing the intruder tried shows in `after` compared with `before` or
+/// in the brokers' histories, and, when the run has Kafka listeners
+/// (`kafka`), every kind of Kafka attack was refused at least once (an
+/// attack never answered proves nothing).
+pub fn check_with_kafka(
+    attempts: &[Attempt],
+    before: Option<&State>,
+    after: Option<&State>,
+    histories: &BTreeMap<u32, Vec<BrokerEvent>>,
+    kafka: bool,
 ) -> (bool, Value) {
     let (refused, errored, accepted) = counts(attempts);
     let mut violations: Vec<Value> = Vec::new();
@@ -1281,6 +1345,23 @@ pub fn check(
     let mut unknown = Vec::new();
     if attempts.is_empty() {
         unknown.push("the intruder made no attempt: it proves nothing".to_string());
+    }
+    if kafka {
+        for kind in Credential::KAFKA {
+            let of = |answer: Option<Answer>| {
+                attempts
+                    .iter()
+                    .filter(|a| a.credential == kind && answer.is_none_or(|x| a.answer == x))
+                    .count()
+            };
+            if of(Some(Answer::Refused)) == 0 {
+                unknown.push(format!(
+                    "no {} attempt was refused ({} made): the Kafka listeners' check is unproven",
+                    kind.name(),
+                    of(None)
+                ));
+            }
+        }
     }
     match (before, after) {
         (Some(b), Some(a)) => state_violations(b, a, &mut violations),
@@ -1452,6 +1533,137 @@ mod tests {
         assert_eq!(classify_cert(&down, true).0, Answer::Errored);
         let answered: Result<(), tonic::Status> = Ok(());
         assert_eq!(classify_cert(&answered, true).0, Answer::Accepted);
+    }
+
+    fn kafka_attempt(credential: Credential, answer: Answer) -> Attempt {
+        Attempt {
+            at_ms: 1.0,
+            credential,
+            identity: "User:intruder-scram (replayed client-final)".into(),
+            request: "SaslAuthenticate".into(),
+            target: format!("{CREATE_PREFIX}kr0"),
+            node: "127.0.2.21:9094".into(),
+            answer,
+            detail: String::new(),
+        }
+    }
+
+    fn every_kafka_attack_refused() -> Vec<Attempt> {
+        Credential::KAFKA
+            .iter()
+            .map(|c| kafka_attempt(*c, Answer::Refused))
+            .collect()
+    }
+
+    #[test]
+    fn kafka_attacks_all_refused_and_nothing_written_pass() {
+        let state = State::default();
+        let before = State {
+            topics: targets()
+                .into_iter()
+                .map(|t| (t, TopicState::default()))
+                .collect(),
+            ..state
+        };
+        let (valid, detail) = check_with_kafka(
+            &every_kafka_attack_refused(),
+            Some(&before),
+            Some(&before),
+            &BTreeMap::new(),
+            true,
+        );
+        assert!(valid, "{detail}");
+    }
+
+    #[test]
+    fn an_accepted_kafka_replay_fails_the_intruder_checker() {
+        let before = State {
+            topics: targets()
+                .into_iter()
+                .map(|t| (t, TopicState::default()))
+                .collect(),
+            ..State::default()
+        };
+        let mut attempts = every_kafka_attack_refused();
+        attempts.push(kafka_attempt(Credential::KafkaReplay, Answer::Accepted));
+        let (valid, detail) = check_with_kafka(
+            &attempts,
+            Some(&before),
+            Some(&before),
+            &BTreeMap::new(),
+            true,
+        );
+        assert!(!valid);
+        assert_eq!(detail["accepted"], 1);
+        assert_eq!(detail["violation_count"], 1);
+    }
+
+    #[test]
+    fn a_topic_made_by_a_kafka_attack_fails_the_intruder_checker_even_if_refused() {
+        let before = State {
+            topics: targets()
+                .into_iter()
+                .map(|t| (t, TopicState::default()))
+                .collect(),
+            ..State::default()
+        };
+        let mut after = before.clone();
+        after
+            .topics
+            .insert(format!("{CREATE_PREFIX}kp3"), TopicState::default());
+        let (valid, detail) = check_with_kafka(
+            &every_kafka_attack_refused(),
+            Some(&before),
+            Some(&after),
+            &BTreeMap::new(),
+            true,
+        );
+        assert!(!valid);
+        assert!(
+            detail["violations"][0]["intruder_topic_exists"].is_object(),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn a_kafka_attack_never_refused_leaves_the_intruder_checker_unconvinced() {
+        let before = State {
+            topics: targets()
+                .into_iter()
+                .map(|t| (t, TopicState::default()))
+                .collect(),
+            ..State::default()
+        };
+        let mut attempts: Vec<Attempt> = every_kafka_attack_refused()
+            .into_iter()
+            .filter(|a| a.credential != Credential::KafkaNodeCert)
+            .collect();
+        attempts.push(kafka_attempt(Credential::KafkaNodeCert, Answer::Errored));
+        let (valid, detail) = check_with_kafka(
+            &attempts,
+            Some(&before),
+            Some(&before),
+            &BTreeMap::new(),
+            true,
+        );
+        assert!(!valid);
+        assert!(detail["cannot_tell"][0]
+            .as_str()
+            .unwrap()
+            .contains("kafka_node_cert"));
+        // A run without Kafka listeners asks for none.
+        let grpc_only = vec![Attempt {
+            credential: Credential::NoAcls,
+            ..kafka_attempt(Credential::NoAcls, Answer::Refused)
+        }];
+        let (valid, detail) = check_with_kafka(
+            &grpc_only,
+            Some(&before),
+            Some(&before),
+            &BTreeMap::new(),
+            false,
+        );
+        assert!(valid, "{detail}");
     }
 
     #[test]

@@ -152,23 +152,23 @@ impl Client {
 }
 
 /// Kafka's resource type of a topic (`ConfigResource.Type`).
-const RESOURCE_TOPIC: i8 = 2;
+pub(crate) const RESOURCE_TOPIC: i8 = 2;
 /// DescribeConfigs' source of a config set on the topic itself.
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 /// IncrementalAlterConfigs operations.
-const OP_SET: i8 = 0;
+pub(crate) const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
 /// ElectLeaders' preferred election.
 const ELECTION_PREFERRED: i8 = 0;
 
 /// Request versions sent: the newest the listener serves of each, so
 /// CreateTopics and Metadata carry topic ids.
-const V_CREATE_TOPICS: i16 = 7;
-const V_DELETE_TOPICS: i16 = 6;
+pub(crate) const V_CREATE_TOPICS: i16 = 7;
+pub(crate) const V_DELETE_TOPICS: i16 = 6;
 const V_METADATA: i16 = 12;
 const V_DESCRIBE_CONFIGS: i16 = 4;
 const V_CREATE_PARTITIONS: i16 = 3;
-const V_INCREMENTAL_ALTER_CONFIGS: i16 = 1;
+pub(crate) const V_INCREMENTAL_ALTER_CONFIGS: i16 = 1;
 const V_ELECT_LEADERS: i16 = 2;
 const V_ALTER_REASSIGNMENTS: i16 = 0;
 
@@ -176,11 +176,11 @@ const V_ALTER_REASSIGNMENTS: i16 = 0;
 const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 /// The SASL mechanism of [`KafkaSecurity::sasl`] logins.
-const SASL_MECHANISM: ScramMechanism = ScramMechanism::Sha512;
+pub(crate) const SASL_MECHANISM: ScramMechanism = ScramMechanism::Sha512;
 /// SaslHandshake v1: the tokens then travel in SaslAuthenticate requests
 /// (v0, tokens framed raw, is not served).
-const V_SASL_HANDSHAKE: i16 = 1;
-const V_SASL_AUTHENTICATE: i16 = 2;
+pub(crate) const V_SASL_HANDSHAKE: i16 = 1;
+pub(crate) const V_SASL_AUTHENTICATE: i16 = 2;
 /// Characters of the client's SCRAM nonce (alphanumeric, fresh per login).
 const SCRAM_NONCE_LEN: usize = 24;
 /// Longest a connection's close (TLS close_notify, then FIN) may take.
@@ -338,7 +338,7 @@ impl KafkaTls {
 }
 
 /// A fresh client nonce for SCRAM.
-fn scram_nonce() -> String {
+pub(crate) fn scram_nonce() -> String {
     rand::rng()
         .sample_iter(rand::distr::Alphanumeric)
         .take(SCRAM_NONCE_LEN)
@@ -346,7 +346,7 @@ fn scram_nonce() -> String {
         .collect()
 }
 
-fn sasl_handshake_request(mechanism: ScramMechanism) -> SaslHandshakeRequest {
+pub(crate) fn sasl_handshake_request(mechanism: ScramMechanism) -> SaslHandshakeRequest {
     SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str(mechanism.name()))
 }
 
@@ -355,7 +355,12 @@ fn sasl_authenticate_request(token: Vec<u8>) -> SaslAuthenticateRequest {
 }
 
 /// One request's frame: length, header (correlation id `id`), body.
-fn frame<Q: Encodable>(api: ApiKey, version: i16, id: i32, body: &Q) -> Result<BytesMut, String> {
+pub(crate) fn frame<Q: Encodable>(
+    api: ApiKey,
+    version: i16,
+    id: i32,
+    body: &Q,
+) -> Result<BytesMut, String> {
     let mut buf = BytesMut::new();
     buf.put_i32(0);
     RequestHeader::default()
@@ -475,7 +480,7 @@ pub fn write_outcome(kind: WriteKind, code: i16, message: Option<String>) -> Opt
 
 /// Why an attempt got no answer.
 #[derive(Debug)]
-enum CallError {
+pub(crate) enum CallError {
     /// The connection never opened: the request was never sent.
     NotSent(String),
     /// Written (perhaps in part) and then no whole answer: unknown.
@@ -483,7 +488,7 @@ enum CallError {
 }
 
 impl CallError {
-    fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         match self {
             CallError::NotSent(s) | CallError::Lost(s) => s,
         }
@@ -496,18 +501,30 @@ trait KafkaIo: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> KafkaIo for T {}
 
 /// One connection to a broker's Kafka listener, from the harness's address.
-struct Conn {
+pub(crate) struct Conn {
     stream: Box<dyn KafkaIo>,
     next_id: i32,
     /// Bound on each answer (a lost one is [`CallError::Lost`]).
     answer_timeout: Duration,
 }
 
+#[cfg(test)]
+impl Conn {
+    /// A connection over any stream (a test's in-memory listener).
+    pub(crate) fn over(stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static) -> Conn {
+        Conn {
+            stream: Box::new(stream),
+            next_id: 1,
+            answer_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
 impl Conn {
     /// Connects from `bind` to `addr`, does the TLS handshake (both within
     /// `connect_timeout`) and the login `security` asks for. Every failure
     /// is [`CallError::NotSent`]: no request of the caller's was written.
-    async fn open(
+    pub(crate) async fn open(
         bind: IpAddr,
         addr: &str,
         security: &KafkaSecurity,
@@ -585,7 +602,7 @@ impl Conn {
     }
 
     /// One SaslAuthenticate round trip: `token` out, the server's in.
-    async fn authenticate(&mut self, token: Vec<u8>) -> Result<Vec<u8>, String> {
+    pub(crate) async fn authenticate(&mut self, token: Vec<u8>) -> Result<Vec<u8>, String> {
         let r: SaslAuthenticateResponse = self
             .call(
                 ApiKey::SaslAuthenticate,
@@ -607,12 +624,12 @@ impl Conn {
     /// Closes the connection the polite way: over TLS a close_notify
     /// first, so the listener sees an orderly end rather than a truncated
     /// stream. Bounded; a broken connection is simply dropped.
-    async fn close(mut self) {
+    pub(crate) async fn close(mut self) {
         let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.stream.shutdown()).await;
     }
 
     /// Sends one request and reads its answer.
-    async fn call<Q: Encodable, R: Decodable>(
+    pub(crate) async fn call<Q: Encodable, R: Decodable>(
         &mut self,
         api: ApiKey,
         version: i16,
@@ -657,7 +674,7 @@ impl Conn {
     }
 }
 
-fn tn(s: &str) -> TopicName {
+pub(crate) fn tn(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }
 

@@ -24,7 +24,11 @@
 //! Every node and every harness client speaks mutual TLS (the kit's
 //! certificates; the harness's clients are the super user `User:admin`,
 //! zombie probes present a controller's certificate) unless the run is
-//! `--plaintext`.
+//! `--plaintext`. On TLS runs the brokers' Kafka listeners (`--client
+//! kafka`, and the intruder nemesis) take SASL_SSL logins
+//! (`--kafka-ssl-client-auth requested`): the Kafka workload logs in as
+//! `User:jepsen-client`, a SCRAM-SHA-512 user with ACLs for exactly what
+//! it does ([`sasl`]).
 //!
 //! Everything lands in `<results-dir>/<timestamp>-seed<N>/`: `history.jsonl`,
 //! `results.json`, `report.html`, `logs/`, broker histories, and
@@ -38,6 +42,7 @@ pub mod history;
 pub mod incarnations;
 pub mod intruder;
 pub mod kafka_client;
+pub mod kafka_intruder;
 pub mod linear;
 pub mod lost;
 pub mod nemesis;
@@ -48,6 +53,7 @@ pub mod power;
 pub mod probes;
 pub mod reassign;
 pub mod report;
+pub mod sasl;
 pub mod timing;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -202,6 +208,7 @@ async fn worker(
     cfg: Config,
     ctrl: Vec<String>,
     kafka: Vec<String>,
+    kafka_security: kafka_client::KafkaSecurity,
     transport: Transport,
     shared: Arc<Shared>,
 ) {
@@ -210,13 +217,9 @@ async fn worker(
         kafka_client::ClientKind::Grpc => {
             kafka_client::Client::Grpc(AdminClient::new(ctrl, CLIENT_IP.into(), transport))
         }
-        kafka_client::ClientKind::Kafka => {
-            kafka_client::Client::Kafka(kafka_client::KafkaClient::new(
-                kafka,
-                CLIENT_IP.into(),
-                kafka_client::KafkaSecurity::from_transport(&transport),
-            ))
-        }
+        kafka_client::ClientKind::Kafka => kafka_client::Client::Kafka(
+            kafka_client::KafkaClient::new(kafka, CLIENT_IP.into(), kafka_security),
+        ),
     };
     let mut process = shared.next_process.fetch_add(1, Ordering::SeqCst);
     while !shared.stop.load(Ordering::SeqCst) {
@@ -373,6 +376,75 @@ async fn wait_ready(
     Err(last)
 }
 
+/// How long the brokers get to learn a new user's credential and ACLs
+/// (they refresh within a heartbeat, or at once after a failed login).
+const LOGIN_BOUND: Duration = Duration::from_secs(30);
+
+/// Creates the Kafka workload's SCRAM user with a fresh password and the
+/// ACLs the workload needs, and waits until it can log in on every
+/// broker; returns its SASL_SSL settings.
+async fn workload_user(
+    transport: &Transport,
+    ctrl: &[String],
+    kafka_addrs: &[String],
+    ca_pem: &std::path::Path,
+    cluster_id: &str,
+) -> Result<kafka_client::KafkaSecurity, String> {
+    let user = sasl::WORKLOAD_USER;
+    let password = sasl::random_password();
+    sasl::create_user(transport, ctrl, user, &password, LOGIN_BOUND).await?;
+    sasl::grant(transport, ctrl, sasl::workload_bindings(user), LOGIN_BOUND).await?;
+    let security = kafka_client::KafkaSecurity::sasl_ssl(ca_pem, cluster_id, user, &password)?;
+    sasl::wait_for_login(kafka_addrs, &security, LOGIN_BOUND).await?;
+    eprintln!("keel jepsen: Kafka user User:{user} (SCRAM-SHA-512) logs in on every broker");
+    Ok(security)
+}
+
+/// The intruder's SCRAM users (the victim, allowed everything on the
+/// names only the intruder uses, and one without ACLs) and its Kafka
+/// attacks, once both users log in on every broker.
+async fn intruder_kafka(
+    transport: &Transport,
+    ctrl: &[String],
+    kafka_addrs: &[String],
+    ca_pem: &std::path::Path,
+    cluster_id: &str,
+    creds: &intruder::Credentials,
+) -> Result<kafka_intruder::KafkaAttacks, String> {
+    use kafka_intruder::{NOACL_USER, VICTIM_USER};
+    let victim = sasl::random_password();
+    let noacl = sasl::random_password();
+    sasl::create_user(transport, ctrl, VICTIM_USER, &victim, LOGIN_BOUND).await?;
+    sasl::create_user(transport, ctrl, NOACL_USER, &noacl, LOGIN_BOUND).await?;
+    let prefix =
+        keel_proto::pb::acl_resource::Resource::TopicPrefix(intruder::CREATE_PREFIX.into());
+    sasl::grant(
+        transport,
+        ctrl,
+        vec![sasl::allow(VICTIM_USER, prefix, "all")],
+        LOGIN_BOUND,
+    )
+    .await?;
+    for (user, password) in [(VICTIM_USER, &victim), (NOACL_USER, &noacl)] {
+        let s = kafka_client::KafkaSecurity::sasl_ssl(ca_pem, cluster_id, user, password)?;
+        sasl::wait_for_login(kafka_addrs, &s, LOGIN_BOUND).await?;
+    }
+    let node = creds
+        .brokers
+        .values()
+        .next()
+        .ok_or("no broker certificate")?;
+    kafka_intruder::KafkaAttacks::new(
+        kafka_addrs.to_vec(),
+        ca_pem,
+        cluster_id,
+        &creds.foreign_admin,
+        node,
+        victim,
+        noacl,
+    )
+}
+
 /// Runs one test; returns the exit code.
 pub async fn run(cfg: Config) -> u8 {
     // One run at a time on a host: runs share the 127.0.2.x addresses,
@@ -444,7 +516,11 @@ pub async fn run(cfg: Config) -> u8 {
         cfg.families.contains(&Family::Power),
     )
     .fiu(cfg.families.contains(&Family::Disk));
-    let spec = cluster::with_kafka(spec, cfg.client == kafka_client::ClientKind::Kafka);
+    // Kafka listeners for the Kafka workload, and for the intruder (the
+    // cluster's other front door), SASL_SSL-ready on TLS runs.
+    let kafka_listeners =
+        cfg.client == kafka_client::ClientKind::Kafka || cfg.families.contains(&Family::Intruder);
+    let spec = cluster::with_kafka(spec, kafka_listeners, cfg.tls);
     let cluster = match Cluster::new(spec) {
         Ok(c) => Arc::new(Mutex::new(c)),
         Err(e) => {
@@ -596,7 +672,9 @@ async fn body(
         cfg.time_limit.as_secs(),
         match (cfg.tls, cfg.client) {
             // Kafka listeners follow the node's transport.
-            (true, kafka_client::ClientKind::Kafka) => "mutual TLS (Kafka requests as User:admin)",
+            (true, kafka_client::ClientKind::Kafka) => {
+                "mutual TLS (Kafka requests over SASL_SSL as User:jepsen-client)"
+            }
             (true, kafka_client::ClientKind::Grpc) => "mutual TLS",
             (false, _) => "plaintext",
         }
@@ -641,6 +719,27 @@ async fn body(
         );
         return EXIT_LOCAL;
     }
+    let (ca_pem, cluster_id) = {
+        let c = cluster.lock().unwrap();
+        (
+            c.certs_dir().map(|d| d.join("ca.pem")),
+            c.cluster_id.clone(),
+        )
+    };
+    // The Kafka workload's login: SASL_SSL as a SCRAM user with ACLs on TLS
+    // runs, plaintext otherwise.
+    let kafka_security = match (&ca_pem, cfg.client) {
+        (Some(ca), kafka_client::ClientKind::Kafka) => {
+            match workload_user(&transport, &ctrl, &kafka_addrs, ca, &cluster_id).await {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("keel jepsen: cannot set up the Kafka workload's user: {e}");
+                    return EXIT_LOCAL;
+                }
+            }
+        }
+        _ => kafka_client::KafkaSecurity::from_transport(&transport),
+    };
     // The intruder's certificates, the topics it aims at and the state it
     // must not change.
     let intruding = cfg.families.contains(&Family::Intruder);
@@ -653,6 +752,19 @@ async fn body(
                 eprintln!("keel jepsen: cannot make the intruder's certificates: {e:#}");
                 return EXIT_LOCAL;
             }
+        };
+        let kafka_attacks = match (&ca_pem, kafka_addrs.is_empty()) {
+            (Some(ca), false) => {
+                match intruder_kafka(&transport, &ctrl, &kafka_addrs, ca, &cluster_id, &creds).await
+                {
+                    Ok(k) => Some(k),
+                    Err(e) => {
+                        eprintln!("keel jepsen: cannot set up the intruder's Kafka users: {e}");
+                        return EXIT_LOCAL;
+                    }
+                }
+            }
+            _ => None,
         };
         let mut admin = AdminClient::new(ctrl.clone(), CLIENT_IP.into(), transport.clone());
         if let Err(e) =
@@ -667,7 +779,7 @@ async fn body(
         if let Err(e) = &before {
             eprintln!("keel jepsen: cannot read the cluster state before the run: {e}");
         }
-        intruder_setup = Some((creds, before.ok()));
+        intruder_setup = Some((creds, kafka_attacks, before.ok()));
     }
     eprintln!("keel jepsen: cluster up; starting workload and nemesis");
 
@@ -718,9 +830,11 @@ async fn body(
     let intruder_stop = Arc::new(AtomicBool::new(false));
     let intruder_attempts = Arc::new(Mutex::new(Vec::new()));
     let mut intruder_before = None;
+    let mut intruder_kafka_on = false;
     let intruder_task = match intruder_setup {
-        Some((creds, before)) => {
+        Some((creds, kafka_attacks, before)) => {
             intruder_before = before;
+            intruder_kafka_on = kafka_attacks.is_some();
             let cluster_id = cluster.lock().unwrap().cluster_id.clone();
             let i = intruder::Intruder {
                 ctrl: ctrl.clone(),
@@ -731,6 +845,7 @@ async fn body(
                 names: cfg.names,
                 start: shared.start,
                 attempts: intruder_attempts.clone(),
+                kafka: kafka_attacks,
             };
             Some(tokio::spawn(i.run(intruder_stop.clone(), cfg.time_limit)))
         }
@@ -776,6 +891,7 @@ async fn body(
             cfg.clone(),
             ctrl.clone(),
             kafka_addrs.clone(),
+            kafka_security.clone(),
             transport.clone(),
             shared.clone(),
         )));
@@ -1026,11 +1142,12 @@ async fn body(
     }
     let attempts = intruder_attempts.lock().unwrap().clone();
     let intruder_result = intruding.then(|| {
-        intruder::check(
+        intruder::check_with_kafka(
             &attempts,
             intruder_before.as_ref(),
             intruder_after.as_ref(),
             &broker_hist,
+            intruder_kafka_on,
         )
     });
     if intruding {

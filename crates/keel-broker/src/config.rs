@@ -21,8 +21,10 @@ pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 60_000;
 /// The largest LeaderAndIsr, UpdateMetadata or StopReplica decoded by
 /// default: one may carry thousands of partitions with long topic names.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 << 20;
-/// The largest Kafka request read by default: Kafka's
-/// `socket.request.max.bytes` (100 MiB).
+/// The largest Kafka request read by default: 4 MiB, what Kafka clients
+/// send a listener that takes no produce batches (see
+/// `keel_kafka::DEFAULT_MAX_REQUEST_BYTES`; Kafka's own
+/// `socket.request.max.bytes` is 100 MiB).
 pub const DEFAULT_KAFKA_MAX_REQUEST_BYTES: usize = keel_kafka::DEFAULT_MAX_REQUEST_BYTES;
 
 /// Everything one broker process needs to know at start.

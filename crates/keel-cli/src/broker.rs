@@ -73,8 +73,8 @@ pub struct BrokerArgs {
     #[arg(long, env = "KEEL_BROKER_KAFKA_LISTEN")]
     kafka_listen: Option<SocketAddr>,
     /// Largest Kafka request read, in bytes (Kafka's
-    /// socket.request.max.bytes); a larger one closes its connection
-    /// [default: 104857600].
+    /// socket.request.max.bytes, there 100 MiB); a larger one closes its
+    /// connection [default: 4194304].
     #[arg(long, env = "KEEL_BROKER_KAFKA_MAX_REQUEST_BYTES")]
     kafka_max_request_bytes: Option<usize>,
     /// Whether a Kafka client must present a certificate (Kafka's
@@ -404,7 +404,7 @@ mod tests {
     fn the_kafka_listener_is_off_by_default_and_comes_from_flags_or_the_file() {
         let (c, _, _) = build(&parse(&BASE).unwrap()).unwrap();
         assert_eq!(c.kafka_listen, None);
-        assert_eq!(c.kafka_max_request_bytes, 100 << 20);
+        assert_eq!(c.kafka_max_request_bytes, 4 << 20);
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("broker.toml");
         std::fs::write(

@@ -260,6 +260,10 @@ where
             if let Err(e) = check_array_length(&buf, version >= 9) {
                 return undecodable(e);
             }
+            // And what it would take decoded: see `budget`.
+            if let Err(e) = crate::budget::metadata(&buf, version, request.len()) {
+                return undecodable(e);
+            }
             match MetadataRequest::decode(&mut buf, version) {
                 Ok(req) => respond(
                     api,

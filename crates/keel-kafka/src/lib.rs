@@ -15,6 +15,7 @@ pub mod access;
 pub mod acls;
 pub mod admin;
 mod apis;
+pub mod budget;
 pub mod dispatch;
 pub mod forward;
 pub mod sasl;

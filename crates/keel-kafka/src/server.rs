@@ -21,18 +21,23 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::access::Access;
+use crate::budget::{Budget, DEFAULT_MAX_IN_FLIGHT_BYTES};
 use crate::dispatch::{answer_with, route, served_by, Asker, Outcome};
 use crate::forward::{Client, Forwarder, OnBehalf};
 use crate::sasl::{Mechanism, SaslState, Step, SASL_SERVED};
 use crate::view::ClusterView;
 
-/// Kafka's `socket.request.max.bytes` default: 100 MiB.
-pub const DEFAULT_MAX_REQUEST_BYTES: usize = 100 << 20;
+/// The largest frame read: 4 MiB. Kafka's `socket.request.max.bytes` is
+/// 100 MiB because its brokers take produce batches; a Keel listener takes
+/// none. What clients send here is small: admin requests are capped at 1
+/// MiB (`dispatch::MAX_ADMIN_REQUEST_BYTES`), and the largest honest
+/// request, Metadata naming 100,000 topics, is ~3 MB at v12. What a frame
+/// may take decoded is bounded apart (see [`crate::budget`]).
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 4 << 20;
 /// Kafka's `connections.max.idle.ms` default: a connection that sends
 /// nothing (or takes nothing of an answer) for this long is closed.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
-/// The most of a frame read at once: a client that claims 100 MiB and sends
-/// little holds little memory.
+/// The most of a frame read at once.
 const READ_CHUNK_BYTES: usize = 64 << 10;
 
 /// Where the listener takes the snapshot each request is answered from.
@@ -127,6 +132,11 @@ pub struct ListenerConfig {
     pub max_request_bytes: usize,
     /// See [`DEFAULT_IDLE_TIMEOUT`].
     pub idle_timeout: Duration,
+    /// The listener-wide budget of bytes that requests in flight hold
+    /// (each its [`crate::budget::charge`], from before its body is read
+    /// until its answer is written): a request that cannot get its share
+    /// waits, up to `idle_timeout`, then its connection closes.
+    pub max_in_flight_bytes: usize,
     /// TLS and SASL, or plaintext.
     pub security: Security,
 }
@@ -136,6 +146,7 @@ impl Default for ListenerConfig {
         Self {
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
             security: Security::Plaintext,
         }
     }
@@ -164,6 +175,18 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     r: &mut R,
     config: &ListenerConfig,
 ) -> Result<Option<Bytes>, FrameError> {
+    match read_length(r, config).await? {
+        None => Ok(None),
+        Some(len) => read_body(r, len, config).await.map(Some),
+    }
+}
+
+/// Reads a frame's length prefix and checks it against the limit; `None`
+/// at a clean end of stream between frames.
+async fn read_length<R: AsyncRead + Unpin>(
+    r: &mut R,
+    config: &ListenerConfig,
+) -> Result<Option<usize>, FrameError> {
     let idle = config.idle_timeout;
     let mut prefix = [0u8; 4];
     let mut got = 0;
@@ -190,15 +213,28 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
     let len = i32::from_be_bytes(prefix);
     let len = usize::try_from(len).map_err(|_| FrameError::Negative(len))?;
     if len > config.max_request_bytes {
+        crate::budget::count_refused("frame_size");
         return Err(FrameError::TooLarge {
             claimed: len,
             max: config.max_request_bytes,
         });
     }
-    let mut buf = BytesMut::with_capacity(len.min(READ_CHUNK_BYTES));
+    Ok(Some(len))
+}
+
+/// Reads the `len` bytes of a frame after its length prefix.
+async fn read_body<R: AsyncRead + Unpin>(
+    r: &mut R,
+    len: usize,
+    config: &ListenerConfig,
+) -> Result<Bytes, FrameError> {
+    let idle = config.idle_timeout;
+    // All of it at once: the connection holds the frame's share of the
+    // budget, and pages no byte has reached yet are not resident. Grown by
+    // doubling, an 8 MiB frame took a 16 MiB buffer and a copy.
+    let mut buf = BytesMut::with_capacity(len);
     while buf.len() < len {
         let want = (len - buf.len()).min(READ_CHUNK_BYTES);
-        buf.reserve(want);
         // `take`: never read into the next frame.
         let n = tokio::time::timeout(idle, (&mut *r).take(want as u64).read_buf(&mut buf))
             .await
@@ -210,7 +246,7 @@ pub async fn read_frame<R: AsyncRead + Unpin>(
             });
         }
     }
-    Ok(Some(buf.freeze()))
+    Ok(buf.freeze())
 }
 
 /// Serves Kafka clients on `listener` until `stop` turns true.
@@ -228,6 +264,7 @@ pub async fn serve(
         served.extend(SASL_SERVED);
     }
     let served: Arc<[(ApiKey, i16, i16)]> = served.into();
+    let budget = Budget::new(config.max_in_flight_bytes);
     let config = Arc::new(config);
     let security = match &config.security {
         Security::Plaintext => "PLAINTEXT".to_string(),
@@ -238,7 +275,7 @@ pub async fn serve(
             sasl.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
         ),
     };
-    info!(address = ?local, max_request_bytes = config.max_request_bytes, %security, "Kafka listener serving");
+    info!(address = ?local, max_request_bytes = config.max_request_bytes, max_in_flight_bytes = budget.total_bytes(), %security, "Kafka listener serving");
     loop {
         let accepted = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -253,6 +290,7 @@ pub async fn serve(
                     source.clone(),
                     served.clone(),
                     config.clone(),
+                    budget.clone(),
                     stop.clone(),
                 ));
             }
@@ -274,6 +312,7 @@ async fn connection(
     source: Arc<dyn ViewSource>,
     served: Arc<[(ApiKey, i16, i16)]>,
     config: Arc<ListenerConfig>,
+    budget: Budget,
     mut stop: watch::Receiver<bool>,
 ) {
     debug!(%peer, "Kafka connection opened");
@@ -282,7 +321,7 @@ async fn connection(
             Security::Plaintext => {
                 let mut tcp = tcp;
                 let client = Client::anonymous(Some(peer));
-                exchange(&mut tcp, client, source.as_ref(), &served, &config).await
+                exchange(&mut tcp, client, source.as_ref(), &served, &config, &budget).await
             }
             Security::Tls {
                 context,
@@ -329,7 +368,15 @@ async fn connection(
                     address: Some(peer),
                     listener: "SSL",
                 };
-                exchange(&mut stream, client, source.as_ref(), &served, &config).await
+                exchange(
+                    &mut stream,
+                    client,
+                    source.as_ref(),
+                    &served,
+                    &config,
+                    &budget,
+                )
+                .await
             }
         }
     };
@@ -355,18 +402,27 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     source: &dyn ViewSource,
     served: &[(ApiKey, i16, i16)],
     config: &ListenerConfig,
+    budget: &Budget,
 ) -> Result<(), String> {
     let offered = config.security.sasl();
     let mut sasl = SaslState::Idle;
     // A login begun with SaslHandshake v0: its tokens come raw.
     let mut legacy = false;
     loop {
-        let Some(request) = read_frame(stream, config)
+        let Some(len) = read_length(stream, config)
             .await
             .map_err(|e| e.to_string())?
         else {
             return Ok(());
         };
+        // Held until this request is answered (the end of this turn).
+        let _share = budget
+            .acquire(crate::budget::charge(len), config.idle_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
+        let request = read_body(stream, len, config)
+            .await
+            .map_err(|e| e.to_string())?;
         if legacy && matches!(sasl, SaslState::Chosen(_) | SaslState::Scram(_)) {
             let access = source.access();
             let nonce = nonce();
@@ -525,6 +581,7 @@ mod tests {
         ListenerConfig {
             max_request_bytes: max,
             idle_timeout: Duration::from_secs(5),
+            max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
             security: Security::Plaintext,
         }
     }
@@ -591,6 +648,7 @@ mod tests {
         let c = ListenerConfig {
             max_request_bytes: 10,
             idle_timeout: Duration::from_millis(50),
+            max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
             security: Security::Plaintext,
         };
         let e = read_frame(&mut server, &c).await.unwrap_err();

@@ -222,7 +222,11 @@ fn a_second_fresh_dev_refuses_and_leaves_the_running_cluster_untouched() {
     assert!(!second.status.success(), "{said}");
     assert!(said.contains("in use by a running node"), "{said}");
     assert!(said.contains("nothing was removed"), "{said}");
-    for kept in ["controller-1/raft/db", "broker-1/broker.lock", "certs/ca.pem"] {
+    for kept in [
+        "controller-1/raft/db",
+        "broker-1/broker.lock",
+        "certs/ca.pem",
+    ] {
         assert!(dir.join(kept).exists(), "{kept} was removed");
     }
     // The first cluster still commits and still answers.

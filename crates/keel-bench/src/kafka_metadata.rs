@@ -2,42 +2,49 @@
 //!
 //! One cluster (three controllers on 127.0.28.11-13, three real brokers on
 //! .21-23, each with a Kafka listener), mutual TLS between them as in
-//! production. Set up: 100,000 partitions (RF 3, topics of 100) created
-//! through Keel's admin API, then a wait until broker 1's cache lists them
-//! all. Measured:
-//! - `Metadata` v12 for every topic, answered by broker 1: 50 requests one
-//!   after the other on one connection, p50/p99 latency and the answer's
-//!   size;
+//! production; the Kafka listeners speak TLS too, with
+//! `--kafka-ssl-client-auth requested` (a client presents the admin
+//! user's certificate, SSL, or none and logs in with SCRAM, SASL_SSL). Set
+//! up: a SCRAM-SHA-512 user allowed to create topics named `kk-...` (and
+//! nothing else: not a super user), 100,000 partitions (RF 3, topics of
+//! 100) created through Keel's admin API, then a wait until broker 1's
+//! cache lists them all. Measured:
+//! - `Metadata` v12 for every topic, answered by broker 1 over SSL as the
+//!   admin user: 50 requests one after the other on one connection,
+//!   p50/p99 latency and the answer's size;
 //! - `CreateTopics` throughput: the same number of topics (10 partitions,
 //!   RF 3 each), the same number per request and `concurrency` requests in
-//!   flight, through broker 1's Kafka listener (which forwards each to the
-//!   active controller) and through Keel's gRPC admin API, in the same run,
-//!   in alternated rounds (Kafka, gRPC, gRPC, Kafka, ...) so that neither
-//!   API has the emptier cluster or the quieter machine.
+//!   flight, through broker 1's Kafka listener over SASL_SSL as the SCRAM
+//!   user (the broker forwards each to the active controller, which
+//!   authorizes it as that user) and through Keel's gRPC admin API over
+//!   mutual TLS, in the same run, in alternated rounds (Kafka, gRPC, gRPC,
+//!   Kafka, ...) so that neither API has the emptier cluster or the quieter
+//!   machine;
+//! - what a SCRAM login costs, and a storm of them ([`crate::kafka_auth`]).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::{
-    ApiKey, CreateTopicsRequest, CreateTopicsResponse, MetadataRequest, MetadataResponse,
-    RequestHeader, ResponseHeader, TopicName,
+    ApiKey, CreateTopicsRequest, CreateTopicsResponse, MetadataRequest, MetadataResponse, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use keel_metadata::acl::Operation;
+use keel_metadata::scram::ScramMechanism;
 use keel_metadata::ErrorCode;
 use keel_proto::pb;
+use keel_testkit::kafka::{KafkaConn, KafkaSecurity, ScramLogin};
 use keel_testkit::{admin, Cluster, KafkaPorts};
+use rand::Rng;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use crate::cluster::{self, ImageSpec};
 use crate::stats::{disk_probe, disk_probe_line, machine, percentile, r1, r3, unix_now};
-use crate::{progress, Env, Report};
+use crate::{kafka_auth, progress, Env, Report};
 
 /// Parameters of the `kafka-metadata` scenario.
 #[derive(Clone, Debug)]
@@ -56,6 +63,11 @@ pub struct KafkaMetadataParams {
     /// Rounds of each API, alternated (see `round_order`); each creates
     /// an equal share of `create_topics`.
     pub rounds: usize,
+    /// Connections of each kind (SSL; SASL_SSL with a SCRAM login) opened
+    /// one after the other for the login's cost.
+    pub login_connections: usize,
+    /// SASL_SSL connections opened at once in the storm (0: no storm).
+    pub storm_connections: usize,
 }
 
 impl Default for KafkaMetadataParams {
@@ -64,9 +76,11 @@ impl Default for KafkaMetadataParams {
             partitions: 100_000,
             requests: 50,
             create_topics: 1200,
-            concurrency: 4,
+            concurrency: 64,
             topics_per_request: 1,
             rounds: 3,
+            login_connections: 200,
+            storm_connections: 1000,
         }
     }
 }
@@ -75,59 +89,18 @@ impl Default for KafkaMetadataParams {
 const SUBNET: u8 = 28;
 /// Partitions of each topic the throughput part creates.
 const CREATED_PARTITIONS: i32 = 10;
-
-/// One Kafka connection, requests answered in order.
-struct KafkaConn {
-    stream: TcpStream,
-    next_id: i32,
-}
-
-impl KafkaConn {
-    async fn connect(addr: &str) -> anyhow::Result<Self> {
-        let stream = TcpStream::connect(addr)
-            .await
-            .with_context(|| format!("connect to {addr}"))?;
-        stream.set_nodelay(true)?;
-        Ok(Self { stream, next_id: 1 })
-    }
-
-    /// Sends one request; the decoded answer and its size in bytes.
-    async fn call<Q: Encodable, R: Decodable>(
-        &mut self,
-        api: ApiKey,
-        version: i16,
-        body: &Q,
-    ) -> anyhow::Result<(R, usize)> {
-        let id = self.next_id;
-        self.next_id += 1;
-        let mut buf = BytesMut::new();
-        buf.put_i32(0);
-        RequestHeader::default()
-            .with_request_api_key(api as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(id)
-            .with_client_id(Some(StrBytes::from_static_str("keel-bench")))
-            .encode(&mut buf, api.request_header_version(version))?;
-        body.encode(&mut buf, version)?;
-        let len = i32::try_from(buf.len() - 4)?;
-        buf[..4].copy_from_slice(&len.to_be_bytes());
-        self.stream.write_all(&buf).await?;
-        let len = self.stream.read_i32().await?;
-        let mut answer = vec![0u8; usize::try_from(len)?];
-        self.stream.read_exact(&mut answer).await?;
-        let size = answer.len();
-        let mut b = Bytes::from(answer);
-        let h = ResponseHeader::decode(&mut b, api.response_header_version(version))?;
-        if h.correlation_id != id {
-            bail!("answer {} to request {id}", h.correlation_id);
-        }
-        Ok((R::decode(&mut b, version)?, size))
-    }
-}
+/// The SCRAM user the Kafka rounds create topics as.
+const KAFKA_USER: &str = "bench-creator";
+/// The prefix of the Kafka rounds' topics: all the user may create.
+const KAFKA_PREFIX: &str = "kk-";
+/// The SASL mechanism of the bench's logins.
+const MECHANISM: ScramMechanism = ScramMechanism::Sha512;
+/// What the report calls the Kafka rounds' security.
+const KAFKA_SECURITY: &str = "SASL_SSL SCRAM-SHA-512";
 
 /// Every topic, as a Kafka client asks for them.
 async fn metadata_all(conn: &mut KafkaConn) -> anyhow::Result<(MetadataResponse, usize)> {
-    conn.call(
+    conn.call_sized(
         ApiKey::Metadata,
         12,
         &MetadataRequest::default().with_topics(None),
@@ -233,9 +206,7 @@ fn round_order(rounds: usize) -> Vec<Api> {
 
 /// The names of topics `first + range`.
 fn names(prefix: &str, first: usize, range: std::ops::Range<usize>) -> Vec<String> {
-    range
-        .map(|t| format!("{prefix}-{:06}", first + t))
-        .collect()
+    range.map(|t| format!("{prefix}{:06}", first + t)).collect()
 }
 
 /// What to do with one topic's answer.
@@ -276,7 +247,7 @@ async fn kafka_create(
                     })
                     .collect(),
             );
-        let (r, _): (CreateTopicsResponse, usize) = conn
+        let r: CreateTopicsResponse = conn
             .lock()
             .await
             .call(ApiKey::CreateTopics, 7, &req)
@@ -396,7 +367,8 @@ pub async fn run(env: &Env, p: &KafkaMetadataParams) -> anyhow::Result<Report> {
     let spec = cluster::spec(env, SUBNET, &[])
         .brokers(3)
         .kafka(KafkaPorts::Free)
-        .tls(true);
+        .tls(true)
+        .broker_flags(&["--kafka-ssl-client-auth", "requested"]);
     let mut c: Cluster = cluster::start(spec)?;
     c.start_brokers()?;
     c.wait_all_brokers_active(Duration::from_secs(60)).await?;
@@ -405,6 +377,44 @@ pub async fn run(env: &Env, p: &KafkaMetadataParams) -> anyhow::Result<Report> {
         .first()
         .cloned()
         .ok_or_else(|| anyhow!("broker 1 has no Kafka listener"))?;
+    let broker_pid = c
+        .broker(0)
+        .pid()
+        .ok_or_else(|| anyhow!("broker 1 is not running"))?;
+
+    // SSL as the kit's admin user (a super user) for Metadata; SASL_SSL
+    // (no certificate) as a user who may only create `kk-...` topics.
+    let ssl = KafkaSecurity::from_transport(c.transport());
+    let ca = c
+        .certs_dir()
+        .ok_or_else(|| anyhow!("a TLS cluster has a certificate directory"))?
+        .join("ca.pem");
+    let password: String = rand::rng()
+        .sample_iter(rand::distr::Alphanumeric)
+        .take(24)
+        .map(char::from)
+        .collect();
+    let sasl = KafkaSecurity::SaslSsl {
+        tls: KafkaSecurity::trusting(&ca)?,
+        login: ScramLogin {
+            mechanism: MECHANISM,
+            user: KAFKA_USER.into(),
+            password: password.clone(),
+        },
+    };
+    progress!("kafka-metadata: SCRAM user {KAFKA_USER}, allowed to create {KAFKA_PREFIX}*");
+    {
+        let admin = c.client(Duration::from_secs(10), Duration::from_secs(60));
+        kafka_auth::create_scram_user(&admin, MECHANISM, KAFKA_USER, &password).await?;
+        kafka_auth::allow_on_prefix(&admin, KAFKA_USER, Operation::Create, KAFKA_PREFIX).await?;
+    }
+    // The broker learns of the user within a heartbeat (at once after a
+    // failed login), and of its ACL within the next.
+    kafka_auth::open_when_known(&broker, &sasl, Duration::from_secs(30))
+        .await
+        .context("the bench's SCRAM user logs in")?
+        .close()
+        .await;
 
     progress!("kafka-metadata: creating {} partitions", p.partitions);
     let image = ImageSpec {
@@ -419,7 +429,7 @@ pub async fn run(env: &Env, p: &KafkaMetadataParams) -> anyhow::Result<Report> {
     };
     let made = cluster::create_image(&c, &image, "kafka-metadata").await?;
     // Broker 1's cache learns of them through UpdateMetadata.
-    let mut conn = KafkaConn::connect(&broker).await?;
+    let mut conn = KafkaConn::open(&broker, &ssl).await?;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let (m, _) = metadata_all(&mut conn).await?;
@@ -461,7 +471,7 @@ pub async fn run(env: &Env, p: &KafkaMetadataParams) -> anyhow::Result<Report> {
     let mut conns = Vec::new();
     for _ in 0..workers {
         conns.push(Arc::new(tokio::sync::Mutex::new(
-            KafkaConn::connect(&broker).await?,
+            KafkaConn::open(&broker, &sasl).await?,
         )));
     }
     let conns = Arc::new(conns);
@@ -485,7 +495,7 @@ pub async fn run(env: &Env, p: &KafkaMetadataParams) -> anyhow::Result<Report> {
                 let conns = conns.clone();
                 create_all(api, topics, per_request, workers, move |w, range| {
                     let conn = conns[w].clone();
-                    let names = names("kk", first, range);
+                    let names = names(KAFKA_PREFIX, first, range);
                     async move { kafka_create(&conn, names).await }
                 })
                 .await?
@@ -494,7 +504,7 @@ pub async fn run(env: &Env, p: &KafkaMetadataParams) -> anyhow::Result<Report> {
                 let clients = clients.clone();
                 create_all(api, topics, per_request, workers, move |w, range| {
                     let clients = clients.clone();
-                    let names = names("kg", first, range);
+                    let names = names("kg-", first, range);
                     async move { grpc_create(&clients[w], names).await }
                 })
                 .await?
@@ -511,6 +521,43 @@ pub async fn run(env: &Env, p: &KafkaMetadataParams) -> anyhow::Result<Report> {
         );
         rounds.push(round);
     }
+    for c in Arc::try_unwrap(conns).unwrap_or_default() {
+        if let Ok(c) = Arc::try_unwrap(c) {
+            c.into_inner().close().await;
+        }
+    }
+
+    let n = p.login_connections.max(1);
+    progress!("kafka-metadata: {n} SSL connections, then {n} SASL_SSL logins, one at a time");
+    let salting_ms = kafka_auth::client_salting_ms(MECHANISM);
+    // Full TLS handshakes (no session resumption) for both kinds.
+    let ssl_only =
+        kafka_auth::sequential(&broker, &ssl.without_resumption(), n, broker_pid).await?;
+    let scram = kafka_auth::sequential(&broker, &sasl.without_resumption(), n, broker_pid).await?;
+    let login = kafka_auth::LoginCost {
+        n,
+        ssl: ssl_only,
+        sasl: scram,
+        client_salting_ms: salting_ms,
+    };
+    let storm = if p.storm_connections == 0 {
+        None
+    } else {
+        progress!(
+            "kafka-metadata: a storm of {} SASL_SSL logins at once",
+            p.storm_connections
+        );
+        Some(
+            kafka_auth::storm(
+                &broker,
+                &sasl.without_resumption(),
+                p.storm_connections,
+                broker_pid,
+                &mut conn,
+            )
+            .await?,
+        )
+    };
     Ok(report(
         p,
         &Measured {
@@ -521,6 +568,8 @@ pub async fn run(env: &Env, p: &KafkaMetadataParams) -> anyhow::Result<Report> {
             latencies_ms,
             bytes,
             rounds,
+            login,
+            storm,
         },
     ))
 }
@@ -540,6 +589,10 @@ struct Measured {
     bytes: usize,
     /// Each throughput round, in order.
     rounds: Vec<Round>,
+    /// What a SCRAM login costs.
+    login: kafka_auth::LoginCost,
+    /// The connection storm, if there was one.
+    storm: Option<kafka_auth::Storm>,
 }
 
 /// The scenario's report of `m`.
@@ -591,7 +644,13 @@ fn report(p: &KafkaMetadataParams, m: &Measured) -> Report {
             "concurrency": p.concurrency,
             "topics_per_request": per_request,
             "rounds_per_api": p.rounds.max(1),
+            "kafka_ssl_client_auth": "requested",
+            "login_connections": p.login_connections.max(1),
+            "storm_connections": p.storm_connections,
         },
+        "kafka_security": KAFKA_SECURITY,
+        "metadata_security": "SSL (the admin user's certificate)",
+        "grpc_security": "mutual TLS (the admin user's certificate)",
         "disk_probe": m.disk,
         "metadata": {
             "topics": m.topics,
@@ -622,11 +681,15 @@ fn report(p: &KafkaMetadataParams, m: &Measured) -> Report {
                 "retries": r.retries,
             })).collect::<Vec<_>>(),
         },
+        "kafka_auth": {
+            "login_cost": m.login.json(),
+            "storm": m.storm.as_ref().map(kafka_auth::Storm::json),
+        },
         "machine": machine(),
     });
     let table = format!(
-        "{}Metadata (all {} topics, {} partitions) via a broker: p50 {p50:.1} ms, p99 {p99:.1} ms, {} bytes\n\
-         CreateTopics ({} topics each, {per_request} per request, {} in flight, {} alternated rounds each): Kafka listener {kafka_rate:.1}/s, gRPC {grpc_rate:.1}/s ({:.0}%)\n",
+        "{}Metadata (all {} topics, {} partitions) via a broker over SSL: p50 {p50:.1} ms, p99 {p99:.1} ms, {} bytes\n\
+         CreateTopics ({} topics each, {per_request} per request, {} in flight, {} alternated rounds each): Kafka listener ({KAFKA_SECURITY}) {kafka_rate:.1}/s, gRPC (mutual TLS) {grpc_rate:.1}/s ({:.0}%)\n{}",
         disk_probe_line(&m.disk),
         m.topics,
         m.partitions,
@@ -635,6 +698,7 @@ fn report(p: &KafkaMetadataParams, m: &Measured) -> Report {
         p.concurrency.max(1),
         p.rounds.max(1),
         100.0 * ratio,
+        auth_lines(&m.login, m.storm.as_ref()),
     );
     let summary = format!(
         "kafka-metadata: Metadata p50 {p50:.1} ms p99 {p99:.1} ms ({} bytes); CreateTopics Kafka {kafka_rate:.0}/s vs gRPC {grpc_rate:.0}/s",
@@ -646,6 +710,42 @@ fn report(p: &KafkaMetadataParams, m: &Measured) -> Report {
         table,
         summary,
     }
+}
+
+/// The table's lines of the login cost and the storm.
+fn auth_lines(l: &kafka_auth::LoginCost, storm: Option<&kafka_auth::Storm>) -> String {
+    let q = |s: &kafka_auth::Sequential, pct: f64| percentile(&s.open_ms, pct);
+    let cpu = |s: &kafka_auth::Sequential| s.broker_cpu_ms / l.n.max(1) as f64;
+    let mut out = format!(
+        "Opening a connection ({} of each, one at a time): SSL p50 {:.2} ms p99 {:.2} ms, broker CPU {:.2} ms; \
+         SASL_SSL SCRAM-SHA-512 p50 {:.2} ms p99 {:.2} ms, broker CPU {:.2} ms (client PBKDF2 {:.2} ms)\n",
+        l.n,
+        q(&l.ssl, 50.0),
+        q(&l.ssl, 99.0),
+        cpu(&l.ssl),
+        q(&l.sasl, 50.0),
+        q(&l.sasl, 99.0),
+        cpu(&l.sasl),
+        l.client_salting_ms,
+    );
+    if let Some(s) = storm {
+        let mb = |b: u64| b as f64 / (1u64 << 20) as f64;
+        out += &format!(
+            "Storm of {} SASL_SSL logins at once: {} in, {} failed, all done in {:.2} s; broker RSS {:.1} -> peak {:.1} -> {:.1} MB; Metadata meanwhile: {}\n",
+            s.n,
+            s.succeeded,
+            s.failed,
+            s.all_done_secs,
+            mb(s.rss_before),
+            mb(s.rss_peak),
+            mb(s.rss_after),
+            match &s.metadata {
+                Ok(ms) => format!("answered in {ms:.1} ms"),
+                Err(e) => format!("not answered ({e})"),
+            },
+        );
+    }
+    out
 }
 
 #[cfg(test)]
@@ -693,6 +793,19 @@ mod tests {
                 retries: 1,
             })
             .collect(),
+            login: kafka_auth::LoginCost {
+                n: 2,
+                ssl: kafka_auth::Sequential {
+                    open_ms: vec![2.0, 3.0],
+                    broker_cpu_ms: 2.0,
+                },
+                sasl: kafka_auth::Sequential {
+                    open_ms: vec![6.0, 7.0],
+                    broker_cpu_ms: 5.0,
+                },
+                client_salting_ms: 2.5,
+            },
+            storm: None,
         };
         let r = report(&p, &m);
         let j = &r.json;
@@ -724,5 +837,12 @@ mod tests {
         assert_eq!(c["rounds"][1]["api"], "grpc");
         assert_eq!(j["parameters"]["topics_per_request"], 1);
         assert!(r.table.contains("(50%)"), "{}", r.table);
+        assert_eq!(j["kafka_security"], "SASL_SSL SCRAM-SHA-512");
+        assert_eq!(j["parameters"]["concurrency"], 64);
+        assert!(
+            j["kafka_auth"]["login_cost"]["scram_extra_p50_ms"].is_number(),
+            "{j}"
+        );
+        assert!(j["kafka_auth"]["storm"].is_null());
     }
 }

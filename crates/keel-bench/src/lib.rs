@@ -18,6 +18,7 @@ pub mod echo;
 pub mod failover;
 pub mod heartbeats;
 mod history;
+pub mod kafka_auth;
 pub mod kafka_metadata;
 mod load;
 pub use load::Connections;

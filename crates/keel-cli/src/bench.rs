@@ -33,8 +33,9 @@ pub enum Scenario {
     CreateTopics,
     /// Memory, snapshot and disk figures of a 1,000,000-partition image.
     Scale,
-    /// Metadata over 100,000 partitions through a broker's Kafka listener,
-    /// and CreateTopics through it against Keel's gRPC API.
+    /// Metadata over 100,000 partitions through a broker's Kafka listener
+    /// (SSL), CreateTopics through it (SASL_SSL, SCRAM-SHA-512) against
+    /// Keel's gRPC API, a SCRAM login's cost and a storm of 1,000 logins.
     KafkaMetadata,
     /// The `commit` workload against ZooKeeper and etcd ensembles (started
     /// by `scripts/bench-compare.sh`) and Keel, in one run.
@@ -89,7 +90,7 @@ pub struct BenchArgs {
     #[arg(long)]
     topics_per_request: Option<usize>,
     /// create-topics, scale and kafka-metadata: calls in flight at once
-    /// [default: 4].
+    /// [default: 4; 64 for kafka-metadata].
     #[arg(long)]
     create_concurrency: Option<usize>,
     /// scale: data dirs on LazyFS, and a standby's restart after a power

@@ -22,6 +22,7 @@
 pub mod admin;
 pub mod cluster;
 pub mod fiu;
+pub mod kafka;
 pub mod lazyfs;
 pub mod netfilter;
 pub mod probe;

@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::Bytes;
 use common::*;
 use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialUpsertion;
 use kafka_protocol::messages::create_acls_request::AclCreation;
@@ -20,66 +20,14 @@ use kafka_protocol::messages::{
     AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse, ApiKey, CreateAclsRequest,
     CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse, DescribeAclsRequest,
     DescribeAclsResponse, DescribeUserScramCredentialsRequest,
-    DescribeUserScramCredentialsResponse, RequestHeader, ResponseHeader,
+    DescribeUserScramCredentialsResponse,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use keel_metadata::acl::{AclBinding, Operation, Permission, Principal, ResourcePattern};
 use keel_metadata::scram::{ScramCredential, ScramMechanism};
 use keel_proto::pb;
 use keel_testkit::KafkaPorts;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-/// Sends one request to `addr` of `c` on a fresh TLS connection, as the
-/// kit's admin user; the decoded answer.
-async fn ask<Q: Encodable, R: Decodable>(
-    c: &Cluster,
-    addr: &str,
-    api: ApiKey,
-    version: i16,
-    body: &Q,
-) -> R {
-    let keel_tls::Transport::Tls(ctx) = c.transport() else {
-        panic!("a TLS cluster")
-    };
-    let config = ctx.kafka_client_config();
-    let mut buf = BytesMut::new();
-    RequestHeader::default()
-        .with_request_api_key(api as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(7)
-        .with_client_id(Some(StrBytes::from_static_str("keel-test")))
-        .encode(&mut buf, api.request_header_version(version))
-        .unwrap();
-    body.encode(&mut buf, version).unwrap();
-    let mut frame = BytesMut::new();
-    frame.put_i32(buf.len() as i32);
-    frame.extend_from_slice(&buf);
-    let io = async {
-        let tcp = TcpStream::connect(addr).await?;
-        let name = rustls::pki_types::ServerName::try_from(keel_tls::certs::SERVER_NAME)
-            .expect("a valid server name");
-        let mut s = tokio_rustls::TlsConnector::from(config)
-            .connect(name, tcp)
-            .await?;
-        s.write_all(&frame).await?;
-        let len = s.read_i32().await?;
-        let mut answer = vec![0u8; len as usize];
-        s.read_exact(&mut answer).await?;
-        Ok::<_, std::io::Error>(answer)
-    };
-    let answer = tokio::time::timeout(Duration::from_secs(30), io)
-        .await
-        .unwrap_or_else(|_| panic!("{addr}: no answer to {api:?}"))
-        .unwrap_or_else(|e| panic!("{addr}: {api:?}: {e}"));
-    let mut b = Bytes::from(answer);
-    let h = ResponseHeader::decode(&mut b, api.response_header_version(version)).unwrap();
-    assert_eq!(h.correlation_id, 7);
-    let r = R::decode(&mut b, version).unwrap();
-    assert!(b.is_empty(), "{api:?} v{version}: bytes after the body");
-    r
-}
 
 fn st(s: &str) -> StrBytes {
     StrBytes::from_string(s.into())
@@ -161,7 +109,8 @@ async fn kafka_clients_create_describe_and_delete_acls_and_scram_credentials() {
             .with_resource_pattern_type(LITERAL),
     ]);
     for version in [1, 3] {
-        let r: CreateAclsResponse = ask(&c, &addrs[0], ApiKey::CreateAcls, version, &req).await;
+        let r: CreateAclsResponse =
+            kafka_ask(&c, &addrs[0], ApiKey::CreateAcls, version, &req).await;
         let codes: Vec<i16> = r.results.iter().map(|r| r.error_code).collect();
         let invalid = ResponseError::InvalidRequest.code();
         assert_eq!(codes, [0, invalid, invalid], "v{version}: {r:?}");
@@ -171,7 +120,7 @@ async fn kafka_clients_create_describe_and_delete_acls_and_scram_credentials() {
 
     // Describe through another broker, at the oldest and newest versions.
     for version in [1, 3] {
-        let r: DescribeAclsResponse = ask(
+        let r: DescribeAclsResponse = kafka_ask(
             &c,
             &addrs[1],
             ApiKey::DescribeAcls,
@@ -211,7 +160,7 @@ async fn kafka_clients_create_describe_and_delete_acls_and_scram_credentials() {
             .with_resource_name_filter(Some(st(name)))
             .with_pattern_type_filter(MATCH)
     };
-    let r: DescribeAclsResponse = ask(
+    let r: DescribeAclsResponse = kafka_ask(
         &c,
         &addrs[2],
         ApiKey::DescribeAcls,
@@ -220,7 +169,7 @@ async fn kafka_clients_create_describe_and_delete_acls_and_scram_credentials() {
     )
     .await;
     assert_eq!(r.resources.len(), 1, "{r:?}");
-    let r: DescribeAclsResponse = ask(
+    let r: DescribeAclsResponse = kafka_ask(
         &c,
         &addrs[2],
         ApiKey::DescribeAcls,
@@ -245,7 +194,7 @@ async fn kafka_clients_create_describe_and_delete_acls_and_scram_credentials() {
         .with_host_filter(None)
         .with_operation(ANY)
         .with_permission_type(ANY)]);
-    let r: DeleteAclsResponse = ask(&c, &addrs[0], ApiKey::DeleteAcls, 3, &delete).await;
+    let r: DeleteAclsResponse = kafka_ask(&c, &addrs[0], ApiKey::DeleteAcls, 3, &delete).await;
     assert_eq!(r.filter_results.len(), 1);
     let f = &r.filter_results[0];
     assert_eq!(f.error_code, 0, "{r:?}");
@@ -262,11 +211,11 @@ async fn kafka_clients_create_describe_and_delete_acls_and_scram_credentials() {
         .collect();
     assert_eq!(removed, [("orders-", PREFIXED, "User:alice")]);
     let r: DescribeAclsResponse =
-        ask(&c, &addrs[1], ApiKey::DescribeAcls, 3, &alice_filter()).await;
+        kafka_ask(&c, &addrs[1], ApiKey::DescribeAcls, 3, &alice_filter()).await;
     assert!(r.resources.is_empty(), "{r:?}");
     assert!(!keel_bindings(&c).await.contains(&expected));
     // Deleting again removes nothing.
-    let r: DeleteAclsResponse = ask(&c, &addrs[0], ApiKey::DeleteAcls, 1, &delete).await;
+    let r: DeleteAclsResponse = kafka_ask(&c, &addrs[0], ApiKey::DeleteAcls, 1, &delete).await;
     assert!(r.filter_results[0].matching_acls.is_empty(), "{r:?}");
 
     // SCRAM: an upsertion computed as a Kafka client computes it.
@@ -283,7 +232,7 @@ async fn kafka_clients_create_describe_and_delete_acls_and_scram_credentials() {
             .with_salted_password(Bytes::from(salted)),
     ]);
     let r: AlterUserScramCredentialsResponse =
-        ask(&c, &addrs[1], ApiKey::AlterUserScramCredentials, 0, &upsert).await;
+        kafka_ask(&c, &addrs[1], ApiKey::AlterUserScramCredentials, 0, &upsert).await;
     let results: Vec<(&str, i16)> = r
         .results
         .iter()
@@ -293,7 +242,7 @@ async fn kafka_clients_create_describe_and_delete_acls_and_scram_credentials() {
 
     let describe = DescribeUserScramCredentialsRequest::default()
         .with_users(Some(vec![UserName::default().with_name(st("bob"))]));
-    let r: DescribeUserScramCredentialsResponse = ask(
+    let r: DescribeUserScramCredentialsResponse = kafka_ask(
         &c,
         &addrs[2],
         ApiKey::DescribeUserScramCredentials,
@@ -312,7 +261,7 @@ async fn kafka_clients_create_describe_and_delete_acls_and_scram_credentials() {
         .collect();
     assert_eq!(infos, [(ScramMechanism::Sha512.kafka_type(), 8192)]);
     // Every user: bob among them.
-    let r: DescribeUserScramCredentialsResponse = ask(
+    let r: DescribeUserScramCredentialsResponse = kafka_ask(
         &c,
         &addrs[0],
         ApiKey::DescribeUserScramCredentials,
@@ -331,7 +280,7 @@ async fn kafka_clients_create_describe_and_delete_acls_and_scram_credentials() {
                 .with_mechanism(ScramMechanism::Sha512.kafka_type()),
         ]);
     let r: AlterUserScramCredentialsResponse =
-        ask(&c, &addrs[0], ApiKey::AlterUserScramCredentials, 0, &twice).await;
+        kafka_ask(&c, &addrs[0], ApiKey::AlterUserScramCredentials, 0, &twice).await;
     let results: Vec<(&str, i16)> = r
         .results
         .iter()
@@ -342,7 +291,7 @@ async fn kafka_clients_create_describe_and_delete_acls_and_scram_credentials() {
         [("bob", ResponseError::DuplicateResource.code())],
         "{r:?}"
     );
-    let r: DescribeUserScramCredentialsResponse = ask(
+    let r: DescribeUserScramCredentialsResponse = kafka_ask(
         &c,
         &addrs[2],
         ApiKey::DescribeUserScramCredentials,

@@ -9,7 +9,6 @@ mod common;
 
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
 use common::*;
 use kafka_protocol::messages::alter_partition_reassignments_request::{
     ReassignablePartition, ReassignableTopic,
@@ -19,64 +18,11 @@ use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ApiKey,
     ApiVersionsRequest, ApiVersionsResponse, BrokerId, DescribeClusterRequest,
     DescribeClusterResponse, DescribeQuorumRequest, DescribeQuorumResponse,
-    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, RequestHeader,
-    ResponseHeader, TopicName,
+    ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use keel_testkit::KafkaPorts;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
-
-/// Sends one request to `addr` of `c` on a fresh TLS connection, as the
-/// kit's admin user; the decoded answer.
-async fn ask<Q: Encodable, R: Decodable>(
-    c: &Cluster,
-    addr: &str,
-    api: ApiKey,
-    version: i16,
-    body: &Q,
-) -> R {
-    let keel_tls::Transport::Tls(ctx) = c.transport() else {
-        panic!("a TLS cluster")
-    };
-    let config = ctx.kafka_client_config();
-    let mut buf = BytesMut::new();
-    RequestHeader::default()
-        .with_request_api_key(api as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(7)
-        .with_client_id(Some(StrBytes::from_static_str("keel-test")))
-        .encode(&mut buf, api.request_header_version(version))
-        .unwrap();
-    body.encode(&mut buf, version).unwrap();
-    let mut frame = BytesMut::new();
-    frame.put_i32(buf.len() as i32);
-    frame.extend_from_slice(&buf);
-    let io = async {
-        let tcp = TcpStream::connect(addr).await?;
-        let name = rustls::pki_types::ServerName::try_from(keel_tls::certs::SERVER_NAME)
-            .expect("a valid server name");
-        let mut s = tokio_rustls::TlsConnector::from(config)
-            .connect(name, tcp)
-            .await?;
-        s.write_all(&frame).await?;
-        let len = s.read_i32().await?;
-        let mut answer = vec![0u8; len as usize];
-        s.read_exact(&mut answer).await?;
-        Ok::<_, std::io::Error>(answer)
-    };
-    let answer = tokio::time::timeout(Duration::from_secs(30), io)
-        .await
-        .unwrap_or_else(|_| panic!("{addr}: no answer to {api:?}"))
-        .unwrap_or_else(|e| panic!("{addr}: {api:?}: {e}"));
-    let mut b = Bytes::from(answer);
-    let h = ResponseHeader::decode(&mut b, api.response_header_version(version)).unwrap();
-    assert_eq!(h.correlation_id, 7);
-    let r = R::decode(&mut b, version).unwrap();
-    assert!(b.is_empty(), "{api:?} v{version}: bytes after the body");
-    r
-}
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.into()))
@@ -106,7 +52,7 @@ async fn controllers_describe_the_quorum_to_kafka_clients() {
     let req = ApiVersionsRequest::default()
         .with_client_software_name(StrBytes::from_static_str("keel-test"))
         .with_client_software_version(StrBytes::from_static_str("1"));
-    let r: ApiVersionsResponse = ask(&c, &addrs[0], ApiKey::ApiVersions, 3, &req).await;
+    let r: ApiVersionsResponse = kafka_ask(&c, &addrs[0], ApiKey::ApiVersions, 3, &req).await;
     let keys: Vec<i16> = r.api_keys.iter().map(|k| k.api_key).collect();
     assert_eq!(
         keys,
@@ -124,7 +70,8 @@ async fn controllers_describe_the_quorum_to_kafka_clients() {
     let dc = DescribeClusterRequest::default().with_endpoint_type(2);
     let mut leader = None;
     for _ in 0..100 {
-        let r: DescribeClusterResponse = ask(&c, &addrs[2], ApiKey::DescribeCluster, 1, &dc).await;
+        let r: DescribeClusterResponse =
+            kafka_ask(&c, &addrs[2], ApiKey::DescribeCluster, 1, &dc).await;
         assert_eq!(r.error_code, 0);
         assert_eq!(r.cluster_id.as_str(), CLUSTER_ID);
         let mut ids: Vec<i32> = r.brokers.iter().map(|b| b.broker_id.0).collect();
@@ -142,7 +89,8 @@ async fn controllers_describe_the_quorum_to_kafka_clients() {
     let dq = DescribeQuorumRequest::default().with_topics(vec![TopicData::default()
         .with_topic_name(name("__cluster_metadata"))
         .with_partitions(vec![PartitionData::default()])]);
-    let r: DescribeQuorumResponse = ask(&c, &addrs[active], ApiKey::DescribeQuorum, 2, &dq).await;
+    let r: DescribeQuorumResponse =
+        kafka_ask(&c, &addrs[active], ApiKey::DescribeQuorum, 2, &dq).await;
     let p = &r.topics[0].partitions[0];
     assert_eq!(p.error_code, 0);
     assert_eq!(p.leader_id.0, active as i32 + 1);
@@ -153,7 +101,8 @@ async fn controllers_describe_the_quorum_to_kafka_clients() {
     assert_eq!(r.nodes.len(), 3);
     // A follower points to the leader.
     let follower = (active + 1) % 3;
-    let r: DescribeQuorumResponse = ask(&c, &addrs[follower], ApiKey::DescribeQuorum, 1, &dq).await;
+    let r: DescribeQuorumResponse =
+        kafka_ask(&c, &addrs[follower], ApiKey::DescribeQuorum, 1, &dq).await;
     let p = &r.topics[0].partitions[0];
     assert_eq!(p.error_code, ResponseError::NotLeaderOrFollower.code());
     assert_eq!(p.leader_id.0, active as i32 + 1);
@@ -199,7 +148,7 @@ async fn partition_reassignments_go_through_a_broker() {
                     .with_replicas(Some(vec![BrokerId(1)]))]),
         ]);
     let r: AlterPartitionReassignmentsResponse =
-        ask(&c, &broker, ApiKey::AlterPartitionReassignments, 0, &req).await;
+        kafka_ask(&c, &broker, ApiKey::AlterPartitionReassignments, 0, &req).await;
     assert_eq!(r.error_code, 0, "{r:?}");
     let codes: Vec<(String, i32, i16)> = r
         .responses
@@ -230,7 +179,7 @@ async fn partition_reassignments_go_through_a_broker() {
     // Listed while in flight, or done: either way it ends with the target.
     let list = ListPartitionReassignmentsRequest::default().with_timeout_ms(30_000);
     let r: ListPartitionReassignmentsResponse =
-        ask(&c, &broker, ApiKey::ListPartitionReassignments, 0, &list).await;
+        kafka_ask(&c, &broker, ApiKey::ListPartitionReassignments, 0, &list).await;
     assert_eq!(r.error_code, 0);
     for t in &r.topics {
         assert_eq!(t.name.0.as_str(), "moves");
@@ -250,6 +199,6 @@ async fn partition_reassignments_go_through_a_broker() {
     }
     assert!(done, "the reassignment completed");
     let r: ListPartitionReassignmentsResponse =
-        ask(&c, &broker, ApiKey::ListPartitionReassignments, 0, &list).await;
+        kafka_ask(&c, &broker, ApiKey::ListPartitionReassignments, 0, &list).await;
     assert!(r.topics.is_empty(), "{r:?}");
 }

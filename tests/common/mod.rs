@@ -8,6 +8,33 @@ use keel_proto::client::ControllerClient;
 pub use keel_testkit::admin::broker_info;
 pub use keel_testkit::{admin, Cluster, Node, Process, Spec};
 
+/// Sends one Kafka request to `addr`, a Kafka listener of `c`, on a fresh
+/// connection secured as `c`'s own clients are (SSL as the kit's admin
+/// user on a TLS cluster); the decoded answer. Panics on any failure.
+pub async fn kafka_ask<Q, R>(
+    c: &Cluster,
+    addr: &str,
+    api: kafka_protocol::messages::ApiKey,
+    version: i16,
+    body: &Q,
+) -> R
+where
+    Q: kafka_protocol::protocol::Encodable,
+    R: kafka_protocol::protocol::Decodable,
+{
+    use keel_testkit::kafka::{KafkaConn, KafkaSecurity};
+    let security = KafkaSecurity::from_transport(c.transport());
+    let mut conn = KafkaConn::open(addr, &security)
+        .await
+        .unwrap_or_else(|e| panic!("{addr}: {e:#}"));
+    let r = conn
+        .call(api, version, body)
+        .await
+        .unwrap_or_else(|e| panic!("{addr}: {api:?} v{version}: {e:#}"));
+    conn.close().await;
+    r
+}
+
 /// The cluster id of every test cluster.
 pub const CLUSTER_ID: &str = "keel-test";
 

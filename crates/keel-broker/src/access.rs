@@ -8,7 +8,6 @@
 //! Nothing here authorizes a write: the active controller authorizes every
 //! forwarded admin request again, as the client, inside its decision.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,8 +27,6 @@ const MISS_PAUSE: Duration = Duration::from_secs(1);
 /// The current copy, and what wakes its refresher.
 pub(crate) struct AccessCache {
     current: Mutex<Arc<Access>>,
-    /// The newest version a heartbeat answer named.
-    wanted: AtomicU64,
     wake: Notify,
     /// When an unknown login last asked for a read.
     last_miss: Mutex<Option<Instant>>,
@@ -46,7 +43,6 @@ impl AccessCache {
         };
         let cache = Self {
             current: Mutex::new(Arc::new(first)),
-            wanted: AtomicU64::new(0),
             wake: Notify::new(),
             last_miss: Mutex::new(None),
         };
@@ -62,7 +58,6 @@ impl AccessCache {
     /// A heartbeat answer named `version`: read again if this copy is older.
     pub(crate) fn want(&self, version: u64) {
         if version != self.get().version {
-            self.wanted.fetch_max(version, Ordering::SeqCst);
             self.wake.notify_one();
         }
     }

@@ -145,18 +145,16 @@ fn on_behalf<T>(r: T, client: &Client) -> tonic::Request<T> {
             m.insert(key, v);
         }
     };
-    put(FORWARDED_PRINCIPAL, client.principal.to_string());
+    put(
+        keel_proto::forwarded::PRINCIPAL,
+        client.principal.to_string(),
+    );
     if let Some(a) = client.address {
-        put(FORWARDED_CLIENT, a.to_string());
+        put(keel_proto::forwarded::CLIENT, a.to_string());
     }
-    put(FORWARDED_LISTENER, client.listener.to_string());
+    put(keel_proto::forwarded::LISTENER, client.listener.to_string());
     req
 }
-
-/// The gRPC metadata keys the controller reads (`keel_controller::authz`).
-const FORWARDED_PRINCIPAL: &str = "keel-forwarded-principal";
-const FORWARDED_CLIENT: &str = "keel-forwarded-client";
-const FORWARDED_LISTENER: &str = "keel-forwarded-listener";
 
 /// One attempt of `call` on `ch`, on behalf of `client`.
 async fn send(ch: Channel, call: AdminCall, client: &Client) -> Result<AdminReply, tonic::Status> {

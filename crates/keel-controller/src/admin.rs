@@ -314,45 +314,31 @@ impl ScramChanges {
     }
 }
 
-/// One log line per committed ACL change: who added or removed which
-/// binding (the caller's name says its listener, and for a forwarded
-/// request the client and the broker), at which log index.
-fn log_acl_changes(caller: &Caller, records: &[keel_metadata::MetadataRecord], index: u64) {
+/// One audit line per committed ACL or credential change: who made it (the
+/// caller's name says its listener, and for a forwarded request the client
+/// and the broker), what changed (never a credential itself), and at which
+/// log index.
+fn log_access_changes(caller: &Caller, records: &[keel_metadata::MetadataRecord], index: u64) {
     use keel_metadata::MetadataRecord as R;
+    let who = caller.name();
     for r in records {
-        let (binding, operation) = match r {
-            R::AclAdded(b) => (b, "add"),
-            R::AclRemoved(b) => (b, "remove"),
-            _ => continue,
-        };
-        tracing::info!(
-            principal = %caller.name(),
-            binding = %binding,
-            operation = %operation,
-            index,
-            "ACL changed"
-        );
-    }
-}
-
-/// One log line per committed credential change: who changed whose
-/// credential, how, at which log index (never the credential itself).
-fn log_scram_changes(caller: &Caller, records: &[keel_metadata::MetadataRecord], index: u64) {
-    use keel_metadata::MetadataRecord as R;
-    for r in records {
-        let (user, mechanism, operation) = match r {
-            R::UserScramCredential { user, credential } => (user, credential.mechanism, "upsert"),
-            R::UserScramCredentialRemoved { user, mechanism } => (user, *mechanism, "delete"),
-            _ => continue,
-        };
-        tracing::info!(
-            principal = %caller.name(),
-            user = %user,
-            mechanism = %mechanism,
-            operation = %operation,
-            index,
-            "SCRAM credential changed"
-        );
+        match r {
+            R::AclAdded(b) | R::AclRemoved(b) => {
+                let operation = if matches!(r, R::AclAdded(_)) {
+                    "add"
+                } else {
+                    "remove"
+                };
+                tracing::info!(principal = %who, binding = %b, operation, index, "ACL changed");
+            }
+            R::UserScramCredential { user, credential } => {
+                tracing::info!(principal = %who, user = %user, mechanism = %credential.mechanism, operation = "upsert", index, "SCRAM credential changed");
+            }
+            R::UserScramCredentialRemoved { user, mechanism } => {
+                tracing::info!(principal = %who, user = %user, mechanism = %mechanism, operation = "delete", index, "SCRAM credential changed");
+            }
+            _ => {}
+        }
     }
 }
 
@@ -1280,7 +1266,7 @@ impl AdminService for AdminApi {
                 let records = d.records.clone();
                 Proposal::new(d.records, move |commit| {
                     let index = commit?;
-                    log_acl_changes(&caller, &records, index);
+                    log_access_changes(&caller, &records, index);
                     Ok(results)
                 })
                 .with_replayed(d.replayed)
@@ -1346,7 +1332,7 @@ impl AdminService for AdminApi {
                 let removed = d.reply;
                 Proposal::new(d.records, move |commit| {
                     let index = commit?;
-                    log_acl_changes(&caller, &records, index);
+                    log_access_changes(&caller, &records, index);
                     Ok(removed)
                 })
                 .with_replayed(d.replayed)
@@ -1435,7 +1421,7 @@ impl AdminService for AdminApi {
                 let records = d.records.clone();
                 Proposal::new(d.records, move |commit| {
                     let index = commit?;
-                    log_scram_changes(&caller, &records, index);
+                    log_access_changes(&caller, &records, index);
                     Ok(results)
                 })
                 .with_replayed(d.replayed)

@@ -20,13 +20,9 @@ use keel_metadata::decide::Decision;
 use keel_metadata::{ApiError, ErrorCode, MetadataImage};
 use tonic::Request;
 
-/// The gRPC metadata a broker forwards a Kafka client's request with
-/// (KIP-590's `Envelope`): the principal its Kafka listener authenticated,
-/// and for the audit, the client's address and the listener's security
-/// (`SSL`, `SASL_SSL`, `PLAINTEXT`).
-pub const FORWARDED_PRINCIPAL: &str = "keel-forwarded-principal";
-pub const FORWARDED_CLIENT: &str = "keel-forwarded-client";
-pub const FORWARDED_LISTENER: &str = "keel-forwarded-listener";
+use keel_proto::forwarded::{
+    CLIENT as FORWARDED_CLIENT, LISTENER as FORWARDED_LISTENER, PRINCIPAL as FORWARDED_PRINCIPAL,
+};
 
 /// The caller of an admin request, as authorization sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]

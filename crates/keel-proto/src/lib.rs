@@ -11,5 +11,6 @@ pub mod pb {
 pub mod backoff;
 pub mod client;
 pub mod convert;
+pub mod forwarded;
 pub mod render;
 pub mod session;

@@ -390,7 +390,14 @@ pub fn decode_answer<R: Decodable>(
     if h.correlation_id != id {
         bail!("answer {} to request {id}", h.correlation_id);
     }
-    R::decode(&mut b, version).with_context(|| format!("{api:?} v{version} answer"))
+    let r = R::decode(&mut b, version).with_context(|| format!("{api:?} v{version} answer"))?;
+    if !b.is_empty() {
+        bail!(
+            "{api:?} v{version}: {} bytes after the answer's body",
+            b.len()
+        );
+    }
+    Ok(r)
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use keel_metadata::scram::{ScramCredential, ScramMechanism};
 use keel_proto::client::ControllerClient;
 use keel_proto::convert::{acl_binding_to_pb, check, scram_upsertion_to_pb};
 use keel_proto::pb;
-use keel_testkit::kafka::{KafkaConn, KafkaSecurity, Timeouts};
+use keel_testkit::kafka::{Dial, KafkaConn, KafkaSecurity, Timeouts};
 use keel_testkit::probe;
 use rand::TryRngCore;
 use serde_json::{json, Value};
@@ -326,16 +326,19 @@ pub async fn storm(
         })
     };
     let start = Instant::now();
-    let timeouts = Timeouts {
-        open: STORM_BOUND,
-        answer: STORM_BOUND,
+    let dial = Dial {
+        timeouts: Timeouts {
+            open: STORM_BOUND,
+            answer: STORM_BOUND,
+        },
+        ..Dial::default()
     };
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..n {
-        let (addr, sasl) = (addr.to_string(), sasl.clone());
+        let (addr, sasl, dial) = (addr.to_string(), sasl.clone(), dial.clone());
         tasks.spawn(async move {
             let t = Instant::now();
-            KafkaConn::open_with(&addr, &sasl, timeouts)
+            KafkaConn::open_with(&addr, &sasl, &dial)
                 .await
                 .map(|c| (c, t.elapsed().as_secs_f64() * 1000.0))
         });

@@ -104,8 +104,7 @@ impl KafkaAttacks {
         victim_password: String,
         noacl_password: String,
     ) -> Result<Self, String> {
-        let mut tls_only = KafkaSecurity::sasl_ssl(ca_pem, cluster_id, VICTIM_USER, "")?;
-        tls_only.sasl = None;
+        let tls_only = KafkaSecurity::tls_only(ca_pem, cluster_id)?;
         Ok(KafkaAttacks {
             addrs,
             foreign_admin: KafkaSecurity::from_transport(foreign_admin),
@@ -119,12 +118,7 @@ impl KafkaAttacks {
 
     /// The SASL_SSL settings of `user` with `password`.
     fn login_as(&self, user: &str, password: &str) -> KafkaSecurity {
-        let mut s = self.tls_only.clone();
-        s.sasl = Some(kc::ScramLogin {
-            user: user.into(),
-            password: password.into(),
-        });
-        s
+        self.tls_only.with_login(user, password)
     }
 
     /// One round's attempts, in order; `target` is one of the harness's
@@ -553,9 +547,9 @@ async fn plaintext(addr: &str, name: &str) -> (Answer, String) {
     };
     let (api, v, req) = create(name);
     let id = 7;
-    let frame = match kc::frame(api, v, id, &req) {
+    let frame = match keel_testkit::kafka::frame(api, v, id, &req) {
         Ok(f) => f,
-        Err(e) => return (Answer::Errored, e),
+        Err(e) => return (Answer::Errored, format!("{e:#}")),
     };
     let exchange = async {
         let socket = TcpSocket::new_v4()?;

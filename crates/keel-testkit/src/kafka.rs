@@ -9,9 +9,14 @@
 //! SaslAuthenticate v2 carrying the client-first and client-final
 //! messages, the server's signature checked). The server's certificate is
 //! checked for [`keel_tls::certs::SERVER_NAME`], the name every node's
-//! certificate carries. Opening (TCP, TLS, login) and every answer are
-//! bounded by [`Timeouts`].
+//! certificate carries, and, when a [`Dial`] names a cluster, for naming a
+//! member of it, as Keel's own clients check. Opening (TCP, TLS, login) and
+//! every answer are bounded by [`Timeouts`].
+//!
+//! One connection for every lab user: the tests, the bench and the fault
+//! harness's Kafka workload and intruder.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +31,7 @@ use keel_metadata::scram::{ScramClient, ScramMechanism};
 use rand::Rng;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::net::{TcpSocket, TcpStream};
 
 /// SaslHandshake v1: the tokens then travel in SaslAuthenticate requests
 /// (v0's raw token frames are not served).
@@ -164,6 +169,31 @@ impl Default for Timeouts {
     }
 }
 
+/// Where and how a connection is opened.
+#[derive(Clone, Debug, Default)]
+pub struct Dial {
+    pub timeouts: Timeouts,
+    /// The local address to connect from (`None`: the system's choice);
+    /// the fault harness's clients have an address of their own.
+    pub bind: Option<IpAddr>,
+    /// The cluster whose member (controller or broker) the server's
+    /// certificate must name (`None`: the CA's signature for the server
+    /// name is all that is checked).
+    pub cluster_id: Option<String>,
+}
+
+/// A SaslAuthenticate answered with an error: the login was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("SaslAuthenticate: {name} ({code}): {message}")]
+pub struct SaslRefusal {
+    /// Kafka's error code (58: SASL_AUTHENTICATION_FAILED).
+    pub code: i16,
+    /// Kafka's name of the code.
+    pub name: String,
+    /// The server's error message.
+    pub message: String,
+}
+
 /// A connection's bytes: plain TCP, or TLS over it.
 trait KafkaIo: AsyncRead + AsyncWrite + Unpin + Send {}
 
@@ -182,25 +212,24 @@ impl KafkaConn {
     /// Connects to `addr`, secured as `security` says, with the default
     /// [`Timeouts`].
     pub async fn open(addr: &str, security: &KafkaSecurity) -> anyhow::Result<Self> {
-        Self::open_with(addr, security, Timeouts::default()).await
+        Self::open_with(addr, security, &Dial::default()).await
     }
 
-    /// Connects to `addr`: TCP, the TLS handshake and the login all within
-    /// `timeouts.open`.
+    /// Connects to `addr` as `dial` says: TCP, the TLS handshake and the
+    /// login all within `dial.timeouts.open`. An error means no request was
+    /// written.
     pub async fn open_with(
         addr: &str,
         security: &KafkaSecurity,
-        timeouts: Timeouts,
+        dial: &Dial,
     ) -> anyhow::Result<Self> {
         let open = async {
-            let tcp = TcpStream::connect(addr)
-                .await
-                .with_context(|| format!("connect to {addr}"))?;
+            let tcp = connect(addr, dial.bind).await?;
             tcp.set_nodelay(true)?;
             let stream: Box<dyn KafkaIo> = match security {
                 KafkaSecurity::Plaintext => Box::new(tcp),
                 KafkaSecurity::Ssl(tls) | KafkaSecurity::SaslSsl { tls, .. } => Box::new(
-                    handshake(tls, tcp)
+                    handshake(tls, tcp, dial.cluster_id.as_deref())
                         .await
                         .with_context(|| addr.to_string())?,
                 ),
@@ -208,7 +237,7 @@ impl KafkaConn {
             let mut conn = KafkaConn {
                 stream,
                 next_id: 1,
-                answer_timeout: timeouts.answer,
+                answer_timeout: dial.timeouts.answer,
             };
             if let KafkaSecurity::SaslSsl { login, .. } = security {
                 conn.login(login)
@@ -217,22 +246,35 @@ impl KafkaConn {
             }
             Ok::<_, anyhow::Error>(conn)
         };
-        tokio::time::timeout(timeouts.open, open)
+        tokio::time::timeout(dial.timeouts.open, open)
             .await
             .map_err(|_| {
                 anyhow!(
-                    "{addr}: {} connection not open within {:?}",
+                    "{addr}: {} connection timed out: not open (TCP, TLS handshake, login) within {:?}",
                     security.protocol(),
-                    timeouts.open
+                    dial.timeouts.open
                 )
             })?
+    }
+
+    /// A connection over any stream already open (a test's in-memory
+    /// listener), each answer bounded by `answer_timeout`.
+    pub fn over(
+        stream: impl AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        answer_timeout: Duration,
+    ) -> Self {
+        KafkaConn {
+            stream: Box::new(stream),
+            next_id: 1,
+            answer_timeout,
+        }
     }
 
     /// A SCRAM login: SaslHandshake, then two SaslAuthenticate round trips
     /// (client-first, client-final), checking the server's signature. A
     /// refusal (SASL_AUTHENTICATION_FAILED, after which the listener
     /// closes) is an error naming the code.
-    async fn login(&mut self, login: &ScramLogin) -> anyhow::Result<()> {
+    pub async fn login(&mut self, login: &ScramLogin) -> anyhow::Result<()> {
         let mut scram = ScramClient::new(
             login.mechanism,
             &login.user,
@@ -265,8 +307,10 @@ impl KafkaConn {
             .map_err(|e| anyhow!("server-final: {e}"))
     }
 
-    /// One SaslAuthenticate round trip: `token` out, the server's in.
-    async fn authenticate(&mut self, token: Vec<u8>) -> anyhow::Result<Vec<u8>> {
+    /// One SaslAuthenticate round trip: `token` out, the server's in. A
+    /// refusal is a [`SaslRefusal`] (downcast the error to tell it from a
+    /// broken connection).
+    pub async fn authenticate(&mut self, token: Vec<u8>) -> anyhow::Result<Vec<u8>> {
         let r: SaslAuthenticateResponse = self
             .call(
                 ApiKey::SaslAuthenticate,
@@ -277,11 +321,12 @@ impl KafkaConn {
         if r.error_code != 0 {
             let name = kafka_protocol::ResponseError::try_from_code(r.error_code)
                 .map_or_else(|| format!("error {}", r.error_code), |e| format!("{e:?}"));
-            bail!(
-                "SaslAuthenticate: {name} ({}): {}",
-                r.error_code,
-                r.error_message.as_deref().unwrap_or_default()
-            );
+            return Err(SaslRefusal {
+                code: r.error_code,
+                name,
+                message: r.error_message.as_deref().unwrap_or_default().to_string(),
+            }
+            .into());
         }
         Ok(r.auth_bytes.to_vec())
     }
@@ -335,16 +380,65 @@ impl KafkaConn {
     }
 }
 
-/// The TLS handshake over `tcp`, for [`keel_tls::certs::SERVER_NAME`].
+/// TCP to `addr` (`host:port`), from `bind` when given.
+async fn connect(addr: &str, bind: Option<IpAddr>) -> anyhow::Result<TcpStream> {
+    let Some(bind) = bind else {
+        return TcpStream::connect(addr)
+            .await
+            .with_context(|| format!("connect to {addr}"));
+    };
+    let to: SocketAddr = addr
+        .parse()
+        .with_context(|| format!("{addr} is not an ip:port"))?;
+    let socket = if to.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    socket
+        .bind(SocketAddr::new(bind, 0))
+        .with_context(|| format!("bind {bind}"))?;
+    socket
+        .connect(to)
+        .await
+        .with_context(|| format!("connect to {addr} from {bind}"))
+}
+
+/// The TLS handshake over `tcp`, for [`keel_tls::certs::SERVER_NAME`];
+/// with `cluster_id`, the server's certificate must also name a member of
+/// that cluster.
 async fn handshake(
     config: &Arc<rustls::ClientConfig>,
     tcp: TcpStream,
+    cluster_id: Option<&str>,
 ) -> anyhow::Result<tokio_rustls::client::TlsStream<TcpStream>> {
     let name = ServerName::try_from(keel_tls::certs::SERVER_NAME)?;
-    tokio_rustls::TlsConnector::from(config.clone())
+    let tls = tokio_rustls::TlsConnector::from(config.clone())
         .connect(name, tcp)
         .await
-        .context("TLS handshake")
+        .context("TLS handshake")?;
+    if let Some(cluster) = cluster_id {
+        let server = tls
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| keel_tls::Identity::from_der(c.as_ref()));
+        match server {
+            Some(Ok(id))
+                if id.cluster_id == cluster
+                    && matches!(
+                        id.role,
+                        keel_tls::Role::Controller(_) | keel_tls::Role::Broker(_)
+                    ) => {}
+            Some(Ok(id)) => {
+                bail!("TLS handshake: the server is {id}, not a member of cluster {cluster}")
+            }
+            Some(Err(e)) => bail!("TLS handshake: the server's certificate names no identity: {e}"),
+            None => bail!("TLS handshake: the server presented no certificate"),
+        }
+    }
+    Ok(tls)
 }
 
 /// A fresh client nonce for SCRAM.

@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::error_code as code;
 use common::*;
 use keel_metadata::ErrorCode;
 use keel_proto::client::ControllerClient;
@@ -31,23 +32,6 @@ fn tls_cluster(brokers: usize, controller_flags: &[&str]) -> Cluster {
             ]),
     )
     .expect("start a TLS cluster")
-}
-
-/// A client speaking as user `name` (its certificate issued by the
-/// cluster's CA on first use).
-fn user_client(c: &Cluster, name: &str) -> ControllerClient {
-    let transport = c
-        .transport_as(&Identity::user(CLUSTER_ID, name))
-        .expect("a certificate for the user");
-    ControllerClient::new(c.controller_addrs())
-        .with_timeouts(Duration::from_secs(5), Duration::from_secs(30))
-        .with_transport(transport)
-}
-
-fn code(e: &Option<pb::Error>) -> ErrorCode {
-    e.as_ref()
-        .and_then(|e| ErrorCode::from_i32(e.code))
-        .unwrap_or(ErrorCode::None)
 }
 
 /// Creates `names` as `client`; each name's error code.
@@ -107,28 +91,7 @@ async fn describe(client: &ControllerClient, named: &[&str]) -> (Vec<String>, Ve
 
 /// Runs `keel acls <args> --output json` as the admin user of `c`.
 fn acls_cli(c: &Cluster, args: &[&str]) -> (i32, serde_json::Value, String) {
-    let certs = c.certs_dir().unwrap().to_path_buf();
-    let admin = Identity::user(CLUSTER_ID, "admin");
-    let (cert, key) = keel_tls::certs::paths(&certs, &admin);
-    let out = std::process::Command::new(keel_bin())
-        .arg("acls")
-        .args(args)
-        .args(["--output", "json", "--bootstrap"])
-        .arg(c.controller_addrs().join(","))
-        .arg("--tls-cert")
-        .arg(cert)
-        .arg("--tls-key")
-        .arg(key)
-        .arg("--tls-ca")
-        .arg(certs.join("ca.pem"))
-        .env_remove("KEEL_ALLOW_PLAINTEXT")
-        .output()
-        .expect("run keel acls");
-    (
-        out.status.code().unwrap_or(-1),
-        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    keel_as_admin(c, &[&["acls"], args].concat())
 }
 
 fn acl_ok(c: &Cluster, args: &[&str]) -> serde_json::Value {

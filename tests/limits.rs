@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::error_code as code;
 use common::*;
 use keel_metadata::ErrorCode;
 use keel_proto::client::ControllerClient;
@@ -38,12 +39,6 @@ const LIMITS: &[&str] = &[
     // The config limits are exercised with keys of their own (k1, k2, ...).
     "--allow-unknown-topic-configs",
 ];
-
-fn code(e: &Option<pb::Error>) -> ErrorCode {
-    e.as_ref()
-        .and_then(|e| ErrorCode::from_i32(e.code))
-        .unwrap_or(ErrorCode::None)
-}
 
 /// (top-level error code and message, per-topic codes).
 async fn create(

@@ -7,17 +7,15 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::Stdio;
 use std::time::Duration;
 
+use common::error_code as code;
 use common::*;
 use keel_metadata::scram::{ScramCredential, ScramMechanism};
 use keel_metadata::ErrorCode;
 use keel_proto::client::ControllerClient;
 use keel_proto::convert::{scram_deletion_to_pb, scram_upsertion_to_pb};
 use keel_proto::pb;
-use keel_tls::Identity;
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(90);
@@ -31,73 +29,10 @@ fn tls_cluster() -> Cluster {
     .expect("start a TLS cluster")
 }
 
-/// A client speaking as user `name` (its certificate issued by the
-/// cluster's CA on first use).
-fn user_client(c: &Cluster, name: &str) -> ControllerClient {
-    let transport = c
-        .transport_as(&Identity::user(CLUSTER_ID, name))
-        .expect("a certificate for the user");
-    ControllerClient::new(c.controller_addrs())
-        .with_timeouts(Duration::from_secs(5), Duration::from_secs(30))
-        .with_transport(transport)
-}
-
-fn code(e: &Option<pb::Error>) -> ErrorCode {
-    e.as_ref()
-        .and_then(|e| ErrorCode::from_i32(e.code))
-        .unwrap_or(ErrorCode::None)
-}
-
-/// What `keel users` printed and how it ended.
-struct Ran {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Ran {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout).unwrap_or(Value::Null)
-    }
-}
-
 /// Runs `keel users <args> --output json` as user `who` of `c`, with
 /// `stdin` on its standard input.
 fn users_cli_as(c: &Cluster, who: &str, args: &[&str], stdin: &str) -> Ran {
-    let certs = c.certs_dir().unwrap().to_path_buf();
-    let id = Identity::user(CLUSTER_ID, who);
-    // Issued now if missing.
-    c.transport_as(&id).expect("a certificate for the user");
-    let (cert, key) = keel_tls::certs::paths(&certs, &id);
-    let mut child = std::process::Command::new(keel_bin())
-        .arg("users")
-        .args(args)
-        .args(["--output", "json", "--bootstrap"])
-        .arg(c.controller_addrs().join(","))
-        .arg("--tls-cert")
-        .arg(cert)
-        .arg("--tls-key")
-        .arg(key)
-        .arg("--tls-ca")
-        .arg(certs.join("ca.pem"))
-        .env_remove("KEEL_ALLOW_PLAINTEXT")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run keel users");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().expect("keel users ends");
-    Ran {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    keel_as(c, who, &[&["users"], args].concat(), stdin)
 }
 
 fn users_ok(c: &Cluster, args: &[&str], stdin: &str) -> Value {

@@ -439,13 +439,31 @@ pub fn kcat_brokers_and_topics(v: &serde_json::Value) -> (Vec<u64>, Vec<String>)
     (brokers, topics)
 }
 
-/// Runs `keel <args> --output json` against `c`'s controllers as the
-/// kit's admin user (bounded: 60 s): (exit code, its JSON, stderr).
-pub fn keel_as_admin(c: &Cluster, args: &[&str]) -> (i32, serde_json::Value, String) {
+/// What a `keel` command printed and how it ended.
+pub struct Ran {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    /// Standard output as JSON (`Null` when it is not).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout).unwrap_or(serde_json::Value::Null)
+    }
+}
+
+/// Runs `keel <args> --output json` against `c`'s controllers as user
+/// `who` of its CA (a certificate issued on first use), with `stdin` on
+/// its standard input; bounded to 60 s.
+pub fn keel_as(c: &Cluster, who: &str, args: &[&str], stdin: &str) -> Ran {
+    use std::io::Write;
+    use std::process::Stdio;
     let certs = c.certs_dir().expect("a TLS cluster");
-    let admin = keel_tls::Identity::user(&c.cluster_id, keel_testkit::cluster::ADMIN_USER);
-    let (cert, key) = keel_tls::certs::paths(certs, &admin);
-    let out = std::process::Command::new("timeout")
+    let id = keel_tls::Identity::user(&c.cluster_id, who);
+    c.transport_as(&id).expect("a certificate for the user");
+    let (cert, key) = keel_tls::certs::paths(certs, &id);
+    let mut child = std::process::Command::new("timeout")
         .arg("60")
         .arg(keel_bin())
         .args(args)
@@ -459,13 +477,45 @@ pub fn keel_as_admin(c: &Cluster, args: &[&str]) -> (i32, serde_json::Value, Str
         .arg(certs.join("ca.pem"))
         .env_remove("KEEL_ALLOW_PLAINTEXT")
         .env_remove("KEEL_BOOTSTRAP")
-        .output()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run keel");
-    (
-        out.status.code().unwrap_or(-1),
-        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    if let Some(mut input) = child.stdin.take() {
+        let _ = input.write_all(stdin.as_bytes());
+    }
+    let out = child.wait_with_output().expect("keel ends");
+    Ran {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// [`keel_as`] the kit's admin user, with no input: (exit code, stdout
+/// as JSON, stderr).
+pub fn keel_as_admin(c: &Cluster, args: &[&str]) -> (i32, serde_json::Value, String) {
+    let r = keel_as(c, keel_testkit::cluster::ADMIN_USER, args, "");
+    (r.code, r.json(), r.stderr)
+}
+
+/// A client of `c`'s controllers speaking as user `name` (its certificate
+/// issued by the cluster's CA on first use).
+pub fn user_client(c: &Cluster, name: &str) -> ControllerClient {
+    let transport = c
+        .transport_as(&keel_tls::Identity::user(&c.cluster_id, name))
+        .expect("a certificate for the user");
+    ControllerClient::new(c.controller_addrs())
+        .with_timeouts(Duration::from_secs(5), Duration::from_secs(30))
+        .with_transport(transport)
+}
+
+/// The code of a whole-call or per-item error (`NONE` when absent).
+pub fn error_code(e: &Option<keel_proto::pb::Error>) -> keel_metadata::ErrorCode {
+    e.as_ref()
+        .and_then(|e| keel_metadata::ErrorCode::from_i32(e.code))
+        .unwrap_or(keel_metadata::ErrorCode::None)
 }
 
 /// `keel users create`: a SCRAM credential (`mechanism`: SCRAM-SHA-256

@@ -1555,16 +1555,21 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn kafka_attacks_all_refused_and_nothing_written_pass() {
-        let state = State::default();
-        let before = State {
+    /// The cluster as the intruder found it: every target topic, nothing
+    /// else.
+    fn targets_untouched() -> State {
+        State {
             topics: targets()
                 .into_iter()
                 .map(|t| (t, TopicState::default()))
                 .collect(),
-            ..state
-        };
+            ..State::default()
+        }
+    }
+
+    #[test]
+    fn kafka_attacks_all_refused_and_nothing_written_pass() {
+        let before = targets_untouched();
         let (valid, detail) = check_with_kafka(
             &every_kafka_attack_refused(),
             Some(&before),
@@ -1577,13 +1582,7 @@ mod tests {
 
     #[test]
     fn an_accepted_kafka_replay_fails_the_intruder_checker() {
-        let before = State {
-            topics: targets()
-                .into_iter()
-                .map(|t| (t, TopicState::default()))
-                .collect(),
-            ..State::default()
-        };
+        let before = targets_untouched();
         let mut attempts = every_kafka_attack_refused();
         attempts.push(kafka_attempt(Credential::KafkaReplay, Answer::Accepted));
         let (valid, detail) = check_with_kafka(
@@ -1600,13 +1599,7 @@ mod tests {
 
     #[test]
     fn a_topic_made_by_a_kafka_attack_fails_the_intruder_checker_even_if_refused() {
-        let before = State {
-            topics: targets()
-                .into_iter()
-                .map(|t| (t, TopicState::default()))
-                .collect(),
-            ..State::default()
-        };
+        let before = targets_untouched();
         let mut after = before.clone();
         after
             .topics
@@ -1627,13 +1620,7 @@ mod tests {
 
     #[test]
     fn a_kafka_attack_never_refused_leaves_the_intruder_checker_unconvinced() {
-        let before = State {
-            topics: targets()
-                .into_iter()
-                .map(|t| (t, TopicState::default()))
-                .collect(),
-            ..State::default()
-        };
+        let before = targets_untouched();
         let mut attempts: Vec<Attempt> = every_kafka_attack_refused()
             .into_iter()
             .filter(|a| a.credential != Credential::KafkaNodeCert)

@@ -968,14 +968,10 @@ mod futures_like {
 mod tests {
     use super::*;
     use crate::history::OpKind;
-    use bytes::{BufMut, Bytes, BytesMut};
-    use kafka_protocol::messages::{
-        RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse,
-        SaslHandshakeResponse,
-    };
+    use bytes::Bytes;
+    use kafka_protocol::messages::{RequestHeader, SaslAuthenticateRequest};
     use keel_metadata::scram::ScramClient;
     use keel_tls::Identity;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     /// SaslAuthenticate v2, as the kit's connection sends it.
     const V_SASL_AUTHENTICATE: i16 = 2;
@@ -1240,100 +1236,6 @@ mod tests {
             b"n,,n=admin,r=fyko+d2lbbFgONRv9qkxdawL"
         );
         assert!(body.is_empty());
-    }
-
-    /// Reads one request from a listener's side of a connection.
-    async fn read_request(io: &mut tokio::io::DuplexStream) -> (RequestHeader, Bytes) {
-        let len = io.read_i32().await.unwrap();
-        let mut b = vec![0u8; len as usize + 4];
-        b[..4].copy_from_slice(&len.to_be_bytes());
-        io.read_exact(&mut b[4..]).await.unwrap();
-        decode_frame(Bytes::from(b))
-    }
-
-    /// Writes the answer to request `h`.
-    async fn answer<R: Encodable>(io: &mut tokio::io::DuplexStream, h: &RequestHeader, r: &R) {
-        let api = ApiKey::try_from(h.request_api_key).unwrap();
-        let mut buf = BytesMut::new();
-        buf.put_i32(0);
-        ResponseHeader::default()
-            .with_correlation_id(h.correlation_id)
-            .encode(&mut buf, api.response_header_version(h.request_api_version))
-            .unwrap();
-        r.encode(&mut buf, h.request_api_version).unwrap();
-        let len = (buf.len() - 4) as i32;
-        buf[..4].copy_from_slice(&len.to_be_bytes());
-        io.write_all(&buf).await.unwrap();
-    }
-
-    /// A listener's side of one SCRAM-SHA-512 login of user `admin`: what
-    /// keel-kafka answers, SASL_AUTHENTICATION_FAILED for a bad proof.
-    async fn serve_login(
-        mut io: tokio::io::DuplexStream,
-        credential: keel_metadata::scram::ScramCredential,
-    ) {
-        let (h, mut body) = read_request(&mut io).await;
-        assert_eq!(h.request_api_key, ApiKey::SaslHandshake as i16);
-        let req = SaslHandshakeRequest::decode(&mut body, h.request_api_version).unwrap();
-        assert_eq!(req.mechanism.as_str(), "SCRAM-SHA-512");
-        let offered = vec![StrBytes::from_static_str("SCRAM-SHA-512")];
-        answer(
-            &mut io,
-            &h,
-            &SaslHandshakeResponse::default().with_mechanisms(offered),
-        )
-        .await;
-        let (h, mut body) = read_request(&mut io).await;
-        let first = SaslAuthenticateRequest::decode(&mut body, h.request_api_version).unwrap();
-        let (server, server_first) = keel_metadata::scram::ScramServer::start(
-            ScramMechanism::Sha512,
-            &first.auth_bytes,
-            "3rfcNHYJY1ZVvWVs7j3rfcNH",
-            |user| (user == "admin").then(|| credential.clone()),
-        )
-        .unwrap();
-        let r = SaslAuthenticateResponse::default().with_auth_bytes(server_first.into());
-        answer(&mut io, &h, &r).await;
-        let (h, mut body) = read_request(&mut io).await;
-        let last = SaslAuthenticateRequest::decode(&mut body, h.request_api_version).unwrap();
-        let r = match server.finish(&last.auth_bytes) {
-            Ok(server_final) => {
-                SaslAuthenticateResponse::default().with_auth_bytes(server_final.into())
-            }
-            Err(e) => SaslAuthenticateResponse::default()
-                .with_error_code(ResponseError::SaslAuthenticationFailed.code())
-                .with_error_message(Some(StrBytes::from_string(e.to_string()))),
-        };
-        answer(&mut io, &h, &r).await;
-    }
-
-    #[tokio::test]
-    async fn a_scram_login_passes_with_the_password_and_fails_without() {
-        let credential = keel_metadata::scram::ScramCredential::from_password(
-            ScramMechanism::Sha512,
-            b"secret",
-            b"salt of admin",
-            4096,
-        )
-        .unwrap();
-        for (password, logs_in) in [("secret", true), ("wrong", false)] {
-            let (client, server) = tokio::io::duplex(64 << 10);
-            let listener = tokio::spawn(serve_login(server, credential.clone()));
-            let mut conn = Conn::over(client);
-            let login = kafka::ScramLogin {
-                mechanism: SASL_MECHANISM,
-                user: "admin".into(),
-                password: password.into(),
-            };
-            let r = conn.0.login(&login).await.map_err(sasl_error);
-            listener.await.unwrap();
-            if logs_in {
-                r.unwrap();
-            } else {
-                let why = r.unwrap_err();
-                assert!(why.contains("SASL_AUTHENTICATION_FAILED"), "{why}");
-            }
-        }
     }
 
     #[tokio::test]

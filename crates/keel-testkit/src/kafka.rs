@@ -607,11 +607,7 @@ mod tests {
         for (password, logs_in) in [("secret", true), ("wrong", false)] {
             let (client, server) = tokio::io::duplex(64 << 10);
             let listener = tokio::spawn(serve_login(server, credential.clone()));
-            let mut conn = KafkaConn {
-                stream: Box::new(client),
-                next_id: 1,
-                answer_timeout: Duration::from_secs(10),
-            };
+            let mut conn = KafkaConn::over(client, Duration::from_secs(10));
             let login = ScramLogin {
                 mechanism: ScramMechanism::Sha512,
                 user: "alice".into(),
@@ -622,8 +618,12 @@ mod tests {
             if logs_in {
                 r.unwrap();
             } else {
-                let why = r.unwrap_err().to_string();
+                let e = r.unwrap_err();
+                let why = e.to_string();
                 assert!(why.contains("SaslAuthenticationFailed (58)"), "{why}");
+                // Typed, for callers that sort failures (the fault harness).
+                let refusal = e.downcast_ref::<SaslRefusal>().expect("a SaslRefusal");
+                assert_eq!(refusal.code, 58);
             }
         }
         assert!(!format!(

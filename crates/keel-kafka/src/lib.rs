@@ -40,8 +40,8 @@ pub use view::{
 pub fn describe_metrics() {
     for (name, help) in [
         (
-            "keel_kafka_tls_handshake_failures_total",
-            "Kafka connections whose TLS handshake failed or timed out.",
+            "keel_tls_handshake_failures_total",
+            "TLS handshakes that failed, timed out or presented a certificate of no identity of this cluster (gRPC and Kafka listeners).",
         ),
         (
             "keel_kafka_authentication_failures_total",

@@ -17,7 +17,7 @@ use keel_metadata::scram::ScramMechanism;
 use keel_tls::{KafkaClientAuth, Role, TlsContext};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tracing::{debug, info, warn};
 
 use crate::access::Access;
@@ -263,9 +263,15 @@ pub async fn serve(
     if !config.security.sasl().is_empty() {
         served.extend(SASL_SERVED);
     }
-    let served: Arc<[(ApiKey, i16, i16)]> = served.into();
     let budget = Budget::new(config.max_in_flight_bytes);
-    let config = Arc::new(config);
+    let listening = Arc::new(Listening {
+        source,
+        served,
+        budget,
+        handshakes: Arc::new(Semaphore::new(keel_tls::transport::MAX_HANDSHAKES)),
+        config,
+    });
+    let config = &listening.config;
     let security = match &config.security {
         Security::Plaintext => "PLAINTEXT".to_string(),
         Security::Tls {
@@ -275,7 +281,7 @@ pub async fn serve(
             sasl.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
         ),
     };
-    info!(address = ?local, max_request_bytes = config.max_request_bytes, max_in_flight_bytes = budget.total_bytes(), %security, "Kafka listener serving");
+    info!(address = ?local, max_request_bytes = config.max_request_bytes, max_in_flight_bytes = listening.budget.total_bytes(), %security, "Kafka listener serving");
     loop {
         let accepted = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -284,15 +290,7 @@ pub async fn serve(
         match accepted {
             Ok((stream, peer)) => {
                 keel_tls::transport::tune(&stream);
-                tokio::spawn(connection(
-                    stream,
-                    peer,
-                    source.clone(),
-                    served.clone(),
-                    config.clone(),
-                    budget.clone(),
-                    stop.clone(),
-                ));
+                tokio::spawn(connection(stream, peer, listening.clone(), stop.clone()));
             }
             Err(e) => {
                 // Out of file descriptors, most likely: do not spin.
@@ -303,25 +301,41 @@ pub async fn serve(
     }
 }
 
+/// What every connection of one listener shares.
+struct Listening {
+    source: Arc<dyn ViewSource>,
+    /// The APIs and versions served (and advertised).
+    served: Vec<(ApiKey, i16, i16)>,
+    config: ListenerConfig,
+    budget: Budget,
+    /// TLS handshakes in progress at once, bounded as on the gRPC
+    /// listeners.
+    handshakes: Arc<Semaphore>,
+}
+
 /// One client's connection: the TLS handshake (when the listener speaks
 /// TLS), then frames answered until the client leaves, misbehaves or the
 /// node stops.
 async fn connection(
     tcp: TcpStream,
     peer: SocketAddr,
-    source: Arc<dyn ViewSource>,
-    served: Arc<[(ApiKey, i16, i16)]>,
-    config: Arc<ListenerConfig>,
-    budget: Budget,
+    listening: Arc<Listening>,
     mut stop: watch::Receiver<bool>,
 ) {
     debug!(%peer, "Kafka connection opened");
+    let Listening {
+        source,
+        served,
+        config,
+        budget,
+        handshakes,
+    } = &*listening;
     let session = async {
         match &config.security {
             Security::Plaintext => {
                 let mut tcp = tcp;
                 let client = Client::anonymous(Some(peer));
-                exchange(&mut tcp, client, source.as_ref(), &served, &config, &budget).await
+                exchange(&mut tcp, client, source.as_ref(), served, config, budget).await
             }
             Security::Tls {
                 context,
@@ -330,26 +344,15 @@ async fn connection(
             } => {
                 let acceptor =
                     tokio_rustls::TlsAcceptor::from(context.kafka_server_config(*client_auth));
-                let mut stream = match tokio::time::timeout(
-                    keel_tls::transport::HANDSHAKE_TIMEOUT,
-                    acceptor.accept(tcp),
-                )
-                .await
-                {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        metrics::counter!("keel_kafka_tls_handshake_failures_total").increment(1);
-                        return Err(format!("TLS handshake refused: {e}"));
-                    }
-                    Err(_) => {
-                        metrics::counter!("keel_kafka_tls_handshake_failures_total").increment(1);
-                        return Err("TLS handshake timed out".to_string());
-                    }
+                // The same handshake as the gRPC listeners': bounded in
+                // time and in how many run at once.
+                let (mut stream, identity) = {
+                    let _slot = handshakes
+                        .acquire()
+                        .await
+                        .map_err(|_| "the listener is closing".to_string())?;
+                    keel_tls::transport::accept(&acceptor, tcp, peer, context.cluster_id()).await?
                 };
-                let identity = keel_tls::transport::peer_identity(
-                    stream.get_ref().1.peer_certificates(),
-                    context.cluster_id(),
-                )?;
                 let principal = match identity {
                     None => Principal::Anonymous,
                     Some(id) => match id.role {
@@ -368,15 +371,7 @@ async fn connection(
                     address: Some(peer),
                     listener: "SSL",
                 };
-                exchange(
-                    &mut stream,
-                    client,
-                    source.as_ref(),
-                    &served,
-                    &config,
-                    &budget,
-                )
-                .await
+                exchange(&mut stream, client, source.as_ref(), served, config, budget).await
             }
         }
     };

@@ -224,6 +224,41 @@ pub fn peer_identity(
     }
 }
 
+/// The server side of one TLS handshake, as every listener does it
+/// (gRPC and Kafka alike): bounded by [`HANDSHAKE_TIMEOUT`], the client's
+/// certificate (if any) checked to name an identity of `cluster_id`
+/// ([`peer_identity`]). A failure is logged, counted in
+/// `keel_tls_handshake_failures_total`, and returned as its reason.
+pub async fn accept(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    tcp: TcpStream,
+    remote: SocketAddr,
+    cluster_id: &str,
+) -> Result<(tokio_rustls::server::TlsStream<TcpStream>, Option<Identity>), String> {
+    let failed = |why: String| {
+        metrics::counter!("keel_tls_handshake_failures_total").increment(1);
+        Err(why)
+    };
+    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            tracing::debug!(%remote, error = %e, "TLS handshake refused");
+            return failed(format!("TLS handshake refused: {e}"));
+        }
+        Err(_) => {
+            tracing::debug!(%remote, "TLS handshake timed out");
+            return failed("TLS handshake timed out".into());
+        }
+    };
+    match peer_identity(stream.get_ref().1.peer_certificates(), cluster_id) {
+        Ok(identity) => Ok((stream, identity)),
+        Err(why) => {
+            tracing::warn!(%remote, %why, "refusing a client certificate");
+            failed(why)
+        }
+    }
+}
+
 /// Accepted TLS connections of `listener`. Failed handshakes are logged and
 /// dropped; the stream ends when the listener fails.
 pub fn tls_incoming(
@@ -255,39 +290,15 @@ pub fn tls_incoming(
             let ctx = ctx.clone();
             tokio::spawn(async move {
                 let _permit = permit;
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                    Ok(Ok(stream)) => {
-                        let identity = match peer_identity(
-                            stream.get_ref().1.peer_certificates(),
-                            ctx.cluster_id(),
-                        ) {
-                            Ok(id) => id,
-                            Err(why) => {
-                                tracing::warn!(%remote, %why, "refusing a client certificate");
-                                metrics::counter!("keel_tls_handshake_failures_total").increment(1);
-                                return;
-                            }
-                        };
-                        let info = PeerInfo {
-                            remote: Some(remote),
-                            identity,
-                        };
-                        let _ = tx
-                            .send(Ok(TlsConn {
-                                inner: stream,
-                                info,
-                            }))
-                            .await;
-                    }
-                    Ok(Err(e)) => {
-                        tracing::debug!(%remote, error = %e, "TLS handshake refused");
-                        metrics::counter!("keel_tls_handshake_failures_total").increment(1);
-                    }
-                    Err(_) => {
-                        tracing::debug!(%remote, "TLS handshake timed out");
-                        metrics::counter!("keel_tls_handshake_failures_total").increment(1);
-                    }
-                }
+                let Ok((inner, identity)) = accept(&acceptor, tcp, remote, ctx.cluster_id()).await
+                else {
+                    return;
+                };
+                let info = PeerInfo {
+                    remote: Some(remote),
+                    identity,
+                };
+                let _ = tx.send(Ok(TlsConn { inner, info })).await;
             });
         }
     });

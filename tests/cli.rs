@@ -791,3 +791,102 @@ fn bench_commit_with_tls_reports_plaintext_and_tls_side_by_side() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("TLS vs plaintext"), "{table}");
 }
+
+/// Runs `keel <args>` with no bootstrap or TLS from the environment; (exit
+/// code, stdout, stderr, how long it took).
+fn keel_timed(args: &[&str]) -> (Option<i32>, String, String, Duration) {
+    let started = Instant::now();
+    let out = Command::new(keel_bin())
+        .args(args)
+        .env_remove("KEEL_BOOTSTRAP")
+        .env_remove("KEEL_ALLOW_PLAINTEXT")
+        .output()
+        .expect("run keel");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+/// A name that does not resolve fails at once with the resolver's reason
+/// (`--bootstrap-server`, Kafka's spelling, works as `--bootstrap`); an
+/// address that accepts connections and never answers fails within
+/// `--timeout`; with `-o json` the error is one JSON object on stdout and
+/// stderr stays empty. (Both used to take the client's 20 s deadline.)
+#[test]
+fn unresolvable_and_silent_addresses_fail_within_the_timeout() {
+    let (code, _, err, took) = keel_timed(&[
+        "topics",
+        "list",
+        "--allow-plaintext",
+        "--bootstrap-server",
+        "no-such-host.invalid:9093",
+    ]);
+    assert_eq!(code, Some(3), "{err}");
+    assert!(err.contains("dns error"), "the resolver's reason: {err}");
+    assert_eq!(
+        err.lines().filter(|l| l.starts_with("error:")).count(),
+        1,
+        "printed once: {err}"
+    );
+    assert!(took < Duration::from_secs(8), "took {took:?}: {err}");
+
+    // Accepts (the kernel completes the handshake) and never says a word.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap().to_string();
+    let (code, out, err, took) = keel_timed(&[
+        "topics",
+        "list",
+        "--allow-plaintext",
+        "--timeout",
+        "2s",
+        "-b",
+        &addr,
+        "-o",
+        "json",
+    ]);
+    assert_eq!(code, Some(3), "{out} {err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    assert_eq!(v["error"]["code"], "UNREACHABLE", "{v}");
+    assert!(
+        v["error"]["message"].as_str().unwrap_or("").contains(&addr),
+        "{v}"
+    );
+    assert!(err.is_empty(), "printed once, as JSON: {err}");
+    assert!(
+        took < Duration::from_secs(8),
+        "took {took:?} with --timeout 2s"
+    );
+    drop(silent);
+}
+
+/// A node that cannot start (its port is taken) says why once on stderr,
+/// not once as a log line and again as a plain line.
+#[test]
+fn a_node_that_cannot_start_says_why_once() {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = holder.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err, _) = keel_timed(&[
+        "controller",
+        "--node-id",
+        "1",
+        "--listen",
+        &addr,
+        "--voters",
+        &format!("1@{addr}"),
+        "--data-dir",
+        &dir.path().join("c1").display().to_string(),
+        "--cluster-id",
+        "once",
+        "--allow-plaintext",
+    ]);
+    assert_eq!(code, Some(4), "{err}");
+    assert_eq!(
+        err.matches("Address already in use").count(),
+        1,
+        "said once: {err}"
+    );
+}

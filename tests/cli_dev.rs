@@ -302,3 +302,86 @@ fn nodes_die_with_a_killed_keel_dev_and_the_next_one_starts() {
     let mut again = start_dev(&dir2);
     assert!(signal_and_wait(&mut again, "-INT", true).success());
 }
+
+/// For scripts: `keel dev --exit-when-ready` returns once the cluster is
+/// up and leaves it running in the background (a session of its own);
+/// admin commands given any of its addresses explicitly use its
+/// certificate as the default bootstrap does; `keel dev stop` ends it in
+/// order and leaves nothing running (and a second stop has nothing to do).
+#[test]
+fn exit_when_ready_leaves_the_cluster_running_until_dev_stop() {
+    let _one = DEV.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("dev");
+    let marker = dir.display().to_string();
+    let _cleanup = Cleanup(marker.clone());
+    let out = Command::new("timeout")
+        .arg("180")
+        .arg(keel_bin())
+        .args([
+            "dev",
+            "--fresh",
+            "--exit-when-ready",
+            "--brokers",
+            "1",
+            "--dir",
+        ])
+        .arg(&dir)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run keel dev --exit-when-ready");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {said}", out.status);
+    assert!(said.contains("is up"), "{said}");
+    assert!(
+        said.contains("keel dev stop"),
+        "it says how to stop it: {said}"
+    );
+    assert!(
+        !nodes_under(&marker).is_empty(),
+        "the cluster runs on after the command returned"
+    );
+
+    // Any of its addresses, not only the default list: its certificate.
+    keel_ok(&[
+        "topics",
+        "create",
+        "detached",
+        "--replication-factor",
+        "1",
+        "-b",
+        "127.0.0.12:9093",
+    ]);
+    keel_ok(&[
+        "topics",
+        "describe",
+        "detached",
+        "--bootstrap",
+        "127.0.0.13:9093,127.0.0.11:9093",
+    ]);
+
+    let stop = Command::new("timeout")
+        .arg("120")
+        .arg(keel_bin())
+        .args(["dev", "stop", "--dir"])
+        .arg(&dir)
+        .output()
+        .expect("run keel dev stop");
+    let said = String::from_utf8_lossy(&stop.stderr);
+    assert!(stop.status.success(), "{}: {said}", stop.status);
+    assert!(said.contains("stopped"), "{said}");
+    let left = nodes_under(&marker);
+    assert!(left.is_empty(), "nodes still running: {left}");
+    assert!(!dir.join("dev.pid").exists());
+    let log = std::fs::read_to_string(dir.join("dev.log")).unwrap_or_default();
+    assert!(log.contains("stopped; nothing left running."), "{log}");
+
+    let again = Command::new(keel_bin())
+        .args(["dev", "stop", "--dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{said}");
+    assert!(said.contains("nothing to stop"), "{said}");
+}

@@ -447,9 +447,33 @@ async fn the_cli_speaks_tls_from_flags_or_environment_and_survives_a_failover() 
     );
     assert_eq!(code, 0, "{err}");
     assert!(v.to_string().contains("flags"), "{v}");
-    // Neither: the handshake fails, no controller reachable (exit 3).
-    let (code, _, err) = keel_cli(&["topics", "list", "--bootstrap", &bootstrap], &[]);
-    assert_eq!(code, 3, "{err}");
+    // Neither: the CLI finds out before sending anything that the
+    // listener wants TLS and says so at once (exit 3), as one JSON error
+    // on stdout with how to pass credentials, and nothing on stderr.
+    let started = std::time::Instant::now();
+    let (code, v, err) = keel_cli(&["topics", "list", "--bootstrap", &bootstrap], &[]);
+    assert_eq!(code, 3, "{v} {err}");
+    assert_eq!(v["error"]["code"], "TLS_REQUIRED", "{v} {err}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("requires TLS"),
+        "{v}"
+    );
+    assert!(
+        v["error"]["hint"]
+            .as_str()
+            .unwrap_or("")
+            .contains("--tls-cert"),
+        "{v}"
+    );
+    assert!(err.is_empty(), "the error is printed once, as JSON: {err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "named only after {:?}",
+        started.elapsed()
+    );
 
     // The active controller dies: the others elect a new one over TLS,
     // the broker follows it, and writes go on.

@@ -288,7 +288,6 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
         Ok(b) => b,
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "broker failed to start");
-            eprintln!("error: {e:#}");
             return ExitCode::from(EXIT_LOCAL);
         }
     };
@@ -298,7 +297,6 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
         _ = &mut stop => {}
         e = broker.failed() => {
             tracing::error!(error = %format!("{e:#}"), "broker stopped");
-            eprintln!("error: {e:#}");
             logging::exit_if_stuck("the broker failed", logging::SHUTDOWN_BOUND);
             let _ = broker.shutdown(false).await;
             return ExitCode::from(EXIT_LOCAL);
@@ -312,7 +310,7 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
     match broker.shutdown(true).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            tracing::error!(error = %format!("{e:#}"), "controlled shutdown failed");
             ExitCode::from(EXIT_LOCAL)
         }
     }

@@ -473,7 +473,6 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
             Ok(v) => Some(v),
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "cannot serve HTTP");
-                eprintln!("error: {e:#}");
                 return ExitCode::from(EXIT_LOCAL);
             }
         },
@@ -491,7 +490,6 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
         Ok(n) => n,
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "controller failed to start");
-            eprintln!("error: {e:#}");
             return ExitCode::from(EXIT_LOCAL);
         }
     };
@@ -536,7 +534,6 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
                 };
                 if let Some(e) = stopped {
                     tracing::error!(error = %e, "raft stopped; exiting");
-                    eprintln!("error: raft stopped: {e}");
                     logging::exit_if_stuck("the Raft core stopped", logging::SHUTDOWN_BOUND);
                     let _ = node.shutdown().await;
                     return ExitCode::from(EXIT_LOCAL);

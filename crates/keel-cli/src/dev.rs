@@ -17,7 +17,11 @@ use keel_testkit::{Addressing, Cluster, KafkaPorts, Naming, Ports, Role, Root, S
 use crate::EXIT_LOCAL;
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct DevArgs {
+    /// `stop`: end a `keel dev` running in the background.
+    #[command(subcommand)]
+    action: Option<DevCmd>,
     /// Where data dirs and logs go.
     #[arg(long, default_value = ".keel-dev")]
     dir: PathBuf,
@@ -30,10 +34,55 @@ pub struct DevArgs {
     /// The cluster id (fixed when the data dirs are first formatted).
     #[arg(long, default_value = "keel-dev")]
     cluster_id: String,
-    /// Exit after the cluster is up (for scripts); Ctrl-C otherwise.
-    #[arg(long)]
+    /// For scripts: start the cluster in the background and exit 0 once
+    /// it is up (non-zero, with its output, if it cannot start); `keel dev
+    /// stop` ends it. Its output goes to `<dir>/dev.log`.
+    #[arg(long, visible_alias = "detach")]
     exit_when_ready: bool,
 }
+
+#[derive(clap::Subcommand, Debug)]
+enum DevCmd {
+    /// Stop the `keel dev` running on a directory (in the background or
+    /// in another terminal) as Ctrl-C would, and wait until it is gone.
+    #[command(
+        after_help = "Example:\n  keel dev --exit-when-ready && keel topics list && keel dev stop"
+    )]
+    Stop {
+        /// The directory it runs on.
+        #[arg(long, default_value = ".keel-dev")]
+        dir: PathBuf,
+    },
+}
+
+/// Set in the environment of the `keel dev` that `--exit-when-ready`
+/// starts in the background.
+const DETACHED: &str = "KEEL_DEV_DETACHED";
+
+/// The pid of the `keel dev` running on a directory, kept there while it
+/// runs.
+fn pid_file(dir: &std::path::Path) -> PathBuf {
+    dir.join("dev.pid")
+}
+
+/// Written (with its pid) by a background `keel dev` once its cluster is
+/// up.
+fn ready_file(dir: &std::path::Path) -> PathBuf {
+    dir.join("dev.ready")
+}
+
+/// A background `keel dev`'s output.
+fn log_file(dir: &std::path::Path) -> PathBuf {
+    dir.join("dev.log")
+}
+
+/// How long `--exit-when-ready` waits for the cluster to come up (the
+/// cluster's own start bound is 90 s).
+const READY_BOUND: Duration = Duration::from_secs(120);
+/// How long `keel dev stop` waits for it to be gone (brokers stop by
+/// controlled shutdown, then the controllers: at most 25 s, and each
+/// node's own watchdog).
+const STOP_BOUND: Duration = Duration::from_secs(60);
 
 const CONTROLLER_PORT: u16 = 9093;
 const BROKER_PORT: u16 = 9092;
@@ -42,10 +91,12 @@ const BROKER_METRICS_PORT: u16 = 9101;
 /// Each broker's Kafka listener, on the broker's own address.
 const BROKER_KAFKA_PORT: u16 = 9094;
 
-/// Where `keel dev` notes its certificates directory while it runs, so the
-/// admin commands (which default to the dev cluster's addresses) find the
-/// admin certificate from any working directory: one file per user in the
-/// temp dir (the dev cluster's addresses are fixed, so one runs at a time).
+/// Where `keel dev` notes, while it runs, its certificates directory (the
+/// first line) and every node's gRPC address (one per line after it), so
+/// the admin commands find the admin certificate from any working
+/// directory and for any of the cluster's addresses: one file per user in
+/// the temp dir (the dev cluster's addresses are fixed, so one runs at a
+/// time).
 pub fn certs_note() -> PathBuf {
     use std::os::unix::fs::MetadataExt;
     let uid = std::fs::metadata("/proc/self").map_or(0, |m| m.uid());
@@ -57,9 +108,23 @@ pub fn certs_note() -> PathBuf {
 pub fn certs_dir() -> PathBuf {
     std::fs::read_to_string(certs_note())
         .ok()
-        .map(|s| PathBuf::from(s.trim()))
+        .and_then(|s| s.lines().next().map(|l| PathBuf::from(l.trim())))
         .filter(|p| p.is_dir())
         .unwrap_or_else(|| PathBuf::from(".keel-dev/certs"))
+}
+
+/// The node addresses the running `keel dev` noted (none when no dev
+/// cluster runs).
+pub fn noted_addresses() -> Vec<String> {
+    std::fs::read_to_string(certs_note())
+        .map(|s| {
+            s.lines()
+                .skip(1)
+                .map(|l| l.trim().to_string())
+                .filter(|l| !l.is_empty())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The dev cluster's layout: controllers on 127.0.0.11-13:9093, brokers on
@@ -203,7 +268,7 @@ fn wait_all(c: &mut Cluster, role: Role, timeout: Duration) {
     }
 }
 
-fn stop(c: &mut Cluster) {
+fn stop(c: &mut Cluster, dir: &std::path::Path) {
     eprintln!("\nstopping brokers (controlled shutdown) ...");
     for b in c.brokers() {
         b.process.terminate();
@@ -215,6 +280,8 @@ fn stop(c: &mut Cluster) {
     }
     wait_all(c, Role::Controller, Duration::from_secs(10));
     let _ = std::fs::remove_file(certs_note());
+    let _ = std::fs::remove_file(ready_file(dir));
+    let _ = std::fs::remove_file(pid_file(dir));
     eprintln!("stopped; nothing left running.");
 }
 
@@ -270,30 +337,211 @@ async fn status(client: &ControllerClient) -> Option<(u64, u64, usize, usize)> {
     Some((q.leader_id, q.term, active, c.brokers.len()))
 }
 
-pub async fn run(a: DevArgs) -> ExitCode {
-    if a.brokers == 0 || a.brokers > 9 {
-        eprintln!("error: --brokers must be 1-9");
-        return ExitCode::from(2);
-    }
-    if a.fresh && a.dir.exists() {
-        // Check before destroying: a node still running on these data
-        // dirs (another `keel dev`) holds its lock, and would die on its
-        // next write if they went.
-        let held = held_data_dirs(&a.dir);
+/// Whether `pid` is a running `keel dev` (its command line says so).
+fn is_keel_dev(pid: i32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| {
+            let args: Vec<&[u8]> = c.split(|b| *b == 0).collect();
+            args.iter().any(|a| *a == b"dev")
+        })
+        .unwrap_or(false)
+}
+
+/// `keel dev stop`: SIGTERM to the `keel dev` on `dir` (it stops its
+/// cluster in order), then waits, bounded, until it is gone.
+async fn stop_running(dir: &std::path::Path) -> ExitCode {
+    let pid = std::fs::read_to_string(pid_file(dir))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        .filter(|p| *p > 0 && is_keel_dev(*p));
+    let Some(pid) = pid else {
+        let held = held_data_dirs(dir);
         if !held.is_empty() {
             for d in &held {
                 eprintln!("error: {} is in use by a running node", d.display());
             }
+            eprintln!("hint: no `keel dev` runs on {} to stop them; they stop on their own when the keel dev that started them is gone, or stop them by pid", dir.display());
+            return ExitCode::from(EXIT_LOCAL);
+        }
+        let _ = std::fs::remove_file(pid_file(dir));
+        eprintln!(
+            "no keel dev is running on {}; nothing to stop",
+            dir.display()
+        );
+        return ExitCode::SUCCESS;
+    };
+    // SAFETY: plain kill(2) on a pid just checked to be a keel dev.
+    if unsafe { libc::kill(pid, libc::SIGTERM) } != 0 {
+        eprintln!(
+            "error: cannot signal keel dev (pid {pid}): {}",
+            std::io::Error::last_os_error()
+        );
+        return ExitCode::from(EXIT_LOCAL);
+    }
+    eprint!("stopping keel dev (pid {pid}) on {} ", dir.display());
+    let deadline = Instant::now() + STOP_BOUND;
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() && is_keel_dev(pid) {
+        if Instant::now() >= deadline {
             eprintln!(
-                "hint: another `keel dev --dir {}` is running: stop it first (Ctrl-C in its terminal); nothing was removed",
-                a.dir.display()
+                "\nerror: keel dev (pid {pid}) did not stop within {} s; see {}",
+                STOP_BOUND.as_secs(),
+                log_file(dir).display()
             );
             return ExitCode::from(EXIT_LOCAL);
         }
-        if let Err(e) = std::fs::remove_dir_all(&a.dir) {
-            eprintln!("error: cannot wipe {}: {e}", a.dir.display());
+        eprint!(".");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    eprintln!("\nstopped; nothing left running.");
+    ExitCode::SUCCESS
+}
+
+/// `--exit-when-ready`: starts this same command again in the background
+/// (a session of its own, so a closed terminal does not end it; output in
+/// `<dir>/dev.log`), waits until it says its cluster is up, and exits 0;
+/// if it stops first, prints its output and exits with its code.
+async fn detach(a: &DevArgs) -> ExitCode {
+    if let Err(code) = wipe_if_fresh(a) {
+        return code;
+    }
+    if let Err(e) = std::fs::create_dir_all(&a.dir) {
+        eprintln!("error: cannot create {}: {e}", a.dir.display());
+        return ExitCode::from(EXIT_LOCAL);
+    }
+    let dir = std::fs::canonicalize(&a.dir).unwrap_or_else(|_| a.dir.clone());
+    let log = log_file(&dir);
+    let (out, err) = match std::fs::File::create(&log).and_then(|f| Ok((f.try_clone()?, f))) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("error: cannot write {}: {e}", log.display());
             return ExitCode::from(EXIT_LOCAL);
         }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("error: cannot find the keel binary: {e}");
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    };
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("dev")
+        .arg("--dir")
+        .arg(&dir)
+        .args(["--brokers", &a.brokers.to_string()])
+        .args(["--cluster-id", &a.cluster_id])
+        .arg("--exit-when-ready")
+        .env(DETACHED, "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid is async-signal-safe, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot start keel dev in the background: {e}");
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    };
+    let pid = child.id();
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut int = signal(SignalKind::interrupt()).ok();
+    let deadline = Instant::now() + READY_BOUND;
+    let show_log = || {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        eprint!("{text}");
+    };
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            show_log();
+            return ExitCode::from(status.code().map_or(EXIT_LOCAL, |c| c as u8));
+        }
+        let ready =
+            std::fs::read_to_string(ready_file(&dir)).is_ok_and(|s| s.trim() == pid.to_string());
+        if ready {
+            show_log();
+            eprintln!(
+                "keel dev runs in the background (pid {pid}); its output goes to {}.\nStop it with: keel dev stop --dir {}",
+                log.display(),
+                dir.display()
+            );
+            return ExitCode::SUCCESS;
+        }
+        if Instant::now() >= deadline {
+            show_log();
+            eprintln!(
+                "error: the cluster did not come up within {} s; stopping it",
+                READY_BOUND.as_secs()
+            );
+            return stop_running(&dir).await;
+        }
+        let interrupted = async {
+            match int.as_mut() {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            _ = interrupted => {
+                eprintln!("\ninterrupted; stopping the background keel dev");
+                return stop_running(&dir).await;
+            }
+            _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+        }
+    }
+}
+
+/// `--fresh`: wipes the directory, after checking that no running node
+/// holds a data dir in it (it would die on its next write).
+fn wipe_if_fresh(a: &DevArgs) -> Result<(), ExitCode> {
+    if !(a.fresh && a.dir.exists()) {
+        return Ok(());
+    }
+    // Check before destroying: a node still running on these data
+    // dirs (another `keel dev`) holds its lock, and would die on its
+    // next write if they went.
+    let held = held_data_dirs(&a.dir);
+    if !held.is_empty() {
+        for d in &held {
+            eprintln!("error: {} is in use by a running node", d.display());
+        }
+        eprintln!(
+            "hint: another `keel dev --dir {}` is running: stop it first (Ctrl-C in its terminal, or `keel dev stop --dir {}`); nothing was removed",
+            a.dir.display(),
+            a.dir.display()
+        );
+        return Err(ExitCode::from(EXIT_LOCAL));
+    }
+    if let Err(e) = std::fs::remove_dir_all(&a.dir) {
+        eprintln!("error: cannot wipe {}: {e}", a.dir.display());
+        return Err(ExitCode::from(EXIT_LOCAL));
+    }
+    Ok(())
+}
+
+pub async fn run(a: DevArgs) -> ExitCode {
+    if let Some(DevCmd::Stop { dir }) = &a.action {
+        return stop_running(dir).await;
+    }
+    if a.brokers == 0 || a.brokers > 9 {
+        eprintln!("error: --brokers must be 1-9");
+        return ExitCode::from(2);
+    }
+    let detached = std::env::var_os(DETACHED).is_some();
+    if a.exit_when_ready && !detached {
+        return detach(&a).await;
+    }
+    if let Err(code) = wipe_if_fresh(&a) {
+        return code;
     }
     let exe = match std::env::current_exe() {
         Ok(p) => p,
@@ -325,8 +573,14 @@ pub async fn run(a: DevArgs) -> ExitCode {
     }
     // Only now: a refused start must not redirect another dev cluster's
     // admin commands.
-    if let Err(e) = std::fs::write(certs_note(), certs.display().to_string()) {
+    let mut note = vec![certs.display().to_string()];
+    note.extend(c.nodes.iter().map(|n| n.addr.to_string()));
+    if let Err(e) = std::fs::write(certs_note(), note.join("\n") + "\n") {
         eprintln!("warning: cannot note the certificates directory: {e}");
+    }
+    // `keel dev stop` finds this process here.
+    if let Err(e) = std::fs::write(pid_file(&a.dir), std::process::id().to_string()) {
+        eprintln!("warning: cannot write {}: {e}", pid_file(&a.dir).display());
     }
     // Every way a terminal or a supervisor ends `keel dev` stops the
     // cluster in order (Ctrl-C, SIGTERM, and SIGHUP when the terminal
@@ -346,7 +600,7 @@ pub async fn run(a: DevArgs) -> ExitCode {
     };
     if let Err(e) = c.start_all() {
         eprintln!("error: {e:#}");
-        stop(&mut c);
+        stop(&mut c, &a.dir);
         return ExitCode::from(EXIT_LOCAL);
     }
     let logs = a.dir.join("logs");
@@ -366,7 +620,7 @@ pub async fn run(a: DevArgs) -> ExitCode {
         };
         let Some(up) = up else {
             eprintln!("\nstopped while starting");
-            stop(&mut c);
+            stop(&mut c, &a.dir);
             return ExitCode::from(EXIT_LOCAL);
         };
         if let Some((_, _, active, _)) = up {
@@ -376,7 +630,7 @@ pub async fn run(a: DevArgs) -> ExitCode {
         }
         if let Err(e) = c.check_alive() {
             eprintln!("\nerror: {e:#}\nlogs are in {}", logs.display());
-            stop(&mut c);
+            stop(&mut c, &a.dir);
             return ExitCode::from(EXIT_LOCAL);
         }
         if Instant::now() >= deadline {
@@ -384,7 +638,7 @@ pub async fn run(a: DevArgs) -> ExitCode {
                 "\nerror: the cluster did not come up within 90 s; logs are in {}",
                 logs.display()
             );
-            stop(&mut c);
+            stop(&mut c, &a.dir);
             return ExitCode::from(EXIT_LOCAL);
         }
         eprint!(".");
@@ -442,9 +696,13 @@ pub async fn run(a: DevArgs) -> ExitCode {
     }
     println!("(`cargo run --release --` in place of `keel` from the source tree.)");
     println!();
-    if a.exit_when_ready {
-        stop(&mut c);
-        return ExitCode::SUCCESS;
+    if detached {
+        // The foreground `keel dev --exit-when-ready` waits for this.
+        if let Err(e) = std::fs::write(ready_file(&a.dir), std::process::id().to_string()) {
+            eprintln!("error: cannot write {}: {e}", ready_file(&a.dir).display());
+            stop(&mut c, &a.dir);
+            return ExitCode::from(EXIT_LOCAL);
+        }
     }
     // The streams existed before the loop: a signal that arrives while a
     // status query is in flight is kept, not lost.
@@ -479,6 +737,6 @@ pub async fn run(a: DevArgs) -> ExitCode {
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
-    stop(&mut c);
+    stop(&mut c, &a.dir);
     ExitCode::SUCCESS
 }

@@ -1,6 +1,7 @@
 //! Printing results and errors the same way in every admin command.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use keel_metadata::{ApiError, ErrorCode};
 use keel_proto::client::ClientError;
@@ -47,29 +48,93 @@ fn hint(code: ErrorCode) -> &'static str {
     }
 }
 
+/// Whether errors are printed as JSON (`-o json`): set once by the
+/// command's options before anything can fail.
+static JSON_ERRORS: AtomicBool = AtomicBool::new(false);
+
+/// Errors from now on print as `output` says.
+pub fn set_mode(output: Output) {
+    JSON_ERRORS.store(output == Output::Json, Ordering::Relaxed);
+}
+
+/// Whether errors print as JSON.
+pub fn json_errors() -> bool {
+    JSON_ERRORS.load(Ordering::Relaxed)
+}
+
+/// Prints an error once: for people, `error: ...` and a `hint: ...` line
+/// on stderr; with `-o json`, one object on stdout, `{"error": {"code",
+/// "message", "hint"}}`, which a script reads where it reads the answers
+/// (stderr stays empty).
+pub fn error(code: &str, message: &str, hint: &str) {
+    if json_errors() {
+        let mut e = serde_json::json!({ "code": code, "message": message });
+        if !hint.is_empty() {
+            e["hint"] = serde_json::Value::from(hint);
+        }
+        json(&serde_json::json!({ "error": e }));
+    } else {
+        if code.is_empty() {
+            eprintln!("error: {message}");
+        } else {
+            eprintln!("error: {code}: {message}");
+        }
+        if !hint.is_empty() {
+            eprintln!("hint: {hint}");
+        }
+    }
+}
+
 /// Prints a refusal and returns exit code 1.
 pub fn refused(e: &ApiError) -> ExitCode {
-    eprintln!("error: {}: {}", e.code, e.message);
-    let h = hint(e.code);
-    if !h.is_empty() {
-        eprintln!("hint: {h}");
-    }
+    error(e.code.name(), &e.message, hint(e.code));
     ExitCode::from(EXIT_REFUSED)
+}
+
+/// A refusal whose item the command's JSON answer already carries: printed
+/// for people only (a second JSON document would break a script's parse).
+pub fn refused_after_answer(e: &ApiError) -> ExitCode {
+    if json_errors() {
+        return ExitCode::from(EXIT_REFUSED);
+    }
+    refused(e)
+}
+
+/// Prints a usage error (exit code 2).
+pub fn usage(msg: impl std::fmt::Display) -> ExitCode {
+    error("USAGE", &msg.to_string(), "");
+    ExitCode::from(2)
 }
 
 /// Prints an unreachable-cluster error and returns exit code 3.
 pub fn unreachable(e: &ClientError) -> ExitCode {
-    eprintln!("error: {e}");
-    match e {
-        ClientError::OutcomeUnknown { .. } => {
-            eprintln!("hint: describe the resource to see whether the change took effect")
-        }
-        _ => eprintln!(
-            "hint: check --bootstrap (or KEEL_BOOTSTRAP) and that the controllers are running (`keel dev` starts a local cluster)"
+    let (code, hint) = match e {
+        ClientError::OutcomeUnknown { .. } => (
+            "OUTCOME_UNKNOWN",
+            "describe the resource to see whether the change took effect",
         ),
-    }
+        _ => (
+            "UNREACHABLE",
+            "check --bootstrap (or KEEL_BOOTSTRAP) and that the controllers are running (`keel dev` starts a local cluster); --timeout waits longer",
+        ),
+    };
+    error(code, &e.to_string(), hint);
     ExitCode::from(EXIT_UNREACHABLE)
 }
+
+/// Prints that `address` wants TLS and no credentials were given (exit
+/// code 3: nothing was sent).
+pub fn tls_required(address: &str) -> ExitCode {
+    error(
+        "TLS_REQUIRED",
+        &format!("{address} requires TLS, and no TLS credentials were given; nothing was sent"),
+        TLS_HINT,
+    );
+    ExitCode::from(EXIT_UNREACHABLE)
+}
+
+/// What to do when a listener wants TLS and no credentials were given.
+pub const TLS_HINT: &str = "pass --tls-cert, --tls-key and --tls-ca (or KEEL_TLS_CERT, KEEL_TLS_KEY, KEEL_TLS_CA), e.g. certs/user-admin.pem, certs/user-admin-key.pem and certs/ca.pem from `keel certs init`; against `keel dev`, its certificates are used on their own while it runs";
 
 /// `println!` for a command's output: when stdout is closed early
 /// (`keel topics list | head -1`) the process ends quietly with exit 0,

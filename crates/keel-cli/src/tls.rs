@@ -162,3 +162,65 @@ pub fn reload_on_sighup(transport: &Transport, expected: Role) {
         }
     });
 }
+
+/// Whether `address` (HOST:PORT) speaks TLS: it is sent the start of a
+/// plaintext HTTP/2 connection, and a TLS listener answers that with an
+/// alert record (content type 21, version 3.x). False when it answers
+/// otherwise, says nothing within `wait`, or cannot be reached (the call
+/// itself then reports why).
+pub fn speaks_tls(address: &str, wait: std::time::Duration) -> bool {
+    use std::io::{Read, Write};
+    use std::net::ToSocketAddrs;
+    let Some(addr) = address.to_socket_addrs().ok().and_then(|mut a| a.next()) else {
+        return false;
+    };
+    let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, wait) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(wait));
+    let _ = s.set_write_timeout(Some(wait));
+    if s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut head = [0u8; 2];
+    matches!(s.read_exact(&mut head), Ok(()) if head == [0x15, 0x03])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener that answers the way a TLS server answers a plaintext
+    /// HTTP/2 preface (an alert record), and one that answers as an
+    /// HTTP/2 server does (a SETTINGS frame).
+    fn answering(reply: &'static [u8]) -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            if let Ok((mut s, _)) = l.accept() {
+                let mut buf = [0u8; 24];
+                let _ = s.read_exact(&mut buf);
+                let _ = s.write_all(reply);
+            }
+        });
+        addr
+    }
+
+    #[test]
+    fn a_tls_listener_is_told_from_a_plaintext_one() {
+        let wait = std::time::Duration::from_secs(2);
+        assert!(speaks_tls(
+            &answering(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32]),
+            wait
+        ));
+        assert!(!speaks_tls(&answering(&[0, 0, 0, 4, 0, 0, 0, 0, 0]), wait));
+        // Nothing listening: not TLS (the call reports the refusal).
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .to_string();
+        assert!(!speaks_tls(&closed, wait));
+        assert!(!speaks_tls("no-such-host.invalid:9093", wait));
+    }
+}

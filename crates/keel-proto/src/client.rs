@@ -321,8 +321,10 @@ pub fn never_sent(status: &tonic::Status) -> bool {
 }
 
 /// A failed call's reason with the OS's own words (the innermost error,
-/// e.g. "Connection refused (os error 111)"), and whether the connection
-/// was refused.
+/// e.g. "Connection refused (os error 111)"), and whether nothing can be
+/// there: the connection was refused, the host or network is unreachable,
+/// or the name does not resolve (waiting will not change any of these
+/// soon; a fail-fast caller reports them at once).
 fn transport_reason(status: &tonic::Status) -> (String, bool) {
     let mut reason = status.message().to_string();
     let mut refused = false;
@@ -330,8 +332,15 @@ fn transport_reason(status: &tonic::Status) -> (String, bool) {
     let mut innermost = None;
     while let Some(e) = source {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            refused |= io.kind() == std::io::ErrorKind::ConnectionRefused;
+            refused |= matches!(
+                io.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::HostUnreachable
+                    | std::io::ErrorKind::NetworkUnreachable
+            );
         }
+        // The resolver's failure (hyper's connector says "dns error").
+        refused |= e.to_string().starts_with("dns error");
         innermost = Some(e.to_string());
         source = e.source();
     }

@@ -144,7 +144,7 @@ pub async fn elect(a: ElectArgs) -> ExitCode {
         Output::Table => output::table(&["TOPIC", "PARTITION", "RESULT"], &rows),
     }
     match failed {
-        Some(e) => output::refused(&e),
+        Some(e) => output::refused_after_answer(&e),
         None => ExitCode::SUCCESS,
     }
 }

@@ -12,14 +12,13 @@ use serde_json::{json, Value};
 use super::Common;
 use crate::output::{self, Output};
 
+/// How long `health` waits for each node's answer without a `--timeout`.
+const NODE_ANSWER: Duration = Duration::from_secs(2);
 #[derive(Args, Debug)]
 #[command(
     after_help = "Examples:\n  keel health\n  keel health -o json | jq '.controllers[] | select(.healthy | not)'\n\nExit codes: 0 healthy; 1 something is unhealthy (each problem is named); 3 no controller reachable."
 )]
 pub struct HealthArgs {
-    /// How long to wait for each controller's answer (e.g. 2s, 500ms).
-    #[arg(long, value_parser = super::parse_duration, default_value = "2s")]
-    timeout: Duration,
     #[command(flatten)]
     common: Common,
 }
@@ -192,7 +191,7 @@ pub async fn health(a: HealthArgs) -> ExitCode {
             });
         }
         // Its own answer: role, term, indexes, disk, version.
-        let node = describe_node(&transport, &v.address, a.timeout).await;
+        let node = describe_node(&transport, &v.address, a.common.timeout_or(NODE_ANSWER)).await;
         match node {
             Ok(n) => {
                 e.role = n.role.clone();

@@ -5,6 +5,7 @@
 //! options every command takes, the `call!` macro, and small helpers.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Args;
 use keel_metadata::{ApiError, TopicId};
@@ -18,37 +19,57 @@ use crate::tls::{TlsArgs, TlsKeys};
 /// The `keel dev` cluster's controllers, the default bootstrap.
 pub const DEFAULT_BOOTSTRAP: &str = "127.0.0.11:9093,127.0.0.12:9093,127.0.0.13:9093";
 
+/// How long a command tries to reach the active controller when no
+/// `--timeout` is given: an address nobody answers at fails within it.
+pub const DEFAULT_REACH: Duration = Duration::from_secs(5);
+
 /// Options every admin command takes.
 #[derive(Args, Debug, Clone)]
 pub struct Common {
-    /// Any controller addresses (HOST:PORT), comma separated.
+    /// Any controller addresses (HOST:PORT), comma separated
+    /// (`--bootstrap-server` as Kafka's tools spell it).
     #[arg(
         long,
         short = 'b',
+        visible_alias = "bootstrap-server",
         env = "KEEL_BOOTSTRAP",
         default_value = DEFAULT_BOOTSTRAP,
         global = true
     )]
     pub bootstrap: String,
-    /// Output format: `table` for people, `json` for scripts.
+    /// Output format: `table` for people, `json` for scripts (errors too:
+    /// one `{"error": {...}}` object on stdout).
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
+    /// Give up after this long (e.g. 5s, 500ms, 2m): reaching the active
+    /// controller (default 5s; an address nobody answers at, a name that
+    /// does not resolve or a wrong port fails within it, with the OS's
+    /// reason), and for commands that wait (`topics delete --wait`,
+    /// `reassign start --wait`, `quorum snapshot`, `health`) the wait
+    /// itself (default: the command's own, in its help).
+    #[arg(long, value_parser = parse_duration, global = true)]
+    pub timeout: Option<Duration>,
     /// Mutual TLS: e.g. certs/user-admin.pem, its key and the cluster CA;
-    /// none (and no `--allow-plaintext`) with the default bootstrap uses
-    /// the running `keel dev` cluster's admin certificate.
+    /// none (and no `--allow-plaintext`) against a running `keel dev`
+    /// cluster's addresses uses its admin certificate.
     #[command(flatten)]
     pub tls: TlsArgs,
 }
 
 impl Common {
+    /// `--timeout`, else `default`.
+    pub fn timeout_or(&self, default: Duration) -> Duration {
+        self.timeout.unwrap_or(default)
+    }
+
     /// The TLS options given; with none (and not `--allow-plaintext`)
-    /// and the default bootstrap, the running `keel dev` cluster's admin
-    /// certificate when there is one.
+    /// against the dev cluster's addresses, the running `keel dev`
+    /// cluster's admin certificate when there is one.
     fn tls(&self) -> TlsArgs {
         let given = self.tls.clone();
         let none_given =
             given.tls_cert.is_none() && given.tls_key.is_none() && given.tls_ca.is_none();
-        if none_given && !given.allow_plaintext && self.bootstrap == DEFAULT_BOOTSTRAP {
+        if none_given && !given.allow_plaintext && self.names_the_dev_cluster() {
             // The dev cluster's admin certificate, when `keel dev` made one.
             let dir = crate::dev::certs_dir();
             let files = [
@@ -69,6 +90,20 @@ impl Common {
         given
     }
 
+    /// Whether `--bootstrap` names only the dev cluster's nodes: the
+    /// default, or addresses the running `keel dev` noted as its own
+    /// (any of them, in any order: `-b 127.0.0.12:9093` too).
+    fn names_the_dev_cluster(&self) -> bool {
+        if self.bootstrap == DEFAULT_BOOTSTRAP {
+            return true;
+        }
+        let dev = crate::dev::noted_addresses();
+        match bootstrap_addresses(&self.bootstrap) {
+            Ok(given) => !dev.is_empty() && given.iter().all(|a| dev.contains(a)),
+            Err(_) => false,
+        }
+    }
+
     /// A client of the controllers named by `--bootstrap`, speaking as the
     /// TLS options say; on bad options, prints why and returns the exit
     /// code.
@@ -78,22 +113,40 @@ impl Common {
     }
 
     /// The transport the TLS options say; on bad options, prints why and
-    /// returns the exit code.
+    /// returns the exit code. Errors print as `--output` says from here on.
     pub fn transport(&self) -> Result<keel_tls::Transport, ExitCode> {
+        crate::output::set_mode(self.output);
         self.tls()
             .transport(&TlsKeys::default(), None, None)
             .map_err(usage)
     }
 
     /// A client of exactly `addresses`, speaking as the TLS options say.
+    /// With no credentials and no `--allow-plaintext`, a listener that
+    /// wants TLS is found out before anything is sent, and said so.
     pub fn client_of(&self, addresses: Vec<String>) -> Result<ControllerClient, ExitCode> {
         let transport = self.transport()?;
+        if matches!(transport, keel_tls::Transport::Plaintext) && !self.tls.allow_plaintext {
+            let wait = self.timeout_or(DEFAULT_REACH).min(TLS_PROBE);
+            if let Some(a) = addresses.iter().find(|a| crate::tls::speaks_tls(a, wait)) {
+                return Err(crate::output::tls_required(a));
+            }
+        }
+        let reach = self.timeout_or(DEFAULT_REACH);
         Ok(ControllerClient::new(addresses)
             .with_transport(transport)
+            .with_timeouts(self.timeout.unwrap_or(REQUEST_TIMEOUT), reach)
             .with_fail_fast(true)
             .with_locate(true))
     }
 }
+
+/// The longest the TLS check of one address waits for its answer.
+const TLS_PROBE: Duration = Duration::from_secs(1);
+
+/// Each attempt's own bound without a `--timeout` (a big decision may take
+/// seconds to commit); a `--timeout` bounds each attempt too.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The `--bootstrap` list, each entry checked to be HOST:PORT (a missing
 /// port is named at once, not found out by a connection attempt).
@@ -162,7 +215,7 @@ impl TopicArg {
 /// A timeout with its unit (`500ms`, `30s`, `2m`): one spelling for every
 /// `--timeout`; the older `--timeout-s` / `--timeout-ms` stay as hidden
 /// aliases.
-pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (n, unit) = s.split_at(split);
@@ -176,7 +229,7 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
         "" => return Err(format!("{s:?} has no unit; write e.g. {n}s or {n}ms")),
         _ => return Err(format!("{s:?} is not a duration like 500ms, 30s or 2m")),
     };
-    ms.map(std::time::Duration::from_millis)
+    ms.map(Duration::from_millis)
         .ok_or_else(|| format!("{s:?} is too long"))
 }
 
@@ -244,8 +297,7 @@ fn parse_kv(v: &[String]) -> Result<Vec<(String, String)>, String> {
 }
 
 fn usage(msg: impl std::fmt::Display) -> ExitCode {
-    eprintln!("error: {msg}");
-    ExitCode::from(2)
+    crate::output::usage(msg)
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ use serde_json::json;
 use super::Common;
 use crate::output::{self, Output};
 
+/// How long `quorum snapshot` waits for the snapshot without a `--timeout`.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
 #[derive(Args, Debug)]
 pub struct QuorumArgs {
     #[command(subcommand)]
@@ -77,11 +79,8 @@ enum QuorumCmd {
         /// Then purge every log entry the snapshot covers.
         #[arg(long)]
         purge_log: bool,
-        /// Give up waiting for the snapshot after this long (e.g. 60s,
-        /// 500ms, 2m).
-        #[arg(long, value_parser = super::parse_duration, default_value = "60s")]
-        timeout: Duration,
-        /// The timeout in milliseconds (older spelling of --timeout).
+        /// The timeout in milliseconds (older spelling of --timeout, which
+        /// bounds the wait for the snapshot: default 60s).
         #[arg(long, hide = true, conflicts_with = "timeout")]
         timeout_ms: Option<u64>,
     },
@@ -142,12 +141,13 @@ fn parse_voters(s: &str) -> Result<VoterList, String> {
 
 /// Prints why a backup could not be saved or restored; exit code 1.
 fn backup_refused(e: &keel_raft::backup::BackupError) -> ExitCode {
-    eprintln!("error: {}: {e}", e.kind());
+    output::error(e.kind(), &e.to_string(), "");
     ExitCode::from(1)
 }
 
 /// `keel quorum snapshot restore`: offline, so before any client exists.
 fn restore(output: Output, cmd: SnapshotCmd) -> ExitCode {
+    output::set_mode(output);
     let SnapshotCmd::Restore {
         file,
         data_dir,
@@ -537,10 +537,10 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
         QuorumCmd::Snapshot {
             action: None,
             purge_log,
-            timeout,
             timeout_ms,
         } => {
-            let timeout_ms = timeout_ms.unwrap_or(timeout.as_millis() as u64);
+            let timeout_ms =
+                timeout_ms.unwrap_or(a.common.timeout_or(SNAPSHOT_WAIT).as_millis() as u64);
             let req = pb::TriggerSnapshotRequest {
                 purge_log,
                 timeout_ms,

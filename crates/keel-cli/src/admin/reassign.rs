@@ -15,6 +15,8 @@ use serde_json::{json, Value};
 use super::{item_error, usage, Common};
 use crate::output::{self, Output};
 
+/// How long `reassign start --wait` waits without a `--timeout`.
+const START_WAIT: Duration = Duration::from_secs(600);
 #[derive(Args, Debug)]
 pub struct ReassignArgs {
     #[command(subcommand)]
@@ -56,10 +58,8 @@ enum ReassignCmd {
         /// Wait (with a progress bar) until every reassignment completed.
         #[arg(long)]
         wait: bool,
-        /// Give up waiting after this long (e.g. 600s, 10m).
-        #[arg(long, value_parser = super::parse_duration, default_value = "600s")]
-        timeout: Duration,
-        /// The timeout in seconds (older spelling of --timeout).
+        /// The timeout in seconds (older spelling of --timeout, which
+        /// bounds the wait: default 10m).
         #[arg(long, hide = true, conflicts_with = "timeout")]
         timeout_s: Option<u64>,
     },
@@ -168,11 +168,11 @@ pub async fn reassign(a: ReassignArgs) -> ExitCode {
     };
     let (wait, timeout) = match &a.cmd {
         ReassignCmd::Start {
-            wait,
-            timeout,
-            timeout_s,
-            ..
-        } => (*wait, timeout_s.map_or(*timeout, Duration::from_secs)),
+            wait, timeout_s, ..
+        } => (
+            *wait,
+            timeout_s.map_or(a.common.timeout_or(START_WAIT), Duration::from_secs),
+        ),
         _ => (false, Duration::ZERO),
     };
     let plan = match read_plan(plan) {

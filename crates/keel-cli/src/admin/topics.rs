@@ -11,6 +11,8 @@ use serde_json::{json, Value};
 use super::{item_error, parse_kv, topic_id_text, usage, Common, TopicArg};
 use crate::output::{self, Output};
 
+/// How long `topics delete --wait` waits without a `--timeout`.
+const DELETE_WAIT: Duration = Duration::from_secs(60);
 #[derive(Args, Debug)]
 pub struct TopicsArgs {
     #[command(subcommand)]
@@ -60,10 +62,8 @@ enum TopicsCmd {
         /// Wait until the deletion completed.
         #[arg(long)]
         wait: bool,
-        /// Give up waiting after this long (e.g. 60s, 500ms, 2m).
-        #[arg(long, value_parser = super::parse_duration, default_value = "60s")]
-        timeout: Duration,
-        /// The timeout in seconds (older spelling of --timeout).
+        /// The timeout in seconds (older spelling of --timeout, which
+        /// bounds the wait: default 60s).
         #[arg(long, hide = true, conflicts_with = "timeout")]
         timeout_s: Option<u64>,
     },
@@ -317,11 +317,10 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
             topic,
             if_exists,
             wait,
-            timeout,
             timeout_s,
         } => {
             let name = topic.name();
-            let timeout = timeout_s.map_or(timeout, Duration::from_secs);
+            let timeout = timeout_s.map_or(a.common.timeout_or(DELETE_WAIT), Duration::from_secs);
             let req = pb::DeleteTopicsRequest {
                 names: vec![name.clone()],
             };
@@ -516,7 +515,11 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
                 value: String::new(),
                 op: pb::ConfigOp::Delete as i32,
             }));
-            let not_altered = || eprintln!("Nothing was altered.");
+            let not_altered = || {
+                if !output::json_errors() {
+                    eprintln!("Nothing was altered.");
+                }
+            };
             // The current configs, to tell a change from a no-op (which
             // the controller accepts silently).
             let d = call!(
@@ -554,9 +557,11 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
                 return code;
             }
             if changes.is_empty() {
-                eprintln!("error: every config given already has that value on topic {name}");
-                not_altered();
-                eprintln!("hint: see the current values with `keel topics describe {name}`");
+                output::error(
+                    "",
+                    &format!("every config given already has that value on topic {name}; nothing was altered"),
+                    &format!("see the current values with `keel topics describe {name}`"),
+                );
                 return ExitCode::from(crate::EXIT_REFUSED);
             }
             match out {

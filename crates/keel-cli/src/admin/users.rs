@@ -241,7 +241,7 @@ pub async fn users(a: UsersArgs) -> ExitCode {
                 let salt = match fresh_salt() {
                     Ok(s) => s,
                     Err(why) => {
-                        eprintln!("error: {why}");
+                        output::error("LOCAL", &why.to_string(), "");
                         return ExitCode::from(crate::EXIT_LOCAL);
                     }
                 };

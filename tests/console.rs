@@ -3,7 +3,10 @@
 //! (Debian's chromium through chromium-driver, driven by Python selenium
 //! from `target/venv`): a broker is killed and the page shows it fenced
 //! and its partitions' leaders moved. A standby serves the page too, says
-//! it is not the active controller and links to the one that is.
+//! it is not the active controller and links to the one that is, and shows
+//! when it last heard from the leader. `/health` answers on every node; a
+//! topic deletion is an event of its own, not offline partitions, and an
+//! operator's changes are events naming who made them.
 
 mod common;
 
@@ -14,6 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
+use keel_proto::pb;
 use keel_testkit::{Addressing, Ports};
 use serde_json::Value;
 
@@ -24,7 +28,12 @@ const LONG: Duration = Duration::from_secs(90);
 /// node of a role (as a deployment has them: a console links to the
 /// active controller's at the same HTTP port on its host).
 fn console_cluster(net: u8) -> Cluster {
-    let spec = fast_spec(3).metrics(true).addressing(Addressing::Subnet {
+    Cluster::start(console_spec(net)).expect("start a cluster")
+}
+
+/// The spec of [`console_cluster`].
+fn console_spec(net: u8) -> Spec {
+    fast_spec(3).metrics(true).addressing(Addressing::Subnet {
         net,
         ports: Ports::Fixed {
             controller: 9093,
@@ -32,8 +41,7 @@ fn console_cluster(net: u8) -> Cluster {
             controller_metrics: 9100,
             broker_metrics: 9101,
         },
-    });
-    Cluster::start(spec).expect("start a cluster")
+    })
 }
 
 /// One HTTP GET on `addr` (bounded): status line and body.
@@ -179,6 +187,156 @@ async fn api_cluster_shows_the_quorum_the_brokers_and_a_killed_broker_fenced() {
             .contains("broker fenced: broker 3")),
         "the fence is among the last events: {v:#}"
     );
+}
+
+/// Milliseconds since `node` was last heard from, as the voter list of an
+/// answer says.
+fn last_contact(v: &Value, node: &Value) -> Option<u64> {
+    v["quorum"]["voters"]
+        .as_array()?
+        .iter()
+        .find(|x| x["id"] == *node)?["last_contact_ms"]
+        .as_u64()
+}
+
+/// The texts of an answer's events.
+fn event_texts(v: &Value) -> Vec<String> {
+    v["events"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|e| e["text"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The value of an unlabelled gauge in `/metrics` of `addr`.
+async fn gauge(addr: SocketAddr, name: &str) -> Option<f64> {
+    let (_, body) = get(addr, "/metrics").await?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_shows_when_it_last_heard_from_the_leader_and_health_answers_on_every_node() {
+    let mut c = console_cluster(43);
+    let active = c.wait_active(LONG).await.unwrap();
+    let at = c.controller(active).metrics_addr.unwrap();
+    let standby = c.controller((active + 1) % 3).metrics_addr.unwrap();
+
+    // /health: 200 on every controller, naming its role.
+    for (addr, role) in [(at, "active"), (standby, "standby")] {
+        let deadline = Instant::now() + LONG;
+        loop {
+            let (status, body) = get(addr, "/health").await.expect("/health answers");
+            assert!(status.contains(" 200 "), "{status}: {body}");
+            let h: Value = serde_json::from_str(&body).expect("/health answers JSON");
+            assert_eq!(h["status"], "up", "{h}");
+            assert_eq!(h["cluster_id"], CLUSTER_ID, "{h}");
+            if h["role"] == role {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{addr} never said {role}: {h}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    // A healthy cluster, watched from a standby for a while: the leader's
+    // last contact is when the standby last heard from it, so it stays
+    // within a few heartbeats however long the leader has led.
+    let s = cluster_until(standby, "a standby following the leader", |v| {
+        v["role"] == "standby" && v["quorum"]["leader"].is_u64()
+    })
+    .await;
+    let leader = s["quorum"]["leader"].clone();
+    let until = Instant::now() + Duration::from_secs(6);
+    let mut samples = 0;
+    while Instant::now() < until {
+        let v = cluster_until(standby, "the standby still answers", |_| true).await;
+        if v["quorum"]["leader"] == leader {
+            let ms = last_contact(&v, &leader);
+            assert!(
+                ms.is_some_and(|ms| ms < 3_000),
+                "the standby's contact with leader {leader} is {ms:?} ms: {:#}",
+                v["quorum"]
+            );
+            samples += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(samples >= 5, "only {samples} samples under the same leader");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_topic_is_shown_as_deleted_not_offline_and_admin_changes_are_events() {
+    // Over mutual TLS, so the controller knows who asks (the kit's
+    // clients are user admin).
+    let mut c = Cluster::start(console_spec(44).tls(true)).expect("start a TLS cluster");
+    let active = c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let client = client(&c);
+    create_topic(&client, "doomed", 3, 3).await;
+    let at = c.controller(active).metrics_addr.unwrap();
+
+    // The creation is an event, naming who asked.
+    let v = cluster_until(at, "the creation among the events", |v| {
+        event_texts(v)
+            .iter()
+            .any(|t| t == "topic doomed created (3 partitions), by User:admin")
+    })
+    .await;
+    assert_eq!(v["health"]["offline_partitions"], 0, "{v:#}");
+
+    // Broker 3 down keeps the deletion in flight (its replicas wait for
+    // it), with every partition leaderless because of the deletion.
+    c.broker_mut(2).kill();
+    cluster_until(at, "broker 3 fenced", |v| {
+        broker_state(v, 3) == Some("fenced")
+    })
+    .await;
+    let req = pb::DeleteTopicsRequest {
+        names: vec!["doomed".into()],
+    };
+    let r = client
+        .admin(|mut x| {
+            let req = req.clone();
+            async move { x.delete_topics(req).await }
+        })
+        .await
+        .unwrap();
+    assert!(r.error.is_none() && r.topics[0].error.is_none(), "{r:?}");
+
+    let v = cluster_until(at, "the deletion in flight and among the events", |v| {
+        !v["deletions"].as_array().unwrap().is_empty()
+            && event_texts(v)
+                .iter()
+                .any(|t| t == "topic doomed deleted (3 partitions), by User:admin")
+    })
+    .await;
+    assert_eq!(v["deletions"][0]["topic"], "doomed", "{v:#}");
+    assert!(
+        partitions(&v, "doomed")
+            .iter()
+            .all(|p| p["leader"].is_null() && p["offline"] == false && p["deleting"] == true),
+        "{v:#}"
+    );
+    assert_eq!(v["health"]["offline_partitions"], 0, "{v:#}");
+    assert!(
+        !event_texts(&v).iter().any(|t| t.contains("went offline")),
+        "a deletion is no partitions going offline: {:#}",
+        v["events"]
+    );
+    // The metric the offline-partitions alert keys on agrees, on the
+    // active controller and on a standby.
+    let standby = c.controller((active + 1) % 3).metrics_addr.unwrap();
+    for addr in [at, standby] {
+        assert_eq!(
+            gauge(addr, "keel_controller_offline_partitions").await,
+            Some(0.0),
+            "{addr}"
+        );
+    }
 }
 
 /// The Python the tests drive: `$KEEL_TEST_PYTHON`, else the venv

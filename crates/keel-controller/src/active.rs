@@ -103,6 +103,9 @@ async fn await_all(pending: Vec<Pending>) -> (Vec<u64>, Option<ProposeError>) {
 /// One command of a decided batch.
 struct Part {
     kind: CommandKind,
+    /// The principal that asked for it, if an operator did (see
+    /// `Command::who`).
+    who: Option<String>,
     records: Vec<MetadataRecord>,
     reply: Reply,
 }
@@ -154,6 +157,7 @@ fn decide(base: &MetadataImage, batch: Vec<Command>, env: &mut DecideEnv) -> Dec
     for cmd in batch {
         let started = Instant::now();
         let kind = cmd.kind;
+        let who = cmd.who.clone();
         metrics::histogram!("keel_controller_event_queue_time_seconds", "kind" => kind.as_str())
             .record(cmd.enqueued.elapsed().as_secs_f64());
         env.now_ms = now_ms();
@@ -193,6 +197,7 @@ fn decide(base: &MetadataImage, batch: Vec<Command>, env: &mut DecideEnv) -> Dec
         stop_replicas.extend(p.stop_replicas);
         parts.push(Part {
             kind,
+            who,
             records: p.records,
             reply: p.on_commit,
         });
@@ -323,7 +328,15 @@ pub(crate) async fn run(
         let record_count: usize = parts.iter().map(|p| p.records.len()).sum();
         let mut replies = Vec::with_capacity(parts.len());
         let mut decisions = Vec::with_capacity(parts.len());
-        for p in parts {
+        // The console's line for each operator's change, by its position
+        // among the parts (an entry index is known once laid out).
+        let mut admin_events = Vec::new();
+        for (i, p) in parts.into_iter().enumerate() {
+            if let Some(text) =
+                crate::console::admin_event(p.kind, &p.records, &base, p.who.as_deref())
+            {
+                admin_events.push((i, text));
+            }
             replies.push(p.reply);
             decisions.push((p.kind.as_str().to_string(), p.records));
         }
@@ -335,7 +348,7 @@ pub(crate) async fn run(
         // its last record, once that entry committed; a command without
         // records, once every entry before it did (it was decided on them).
         let mut needed: Option<usize> = None;
-        for (reply, last) in replies.into_iter().zip(layout.last_entry) {
+        for (reply, last) in replies.into_iter().zip(layout.last_entry.iter().copied()) {
             needed = needed.max(last);
             let answer = match needed {
                 None => Ok(base.offset()),
@@ -367,6 +380,18 @@ pub(crate) async fn run(
                 // The applied image now holds these entries (with their real
                 // indexes, e.g. broker epochs): plan requests from it.
                 summary.log(shared.config.node_id, epoch, index, &shared.events);
+                for (i, text) in admin_events {
+                    // The index of the entry that holds the change's last
+                    // record.
+                    let at = layout
+                        .last_entry
+                        .get(i)
+                        .copied()
+                        .flatten()
+                        .and_then(|e| committed.get(e).copied())
+                        .unwrap_or(index);
+                    shared.events.push(epoch, at, text);
+                }
                 channels.apply(plan, &shared.image());
                 channels.stop_replicas(stop_replicas);
             }

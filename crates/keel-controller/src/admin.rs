@@ -561,9 +561,10 @@ impl AdminService for AdminApi {
         } else {
             keel_metadata::topic_config::UnknownConfigs::Refuse
         };
+        let who = caller.principal().map(ToString::to_string);
         let r = self
             .shared
-            .submit(CommandKind::CreateTopics, move |image, env| {
+            .submit_as(CommandKind::CreateTopics, who, move |image, env| {
                 if let Err(e) = limits.check_create_topics_in(image, &topics) {
                     return Proposal::with_reply(vec![], Err(e));
                 }
@@ -626,9 +627,10 @@ impl AdminService for AdminApi {
                 topics: vec![],
             }));
         }
+        let who = caller.principal().map(ToString::to_string);
         let r = self
             .shared
-            .submit(CommandKind::DeleteTopics, move |image, _| {
+            .submit_as(CommandKind::DeleteTopics, who, move |image, _| {
                 let mut chain = keel_metadata::decide::Chain::new(image);
                 let reply = chain.decide(|image| {
                     let checker = caller.checker(image, &supers);
@@ -693,9 +695,10 @@ impl AdminService for AdminApi {
         }
         let limits = self.shared.config.limits.clone();
         let validate_only = req.validate_only;
+        let who = caller.principal().map(ToString::to_string);
         let r = self
             .shared
-            .submit(CommandKind::CreatePartitions, move |image, env| {
+            .submit_as(CommandKind::CreatePartitions, who, move |image, env| {
                 if let Err(e) = limits.check_create_partitions_in(image, &items) {
                     return Proposal::with_reply(vec![], Err(e));
                 }
@@ -745,9 +748,10 @@ impl AdminService for AdminApi {
                 partitions: vec![],
             }));
         }
+        let who = caller.principal().map(ToString::to_string);
         let r = self
             .shared
-            .submit(CommandKind::AlterReassignments, move |image, _| {
+            .submit_as(CommandKind::AlterReassignments, who, move |image, _| {
                 if let Err(e) = caller
                     .checker(image, &supers)
                     .check(Operation::Alter, Resource::Cluster)
@@ -863,9 +867,10 @@ impl AdminService for AdminApi {
                 partitions: vec![],
             }));
         }
+        let who = caller.principal().map(ToString::to_string);
         let r = self
             .shared
-            .submit(CommandKind::ElectLeaders, move |image, _| {
+            .submit_as(CommandKind::ElectLeaders, who, move |image, _| {
                 if let Err(e) = caller
                     .checker(image, &supers)
                     .check(Operation::Alter, Resource::Cluster)
@@ -1067,9 +1072,10 @@ impl AdminService for AdminApi {
         let supers = self.super_users();
         let broker = BrokerId(req.into_inner().broker_id);
         let shared = self.shared.clone();
+        let who = caller.principal().map(ToString::to_string);
         let r = self
             .shared
-            .submit(CommandKind::UnregisterBroker, move |image, _| {
+            .submit_as(CommandKind::UnregisterBroker, who, move |image, _| {
                 if let Err(e) = caller
                     .checker(image, &supers)
                     .check(Operation::Alter, Resource::Cluster)
@@ -1139,9 +1145,10 @@ impl AdminService for AdminApi {
         } else {
             keel_metadata::topic_config::UnknownConfigs::Refuse
         };
+        let who = caller.principal().map(ToString::to_string);
         let r = self
             .shared
-            .submit(CommandKind::AlterConfigs, move |image, _| {
+            .submit_as(CommandKind::AlterConfigs, who, move |image, _| {
                 if let Err(e) = limits.check_alter_configs_in(image, &items) {
                     return Proposal::with_reply(vec![], Err(e));
                 }
@@ -1239,9 +1246,10 @@ impl AdminService for AdminApi {
             .iter()
             .map(|b| acl_binding_from_pb(b).map_err(ApiError::from))
             .collect();
+        let who = caller.principal().map(ToString::to_string);
         let r = self
             .shared
-            .submit(CommandKind::AlterAcls, move |image, _| {
+            .submit_as(CommandKind::AlterAcls, who, move |image, _| {
                 if let Err(e) = caller
                     .checker(image, &supers)
                     .check(Operation::Alter, Resource::Cluster)
@@ -1318,9 +1326,10 @@ impl AdminService for AdminApi {
                 }))
             }
         };
+        let who = caller.principal().map(ToString::to_string);
         let r = self
             .shared
-            .submit(CommandKind::AlterAcls, move |image, _| {
+            .submit_as(CommandKind::AlterAcls, who, move |image, _| {
                 if let Err(e) = caller
                     .checker(image, &supers)
                     .check(Operation::Alter, Resource::Cluster)
@@ -1407,9 +1416,10 @@ impl AdminService for AdminApi {
             }));
         }
         let asked = ScramChanges::from_pb(&req);
+        let who = caller.principal().map(ToString::to_string);
         let r = self
             .shared
-            .submit(CommandKind::AlterScramCredentials, move |image, _| {
+            .submit_as(CommandKind::AlterScramCredentials, who, move |image, _| {
                 if let Err(e) = caller
                     .checker(image, &supers)
                     .check(Operation::Alter, Resource::Cluster)
@@ -1495,9 +1505,10 @@ impl AdminService for AdminApi {
         } else {
             keel_metadata::topic_config::UnknownConfigs::Refuse
         };
+        let who = caller.principal().map(ToString::to_string);
         let r = self
             .shared
-            .submit(CommandKind::AlterConfigs, move |image, _| {
+            .submit_as(CommandKind::AlterConfigs, who, move |image, _| {
                 if let Err(e) = caller
                     .checker(image, &supers)
                     .check(Operation::AlterConfigs, Resource::Cluster)

@@ -176,6 +176,9 @@ pub(crate) struct Decided {
 pub struct Command {
     pub(crate) kind: CommandKind,
     pub(crate) enqueued: Instant,
+    /// The principal that asked for it, when an operator's request did and
+    /// the caller is known: named in the console's event for the change.
+    pub(crate) who: Option<String>,
     run: Run,
     /// Set once the command's records were handed to Raft: from then on a
     /// dropped reply means "outcome unknown", not "not the controller".
@@ -207,6 +210,7 @@ impl Command {
         Self {
             kind,
             enqueued: Instant::now(),
+            who: None,
             run,
             proposed: Arc::new(AtomicBool::new(false)),
         }
@@ -219,6 +223,12 @@ impl Command {
     {
         let (tx, _rx) = oneshot::channel();
         Self::new(kind, decide, tx)
+    }
+
+    /// Names the principal that asked for the command.
+    pub(crate) fn by(mut self, who: Option<String>) -> Self {
+        self.who = who;
+        self
     }
 
     /// A flag that turns true when the command's records are proposed.

@@ -1,25 +1,27 @@
 //! The controller's HTTP endpoint (`--http-listen`): Prometheus metrics at
-//! `/metrics`, a read-only web console at `/` and `/console`, and the JSON
-//! it polls at `/api/cluster`.
+//! `/metrics`, a read-only web console at `/` and `/console`, the JSON it
+//! polls at `/api/cluster`, and `/health` (the node is up, in which role).
 //!
 //! Every controller serves it, standbys too: the page says which role the
 //! serving node has and links to the active controller's console. What a
 //! standby cannot know (broker heartbeats are soft state of the active
 //! controller) is shown as unknown, never guessed.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use keel_metadata::{MetadataImage, TopicId};
+use keel_metadata::{LeaderChange, MetadataImage, MetadataRecord, TopicId};
 use openraft::ServerState;
 use serde::Serialize;
 use tokio::sync::watch;
 
+use crate::command::CommandKind;
 use crate::shared::{now_ms, Shared};
 
 /// Events the console keeps (the oldest is dropped first).
@@ -30,6 +32,11 @@ const TOPICS_LISTED: usize = 2_000;
 const PARTITIONS_LISTED: usize = 1_000;
 /// Reassigning partitions listed in one answer.
 const REASSIGNMENTS_LISTED: usize = 500;
+/// Items an operator's change lists in its event; the rest are counted.
+const CHANGES_LISTED: usize = 5;
+/// How long an answer waits for the Raft core to say when this node last
+/// heard from its leader (past it, the leader's contact is unknown).
+const RAFT_STATE_WAIT: Duration = Duration::from_millis(500);
 
 /// The page itself: static, polls `/api/cluster`.
 const PAGE: &str = include_str!("console.html");
@@ -83,16 +90,78 @@ impl Events {
 
 /// Each broker's (epoch, fenced, shutting down) as last seen in the
 /// applied image: how a standby, which decides nothing, learns what to
-/// show among its events.
+/// show among its events. Also the quorum's voters and learners as last
+/// seen, on every node: membership changes do not go through the active
+/// controller's event loop, so no other place records them.
 #[derive(Default)]
 pub struct BrokersSeen {
     seen: Option<std::collections::BTreeMap<u32, (u64, bool, bool)>>,
+    /// (voters, learners) of the membership as last seen.
+    quorum: Option<(BTreeSet<u64>, BTreeSet<u64>)>,
+}
+
+/// `ids` as an operator reads them.
+fn id_list(ids: &BTreeSet<u64>) -> String {
+    if ids.is_empty() {
+        return "none".into();
+    }
+    ids.iter()
+        .map(|id| id.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl BrokersSeen {
     /// Compares the applied image with the last look and, when `record`,
-    /// pushes one event per broker change. The first look only remembers.
+    /// pushes one event per broker change; pushes one event per change of
+    /// the quorum's membership in any case. The first look only remembers.
     pub fn note(&mut self, shared: &Shared, record: bool) {
+        self.note_quorum(shared);
+        self.note_brokers(shared, record);
+    }
+
+    fn note_quorum(&mut self, shared: &Shared) {
+        let (voters, learners, term, index) = {
+            let m = shared.raft.metrics();
+            let m = m.borrow();
+            let membership = m.membership_config.membership();
+            (
+                membership.voter_ids().collect::<BTreeSet<u64>>(),
+                membership.learner_ids().collect::<BTreeSet<u64>>(),
+                m.current_term,
+                m.membership_config.log_id().map_or(0, |l| l.index),
+            )
+        };
+        let now = (voters, learners);
+        let Some(before) = self.quorum.replace(now.clone()) else {
+            return;
+        };
+        if before == now {
+            return;
+        }
+        let mut what = Vec::new();
+        if before.0 != now.0 {
+            what.push(format!(
+                "voters {} -> {}",
+                id_list(&before.0),
+                id_list(&now.0)
+            ));
+        }
+        if before.1 != now.1 {
+            what.push(format!(
+                "learners {} -> {}",
+                id_list(&before.1),
+                id_list(&now.1)
+            ));
+        }
+        shared.events.push(
+            term,
+            index,
+            format!("controller quorum changed: {}", what.join(", ")),
+        );
+    }
+
+    fn note_brokers(&mut self, shared: &Shared, record: bool) {
         let applied = shared.applied();
         let now: std::collections::BTreeMap<u32, (u64, bool, bool)> = applied
             .image
@@ -136,6 +205,172 @@ pub fn min_isr(image: &MetadataImage, topic: TopicId) -> usize {
     image
         .topic(topic)
         .map_or(1, |t| image.min_insync_replicas(t))
+}
+
+/// The console's line for an operator's change once it committed: what
+/// its records did (topics named from the records or from `before`, the
+/// image it was decided on) and, when known, who asked. `None` for a
+/// command no operator makes (a broker's, the periodic tick's) and for one
+/// that changed nothing.
+pub fn admin_event(
+    kind: CommandKind,
+    records: &[MetadataRecord],
+    before: &MetadataImage,
+    who: Option<&str>,
+) -> Option<String> {
+    use MetadataRecord as R;
+    if !kind.is_admin_write() || records.is_empty() {
+        return None;
+    }
+    let created: BTreeMap<TopicId, &str> = records
+        .iter()
+        .filter_map(|r| match r {
+            R::Topic(t) => Some((t.topic_id, t.name.as_str())),
+            _ => None,
+        })
+        .collect();
+    let name = |id: &TopicId| -> String {
+        created
+            .get(id)
+            .map(|n| (*n).to_string())
+            .or_else(|| before.topic(*id).map(|t| t.name.clone()))
+            .unwrap_or_else(|| id.to_string())
+    };
+    let count = |n: usize, what: &str| {
+        if n == 1 {
+            format!("{n} {what}")
+        } else {
+            format!("{n} {what}s")
+        }
+    };
+    // New partitions per topic, new topics' and added ones alike.
+    let mut new_partitions: BTreeMap<TopicId, usize> = BTreeMap::new();
+    let (mut moving, mut cancelled, mut elected, mut unclean) = (0, 0, 0, 0);
+    for r in records {
+        match r {
+            R::Partition(p) => *new_partitions.entry(p.topic_id).or_default() += 1,
+            R::PartitionChange(c) => {
+                let some = |v: &Option<Vec<keel_metadata::BrokerId>>| {
+                    v.as_ref().is_some_and(|v| !v.is_empty())
+                };
+                if some(&c.adding) || some(&c.removing) {
+                    moving += 1;
+                } else if c.adding.is_some() || c.removing.is_some() {
+                    cancelled += 1;
+                }
+                if matches!(c.leader, LeaderChange::To(_)) {
+                    elected += 1;
+                    unclean += usize::from(c.unclean);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut items: Vec<String> = Vec::new();
+    for r in records {
+        let item = match r {
+            R::Topic(t) => format!(
+                "topic {} created ({})",
+                t.name,
+                count(
+                    new_partitions.get(&t.topic_id).copied().unwrap_or(0),
+                    "partition"
+                )
+            ),
+            R::MarkTopicForDeletion { topic_id } => format!(
+                "topic {} deleted ({})",
+                name(topic_id),
+                count(
+                    before
+                        .topic(*topic_id)
+                        .map_or(0, |t| t.partition_count as usize),
+                    "partition"
+                )
+            ),
+            R::TopicConfig {
+                topic_id,
+                key,
+                value: Some(v),
+            } => format!("topic {} config {key}={v}", name(topic_id)),
+            R::TopicConfig {
+                topic_id,
+                key,
+                value: None,
+            } => format!("topic {} config {key} removed", name(topic_id)),
+            R::ClusterConfig {
+                key,
+                value: Some(v),
+            } => format!("cluster default {key}={v}"),
+            R::ClusterConfig { key, value: None } => {
+                format!("cluster default {key} removed")
+            }
+            R::AclAdded(b) => format!("ACL added: {b}"),
+            R::AclRemoved(b) => format!("ACL removed: {b}"),
+            R::UserScramCredential { user, credential } => format!(
+                "SCRAM credential set for user {user} ({})",
+                credential.mechanism
+            ),
+            R::UserScramCredentialRemoved { user, mechanism } => {
+                format!("SCRAM credential removed for user {user} ({mechanism})")
+            }
+            R::UnregisterBroker { broker, .. } => format!("broker {broker} unregistered"),
+            _ => continue,
+        };
+        items.push(item);
+    }
+    for (topic, n) in &new_partitions {
+        if !created.contains_key(topic) {
+            items.push(format!(
+                "topic {}: {} added",
+                name(topic),
+                count(*n, "partition")
+            ));
+        }
+    }
+    match kind {
+        CommandKind::AlterReassignments => {
+            if moving > 0 {
+                items.push(format!(
+                    "reassignment of {} started",
+                    count(moving, "partition")
+                ));
+            }
+            if cancelled > 0 {
+                items.push(format!(
+                    "reassignment of {} cancelled",
+                    count(cancelled, "partition")
+                ));
+            }
+        }
+        CommandKind::ElectLeaders if elected > 0 => {
+            let how = if unclean > 0 {
+                format!(" ({unclean} unclean)")
+            } else {
+                String::new()
+            };
+            items.push(format!(
+                "leader election: {} got a new leader{how}",
+                count(elected, "partition")
+            ));
+        }
+        _ => {}
+    }
+    if items.is_empty() {
+        items.push(format!(
+            "{kind} committed ({})",
+            count(records.len(), "record")
+        ));
+    }
+    let more = items.len().saturating_sub(CHANGES_LISTED);
+    items.truncate(CHANGES_LISTED);
+    let mut text = items.join("; ");
+    if more > 0 {
+        text.push_str(&format!("; and {more} more"));
+    }
+    if let Some(who) = who {
+        text.push_str(&format!(", by {who}"));
+    }
+    Some(text)
 }
 
 /// The index a majority of voters holds, on the leader (which alone knows
@@ -220,7 +455,10 @@ pub struct Voter {
     pub matched_index: Option<u64>,
     /// Entries behind the leader's log end (leader only).
     pub lag: Option<u64>,
-    /// Milliseconds since it last answered this node's Raft RPCs.
+    /// Milliseconds since this node last heard from it. On the leader:
+    /// since the voter last answered the leader's Raft RPCs. Elsewhere,
+    /// known for the leader only: since this node last accepted an
+    /// AppendEntries (heartbeats included) from it. 0 for this node.
     pub last_contact_ms: Option<u64>,
 }
 
@@ -230,6 +468,8 @@ pub struct Health {
     pub fenced_brokers: usize,
     pub topics: usize,
     pub partitions: usize,
+    /// Partitions without a leader, not counting those of topics being
+    /// deleted (their deletion took their leaders).
     pub offline_partitions: usize,
     pub under_replicated_partitions: usize,
     pub under_min_isr_partitions: usize,
@@ -276,6 +516,9 @@ pub struct Partition {
     pub offline: bool,
     pub under_replicated: bool,
     pub under_min_isr: bool,
+    /// Its topic is being deleted (it has no leader because of that, and
+    /// is not counted offline).
+    pub deleting: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -289,21 +532,51 @@ fn ids(v: &[keel_metadata::BrokerId]) -> Vec<u32> {
     v.iter().map(|b| b.0).collect()
 }
 
+/// This node's role as the console names it (see [`ClusterView::role`]).
+fn role(shared: &Shared, state: ServerState) -> &'static str {
+    let active = shared.active.read().map(|g| g.is_some()).unwrap_or(false);
+    match state {
+        ServerState::Leader if active && shared.lease_valid() => "active",
+        ServerState::Leader => "leader-without-lease",
+        ServerState::Follower => "standby",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shut-down",
+    }
+}
+
+/// Milliseconds since this node last heard from the committed leader it
+/// follows: since it last accepted an AppendEntries (heartbeats included)
+/// of that leadership, as its Raft core records it. `None` on the leader
+/// itself, on a node that follows no committed leader, and when the core
+/// does not answer within [`RAFT_STATE_WAIT`].
+pub async fn leader_contact_ms(shared: &Shared) -> Option<u64> {
+    let me = shared.config.node_id;
+    let ask = shared.raft.with_raft_state(move |s| {
+        let vote = s.vote_ref();
+        let follows = matches!(s.server_state, ServerState::Follower | ServerState::Learner)
+            && vote.is_committed()
+            && vote.leader_id().voted_for() != Some(me);
+        follows
+            .then(|| s.vote_last_modified())
+            .flatten()
+            .map(|at| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX))
+    });
+    tokio::time::timeout(RAFT_STATE_WAIT, ask)
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .flatten()
+}
+
 impl ClusterView {
     /// This node's view now. `http_port` is this node's own HTTP port, used
-    /// to work out the active controller's console address.
-    pub fn gather(shared: &Shared, http_port: Option<u16>) -> Self {
+    /// to work out the active controller's console address;
+    /// `leader_contact_ms` is [`leader_contact_ms`], measured just before.
+    pub fn gather(shared: &Shared, http_port: Option<u16>, leader_contact_ms: Option<u64>) -> Self {
         let m = shared.raft.metrics().borrow().clone();
         let me = shared.config.node_id;
-        let active = shared.active.read().map(|g| g.is_some()).unwrap_or(false);
-        let role = match m.state {
-            ServerState::Leader if active && shared.lease_valid() => "active",
-            ServerState::Leader => "leader-without-lease",
-            ServerState::Follower => "standby",
-            ServerState::Candidate => "candidate",
-            ServerState::Learner => "learner",
-            ServerState::Shutdown => "shut-down",
-        };
+        let role = role(shared, m.state);
         let active_controller = shared.leader_hint().map(|(id, address)| {
             let console_url = http_port.and_then(|port| {
                 let peer = address.parse::<SocketAddr>().ok()?;
@@ -347,8 +620,16 @@ impl ClusterView {
                     lag: matched.map(|i| end.saturating_sub(i)),
                     last_contact_ms: if *id == me {
                         Some(0)
-                    } else {
+                    } else if m.state == ServerState::Leader {
+                        // Who answers the leader's RPCs: its own table.
                         contacts.get(id).copied()
+                    } else if Some(*id) == m.current_leader {
+                        // A follower's table holds only what it asked
+                        // (votes, or as a leader once): stale. What it
+                        // knows is when the leader last reached it.
+                        leader_contact_ms
+                    } else {
+                        None
                     },
                 }
             })
@@ -413,6 +694,7 @@ impl ClusterView {
         for t in image.topics() {
             health.topics += 1;
             let min = min_isr(&image, t.id);
+            let deleting = t.marked_for_deletion();
             let mut row = Topic {
                 name: t.name.clone(),
                 id: t.id.to_string(),
@@ -421,7 +703,7 @@ impl ClusterView {
                 offline: 0,
                 under_replicated: 0,
                 under_min_isr: 0,
-                marked_for_deletion: t.marked_for_deletion(),
+                marked_for_deletion: deleting,
             };
             for (tp, p) in image.partitions_of(t.id) {
                 health.partitions += 1;
@@ -435,9 +717,10 @@ impl ClusterView {
                     isr: ids(&p.isr),
                     adding: ids(&p.adding),
                     removing: ids(&p.removing),
-                    offline: p.leader.is_none(),
+                    offline: p.leader.is_none() && !deleting,
                     under_replicated: p.isr.len() < p.replicas.len(),
                     under_min_isr: p.isr.len() < min,
+                    deleting,
                 };
                 row.offline += usize::from(part.offline);
                 row.under_replicated += usize::from(part.under_replicated);
@@ -537,8 +820,9 @@ async fn metrics(State(h): State<Http>) -> Response {
 async fn cluster(State(h): State<Http>) -> Response {
     let shared = h.shared.clone();
     let port = h.port;
+    let leader_contact = leader_contact_ms(&shared).await;
     let body = tokio::task::spawn_blocking(move || {
-        serde_json::to_string(&ClusterView::gather(&shared, Some(port)))
+        serde_json::to_string(&ClusterView::gather(&shared, Some(port), leader_contact))
     })
     .await;
     match body {
@@ -554,6 +838,52 @@ async fn cluster(State(h): State<Http>) -> Response {
     }
 }
 
+/// What `/health` answers.
+#[derive(Debug, Serialize)]
+struct NodeHealth {
+    /// `up` while the node serves (whatever its role), `down` once its Raft
+    /// core stopped.
+    status: &'static str,
+    node_id: u64,
+    cluster_id: String,
+    /// As in `/api/cluster`: `active`, `standby`, `candidate`, ...
+    role: &'static str,
+}
+
+/// 200 with [`NodeHealth`] while the node serves; 503 once its Raft core
+/// stopped (shut down, or a fatal storage error). Cheap: no image scan.
+async fn health(State(h): State<Http>) -> Response {
+    let (state, running) = {
+        let m = h.shared.raft.metrics();
+        let m = m.borrow();
+        (m.state, m.running_state.is_ok())
+    };
+    let up = running && state != ServerState::Shutdown;
+    let answer = NodeHealth {
+        status: if up { "up" } else { "down" },
+        node_id: h.shared.config.node_id,
+        cluster_id: h.shared.config.cluster_id.clone(),
+        role: role(&h.shared, state),
+    };
+    let code = if up {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    match serde_json::to_string(&answer) {
+        Ok(json) => (
+            code,
+            [
+                (header::CONTENT_TYPE, "application/json"),
+                (header::CACHE_CONTROL, "no-store"),
+            ],
+            json,
+        )
+            .into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
 async fn page() -> Response {
     (
         [
@@ -565,7 +895,7 @@ async fn page() -> Response {
         .into_response()
 }
 
-/// Serves `/metrics`, `/`, `/console` and `/api/cluster` on `listener`
+/// Serves `/metrics`, `/`, `/console`, `/api/cluster` and `/health` on `listener`
 /// until `shutdown` flips to true.
 pub async fn serve(
     listener: tokio::net::TcpListener,
@@ -577,6 +907,7 @@ pub async fn serve(
     let app = axum::Router::new()
         .route("/metrics", get(metrics))
         .route("/api/cluster", get(cluster))
+        .route("/health", get(health))
         .route("/", get(page))
         .route("/console", get(page))
         .with_state(Http {
@@ -605,5 +936,101 @@ mod tests {
         assert_eq!(list.len(), EVENTS_KEPT);
         assert_eq!(list[0].index, EVENTS_KEPT as u64 + 4);
         assert_eq!(list.last().unwrap().index, 5);
+    }
+
+    /// Records creating topic `t` (id 7) with two partitions on broker 1.
+    fn create_t() -> Vec<MetadataRecord> {
+        use keel_metadata::{BrokerId, PartitionId, PartitionRecord, TopicRecord};
+        let topic_id = TopicId(7);
+        let mut records = vec![MetadataRecord::Topic(TopicRecord {
+            topic_id,
+            name: "t".into(),
+            configs: Default::default(),
+        })];
+        for p in 0..2 {
+            records.push(MetadataRecord::Partition(PartitionRecord {
+                topic_id,
+                partition: PartitionId(p),
+                replicas: vec![BrokerId(1)],
+                isr: vec![BrokerId(1)],
+                leader: Some(BrokerId(1)),
+            }));
+        }
+        records
+    }
+
+    /// An image holding broker 1, unfenced, and topic `t`.
+    fn image_with_t() -> MetadataImage {
+        use keel_metadata::{BrokerEpoch, BrokerId, IncarnationId, RegisterBrokerRecord};
+        let mut image = MetadataImage::new();
+        let mut records = vec![
+            MetadataRecord::RegisterBroker(RegisterBrokerRecord {
+                broker: BrokerId(1),
+                incarnation: IncarnationId(9),
+                address: "127.0.0.1:9092".into(),
+                rack: None,
+                log_dirs: vec![],
+            }),
+            MetadataRecord::UnfenceBroker {
+                broker: BrokerId(1),
+                epoch: BrokerEpoch(1),
+            },
+        ];
+        records.extend(create_t());
+        for r in &records {
+            image.replay(r, 1).unwrap();
+        }
+        image.advance_offset(1);
+        image
+    }
+
+    #[test]
+    fn an_operators_changes_are_described_with_who_asked_and_a_brokers_are_not() {
+        let before = MetadataImage::new();
+        assert_eq!(
+            admin_event(
+                CommandKind::CreateTopics,
+                &create_t(),
+                &before,
+                Some("User:alice")
+            )
+            .as_deref(),
+            Some("topic t created (2 partitions), by User:alice")
+        );
+        // A plaintext caller is nobody in particular.
+        assert_eq!(
+            admin_event(CommandKind::CreateTopics, &create_t(), &before, None).as_deref(),
+            Some("topic t created (2 partitions)")
+        );
+        assert_eq!(
+            admin_event(CommandKind::RegisterBroker, &create_t(), &before, None),
+            None
+        );
+        assert_eq!(
+            admin_event(CommandKind::CreateTopics, &[], &before, None),
+            None
+        );
+    }
+
+    #[test]
+    fn a_deletion_is_described_as_one_and_counts_no_partition_offline() {
+        let image = image_with_t();
+        let d = image.decide_delete_topics(&["t".to_string()]);
+        assert_eq!(
+            admin_event(
+                CommandKind::DeleteTopics,
+                &d.records,
+                &image,
+                Some("User:bob")
+            )
+            .as_deref(),
+            Some("topic t deleted (2 partitions), by User:bob")
+        );
+        // The deletion took both leaders, yet nothing "went offline".
+        let summary = crate::tasks::ChangeSummary::of(d.records.iter());
+        assert_eq!(summary.offline_count(), 0);
+        let events = Events::default();
+        summary.log(1, 1, 2, &events);
+        assert!(events.newest_first().is_empty());
     }
 }

@@ -80,7 +80,7 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
     (
         "keel_controller_offline_partitions",
         Kind::Gauge,
-        "Partitions without a leader.",
+        "Partitions without a leader (those of topics being deleted not counted).",
     ),
     (
         "keel_controller_under_replicated_partitions",

@@ -225,6 +225,21 @@ impl Shared {
         T: Send + 'static,
         D: FnOnce(&MetadataImage, &mut DecideEnv) -> Proposal<T> + Send + 'static,
     {
+        self.submit_as(kind, None, decide).await
+    }
+
+    /// [`submit`](Self::submit) for a request of principal `who` (when
+    /// known), whom the console's event for the change names.
+    pub async fn submit_as<T, D>(
+        &self,
+        kind: CommandKind,
+        who: Option<String>,
+        decide: D,
+    ) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        D: FnOnce(&MetadataImage, &mut DecideEnv) -> Proposal<T> + Send + 'static,
+    {
         let handle = self
             .active_handle()
             .map_err(|e| ApiError::new(ErrorCode::NotController, e.message))?;
@@ -232,7 +247,7 @@ impl Shared {
             self.disk.check_write()?;
         }
         let (tx, rx) = oneshot::channel();
-        let cmd = Command::new(kind, decide, tx);
+        let cmd = Command::new(kind, decide, tx).by(who);
         let proposed = cmd.proposed_flag();
         if handle.tx.send(cmd).await.is_err() {
             return Err(resigned());

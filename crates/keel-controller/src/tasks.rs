@@ -149,6 +149,17 @@ pub(crate) struct ChangeSummary {
 
 impl ChangeSummary {
     pub(crate) fn of<'a>(records: impl IntoIterator<Item = &'a MetadataRecord>) -> Self {
+        let records: Vec<&MetadataRecord> = records.into_iter().collect();
+        // A deletion takes its topic's partitions offline on purpose: that
+        // is the deletion (the console says so), not partitions going
+        // offline.
+        let deleted: std::collections::BTreeSet<keel_metadata::TopicId> = records
+            .iter()
+            .filter_map(|r| match r {
+                MetadataRecord::MarkTopicForDeletion { topic_id } => Some(*topic_id),
+                _ => None,
+            })
+            .collect();
         let mut s = Self::default();
         for r in records {
             match r {
@@ -175,7 +186,9 @@ impl ChangeSummary {
                 }
                 MetadataRecord::PartitionChange(c) => {
                     let name = || format!("{}-{}", c.topic_id, c.partition.0);
-                    if c.leader == keel_metadata::LeaderChange::NoLeader {
+                    if c.leader == keel_metadata::LeaderChange::NoLeader
+                        && !deleted.contains(&c.topic_id)
+                    {
                         s.offline_count += 1;
                         if s.offline.len() < 5 {
                             s.offline.push(name());
@@ -195,6 +208,12 @@ impl ChangeSummary {
             }
         }
         s
+    }
+
+    /// Partitions that lost their leader and are not being deleted.
+    #[cfg(test)]
+    pub(crate) fn offline_count(&self) -> usize {
+        self.offline_count
     }
 
     /// Logs the summary, counts leader elections (clean and unclean) and
@@ -297,8 +316,21 @@ pub(crate) fn publish_image_gauges(image: &MetadataImage) {
     let mut under_min_isr = 0u64;
     // Partitions come topic by topic: the topic's min ISR is read once.
     let mut min_isr: Option<(keel_metadata::TopicId, usize)> = None;
+    // Likewise whether it is being deleted: its partitions are leaderless
+    // because of the deletion, and are not counted offline.
+    let mut deleting: Option<(keel_metadata::TopicId, bool)> = None;
     for (tp, p) in image.partitions() {
-        if p.leader.is_none() {
+        let topic_deleting = match deleting {
+            Some((t, d)) if t == tp.topic_id => d,
+            _ => {
+                let d = image
+                    .topic(tp.topic_id)
+                    .is_some_and(|t| t.marked_for_deletion());
+                deleting = Some((tp.topic_id, d));
+                d
+            }
+        };
+        if p.leader.is_none() && !topic_deleting {
             offline += 1;
         }
         if p.isr.len() < p.replicas.len() {

@@ -1,11 +1,15 @@
-//! Fail stop: a controller whose storage is gone exits, within a bound,
-//! with a non-zero code, instead of hanging (a hung node holds its port
-//! and is never restarted by its supervisor); the cluster goes on without
-//! it.
+//! Fail stop: a controller whose storage is gone, fails or hangs exits,
+//! within a bound, with a non-zero code that says why, instead of hanging
+//! (a hung node holds its port and is never restarted by its supervisor);
+//! the cluster goes on without it. Started again, as `Restart=on-failure`
+//! would, it refuses to start while the fault is there (with a clear error
+//! and a non-zero code, never a hang), and rejoins and catches up once the
+//! fault is gone.
 
 mod common;
 
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use common::*;
 use keel_proto::client::ControllerClient;
@@ -55,4 +59,220 @@ async fn a_controller_whose_data_dir_is_deleted_under_it_exits() {
     create_topic(&client, "without-it", 1, 1).await;
     let names = topic_names(&client).await;
     assert!(names.contains(&"without-it".to_string()), "{names:?}");
+}
+
+/// Exit code of a node that failed locally (its storage failed).
+const EXIT_LOCAL: i32 = 4;
+/// Exit code of a node whose storage stalled (`keel_cli::EXIT_STALLED`).
+const EXIT_STALLED: i32 = 6;
+/// `--storage-stall-timeout-ms` in the stall test.
+const STALL_TIMEOUT: Duration = Duration::from_secs(3);
+/// The longest a controller may take to fail or exit on a storage fault,
+/// or to refuse a start on one.
+const FAULT_BOUND: Duration = Duration::from_secs(30);
+
+/// What the last start of controller `i` wrote (its log file is appended
+/// across starts).
+fn last_start_log(c: &Cluster, i: usize) -> String {
+    let all = c.controller(i).process.log_text();
+    all.rsplit("=== start #")
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Sets or clears the immutable attribute of `path` (`chattr`): even root
+/// can then neither write the file, through a descriptor it already holds,
+/// nor open it for writing.
+fn chattr(flag: &str, path: &Path) {
+    let st = std::process::Command::new("chattr")
+        .arg(flag)
+        .arg(path)
+        .status()
+        .expect("run chattr (e2fsprogs)");
+    assert!(st.success(), "chattr {flag} {}: {st}", path.display());
+}
+
+/// An immutable file, made writable again when dropped (also when the test
+/// fails, so that its temp dir can be removed).
+struct Immutable(PathBuf);
+
+impl Immutable {
+    fn set(path: PathBuf) -> Self {
+        chattr("+i", &path);
+        Self(path)
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// Creates `n` topics named `<prefix>-<i>`.
+async fn create_topics(client: &ControllerClient, prefix: &str, n: usize) {
+    for i in 0..n {
+        create_topic(client, &format!("{prefix}-{i}"), 1, 1).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_whose_log_file_becomes_unwritable_exits_and_comes_back_once_it_is_writable() {
+    let mut c = Cluster::start(fast_spec(1)).expect("start a cluster");
+    let active = c.wait_active(Duration::from_secs(30)).await.unwrap();
+    c.wait_all_brokers_active(Duration::from_secs(30))
+        .await
+        .expect("the broker is active");
+    let victim = (active + 1) % 3;
+    let client = c.client(Duration::from_secs(5), Duration::from_secs(30));
+    create_topic(&client, "before", 1, 1).await;
+
+    // sled's log file: every entry, vote and snapshot is written there.
+    let db = c.controller(victim).data_dir.join("raft").join("db");
+    assert!(db.is_file(), "{} is sled's log file", db.display());
+    let immutable = Immutable::set(db.clone());
+    let faulted = Instant::now();
+    create_topics(&client, "unwritable", 5).await;
+    let status = wait_exit(&mut c, victim, FAULT_BOUND, "log file unwritable").await;
+    let took = faulted.elapsed();
+    let log = last_start_log(&c, victim);
+    assert_eq!(status.code(), Some(EXIT_LOCAL), "{status}\n{log}");
+    assert!(
+        log.contains("raft stopped") && log.contains("os error 1"),
+        "it says why (EPERM writing its log):\n{log}"
+    );
+    eprintln!("log file unwritable: exited {status} {took:?} after the fault");
+
+    // The quorum goes on without it.
+    create_topics(&client, "without-it", 3).await;
+
+    // Restarted with the file still unwritable: it refuses to start, at
+    // once and saying why, rather than hanging or running on memory.
+    let restarted = Instant::now();
+    c.controller_mut(victim).start().unwrap();
+    let status = wait_exit(&mut c, victim, FAULT_BOUND, "start on an unwritable log").await;
+    let log = last_start_log(&c, victim);
+    assert_eq!(status.code(), Some(EXIT_LOCAL), "{status}\n{log}");
+    assert!(
+        log.contains("controller failed to start") && log.contains("os error 1"),
+        "the refusal says why:\n{log}"
+    );
+    eprintln!(
+        "start on an unwritable log: refused ({status}) in {:?}",
+        restarted.elapsed()
+    );
+
+    // The fault gone, a restart brings it back: it rejoins and catches up.
+    drop(immutable);
+    c.controller_mut(victim).start().unwrap();
+    create_topic(&client, "after", 1, 1).await;
+    c.wait_converged(1, Duration::from_secs(60))
+        .await
+        .expect("it catches up");
+    assert!(c.controller_mut(victim).process.exited().is_none());
+    let names = topic_names(&client).await;
+    for name in ["before", "unwritable-4", "without-it-2", "after"] {
+        assert!(names.contains(&name.to_string()), "{name}: {names:?}");
+    }
+}
+
+/// Sends `signal` (`STOP`, `CONT`) to process `pid`.
+fn signal(signal: &str, pid: u32) -> bool {
+    std::process::Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status()
+        .is_ok_and(|st| st.success())
+}
+
+/// A stopped LazyFS process (a disk that never answers), let go again when
+/// dropped (also when the test fails: its unmount would wait for ever).
+struct Frozen(u32);
+
+impl Frozen {
+    fn stop(pid: u32) -> Self {
+        assert!(signal("STOP", pid), "SIGSTOP LazyFS ({pid})");
+        Self(pid)
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        signal("CONT", self.0);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_whose_disk_hangs_exits_with_its_own_code_and_comes_back_once_it_answers() {
+    if let Some(why) = keel_testkit::lazyfs::unavailable_reason() {
+        panic!("this test needs LazyFS: {why}");
+    }
+    let stall_ms = STALL_TIMEOUT.as_millis().to_string();
+    let mut c = Cluster::start(
+        fast_spec(1)
+            .lazyfs(true)
+            .controller_flags(&["--storage-stall-timeout-ms", stall_ms.as_str()]),
+    )
+    .expect("start a cluster on LazyFS");
+    let active = c.wait_active(Duration::from_secs(30)).await.unwrap();
+    c.wait_all_brokers_active(Duration::from_secs(30))
+        .await
+        .expect("the broker is active");
+    let victim = (active + 1) % 3;
+    let client = c.client(Duration::from_secs(5), Duration::from_secs(30));
+    create_topic(&client, "before", 1, 1).await;
+
+    let lazyfs = c
+        .controller(victim)
+        .disk
+        .as_ref()
+        .and_then(|d| d.pid())
+        .expect("LazyFS runs under the controller's data dir");
+    let frozen = Frozen::stop(lazyfs);
+    let faulted = Instant::now();
+    // Make it write: its appends' flushes now never return.
+    create_topics(&client, "stalled", 3).await;
+    let status = wait_exit(&mut c, victim, FAULT_BOUND, "disk hangs").await;
+    let took = faulted.elapsed();
+    let log = last_start_log(&c, victim);
+    assert_eq!(status.code(), Some(EXIT_STALLED), "{status}\n{log}");
+    assert!(log.contains("storage stalled"), "it says why:\n{log}");
+    assert!(
+        took >= STALL_TIMEOUT,
+        "exited after {took:?}, before its stall timeout"
+    );
+    eprintln!("disk hangs: exited {status} {took:?} after the fault");
+
+    // The quorum goes on without it.
+    create_topics(&client, "without-it", 3).await;
+
+    // Restarted on a disk that still hangs: opening the storage hangs too,
+    // and it exits with the same code rather than waiting for ever.
+    let restarted = Instant::now();
+    c.controller_mut(victim).start().unwrap();
+    let status = wait_exit(&mut c, victim, FAULT_BOUND, "start on a hung disk").await;
+    let log = last_start_log(&c, victim);
+    assert_eq!(status.code(), Some(EXIT_STALLED), "{status}\n{log}");
+    assert!(log.contains("storage stalled"), "it says why:\n{log}");
+    eprintln!(
+        "start on a hung disk: exited {status} after {:?}",
+        restarted.elapsed()
+    );
+
+    // The disk answers again: a restart brings it back, and it catches up.
+    drop(frozen);
+    c.controller_mut(victim).start().unwrap();
+    create_topic(&client, "after", 1, 1).await;
+    c.wait_converged(1, Duration::from_secs(60))
+        .await
+        .expect("it catches up");
+    assert!(c.controller_mut(victim).process.exited().is_none());
+    let names = topic_names(&client).await;
+    for name in ["before", "stalled-2", "without-it-2", "after"] {
+        assert!(names.contains(&name.to_string()), "{name}: {names:?}");
+    }
 }

@@ -129,6 +129,11 @@ pub struct ControllerArgs {
     /// whichever is smaller].
     #[arg(long, env = "KEEL_DISK_RESERVE_BYTES")]
     disk_reserve_bytes: Option<u64>,
+    /// A storage call (log flush, snapshot write, opening the storage)
+    /// still running after this many ms means the disk hangs: the node
+    /// exits with code 6 so its supervisor restarts it; 0: never [default: 30000].
+    #[arg(long, env = "KEEL_STORAGE_STALL_TIMEOUT_MS")]
+    storage_stall_timeout_ms: Option<u64>,
     /// Carry topic config names Kafka's schema does not know instead of
     /// refusing them with INVALID_CONFIG (as Kafka does). For tests and
     /// benchmarks that need many distinct keys, or configs of a newer Kafka.
@@ -185,6 +190,7 @@ struct ControllerFile {
     allow_plaintext: Option<bool>,
     super_users: Option<Vec<String>>,
     disk_reserve_bytes: Option<u64>,
+    storage_stall_timeout_ms: Option<u64>,
     allow_unknown_topic_configs: Option<bool>,
     kafka_listen: Option<SocketAddr>,
     kafka_ssl_client_auth: Option<String>,
@@ -401,6 +407,9 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
     if let Some(v) = a.disk_reserve_bytes.or(file.disk_reserve_bytes) {
         c.disk_reserve_bytes = Some(v);
     }
+    if let Some(v) = a.storage_stall_timeout_ms.or(file.storage_stall_timeout_ms) {
+        c.storage_stall_timeout_ms = v;
+    }
     c.allow_unknown_topic_configs =
         a.allow_unknown_topic_configs || file.allow_unknown_topic_configs.unwrap_or(false);
     c.kafka_listen = a.kafka_listen.or(file.kafka_listen);
@@ -486,6 +495,8 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
         tracing::warn!(features = ?unsafe_features, "this is a deliberately unsafe build");
     }
     crate::tls::reload_on_sighup(&config.transport, Role::Controller(config.node_id));
+    // Before the storage opens: a disk that hangs hangs the open too.
+    logging::exit_if_storage_stalls(config.storage_stall_timeout_ms);
     let node = match ControllerNode::start(config).await {
         Ok(n) => n,
         Err(e) => {

@@ -2,7 +2,9 @@
 //!
 //! Exit codes: 0 success; 1 the cluster refused the request (an error code
 //! is printed); 2 bad usage; 3 no controller reachable; 4 local failure
-//! (bad data dir, cannot bind, ...).
+//! (bad data dir, cannot bind, ...). A node (`keel controller`, `keel
+//! broker`) also exits 5 when its shutdown hangs and 6 when its storage
+//! stalls.
 
 use std::process::ExitCode;
 
@@ -30,6 +32,11 @@ pub const EXIT_LOCAL: u8 = 4;
 /// storage call that never returns, a flush that hangs): it exits anyway,
 /// so a supervisor can restart it and its port is free.
 pub const EXIT_STUCK: u8 = 5;
+/// Exit code of a node whose storage stalled: a log flush, snapshot write
+/// or open still running after `--storage-stall-timeout-ms` (a disk that
+/// never answers). It exits from a watcher thread, as the stuck call never
+/// returns.
+pub const EXIT_STALLED: u8 = 6;
 
 /// `keel --version`. A build with a deliberately unsafe feature says so
 /// here (test harnesses refuse to run it by mistake) and at every start.

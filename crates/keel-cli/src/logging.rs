@@ -163,6 +163,35 @@ pub fn exit_if_stuck(why: &'static str, bound: std::time::Duration) {
     }
 }
 
+/// Exits the process with [`crate::EXIT_STALLED`] once a storage call has
+/// run for `bound_ms` (`keel_raft::stall`): a disk that never answers leaves
+/// the call, and with it the node, waiting for ever; exiting lets its
+/// supervisor restart it. The exit comes from the watcher's own thread;
+/// no orderly shutdown is tried, as it would wait on the same disk. 0: off.
+pub fn exit_if_storage_stalls(bound_ms: u64) {
+    if bound_ms == 0 {
+        return;
+    }
+    let bound = std::time::Duration::from_millis(bound_ms);
+    let exit = move |stall: keel_raft::stall::Stall| {
+        tracing::error!(
+            call = stall.op.describe(),
+            running_s = stall.for_at_least.as_secs(),
+            bound_ms,
+            "storage stalled: a storage call has not returned; exiting"
+        );
+        eprintln!(
+            "error: storage stalled: {} has not returned for {} s (--storage-stall-timeout-ms {bound_ms}); exiting",
+            stall.op.describe(),
+            stall.for_at_least.as_secs()
+        );
+        std::process::exit(i32::from(crate::EXIT_STALLED));
+    };
+    if let Err(e) = keel_raft::stall::watch(bound, exit) {
+        tracing::warn!(error = %e, "cannot watch for storage stalls");
+    }
+}
+
 /// Raises the process's open-file limit (soft) to its hard limit: a node
 /// holds a connection per client, peer and broker, and a default soft
 /// limit of 1,024 is reached long before the machine's. Logs the outcome.

@@ -60,6 +60,11 @@ pub struct ControllerConfig {
     /// refused. `None`: 1 GiB or 5% of the file system, whichever is
     /// smaller.
     pub disk_reserve_bytes: Option<u64>,
+    /// A storage call (log flush, snapshot write, opening the storage,
+    /// measuring the data dir) still running after this many ms means the
+    /// disk hangs: the node exits so its supervisor can restart it
+    /// (`keel_raft::stall`). 0: never.
+    pub storage_stall_timeout_ms: u64,
     /// Topic config names Kafka's schema does not know are carried instead
     /// of refused with INVALID_CONFIG.
     pub allow_unknown_topic_configs: bool,
@@ -111,6 +116,7 @@ impl ControllerConfig {
             request_timeout_ms: 120_000,
             max_linearizable_reads_per_sec: 20_000,
             disk_reserve_bytes: None,
+            storage_stall_timeout_ms: 30_000,
             allow_unknown_topic_configs: false,
             kafka_listen: None,
             kafka_client_auth: keel_tls::KafkaClientAuth::Required,

@@ -128,7 +128,11 @@ pub async fn watch_disk(
             _ = shutdown.changed() => return,
         }
         let d = dir.clone();
-        match tokio::task::spawn_blocking(move || space(&d)).await {
+        let measure = move || {
+            let _timed = keel_raft::stall::timed(keel_raft::stall::StorageOp::FreeSpace);
+            space(&d)
+        };
+        match tokio::task::spawn_blocking(measure).await {
             Ok(Ok((free, total))) => watch.record(
                 free,
                 total,

@@ -73,10 +73,13 @@ impl ControllerNode {
     /// Opens (or formats) the data dir, starts Raft and the server, and
     /// bootstraps the quorum on a first start.
     pub async fn start(config: ControllerConfig) -> anyhow::Result<Self> {
+        // Timed: on a disk that hangs, the first look at the dir hangs.
+        let opening = keel_raft::stall::timed(keel_raft::stall::StorageOp::Open);
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
         let (log, sm) =
             keel_raft::open_storage(&config.data_dir, &config.cluster_id, config.node_id)?;
+        drop(opening);
         let image = sm.subscribe();
         let directory_id = log.directory_id();
         tracing::info!(node = config.node_id, %directory_id, "data dir opened");

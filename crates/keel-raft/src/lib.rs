@@ -19,6 +19,7 @@ mod network;
 mod open;
 pub mod prevote;
 mod service;
+pub mod stall;
 mod state_machine;
 mod watchdog;
 

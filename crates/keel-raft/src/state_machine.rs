@@ -245,6 +245,7 @@ impl SnapshotStore {
             }
         }
         let bytes = codec::encode(snapshot).map_err(|e| AnyError::new(&e))?;
+        let _timed = crate::stall::timed(crate::stall::StorageOp::SnapshotWrite);
         self.tree
             .insert(SNAPSHOT_KEY, bytes)
             .map_err(|e| AnyError::new(&e))?;

@@ -242,6 +242,12 @@ impl LazyFs {
         Some(self.backing.join(rel))
     }
 
+    /// LazyFS's process id, while it runs: SIGSTOP it and every call on
+    /// the mount waits (a disk that hangs) until SIGCONT.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether LazyFS has exited by itself: a `crash`, `torn-op` or
     /// `torn-seq` fault fired (or it failed). The mount is then dead
     /// (every access fails) until [`crate::Cluster::remount_disk`].

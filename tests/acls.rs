@@ -120,6 +120,7 @@ async fn cluster_operations(client: &ControllerClient) -> Vec<(&'static str, Err
                 node_id: 9,
                 address: "127.0.0.1:1".into(),
                 directory_id: String::new(),
+                ..Default::default()
             })
             .await
         })
@@ -127,16 +128,23 @@ async fn cluster_operations(client: &ControllerClient) -> Vec<(&'static str, Err
         .expect("answered");
     out.push(("add voter", code(&r.error)));
     let r = client
-        .admin_write(
-            |mut c| async move { c.remove_voter(pb::RemoveVoterRequest { node_id: 3 }).await },
-        )
+        .admin_write(|mut c| async move {
+            c.remove_voter(pb::RemoveVoterRequest {
+                node_id: 3,
+                ..Default::default()
+            })
+            .await
+        })
         .await
         .expect("answered");
     out.push(("remove voter", code(&r.error)));
     let r = client
         .admin_write(|mut c| async move {
-            c.unregister_broker(pb::UnregisterBrokerRequest { broker_id: 1 })
-                .await
+            c.unregister_broker(pb::UnregisterBrokerRequest {
+                broker_id: 1,
+                ..Default::default()
+            })
+            .await
         })
         .await
         .expect("answered");

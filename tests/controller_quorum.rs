@@ -353,9 +353,9 @@ async fn voters_can_be_added_and_removed_one_at_a_time() {
     register_fake_broker(&client, &q.cluster_id, 1).await;
     create_topic(&client, "before", 1, 1).await;
 
-    // A fourth node joins (no bootstrap) and is promoted.
+    // A fourth node joins (no bootstrap) and is promoted once it answers.
     let i4 = q.add_joining_controller().unwrap();
-    q.nodes[i4].start().unwrap();
+    start_and_wait(&mut q, i4).await;
     let addr4 = q.nodes[i4].address();
 
     let bootstrap = q.controller_addrs()[..3].join(",");
@@ -761,4 +761,306 @@ async fn topic_configs(
         .await
         .expect("describe");
     std::mem::take(&mut described.topics[0].configs)
+}
+
+/// Runs `keel ARGS -o json --bootstrap` the first three controllers;
+/// returns whether it succeeded, its JSON answer (or error object) and its
+/// stderr.
+fn keel_json(q: &Cluster, args: &[&str]) -> (bool, serde_json::Value, String) {
+    let bootstrap = q.controller_addrs()[..3].join(",");
+    let out = std::process::Command::new(keel_bin())
+        .args(args)
+        .args(["--bootstrap", &bootstrap, "--output", "json"])
+        .output()
+        .expect("run keel");
+    let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (
+        out.status.success(),
+        v,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The quorum's members as the active controller describes them:
+/// (voters, learners).
+async fn members(client: &keel_proto::client::ControllerClient) -> (Vec<u64>, Vec<u64>) {
+    let d = client
+        .admin(|mut c| async move {
+            c.describe_quorum(keel_proto::pb::DescribeQuorumRequest::default())
+                .await
+        })
+        .await
+        .expect("quorum described");
+    let (learners, voters): (Vec<_>, Vec<_>) = d.voters.iter().partition(|v| v.status == "learner");
+    (
+        voters.iter().map(|v| v.id).collect(),
+        learners.iter().map(|v| v.id).collect(),
+    )
+}
+
+/// The code of the error object `keel -o json` printed.
+fn json_error_code(v: &serde_json::Value) -> &str {
+    v["error"]["code"].as_str().unwrap_or("")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn add_voter_of_a_node_that_is_not_there_or_not_that_node_is_refused_at_once_and_changes_nothing(
+) {
+    let mut q = quorum(FLAGS);
+    q.wait_active(LONG).await.unwrap();
+    let client = client(&q);
+    let i4 = q.add_joining_controller().unwrap();
+    start_and_wait(&mut q, i4).await;
+    let addr4 = q.nodes[i4].address();
+    let nobody = format!("127.0.0.1:{}", free_port());
+    let wrong_dir = "0123456789abcdef0123456789abcdef";
+    for (what, args) in [
+        (
+            "an address nobody listens at",
+            vec!["--node-id", "4", "--address", &nobody],
+        ),
+        (
+            "another node's id",
+            vec!["--node-id", "5", "--address", &addr4],
+        ),
+        (
+            "another data dir",
+            vec![
+                "--node-id",
+                "4",
+                "--address",
+                &addr4,
+                "--directory-id",
+                wrong_dir,
+            ],
+        ),
+    ] {
+        let started = std::time::Instant::now();
+        let mut all = vec!["quorum", "add-voter"];
+        all.extend(args);
+        let (ok, v, stderr) = keel_json(&q, &all);
+        assert!(!ok, "add-voter with {what} was accepted: {v} {stderr}");
+        assert_eq!(json_error_code(&v), "INVALID_QUORUM_CHANGE", "{what}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("nothing changed"),
+            "{what}: {v}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "add-voter with {what} took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            members(&client).await,
+            (vec![1, 2, 3], vec![]),
+            "add-voter with {what} changed the membership"
+        );
+    }
+    // The right node, with no directory id named: its own is bound.
+    let (ok, v, stderr) = keel_json(
+        &q,
+        &["quorum", "add-voter", "--node-id", "4", "--address", &addr4],
+    );
+    assert!(ok, "{v} {stderr}");
+    let node4 = q
+        .describe_node(i4, Duration::from_secs(2))
+        .await
+        .expect("node 4 answers");
+    assert_eq!(v["directory_id"], node4.directory_id.as_str(), "{v}");
+    assert_eq!(members(&client).await, (vec![1, 2, 3, 4], vec![]));
+}
+
+/// Starts `q.nodes[i]` and waits until it answers.
+async fn start_and_wait(q: &mut Cluster, i: usize) {
+    q.nodes[i].start().unwrap();
+    let deadline = std::time::Instant::now() + LONG;
+    while q.describe_node(i, Duration::from_secs(1)).await.is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node {i} never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Adds node 4 (started with `--join`) as a learner only, then kills it:
+/// a learner that never catches up again. Returns its index.
+async fn add_learner_then_kill_it(q: &mut Cluster) -> usize {
+    let i4 = q.add_joining_controller().unwrap();
+    start_and_wait(q, i4).await;
+    let addr4 = q.nodes[i4].address();
+    let (ok, v, stderr) = keel_json(
+        q,
+        &[
+            "quorum",
+            "add-voter",
+            "--node-id",
+            "4",
+            "--address",
+            &addr4,
+            "--learner-only",
+        ],
+    );
+    assert!(ok, "{v} {stderr}");
+    assert_eq!(v["learner"], true, "{v}");
+    q.nodes[i4].kill();
+    i4
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_that_went_away_is_removed_by_remove_learner_and_stays_removed_after_restarts() {
+    let mut q = quorum(FLAGS);
+    q.wait_active(LONG).await.unwrap();
+    let client = client(&q);
+    add_learner_then_kill_it(&mut q).await;
+    assert_eq!(members(&client).await, (vec![1, 2, 3], vec![4]));
+
+    // Not a voter: remove-voter's old answer; remove-learner removes it.
+    let (ok, v, stderr) = keel_json(&q, &["quorum", "remove-learner", "--node-id", "4"]);
+    assert!(ok, "{v} {stderr}");
+    assert_eq!(members(&client).await, (vec![1, 2, 3], vec![]));
+    // A voter is not a learner.
+    let (ok, v, _) = keel_json(&q, &["quorum", "remove-learner", "--node-id", "2"]);
+    assert!(!ok, "remove-learner removed voter 2: {v}");
+    assert_eq!(json_error_code(&v), "INVALID_QUORUM_CHANGE", "{v}");
+
+    // Every controller restarts: the learner stays gone.
+    for i in 0..3 {
+        q.controller_mut(i).kill();
+    }
+    for i in 0..3 {
+        q.controller_mut(i).start().unwrap();
+    }
+    q.wait_active(LONG).await.unwrap();
+    let client = self::client(&q);
+    assert_eq!(members(&client).await, (vec![1, 2, 3], vec![]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_learner_that_never_answers_is_logged_about_once_not_on_every_retry() {
+    let mut q = quorum(FLAGS);
+    let active = q.wait_active(LONG).await.unwrap();
+    let client = client(&q);
+    add_learner_then_kill_it(&mut q).await;
+    // The kill itself is reported (a reset, then a refused connection);
+    // what follows is the steady state.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = q.controller(active).process.log_text().lines().count();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let log = q.controller(active).process.log_text();
+    let about: Vec<&str> = log
+        .lines()
+        .skip(before)
+        .filter(|l| l.contains("target=4") || l.contains("node 4") || l.contains("target_node=4"))
+        .collect();
+    assert!(
+        about.len() <= 2,
+        "{} lines in 10 s about the missing learner:\n{}",
+        about.len(),
+        about.join("\n")
+    );
+    // remove-voter on a learner removes it too, and says so.
+    let (ok, v, stderr) = keel_json(&q, &["quorum", "remove-voter", "--node-id", "4"]);
+    assert!(ok, "{v} {stderr}");
+    assert_eq!(v["was_learner"], true, "{v}");
+    assert_eq!(members(&client).await, (vec![1, 2, 3], vec![]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remove_voter_that_would_leave_no_live_majority_is_refused_and_changes_nothing() {
+    let mut q = quorum(FLAGS);
+    let active = q.wait_active(LONG).await.unwrap();
+    let client = client(&q);
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    let dead = (active + 1) % 3;
+    let live = (active + 2) % 3;
+    q.controller_mut(dead).kill();
+    // Wait until the leader calls it unreachable.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let (ok, v, _) = keel_json(&q, &["quorum", "describe"]);
+        let unreachable = ok
+            && v["voters"].as_array().is_some_and(|vs| {
+                vs.iter()
+                    .any(|x| x["id"] == dead as u64 + 1 && x["status"] == "unreachable")
+            });
+        if unreachable {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "voter never unreachable: {v}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let live_id = (live as u64 + 1).to_string();
+    let started = std::time::Instant::now();
+    let (ok, v, stderr) = keel_json(&q, &["quorum", "remove-voter", "--node-id", &live_id]);
+    assert!(
+        !ok,
+        "removing live voter {live_id} with another down was accepted: {v} {stderr}"
+    );
+    assert_eq!(json_error_code(&v), "INVALID_QUORUM_CHANGE", "{v}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(members(&client).await, (vec![1, 2, 3], vec![]));
+    // The quorum still commits.
+    create_topic(&client, "still-writable", 1, 1).await;
+    // Removing the dead one leaves a live majority.
+    let dead_id = (dead as u64 + 1).to_string();
+    let (ok, v, stderr) = keel_json(&q, &["quorum", "remove-voter", "--node-id", &dead_id]);
+    assert!(ok, "{v} {stderr}");
+    let mut left = vec![1, 2, 3];
+    left.retain(|v| *v != dead as u64 + 1);
+    assert_eq!(members(&client).await, (left, vec![]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unregister_of_a_broker_that_still_heartbeats_is_refused_unless_forced() {
+    let q = quorum(FLAGS);
+    let client = client(&q);
+    register_fake_broker(&client, &q.cluster_id, 1).await;
+    // Broker 2 registered a moment ago and is not unfenced yet: fenced,
+    // but alive.
+    let r = client
+        .broker(|mut c| {
+            let req = keel_proto::pb::RegisterBrokerRequest {
+                broker_id: 2,
+                incarnation_id: 2002u128.to_be_bytes().to_vec(),
+                cluster_id: q.cluster_id.clone(),
+                address: "127.0.0.1:3".into(),
+                ..Default::default()
+            };
+            async move { c.register_broker(req).await }
+        })
+        .await
+        .expect("registered");
+    assert!(r.error.is_none(), "{:?}", r.error);
+    for id in ["1", "2"] {
+        let (ok, v, stderr) = keel_json(&q, &["cluster", "unregister-broker", "--id", id]);
+        assert!(!ok, "live broker {id} unregistered: {v} {stderr}");
+        assert_eq!(json_error_code(&v), "BROKER_NOT_FENCED", "{v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("stop it"),
+            "{v}"
+        );
+    }
+    let d = admin::describe_cluster(&client).await.expect("described");
+    assert_eq!(d.brokers.len(), 2, "{d:?}");
+    // --force: the fenced one goes; the unfenced one is still refused.
+    let (ok, v, stderr) = keel_json(
+        &q,
+        &["cluster", "unregister-broker", "--id", "2", "--force"],
+    );
+    assert!(ok, "{v} {stderr}");
+    let (ok, v, _) = keel_json(
+        &q,
+        &["cluster", "unregister-broker", "--id", "1", "--force"],
+    );
+    assert!(!ok, "unfenced broker 1 unregistered: {v}");
 }

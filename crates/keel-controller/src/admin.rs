@@ -207,15 +207,15 @@ macro_rules! slot {
     };
 }
 
-/// Runs a membership change on a task of its own and answers with its
-/// error: the change goes on to its end when the caller gives up and its
-/// handler is dropped.
-async fn to_the_end(
-    change: impl std::future::Future<Output = Result<(), ApiError>> + Send + 'static,
-) -> Option<pb::Error> {
+/// Runs a membership change on a task of its own and answers with what it
+/// did or its error: the change goes on to its end when the caller gives
+/// up and its handler is dropped.
+async fn to_the_end<T: Send + 'static>(
+    change: impl std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
+) -> Result<T, pb::Error> {
     match tokio::spawn(change).await {
-        Ok(r) => r.err().map(|e| error_to_pb(&e)),
-        Err(e) => Some(error_to_pb(&ApiError::new(
+        Ok(r) => r.map_err(|e| error_to_pb(&e)),
+        Err(e) => Err(error_to_pb(&ApiError::new(
             ErrorCode::Internal,
             format!("the membership change stopped: {e}"),
         ))),
@@ -1070,7 +1070,31 @@ impl AdminService for AdminApi {
         let _slot = slot!(self, req, pb::UnregisterBrokerResponse);
         let caller = Caller::of(&req);
         let supers = self.super_users();
-        let broker = BrokerId(req.into_inner().broker_id);
+        let req = req.into_inner();
+        let broker = BrokerId(req.broker_id);
+        // A broker that still heartbeats (even a fenced one: catching up,
+        // or asking to be fenced) would register again at once: refused
+        // unless forced. Sessions are soft state on this active controller.
+        if !req.force {
+            let live = self
+                .shared
+                .heartbeats
+                .lock()
+                .map(|t| t.session_live(broker, crate::shared::now_ms()))
+                .unwrap_or(false);
+            if live {
+                return Ok(Response::new(pb::UnregisterBrokerResponse {
+                    error: Some(error_to_pb(&ApiError::new(
+                        ErrorCode::BrokerNotFenced,
+                        format!(
+                            "broker {broker} is alive (it heartbeated within its session \
+                             timeout); stop it first, then unregister it once it is fenced, or \
+                             --force; nothing changed"
+                        ),
+                    ))),
+                }));
+            }
+        }
         let shared = self.shared.clone();
         let who = caller.principal().map(ToString::to_string);
         let r = self
@@ -1190,10 +1214,16 @@ impl AdminService for AdminApi {
     ) -> Result<Response<pb::AddVoterResponse>, Status> {
         let _slot = slot!(self, req, pb::AddVoterResponse);
         if let Err(e) = self.shared.active_handle() {
-            return Ok(Response::new(pb::AddVoterResponse { error: Some(e) }));
+            return Ok(Response::new(pb::AddVoterResponse {
+                error: Some(e),
+                ..Default::default()
+            }));
         }
         if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Alter) {
-            return Ok(Response::new(pb::AddVoterResponse { error: Some(e) }));
+            return Ok(Response::new(pb::AddVoterResponse {
+                error: Some(e),
+                ..Default::default()
+            }));
         }
         let req = req.into_inner();
         // On a task of its own: a caller that gives up (a deadline, a
@@ -1201,11 +1231,35 @@ impl AdminService for AdminApi {
         // step the change had reached; a re-admitted voter would stay a
         // learner nobody promotes. The change runs to its end either way.
         let shared = self.shared.clone();
-        let error = to_the_end(async move {
-            crate::quorum::add_voter(&shared, req.node_id, req.address, &req.directory_id).await
+        let options = crate::quorum::AddVoterOptions {
+            catch_up_wait: match req.timeout_ms {
+                0 => crate::quorum::CATCH_UP_WAIT,
+                ms => Duration::from_millis(ms),
+            },
+            learner_only: req.learner_only,
+        };
+        let added = to_the_end(async move {
+            crate::quorum::add_voter(
+                &shared,
+                req.node_id,
+                req.address,
+                &req.directory_id,
+                options,
+            )
+            .await
         })
         .await;
-        Ok(Response::new(pb::AddVoterResponse { error }))
+        Ok(Response::new(match added {
+            Ok(a) => pb::AddVoterResponse {
+                error: None,
+                directory_id: a.directory.to_string(),
+                learner: a.learner,
+            },
+            Err(e) => pb::AddVoterResponse {
+                error: Some(e),
+                ..Default::default()
+            },
+        }))
     }
 
     async fn remove_voter(
@@ -1214,18 +1268,34 @@ impl AdminService for AdminApi {
     ) -> Result<Response<pb::RemoveVoterResponse>, Status> {
         let _slot = slot!(self, req, pb::RemoveVoterResponse);
         if let Err(e) = self.shared.active_handle() {
-            return Ok(Response::new(pb::RemoveVoterResponse { error: Some(e) }));
+            return Ok(Response::new(pb::RemoveVoterResponse {
+                error: Some(e),
+                ..Default::default()
+            }));
         }
         if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Alter) {
-            return Ok(Response::new(pb::RemoveVoterResponse { error: Some(e) }));
+            return Ok(Response::new(pb::RemoveVoterResponse {
+                error: Some(e),
+                ..Default::default()
+            }));
         }
         let req = req.into_inner();
         // On a task of its own, as AddVoter's.
         let shared = self.shared.clone();
-        let error =
-            to_the_end(async move { crate::quorum::remove_voter(&shared, req.node_id).await })
-                .await;
-        Ok(Response::new(pb::RemoveVoterResponse { error }))
+        let removed = to_the_end(async move {
+            crate::quorum::remove_voter(&shared, req.node_id, req.force, req.learner_only).await
+        })
+        .await;
+        Ok(Response::new(match removed {
+            Ok(r) => pb::RemoveVoterResponse {
+                error: None,
+                was_learner: r == crate::quorum::Removed::Learner,
+            },
+            Err(e) => pb::RemoveVoterResponse {
+                error: Some(e),
+                ..Default::default()
+            },
+        }))
     }
 
     async fn create_acls(
@@ -1828,9 +1898,13 @@ mod tests {
         assert!(finished.load(Ordering::SeqCst), "the change was cut short");
 
         // An answered change reports its error.
-        let e = to_the_end(async { Err(ApiError::new(ErrorCode::InvalidRequest, "no")) }).await;
-        assert_eq!(e.map(|e| e.code), Some(ErrorCode::InvalidRequest.as_i32()));
-        assert_eq!(to_the_end(async { Ok(()) }).await, None);
+        let e = to_the_end(async { Err::<(), _>(ApiError::new(ErrorCode::InvalidRequest, "no")) })
+            .await;
+        assert_eq!(
+            e.map_err(|e| e.code),
+            Err(ErrorCode::InvalidRequest.as_i32())
+        );
+        assert_eq!(to_the_end(async { Ok(()) }).await, Ok(()));
     }
 
     /// Items refused before the decision keep their place: the decision's

@@ -97,12 +97,82 @@ pub(crate) fn describe(shared: &Shared) -> pb::DescribeQuorumResponse {
     }
 }
 
+/// What [`add_voter`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Added {
+    /// The directory id the membership records for the node.
+    pub directory: DirectoryId,
+    /// It was left a learner (asked for), not promoted.
+    pub learner: bool,
+}
+
+/// How [`add_voter`] is asked to go about it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AddVoterOptions {
+    /// How long the learner may take to catch up before it is left a
+    /// learner.
+    pub catch_up_wait: std::time::Duration,
+    /// Stop once it is a learner; do not promote it.
+    pub learner_only: bool,
+}
+
+/// How long the node named in `add-voter` has to answer who it is.
+const IDENTIFY_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Asks the node at `address` whether it is controller `id` of this
+/// cluster (with data dir `expected`, when named), and which directory id
+/// its data dir has. Any other answer, or none, is a refusal saying why.
+async fn identify(
+    shared: &Shared,
+    id: u64,
+    address: &str,
+    expected: Option<DirectoryId>,
+) -> Result<DirectoryId, ApiError> {
+    let vote = shared.raft.metrics().borrow().vote;
+    let network = keel_raft::Network::new(shared.config.cluster_id.clone(), shared.config.node_id)
+        .with_bind_ip(shared.config.listen.ip())
+        .with_directory(shared.directory_id)
+        .with_transport(shared.config.transport.clone());
+    network
+        .identify(id, address, expected, vote, IDENTIFY_WAIT)
+        .await
+        .map_err(|e| {
+            let hint = match &e {
+                keel_raft::IdentifyError::Unreachable { .. } => {
+                    format!("check the address and that node {id} runs (`keel controller --join`)")
+                }
+                keel_raft::IdentifyError::Refused { kind, .. } => match kind {
+                    keel_proto::pb::Refusal::WrongCluster => {
+                        "it is a controller of another cluster".to_string()
+                    }
+                    keel_proto::pb::Refusal::WrongNode => {
+                        format!("it is not node {id}: check --node-id and --address")
+                    }
+                    keel_proto::pb::Refusal::DirectoryMismatch => {
+                        "check --directory-id against the node's log".to_string()
+                    }
+                    _ => "check the address".to_string(),
+                },
+                keel_raft::IdentifyError::NoDirectory { .. } => {
+                    "it runs a release without directory ids; upgrade it first".to_string()
+                }
+            };
+            refused(format!("node {id} not added, nothing changed: {e}; {hint}"))
+        })
+}
+
 /// Adds `id` as a learner, waits for it to catch up, then promotes it.
 ///
-/// With `directory` (32 hex digits), the membership records that data dir
-/// for it from the start. Naming a voter that is already in the
-/// membership with another directory id (its dir was wiped, restored or
-/// copied, and it is refused as a voter) re-admits it: it is removed,
+/// First the node at `address` must answer as controller `id` of this
+/// cluster; the membership records the directory id it answered with (or
+/// `directory`, which must then be the one it answered with). A node that
+/// does not is refused and nothing changes. A learner `id` already at
+/// `address` (an earlier add-voter that gave up waiting) is promoted
+/// once it has caught up.
+///
+/// With `directory` (32 hex digits), naming a voter that is already in
+/// the membership with another directory id (its dir was wiped, restored
+/// or copied, and it is refused as a voter) re-admits it: it is removed,
 /// then added back as a learner at `address` with the new dir, which must
 /// catch up before it is promoted. Never a voter with an empty log in one
 /// step.
@@ -111,7 +181,8 @@ pub(crate) async fn add_voter(
     id: u64,
     address: String,
     directory: &str,
-) -> Result<(), ApiError> {
+    options: AddVoterOptions,
+) -> Result<Added, ApiError> {
     ensure_settled(shared)?;
     if address.parse::<std::net::SocketAddr>().is_err() {
         return Err(ApiError::new(
@@ -128,44 +199,87 @@ pub(crate) async fn add_voter(
     };
     let m = shared.raft.metrics().borrow().clone();
     let membership = m.membership_config.membership();
-    if membership.voter_ids().any(|v| v == id) {
-        let recorded = membership.get_node(&id).and_then(|n| n.directory_id);
-        match directory {
-            Some(d) if recorded != Some(d) => {
-                if id == shared.config.node_id {
-                    return Err(refused(format!(
-                        "node {id} is the active controller; its data dir is in use"
-                    )));
-                }
-                tracing::warn!(
-                    node = shared.config.node_id,
-                    voter = id,
-                    recorded = %recorded.map(|r| r.to_string()).unwrap_or_else(|| "unbound".into()),
-                    new_directory = %d,
-                    "re-admitting a voter with a new data dir: removing it, then adding it back as a learner"
-                );
-                shared
-                    .raft
-                    .change_membership(
-                        ChangeMembers::RemoveVoters([id].into_iter().collect()),
-                        false,
-                    )
-                    .await
-                    .map_err(raft_error)?;
-            }
-            _ => return Err(refused(format!("node {id} is already a voter"))),
+    let is_voter = membership.voter_ids().any(|v| v == id);
+    let recorded = membership.get_node(&id).cloned();
+    let readmit = match (&recorded, is_voter, directory) {
+        (Some(_), true, None) => return Err(refused(format!("node {id} is already a voter"))),
+        (Some(n), true, Some(d)) if n.directory_id == Some(d) => {
+            return Err(refused(format!("node {id} is already a voter")))
+        }
+        (Some(_), true, Some(_)) if id == shared.config.node_id => {
+            return Err(refused(format!(
+                "node {id} is the active controller; its data dir is in use"
+            )))
+        }
+        (Some(_), true, Some(_)) => true,
+        (Some(n), false, _) if n.addr != address => {
+            return Err(refused(format!(
+                "node {id} is a learner at {}, not {address}; remove it first (keel quorum \
+                 remove-learner --node-id {id})",
+                n.addr
+            )))
+        }
+        _ => false,
+    };
+    // Who answers there, before anything changes.
+    let found = identify(shared, id, &address, directory).await?;
+    // A learner already there with another dir than the node now has.
+    if let Some(n) = recorded.as_ref().filter(|_| !is_voter) {
+        if n.directory_id.is_some_and(|d| d != found) {
+            return Err(refused(format!(
+                "node {id} is a learner recorded with directory id {}, but the node at {address} \
+                 has {found}; remove it first (keel quorum remove-learner --node-id {id})",
+                n.directory_id.map(|d| d.to_string()).unwrap_or_default()
+            )));
         }
     }
-    let node = match directory {
-        Some(d) => KeelNode::with_directory(address, d),
-        None => KeelNode::new(address),
+    if readmit {
+        tracing::warn!(
+            node = shared.config.node_id,
+            voter = id,
+            recorded = %recorded
+                .as_ref()
+                .and_then(|n| n.directory_id)
+                .map(|r| r.to_string())
+                .unwrap_or_else(|| "unbound".into()),
+            new_directory = %found,
+            "re-admitting a voter with a new data dir: removing it, then adding it back as a learner"
+        );
+        shared
+            .raft
+            .change_membership(
+                ChangeMembers::RemoveVoters([id].into_iter().collect()),
+                false,
+            )
+            .await
+            .map_err(raft_error)?;
+    }
+    let added_at = if !readmit && recorded.is_some() {
+        // Already a learner here: it must have stored the membership
+        // that added it, which is no later than the current one.
+        m.membership_config.log_id().map(|l| l.index).unwrap_or(0)
+    } else {
+        shared
+            .raft
+            .add_learner(id, KeelNode::with_directory(address, found), false)
+            .await
+            .map_err(raft_error)?
+            .log_id
+            .index
     };
-    let added = shared
-        .raft
-        .add_learner(id, node, false)
-        .await
-        .map_err(raft_error)?;
-    wait_caught_up(shared, id, added.log_id.index, CATCH_UP_WAIT).await?;
+    if options.learner_only {
+        tracing::info!(
+            node = shared.config.node_id,
+            learner = id,
+            directory = %found,
+            "learner added"
+        );
+        return Ok(Added {
+            directory: found,
+            learner: true,
+        });
+    }
+    wait_caught_up(shared, id, added_at, options.catch_up_wait).await?;
     shared
         .raft
         .change_membership(
@@ -177,15 +291,19 @@ pub(crate) async fn add_voter(
     tracing::info!(
         node = shared.config.node_id,
         voter = id,
-        directory = %directory.map(|d| d.to_string()).unwrap_or_else(|| "bound later".into()),
+        directory = %found,
         "voter added"
     );
-    Ok(())
+    Ok(Added {
+        directory: found,
+        learner: false,
+    })
 }
 
 /// How long a new learner may take to catch up before `add-voter` gives
-/// up on promoting it (it stays a learner; the call can be repeated).
-const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+/// up on promoting it (it stays a learner; the call can be repeated), when
+/// the request does not say.
+pub(crate) const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Waits until learner `id` has stored the log up to `index` (the entry
 /// that added it), as this leader's replication reports it. openraft's own
@@ -303,16 +421,138 @@ pub(crate) async fn bind_directories(shared: &Shared) -> Result<usize, ApiError>
     Ok(n)
 }
 
-/// Removes voter `id` (the last voters can't be removed below one).
-pub(crate) async fn remove_voter(shared: &Shared, id: u64) -> Result<(), ApiError> {
+/// How far (log entries) behind the leader's commit index a voter may be
+/// and still count as caught up toward the majority a removal must leave.
+const CAUGHT_UP_SLACK: u64 = 1_000;
+
+/// What the quorum looks like to the leader, for the removal check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct VoterState {
+    /// The voter is this (leading) node.
+    pub leader: bool,
+    /// It answered the leader within the unreachable threshold.
+    pub heard: bool,
+    /// The last log index it has stored, as replication reports it.
+    pub matched: Option<u64>,
+}
+
+/// Why removing `id` from `voters` would leave no live, caught-up
+/// majority among the voters left, or `None` when it would. Pure: the
+/// leader's view comes in as arguments.
+pub(crate) fn removal_breaks_majority(
+    voters: &BTreeMap<u64, VoterState>,
+    id: u64,
+    commit_index: u64,
+) -> Option<String> {
+    let left: Vec<(&u64, &VoterState)> = voters.iter().filter(|(v, _)| **v != id).collect();
+    let caught_up = |s: &VoterState| {
+        s.leader
+            || (s.heard
+                && s.matched
+                    .is_some_and(|m| m.saturating_add(CAUGHT_UP_SLACK) >= commit_index))
+    };
+    let live = left.iter().filter(|(_, s)| caught_up(s)).count();
+    if live * 2 > left.len() {
+        return None;
+    }
+    let lagging: Vec<String> = left
+        .iter()
+        .filter(|(_, s)| !caught_up(s))
+        .map(|(v, s)| {
+            if s.heard {
+                format!("{v} (behind)")
+            } else {
+                format!("{v} (unreachable)")
+            }
+        })
+        .collect();
+    Some(format!(
+        "removing node {id} would leave voters {:?} of which only {live} are live and caught up \
+         (not: {}); a majority of {} is needed",
+        left.iter().map(|(v, _)| **v).collect::<Vec<_>>(),
+        lagging.join(", "),
+        left.len() / 2 + 1
+    ))
+}
+
+/// What [`remove_voter`] removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Removed {
+    /// A voter.
+    Voter,
+    /// A learner (never promoted, or left by an add-voter that gave up).
+    Learner,
+}
+
+/// Removes member `id`: a learner outright; a voter only if the voters
+/// left keep a live, caught-up majority (unless `force`) and one is left
+/// at all. `learner_only` refuses a voter. A refusal changes nothing.
+pub(crate) async fn remove_voter(
+    shared: &Shared,
+    id: u64,
+    force: bool,
+    learner_only: bool,
+) -> Result<Removed, ApiError> {
     ensure_settled(shared)?;
     let m = shared.raft.metrics().borrow().clone();
-    let voters: Vec<u64> = m.membership_config.membership().voter_ids().collect();
+    let membership = m.membership_config.membership();
+    let voters: Vec<u64> = membership.voter_ids().collect();
     if !voters.contains(&id) {
-        return Err(refused(format!("node {id} is not a voter")));
+        if membership.get_node(&id).is_none() {
+            return Err(refused(format!(
+                "node {id} is neither a voter nor a learner"
+            )));
+        }
+        shared
+            .raft
+            .change_membership(
+                ChangeMembers::RemoveNodes([id].into_iter().collect()),
+                false,
+            )
+            .await
+            .map_err(raft_error)?;
+        tracing::info!(
+            node = shared.config.node_id,
+            learner = id,
+            "learner removed"
+        );
+        return Ok(Removed::Learner);
+    }
+    if learner_only {
+        return Err(refused(format!(
+            "node {id} is a voter, not a learner; use remove-voter"
+        )));
     }
     if voters.len() <= 1 {
         return Err(refused("cannot remove the last voter"));
+    }
+    if !force {
+        let contacts = shared.peer_contacts();
+        let stale_ms = unreachable_after_ms(shared);
+        let state: BTreeMap<u64, VoterState> = voters
+            .iter()
+            .map(|v| {
+                let leader = *v == shared.config.node_id;
+                (
+                    *v,
+                    VoterState {
+                        leader,
+                        heard: leader || contacts.get(v).is_some_and(|ms| *ms <= stale_ms),
+                        matched: m
+                            .replication
+                            .as_ref()
+                            .and_then(|r| r.get(v).cloned().flatten())
+                            .map(|l| l.index),
+                    },
+                )
+            })
+            .collect();
+        let commit = m.last_applied.map(|l| l.index).unwrap_or(0);
+        if let Some(why) = removal_breaks_majority(&state, id, commit) {
+            return Err(refused(format!(
+                "{why}; nothing changed (bring the others back first, or --force)"
+            )));
+        }
     }
     shared
         .raft
@@ -323,7 +563,7 @@ pub(crate) async fn remove_voter(shared: &Shared, id: u64) -> Result<(), ApiErro
         .await
         .map_err(raft_error)?;
     tracing::info!(node = shared.config.node_id, voter = id, "voter removed");
-    Ok(())
+    Ok(Removed::Voter)
 }
 
 #[cfg(test)]
@@ -356,5 +596,38 @@ mod tests {
         );
         let all_bound: BTreeMap<u64, KeelNode> = bind.into_iter().collect();
         assert!(directories_to_bind(&all_bound, 1, d(99), &answered).is_empty());
+    }
+
+    #[test]
+    fn a_removal_must_leave_a_live_caught_up_majority_of_the_voters_left() {
+        let s = |leader, heard, matched| VoterState {
+            leader,
+            heard,
+            matched,
+        };
+        // 1 leads, 2 is dead, 3 is live and caught up.
+        let voters: BTreeMap<u64, VoterState> = [
+            (1, s(true, true, None)),
+            (2, s(false, false, Some(100))),
+            (3, s(false, true, Some(5_000))),
+        ]
+        .into_iter()
+        .collect();
+        // Removing the dead one leaves {1, 3}, both live.
+        assert_eq!(removal_breaks_majority(&voters, 2, 5_000), None);
+        // Removing a live one leaves {1, 2}: one of two is not a majority.
+        let why = removal_breaks_majority(&voters, 3, 5_000).expect("refused");
+        assert!(why.contains("2 (unreachable)"), "{why}");
+        // A voter far behind does not count either.
+        let behind: BTreeMap<u64, VoterState> = [
+            (1, s(true, true, None)),
+            (2, s(false, true, Some(10))),
+            (3, s(false, true, Some(5_000))),
+        ]
+        .into_iter()
+        .collect();
+        let why = removal_breaks_majority(&behind, 3, 5_000).expect("refused");
+        assert!(why.contains("2 (behind)"), "{why}");
+        assert_eq!(removal_breaks_majority(&behind, 2, 5_000), None);
     }
 }

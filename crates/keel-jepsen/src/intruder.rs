@@ -913,8 +913,11 @@ impl Intruder {
             format!("broker {y}"),
             active,
             |mut c| async move {
-                c.unregister_broker(pb::UnregisterBrokerRequest { broker_id: y })
-                    .await
+                c.unregister_broker(pb::UnregisterBrokerRequest {
+                    broker_id: y,
+                    ..Default::default()
+                })
+                .await
             },
         )
         .await;
@@ -925,8 +928,11 @@ impl Intruder {
             format!("node {voter}"),
             active,
             |mut c| async move {
-                c.remove_voter(pb::RemoveVoterRequest { node_id: voter })
-                    .await
+                c.remove_voter(pb::RemoveVoterRequest {
+                    node_id: voter,
+                    ..Default::default()
+                })
+                .await
             },
         )
         .await;
@@ -939,6 +945,7 @@ impl Intruder {
                     node_id: FORGED_VOTER,
                     address: FORGED_ADDRESS.into(),
                     directory_id: String::new(),
+                    ..Default::default()
                 })
                 .await
             },
@@ -1033,6 +1040,7 @@ impl Intruder {
                     Some(Some(Reply::DeleteTopics(r))) => classify_acl(&Ok(r.clone())),
                     Some(Some(Reply::Error(e))) => classify_acl(&Ok(pb::RemoveVoterResponse {
                         error: Some(e.clone()),
+                        ..Default::default()
                     })),
                     Some(Some(other)) => (
                         Answer::Accepted,
@@ -1506,15 +1514,17 @@ mod tests {
         assert_eq!(classify_acl(&refused).0, Answer::Refused);
         let top: Result<pb::RemoveVoterResponse, tonic::Status> = Ok(pb::RemoveVoterResponse {
             error: Some(e(pb::ErrorCode::ClusterAuthorizationFailed)),
+            ..Default::default()
         });
         assert_eq!(classify_acl(&top).0, Answer::Refused);
         let not_ctrl: Result<pb::RemoveVoterResponse, tonic::Status> =
             Ok(pb::RemoveVoterResponse {
                 error: Some(e(pb::ErrorCode::NotController)),
+                ..Default::default()
             });
         assert_eq!(classify_acl(&not_ctrl).0, Answer::Errored);
         let ok: Result<pb::RemoveVoterResponse, tonic::Status> =
-            Ok(pb::RemoveVoterResponse { error: None });
+            Ok(pb::RemoveVoterResponse::default());
         assert_eq!(classify_acl(&ok).0, Answer::Accepted);
         // Past authorization, refused for another reason: still a breach.
         let past: Result<pb::CreateTopicsResponse, tonic::Status> = Ok(pb::CreateTopicsResponse {

@@ -545,7 +545,10 @@ impl Nemesis {
         let mut admin = AdminServiceClient::new(ch);
         let error = match add {
             None => admin
-                .remove_voter(pb::RemoveVoterRequest { node_id: id })
+                .remove_voter(pb::RemoveVoterRequest {
+                    node_id: id,
+                    ..Default::default()
+                })
                 .await
                 .map(|r| r.into_inner().error),
             Some((address, directory)) => admin
@@ -553,6 +556,7 @@ impl Nemesis {
                     node_id: id,
                     address: address.to_string(),
                     directory_id: directory.to_string(),
+                    ..Default::default()
                 })
                 .await
                 .map(|r| r.into_inner().error),

@@ -31,7 +31,7 @@ pub use error::{EnvelopeRefusal, StorageOpenError};
 pub use lease::LeaseClock;
 pub use log_store::{index_key, stored_entry_bytes, HeldWrites, LogStore};
 pub use member::{BadDirectoryId, DirectoryId, KeelNode};
-pub use network::{Network, PeerClient, PeerContacts};
+pub use network::{IdentifyError, Network, PeerClient, PeerContacts};
 pub use open::{open_storage, sled_config};
 pub use service::RaftGrpcService;
 pub use state_machine::{

@@ -316,6 +316,114 @@ impl Network {
     }
 }
 
+/// Why [`Network::identify`] could not confirm a node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IdentifyError {
+    /// No answer: nothing listens there, it is not a controller's Raft
+    /// listener, the connection or TLS handshake failed, or it timed out.
+    #[error("no controller answered at {address}: {reason}")]
+    Unreachable {
+        /// The address asked.
+        address: String,
+        /// What went wrong, as the transport said.
+        reason: String,
+    },
+    /// A controller answered and refused the envelope: another cluster,
+    /// another node id, or another data dir than the one named.
+    #[error("the controller at {address} refused: {reason}")]
+    Refused {
+        /// The address asked.
+        address: String,
+        /// Which refusal.
+        kind: keel_proto::pb::Refusal,
+        /// The node's explanation.
+        reason: String,
+    },
+    /// It answered without a directory id (a release before directory ids).
+    #[error("the controller at {address} did not say its directory id")]
+    NoDirectory {
+        /// The address asked.
+        address: String,
+    },
+}
+
+impl Network {
+    /// Asks the node at `addr` whether it is controller `target` of this
+    /// cluster (with the data dir `expected`, when given) and which
+    /// directory id its data dir has, before it is added to the
+    /// membership. The question is a lease request for `vote` on a
+    /// connection of its own: envelope checks (cluster id, node id,
+    /// directory id) come before anything else, and a node that does not
+    /// follow `vote` answers it without changing anything. Nothing is
+    /// recorded as contact.
+    pub async fn identify(
+        &self,
+        target: NodeId,
+        addr: &str,
+        expected: Option<DirectoryId>,
+        vote: openraft::Vote<NodeId>,
+        timeout: Duration,
+    ) -> Result<DirectoryId, IdentifyError> {
+        let unreachable = |reason: String| IdentifyError::Unreachable {
+            address: addr.to_string(),
+            reason,
+        };
+        let endpoint = keel_tls::transport::endpoint(addr)
+            .map_err(|e| unreachable(format!("bad address: {e}")))?
+            .connect_timeout(CONNECT_TIMEOUT.min(timeout));
+        let channel = self.transport.channel(
+            endpoint,
+            self.bind_ip,
+            keel_tls::Expect::ControllerId(target),
+        );
+        let request = RaftRequest {
+            cluster_id: self.cluster_id.to_string(),
+            from_node: self.node_id,
+            payload: codec::encode(&LeaseRequest { vote })
+                .map_err(|e| unreachable(e.to_string()))?,
+            seq: 0,
+            to_node: target,
+            from_directory: self.directory.to_string(),
+            to_directory: expected.map(|d| d.to_string()).unwrap_or_default(),
+        };
+        let response =
+            match tokio::time::timeout(timeout, raft_client(channel).lease(request)).await {
+                Err(_) => return Err(unreachable(format!("no answer within {timeout:?}"))),
+                Ok(Err(status)) => {
+                    return Err(unreachable(format!(
+                        "{:?}: {}",
+                        status.code(),
+                        status.message()
+                    )))
+                }
+                Ok(Ok(r)) => r.into_inner(),
+            };
+        if !response.error.is_empty() {
+            return Err(IdentifyError::Refused {
+                address: addr.to_string(),
+                kind: keel_proto::pb::Refusal::try_from(response.refusal)
+                    .unwrap_or(keel_proto::pb::Refusal::Unspecified),
+                reason: response.error,
+            });
+        }
+        let found: DirectoryId =
+            response
+                .directory
+                .parse()
+                .map_err(|_| IdentifyError::NoDirectory {
+                    address: addr.to_string(),
+                })?;
+        match expected {
+            Some(d) if d != found => Err(IdentifyError::Refused {
+                address: addr.to_string(),
+                kind: keel_proto::pb::Refusal::DirectoryMismatch,
+                reason: format!("its data dir has directory id {found}, not {d}"),
+            }),
+            _ => Ok(found),
+        }
+    }
+}
+
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 

@@ -24,7 +24,8 @@ enum ClusterCmd {
     /// its Kafka listener.
     #[command(after_help = "Example:\n  keel cluster describe -o json")]
     Describe,
-    /// Remove a fenced broker for good.
+    /// Remove a fenced broker for good. A broker that is alive (still
+    /// heartbeating) is refused, changing nothing: stop it first.
     #[command(
         after_help = "Example (broker 4 is stopped and fenced):\n  keel cluster unregister-broker --id 4"
     )]
@@ -32,6 +33,10 @@ enum ClusterCmd {
         /// The broker's id.
         #[arg(long)]
         id: u32,
+        /// Unregister it even though it still heartbeats while fenced (an
+        /// unfenced broker is refused either way).
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -161,7 +166,9 @@ pub async fn cluster(a: ClusterArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        ClusterCmd::UnregisterBroker { id } => unregister(&client, a.common.output, id).await,
+        ClusterCmd::UnregisterBroker { id, force } => {
+            unregister_forced(&client, a.common.output, id, force).await
+        }
     }
 }
 
@@ -233,11 +240,25 @@ pub(crate) async fn unregister(
     out: Output,
     id: u32,
 ) -> ExitCode {
+    unregister_forced(client, out, id, false).await
+}
+
+/// [`unregister`], with `force`: even a fenced broker that still
+/// heartbeats.
+async fn unregister_forced(
+    client: &keel_proto::client::ControllerClient,
+    out: Output,
+    id: u32,
+    force: bool,
+) -> ExitCode {
     let _ = call!(
         client,
         admin,
         unregister_broker,
-        pb::UnregisterBrokerRequest { broker_id: id }
+        pb::UnregisterBrokerRequest {
+            broker_id: id,
+            force,
+        }
     );
     match out {
         Output::Json => output::json(&json!({"id": id, "unregistered": true})),

@@ -1,4 +1,4 @@
-//! `keel quorum`: describe, add or remove voters, snapshot.
+//! `keel quorum`: describe, add or remove voters and learners, snapshot.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,9 +40,15 @@ enum QuorumCmd {
     /// Add a voter (started with `keel controller --join`), or re-admit a
     /// voter whose data dir changed (wiped, restored, copied) by naming its
     /// new directory id: it is removed and added back as a learner that
-    /// catches up before it is promoted.
+    /// catches up before it is promoted. The active controller first asks
+    /// the node at --address who it is: one that does not answer as this
+    /// cluster's controller --node-id (with --directory-id's data dir,
+    /// when given) is refused and nothing changes. While the learner
+    /// catches up, progress lines go to stderr; --timeout bounds the wait
+    /// (default 60s), after which it stays a learner (`remove-learner`
+    /// removes it, the same add-voter promotes it later).
     #[command(
-        after_help = "Example (node 4 started with `keel controller --join`):\n  keel quorum add-voter --node-id 4 --address 127.0.0.14:9093"
+        after_help = "Example (node 4 started with `keel controller --join`):\n  keel quorum add-voter --node-id 4 --address 127.0.0.14:9093\n  keel quorum add-voter --node-id 4 --address 127.0.0.14:9093 --timeout 5m"
     )]
     AddVoter {
         /// The new voter's node id.
@@ -56,11 +62,31 @@ enum QuorumCmd {
         /// active controller binds it once the node answers.
         #[arg(long)]
         directory_id: Option<String>,
+        /// Add it as a learner only: it catches up but is not promoted (a
+        /// later add-voter without this flag promotes it).
+        #[arg(long)]
+        learner_only: bool,
     },
-    /// Remove a voter.
-    #[command(after_help = "Example:\n  keel quorum remove-voter --node-id 4")]
+    /// Remove a voter (or a learner, saying so). Refused, changing
+    /// nothing, when the voters left would not have a live, caught-up
+    /// majority (bring the others back first), and for the last voter.
+    #[command(
+        after_help = "Examples:\n  keel quorum remove-voter --node-id 4\n  keel quorum remove-voter --node-id 3 --force   # node 2 is down for good"
+    )]
     RemoveVoter {
         /// The voter's node id.
+        #[arg(long)]
+        node_id: u64,
+        /// Remove it even if the voters left have no live, caught-up
+        /// majority (they cannot commit until enough of them are back).
+        #[arg(long)]
+        force: bool,
+    },
+    /// Remove a learner: a node added by an add-voter that did not promote
+    /// it (a wrong address, a node that went away while catching up).
+    #[command(after_help = "Example:\n  keel quorum remove-learner --node-id 4")]
+    RemoveLearner {
+        /// The learner's node id.
         #[arg(long)]
         node_id: u64,
     },
@@ -296,6 +322,49 @@ async fn save(
     ExitCode::SUCCESS
 }
 
+/// How long `add-voter` waits for the learner to catch up without a
+/// `--timeout`.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(60);
+
+/// While `add-voter` waits: every couple of seconds, on stderr, how far
+/// learner `node_id` has got ("learner 4: matched 1200/5000"), when that
+/// changed or every ten seconds. Ends when aborted.
+async fn show_progress(client: keel_proto::client::ControllerClient, node_id: u64) {
+    let mut last: Option<(Option<u64>, u64)> = None;
+    let mut quiet = 0u32;
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let Ok(d) = client
+            .admin(|mut c| async move {
+                c.describe_quorum(pb::DescribeQuorumRequest::default())
+                    .await
+            })
+            .await
+        else {
+            continue;
+        };
+        let Some(v) = d
+            .voters
+            .iter()
+            .find(|v| v.id == node_id && v.status == "learner")
+        else {
+            continue;
+        };
+        let now = (v.last_log_index, d.commit_index);
+        quiet += 1;
+        if last != Some(now) || quiet >= 5 {
+            quiet = 0;
+            last = Some(now);
+            eprintln!(
+                "learner {node_id}: matched {}/{}",
+                v.last_log_index
+                    .map_or_else(|| "nothing".to_string(), |m| m.to_string()),
+                d.commit_index
+            );
+        }
+    }
+}
+
 /// `v` with `status` added under "status" when asked for.
 fn with_status(status: Option<serde_json::Value>, mut v: serde_json::Value) -> serde_json::Value {
     if let Some(s) = status {
@@ -506,23 +575,64 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
             node_id,
             address,
             directory_id,
+            learner_only,
         } => {
+            let wait = a.common.timeout_or(CATCH_UP_WAIT);
             let req = pb::AddVoterRequest {
                 node_id,
                 address,
                 directory_id: directory_id.clone().unwrap_or_default(),
+                timeout_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1),
+                learner_only,
             };
-            // The active controller waits up to a minute for the new
+            // The active controller waits up to --timeout for the new
             // node to catch up before it promotes it (or says it has not).
-            let client = client.with_timeouts(Duration::from_secs(75), Duration::from_secs(90));
-            let _ = call!(client, admin_write, add_voter, req.clone());
+            let budget = wait + Duration::from_secs(15);
+            let client = client.with_timeouts(budget, budget + Duration::from_secs(15));
+            // Progress for people while it catches up; JSON gets only the
+            // final object.
+            let progress = match (a.common.output, a.common.client()) {
+                (Output::Table, Ok(watcher)) if !learner_only => {
+                    Some(tokio::spawn(show_progress(watcher, node_id)))
+                }
+                _ => None,
+            };
+            let r = {
+                let answer = client
+                    .admin_write(|mut c| {
+                        let req = req.clone();
+                        async move { c.add_voter(req).await }
+                    })
+                    .await;
+                if let Some(p) = &progress {
+                    p.abort();
+                }
+                match answer {
+                    Ok(r) => {
+                        if let Err(e) = keel_proto::convert::check(&r.error) {
+                            return output::refused(&e);
+                        }
+                        r
+                    }
+                    Err(e) => return output::unreachable(&e),
+                }
+            };
+            let bound = (!r.directory_id.is_empty()).then_some(r.directory_id.clone());
             match a.common.output {
                 Output::Json => output::json(&json!({
                     "node_id": node_id,
                     "added": true,
-                    "directory_id": directory_id,
+                    "learner": r.learner,
+                    "directory_id": bound.or(directory_id),
                 })),
-                Output::Table => crate::outln!("Node {node_id} is now a voter."),
+                Output::Table if r.learner => crate::outln!(
+                    "Node {node_id} is a learner (directory id {}).",
+                    r.directory_id
+                ),
+                Output::Table => crate::outln!(
+                    "Node {node_id} is now a voter (directory id {}).",
+                    r.directory_id
+                ),
             }
             ExitCode::SUCCESS
         }
@@ -574,16 +684,42 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        QuorumCmd::RemoveVoter { node_id } => {
+        QuorumCmd::RemoveVoter { node_id, force } => {
+            let r = call!(
+                client,
+                admin,
+                remove_voter,
+                pb::RemoveVoterRequest {
+                    node_id,
+                    force,
+                    learner_only: false,
+                }
+            );
+            match a.common.output {
+                Output::Json => output::json(
+                    &json!({"node_id": node_id, "removed": true, "was_learner": r.was_learner}),
+                ),
+                Output::Table if r.was_learner => {
+                    crate::outln!("Node {node_id} was a learner, not a voter; it is removed.")
+                }
+                Output::Table => crate::outln!("Node {node_id} is no longer a voter."),
+            }
+            ExitCode::SUCCESS
+        }
+        QuorumCmd::RemoveLearner { node_id } => {
             let _ = call!(
                 client,
                 admin,
                 remove_voter,
-                pb::RemoveVoterRequest { node_id }
+                pb::RemoveVoterRequest {
+                    node_id,
+                    force: false,
+                    learner_only: true,
+                }
             );
             match a.common.output {
                 Output::Json => output::json(&json!({"node_id": node_id, "removed": true})),
-                Output::Table => crate::outln!("Node {node_id} is no longer a voter."),
+                Output::Table => crate::outln!("Learner {node_id} is removed."),
             }
             ExitCode::SUCCESS
         }

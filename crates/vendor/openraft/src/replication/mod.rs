@@ -129,6 +129,11 @@ where
     /// It will be reset to `None` when an successful response is received.
     backoff: Option<Backoff>,
 
+    /// Patched (Keel): the last replication error logged, and when. The
+    /// same error again is logged only once a minute; a target that never
+    /// answers is otherwise logged on every retry (twice a second).
+    last_error_logged: Option<(String, std::time::Instant)>,
+
     /// The `RaftLogReader` of a `RaftStorage` interface.
     log_reader: LS::LogReader,
 
@@ -198,6 +203,7 @@ where
             snapshot_network: Arc::new(Mutex::new(snapshot_network)),
             snapshot_state: None,
             backoff: None,
+            last_error_logged: None,
             log_reader,
             snapshot_reader,
             config,
@@ -269,6 +275,7 @@ where
                 Ok(next) => {
                     // reset backoff at once if replication succeeds
                     self.backoff = None;
+                    self.last_error_logged = None;
 
                     // If the RPC was successful but not finished, continue.
                     if let Some(next) = next {
@@ -276,7 +283,12 @@ where
                     }
                 }
                 Err(err) => {
-                    tracing::warn!(error=%err, "error replication to target={}", self.target);
+                    // Patched (Keel): one line per error (not a warning and
+                    // then an error), and the same error once a minute.
+                    let report = self.should_log_error(&err.to_string());
+                    if report && !matches!(err, ReplicationError::RPCError(_)) {
+                        tracing::warn!(error=%err, "error replication to target={}", self.target);
+                    }
 
                     match err {
                         ReplicationError::Closed(closed) => {
@@ -302,7 +314,13 @@ where
                             return Ok(());
                         }
                         ReplicationError::RPCError(err) => {
-                            tracing::error!(err = display(&err), "RPCError");
+                            if report {
+                                tracing::error!(
+                                    err = display(&err),
+                                    "RPCError replicating to target={} (the same error is logged again at most once a minute)",
+                                    self.target
+                                );
+                            }
 
                             let retry = match &err {
                                 RPCError::Timeout(_) => false,
@@ -338,6 +356,20 @@ where
 
             self.drain_events_with_backoff().await?;
         }
+    }
+
+    /// Patched (Keel): whether to log replication error `err` now: when it
+    /// differs from the last one logged, or that was a minute ago.
+    fn should_log_error(&mut self, err: &str) -> bool {
+        let now = std::time::Instant::now();
+        let due = match &self.last_error_logged {
+            Some((last, at)) => last != err || now.duration_since(*at) >= Duration::from_secs(60),
+            None => true,
+        };
+        if due {
+            self.last_error_logged = Some((err.to_string(), now));
+        }
+        due
     }
 
     /// Patched (Keel): waits for entries to send until `due`, then sends

@@ -293,7 +293,9 @@ where C: RaftTypeConfig
                 self.update_success_progress(target.clone(), request_id, p);
             }
             Err(err_str) => {
-                tracing::warn!(
+                // Patched (Keel): debug, not warn; the replication task
+                // logged this error already (at most once a minute).
+                tracing::debug!(
                     request_id = display(request_id),
                     result = display(&err_str),
                     "update progress error"

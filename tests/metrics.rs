@@ -220,3 +220,57 @@ async fn a_killed_broker_shows_as_fenced_with_under_replicated_partitions_on_eve
     );
     assert_eq!(value(&text, "keel_controller_active"), Some(0.0), "{text}");
 }
+
+/// Every family in a scrape (any prefix: `keel_`, `process_`, or one a
+/// library registers) without a `# HELP` line.
+fn families_without_help(text: &str) -> Vec<String> {
+    let families: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    families
+        .into_iter()
+        .filter(|n| !text.contains(&format!("# HELP {n} ")))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_family_a_live_controller_and_broker_export_has_help() {
+    let mut c = Cluster::start(fast_spec(1).metrics(true)).unwrap();
+    let active = c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    let client = client(&c);
+    // A topic, so the families that appear only once there is work (commit
+    // latency, per-partition figures) are in the scrape too.
+    create_topic(&client, "help", 1, 1).await;
+
+    let controller = c.controller(active).metrics_addr.unwrap();
+    let text = scrape_until(
+        controller,
+        "the active controller's commit histogram",
+        |t| t.contains("keel_controller_commit_latency_seconds_bucket{le="),
+    )
+    .await;
+    assert!(text.contains("# TYPE process_open_fds "), "{text}");
+    // The Kafka listener's refusal counter is there from the start (an
+    // alert on its increase can fire), described like the rest.
+    assert!(
+        text.contains("keel_kafka_requests_refused_total{reason=\"frame_size\"} 0"),
+        "{text}"
+    );
+    assert_eq!(families_without_help(&text), Vec::<String>::new(), "{text}");
+
+    let broker = c.broker(0).metrics_addr.unwrap();
+    let text = scrape_until(broker, "the broker's heartbeat histogram", |t| {
+        t.contains("keel_broker_heartbeat_latency_seconds_bucket{le=")
+    })
+    .await;
+    assert!(
+        text.contains("keel_kafka_requests_refused_total{reason=\"decoded_size\"} 0"),
+        "{text}"
+    );
+    assert_eq!(families_without_help(&text), Vec::<String>::new(), "{text}");
+    c.check_alive().unwrap();
+}

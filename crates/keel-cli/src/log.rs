@@ -25,7 +25,7 @@ enum LogCommand {
 /// Options of `keel log dump`.
 #[derive(Args, Debug)]
 #[command(
-    after_help = "Examples:\n  keel log dump --data-dir .keel-dev/controller-1\n  keel log dump --data-dir .keel-dev/controller-1 -o json --record-type Topic,RemoveTopic\n\nRecord types: RegisterBroker, FenceBroker, UnfenceBroker, BrokerShuttingDown, UnregisterBroker, LogDirsOffline, Topic, Partition, PartitionChange, TopicConfig, MarkTopicForDeletion, ReplicaDeletionState, RemoveTopic, BeginTransaction, EndTransaction, AbortTransaction, AclAdded, AclRemoved, BrokerKafkaListener, ClusterConfig, UserScramCredential (user, mechanism and iterations only), UserScramCredentialRemoved."
+    after_help = "Examples:\n  keel log dump --data-dir .keel-dev/controller-1\n  keel log dump --data-dir .keel-dev/controller-1 -o json --record-type Topic,RemoveTopic\n\nA UserScramCredential record shows its user, mechanism and iterations only."
 )]
 struct DumpArgs {
     /// The controller's data dir (the one given to `keel controller --data-dir`).
@@ -43,9 +43,77 @@ struct DumpArgs {
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table)]
     output: Output,
     /// Only these record types (comma separated or repeated, e.g.
-    /// `Topic,RemoveTopic`), and only the entries holding one.
-    #[arg(long, value_delimiter = ',', value_name = "TYPE")]
-    record_type: Vec<String>,
+    /// `Topic,RemoveTopic`; any case), and only the entries holding one.
+    /// An unknown type is a usage error naming the valid ones.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        value_name = "TYPE",
+        ignore_case = true
+    )]
+    record_type: Vec<RecordType>,
+}
+
+/// Every type of metadata record, named as in the dump (the record's
+/// variant name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "PascalCase")]
+enum RecordType {
+    RegisterBroker,
+    FenceBroker,
+    UnfenceBroker,
+    BrokerShuttingDown,
+    UnregisterBroker,
+    LogDirsOffline,
+    Topic,
+    Partition,
+    PartitionChange,
+    TopicConfig,
+    MarkTopicForDeletion,
+    ReplicaDeletionState,
+    RemoveTopic,
+    BeginTransaction,
+    EndTransaction,
+    AbortTransaction,
+    AclAdded,
+    AclRemoved,
+    BrokerKafkaListener,
+    ClusterConfig,
+    UserScramCredential,
+    UserScramCredentialRemoved,
+}
+
+impl RecordType {
+    /// The type of `r` (one arm per record: a new record type does not
+    /// compile until it is named here).
+    fn of(r: &keel_metadata::MetadataRecord) -> Self {
+        use keel_metadata::MetadataRecord as M;
+        match r {
+            M::RegisterBroker(_) => Self::RegisterBroker,
+            M::FenceBroker { .. } => Self::FenceBroker,
+            M::UnfenceBroker { .. } => Self::UnfenceBroker,
+            M::BrokerShuttingDown { .. } => Self::BrokerShuttingDown,
+            M::UnregisterBroker { .. } => Self::UnregisterBroker,
+            M::LogDirsOffline { .. } => Self::LogDirsOffline,
+            M::Topic(_) => Self::Topic,
+            M::Partition(_) => Self::Partition,
+            M::PartitionChange(_) => Self::PartitionChange,
+            M::TopicConfig { .. } => Self::TopicConfig,
+            M::MarkTopicForDeletion { .. } => Self::MarkTopicForDeletion,
+            M::ReplicaDeletionState { .. } => Self::ReplicaDeletionState,
+            M::RemoveTopic { .. } => Self::RemoveTopic,
+            M::BeginTransaction { .. } => Self::BeginTransaction,
+            M::EndTransaction => Self::EndTransaction,
+            M::AbortTransaction => Self::AbortTransaction,
+            M::AclAdded(_) => Self::AclAdded,
+            M::AclRemoved(_) => Self::AclRemoved,
+            M::BrokerKafkaListener { .. } => Self::BrokerKafkaListener,
+            M::ClusterConfig { .. } => Self::ClusterConfig,
+            M::UserScramCredential { .. } => Self::UserScramCredential,
+            M::UserScramCredentialRemoved { .. } => Self::UserScramCredentialRemoved,
+        }
+    }
 }
 
 /// Runs `keel log ...`.
@@ -130,22 +198,21 @@ fn dump_entries(args: &DumpArgs) -> ExitCode {
             return ExitCode::from(EXIT_LOCAL);
         }
     };
-    let wanted: Vec<&str> = args.record_type.iter().map(|t| t.trim()).collect();
+    let wanted = &args.record_type;
     let mut shown = Vec::new();
     for e in &entries {
         let mut v = entry_json(e);
         if !wanted.is_empty() {
-            let Some(records) = v["records"].as_array_mut() else {
-                continue;
-            };
-            records.retain(|r| {
-                wanted
-                    .iter()
-                    .any(|w| w.eq_ignore_ascii_case(record_type(r)))
-            });
-            if records.is_empty() {
+            let kept: Vec<serde_json::Value> = e
+                .records
+                .iter()
+                .filter(|r| wanted.contains(&RecordType::of(r)))
+                .map(record_json)
+                .collect();
+            if kept.is_empty() {
                 continue;
             }
+            v["records"] = serde_json::Value::Array(kept);
         }
         shown.push(v);
     }
@@ -198,6 +265,48 @@ mod tests {
         assert_eq!(v["RemoveTopic"]["topic_id"], id.to_string());
         let v = record_json(&MetadataRecord::EndTransaction);
         assert_eq!(record_type(&v), "EndTransaction");
+    }
+
+    #[test]
+    fn a_record_type_is_named_as_its_record_shows() {
+        use clap::ValueEnum;
+        let id = TopicId(7);
+        for r in [
+            MetadataRecord::RemoveTopic { topic_id: id },
+            MetadataRecord::MarkTopicForDeletion { topic_id: id },
+            MetadataRecord::EndTransaction,
+            MetadataRecord::ClusterConfig {
+                key: "retention.ms".into(),
+                value: None,
+            },
+        ] {
+            let name = RecordType::of(&r).to_possible_value().unwrap();
+            assert_eq!(name.get_name(), record_type(&record_json(&r)));
+        }
+    }
+
+    #[test]
+    fn an_unknown_record_type_is_a_usage_error_naming_the_valid_ones() {
+        use clap::Parser;
+        #[derive(Parser, Debug)]
+        struct Cli {
+            #[command(flatten)]
+            dump: DumpArgs,
+        }
+        let parse =
+            |types: &str| Cli::try_parse_from(["log", "--data-dir", "d", "--record-type", types]);
+        let e = parse("Topic,Nope").unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let text = e.to_string();
+        assert!(text.contains("Nope"), "{text}");
+        assert!(text.contains("RemoveTopic"), "{text}");
+        assert!(text.contains("UserScramCredentialRemoved"), "{text}");
+        // Any case, as before.
+        let cli = parse("topic,removetopic").unwrap();
+        assert_eq!(
+            cli.dump.record_type,
+            [RecordType::Topic, RecordType::RemoveTopic]
+        );
     }
 
     #[test]

@@ -232,11 +232,12 @@ impl ChangeSummary {
         }
         if self.offline_count > 0 {
             tracing::warn!(node, term, index, count = self.offline_count, sample = ?self.offline, "partitions went offline (no eligible leader)");
+            let s = if self.offline_count == 1 { "" } else { "s" };
             events.push(
                 term,
                 index,
                 format!(
-                    "{} partitions went offline (no eligible leader)",
+                    "{} partition{s} went offline (no eligible leader)",
                     self.offline_count
                 ),
             );
@@ -256,11 +257,12 @@ impl ChangeSummary {
             tracing::warn!(node, term, index, count = self.unclean_count, sample = ?self.unclean, "unclean leader election");
             metrics::counter!("keel_controller_unclean_elections_total")
                 .increment(self.unclean_count as u64);
+            let s = if self.unclean_count == 1 { "" } else { "s" };
             events.push(
                 term,
                 index,
                 format!(
-                    "{} partitions elected a leader uncleanly (outside the ISR)",
+                    "{} partition{s} elected a leader uncleanly (outside the ISR)",
                     self.unclean_count
                 ),
             );

@@ -90,19 +90,53 @@ pub enum Refusal {
     },
 }
 
+/// Why a request was refused for its size: the `reason` label of
+/// `keel_kafka_requests_refused_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RefusedFor {
+    /// A Metadata request whose topics run past its frame.
+    Truncated,
+    /// A Metadata request over its decoded-size allowance.
+    DecodedSize,
+    /// No share of the listener-wide budget within the wait.
+    InFlightBudget,
+    /// A frame over `--kafka-max-request-bytes`.
+    FrameSize,
+}
+
+impl RefusedFor {
+    /// Every reason, each exported at 0 from the start.
+    pub(crate) const ALL: [RefusedFor; 4] = [
+        RefusedFor::Truncated,
+        RefusedFor::DecodedSize,
+        RefusedFor::InFlightBudget,
+        RefusedFor::FrameSize,
+    ];
+
+    /// The label value.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            RefusedFor::Truncated => "truncated",
+            RefusedFor::DecodedSize => "decoded_size",
+            RefusedFor::InFlightBudget => "in_flight_budget",
+            RefusedFor::FrameSize => "frame_size",
+        }
+    }
+}
+
 impl Refusal {
     /// The `reason` label of `keel_kafka_requests_refused_total`.
-    fn reason(&self) -> &'static str {
+    fn reason(&self) -> RefusedFor {
         match self {
-            Refusal::Truncated(_) => "truncated",
-            Refusal::OverAllowance { .. } => "decoded_size",
+            Refusal::Truncated(_) => RefusedFor::Truncated,
+            Refusal::OverAllowance { .. } => RefusedFor::DecodedSize,
         }
     }
 }
 
 /// Counts a request refused for its size, by `reason`.
-pub(crate) fn count_refused(reason: &'static str) {
-    metrics::counter!("keel_kafka_requests_refused_total", "reason" => reason).increment(1);
+pub(crate) fn count_refused(reason: RefusedFor) {
+    metrics::counter!("keel_kafka_requests_refused_total", "reason" => reason.label()).increment(1);
 }
 
 /// [`estimate_metadata`] for `dispatch`: the refusal counted and worded
@@ -319,7 +353,7 @@ impl Budget {
             }),
             // The semaphore is never closed; a closed one is a budget of 0.
             Ok(Err(_)) | Err(_) => {
-                count_refused("in_flight_budget");
+                count_refused(RefusedFor::InFlightBudget);
                 Err(exhausted())
             }
         }

@@ -51,4 +51,12 @@ pub fn describe_metrics() {
         metrics::describe_counter!(name, help);
         metrics::counter!(name).increment(0);
     }
+    metrics::describe_counter!(
+        "keel_kafka_requests_refused_total",
+        "Kafka requests refused for their size before being decoded (label reason: frame_size, in_flight_budget, truncated or decoded_size)."
+    );
+    for reason in budget::RefusedFor::ALL {
+        metrics::counter!("keel_kafka_requests_refused_total", "reason" => reason.label())
+            .increment(0);
+    }
 }

@@ -213,7 +213,7 @@ async fn read_length<R: AsyncRead + Unpin>(
     let len = i32::from_be_bytes(prefix);
     let len = usize::try_from(len).map_err(|_| FrameError::Negative(len))?;
     if len > config.max_request_bytes {
-        crate::budget::count_refused("frame_size");
+        crate::budget::count_refused(crate::budget::RefusedFor::FrameSize);
         return Err(FrameError::TooLarge {
             claimed: len,
             max: config.max_request_bytes,

@@ -75,20 +75,22 @@ impl Entity {
 
 #[derive(Subcommand, Debug)]
 enum ConfigsCmd {
-    /// Every config of a topic with its value and where it comes from
-    /// (the topic's own value, the cluster default, or Kafka's default);
-    /// with `--entity-default`, the cluster-wide defaults that are set.
+    /// A topic's configs that are set (its own values and the cluster
+    /// defaults it takes), with where each comes from, as kafka-configs
+    /// shows them; `--all` adds every other config at Kafka's default.
+    /// With `--entity-default`, the cluster-wide defaults that are set.
+    /// `-o json` lists the same configs as the table.
     #[command(
-        after_help = "Examples:\n  keel configs describe --topic orders\n  keel configs describe --entity-type topics --entity-name orders --overrides\n  keel configs describe --entity-default"
+        after_help = "Examples:\n  keel configs describe --topic orders\n  keel configs describe --entity-type topics --entity-name orders --all\n  keel configs describe --entity-default"
     )]
     Describe {
         #[command(flatten)]
         entity: Entity,
         /// Only values that are not Kafka's default (the topic's own and
-        /// the cluster's defaults).
+        /// the cluster's defaults): what is shown without `--all`.
         #[arg(long)]
         overrides: bool,
-        /// Every config (the default; accepted for kafka-configs' habit).
+        /// Every config, Kafka's defaults included (kafka-configs' flag).
         #[arg(long, conflicts_with = "overrides")]
         all: bool,
     },
@@ -210,6 +212,14 @@ fn topic_rows(own: &[pb::ConfigEntry], defaults: &[pb::ConfigEntry]) -> Vec<Row>
     .collect()
 }
 
+/// The rows `describe` shows: those set (on the topic or as a cluster
+/// default), or with `all` every one.
+fn described_rows(rows: Vec<Row>, all: bool) -> Vec<Row> {
+    rows.into_iter()
+        .filter(|r| all || r.source != ConfigSource::Default)
+        .collect()
+}
+
 pub async fn configs(a: ConfigsArgs) -> ExitCode {
     let client = match a.common.client() {
         Ok(c) => c,
@@ -219,8 +229,8 @@ pub async fn configs(a: ConfigsArgs) -> ExitCode {
     match a.cmd {
         ConfigsCmd::Describe {
             entity,
-            overrides,
-            all: _,
+            overrides: _,
+            all,
         } => match entity.target() {
             Err(e) => usage(e),
             Ok(Target::Topic(name)) => {
@@ -238,10 +248,7 @@ pub async fn configs(a: ConfigsArgs) -> ExitCode {
                 if let Some(e) = item_error(&t.error) {
                     return output::refused(&e);
                 }
-                let rows: Vec<Row> = topic_rows(&t.configs, &d.cluster_defaults)
-                    .into_iter()
-                    .filter(|r| !overrides || r.source != ConfigSource::Default)
-                    .collect();
+                let rows = described_rows(topic_rows(&t.configs, &d.cluster_defaults), all);
                 match out {
                     Output::Json => output::json(&json!({
                         "topic": name,
@@ -251,6 +258,9 @@ pub async fn configs(a: ConfigsArgs) -> ExitCode {
                             "source": r.source.kafka_name(),
                         })).collect::<Vec<_>>(),
                     })),
+                    Output::Table if rows.is_empty() => crate::outln!(
+                        "No config is set on topic {name} or as a cluster-wide default; every config takes Kafka's default (see them with --all)."
+                    ),
                     Output::Table => output::table(
                         &["KEY", "VALUE", "SOURCE"],
                         &rows
@@ -410,5 +420,33 @@ mod tests {
         assert_eq!(find("cleanup.policy").value, "delete");
         assert_eq!(find("x.custom").source, ConfigSource::Topic);
         assert_eq!(rows.len(), topic_config::TOPIC_CONFIGS.len() + 1);
+    }
+
+    #[test]
+    fn describe_shows_only_set_configs_unless_all() {
+        use clap::Parser;
+        #[derive(Parser, Debug)]
+        struct Cli {
+            #[command(subcommand)]
+            cmd: ConfigsCmd,
+        }
+        let all = |args: &[&str]| match Cli::try_parse_from(args).unwrap().cmd {
+            ConfigsCmd::Describe { all, .. } => all,
+            other => panic!("{other:?}"),
+        };
+        let e = |k: &str, v: &str| pb::ConfigEntry {
+            key: k.into(),
+            value: v.into(),
+        };
+        let rows = || topic_rows(&[e("retention.ms", "5")], &[e("segment.ms", "9")]);
+        let names = |rows: Vec<Row>| rows.into_iter().map(|r| r.name).collect::<Vec<_>>();
+
+        let shown = described_rows(rows(), all(&["c", "describe", "-t", "t"]));
+        assert_eq!(names(shown), ["retention.ms", "segment.ms"]);
+        // `--overrides` (the older spelling of the default) is still taken.
+        let shown = described_rows(rows(), all(&["c", "describe", "-t", "t", "--overrides"]));
+        assert_eq!(names(shown), ["retention.ms", "segment.ms"]);
+        let shown = described_rows(rows(), all(&["c", "describe", "-t", "t", "--all"]));
+        assert_eq!(shown.len(), topic_config::TOPIC_CONFIGS.len());
     }
 }

@@ -56,7 +56,10 @@ pub async fn partitions(a: PartitionsArgs) -> ExitCode {
     }
     match a.common.output {
         Output::Json => output::json(&json!({"name": topic, "partitions": total})),
-        Output::Table => crate::outln!("Topic {topic} now has {total} partitions."),
+        Output::Table => crate::outln!(
+            "Topic {topic} now has {}.",
+            crate::plural::count(total as usize, "partition")
+        ),
     }
     ExitCode::SUCCESS
 }

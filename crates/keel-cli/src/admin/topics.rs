@@ -73,7 +73,7 @@ enum TopicsCmd {
     /// Describe topics (all, or one), optionally only the partitions in
     /// trouble.
     #[command(
-        after_help = "Examples:\n  keel topics describe orders\n  keel topics describe --under-replicated\n  keel topics describe --unavailable -o json"
+        after_help = "Examples:\n  keel topics describe orders\n  keel topics describe --under-replicated\n  keel topics describe --unavailable -o json\n  keel topics describe --at-min-isr-partitions\n\nThe filters also go by kafka-topics' names (--under-replicated-partitions, --under-min-isr-partitions, --unavailable-partitions, --at-min-isr-partitions); given several, a partition matching any is shown. JSON lists the same partitions as the table."
     )]
     Describe {
         /// Only this topic (or `--topic`).
@@ -83,15 +83,19 @@ enum TopicsCmd {
         #[arg(long, short = 't', value_name = "TOPIC")]
         topic: Option<String>,
         /// Only partitions with fewer in-sync replicas than replicas.
-        #[arg(long)]
+        #[arg(long, visible_alias = "under-replicated-partitions")]
         under_replicated: bool,
         /// Only partitions with fewer in-sync replicas than the topic's
         /// min.insync.replicas.
-        #[arg(long)]
+        #[arg(long, visible_alias = "under-min-isr-partitions")]
         under_min_isr: bool,
         /// Only partitions without a leader.
-        #[arg(long)]
+        #[arg(long, visible_alias = "unavailable-partitions")]
         unavailable: bool,
+        /// Only partitions with exactly the topic's min.insync.replicas in
+        /// sync (one more loss and producers with acks=all are refused).
+        #[arg(long, visible_alias = "at-min-isr-partitions")]
+        at_min_isr: bool,
         /// Only topics with config overrides.
         #[arg(long)]
         with_overrides: bool,
@@ -142,17 +146,62 @@ fn replication_factor(t: &pb::TopicDescription) -> usize {
         .map_or(0, |s| s.replicas.len().saturating_sub(s.adding.len()))
 }
 
+/// What `topics create` reports: the topic it made, or with
+/// `--if-not-exists` the one that was already there.
+#[derive(Debug)]
+struct Created {
+    topic_id: Vec<u8>,
+    partitions: u32,
+    replication_factor: u32,
+    /// The topic existed before (nothing was created).
+    existed: bool,
+}
+
+impl Created {
+    /// The figures of a topic that already existed.
+    fn existing(t: &pb::TopicDescription) -> Self {
+        Created {
+            topic_id: t.topic_id.clone(),
+            partitions: t.partitions.len() as u32,
+            replication_factor: replication_factor(t) as u32,
+            existed: true,
+        }
+    }
+
+    /// The line `topics create` prints.
+    fn sentence(&self, name: &str, validate_only: bool) -> String {
+        let what = if self.existed {
+            format!("Topic {name} already exists")
+        } else if validate_only {
+            format!("Would create topic {name}")
+        } else {
+            format!("Created topic {name}")
+        };
+        format!(
+            "{what} (id {}) with {}, replication factor {}.",
+            topic_id_text(&self.topic_id),
+            crate::plural::count(self.partitions as usize, "partition"),
+            self.replication_factor
+        )
+    }
+}
+
 /// Which partitions `topics describe` shows.
 #[derive(Clone, Copy, Debug, Default)]
 struct PartitionFilter {
+    /// Fewer in-sync replicas than replicas.
     under_replicated: bool,
+    /// Fewer in-sync replicas than min.insync.replicas.
     under_min_isr: bool,
+    /// No leader.
     unavailable: bool,
+    /// Exactly min.insync.replicas in sync.
+    at_min_isr: bool,
 }
 
 impl PartitionFilter {
     fn any(&self) -> bool {
-        self.under_replicated || self.under_min_isr || self.unavailable
+        self.under_replicated || self.under_min_isr || self.unavailable || self.at_min_isr
     }
 
     /// With no filter every partition; else those matching any filter given.
@@ -164,6 +213,7 @@ impl PartitionFilter {
             || (self.under_replicated && s.isr.len() < s.replicas.len())
             || (self.under_min_isr && s.isr.len() < min_isr)
             || (self.unavailable && s.leader.is_none())
+            || (self.at_min_isr && s.isr.len() == min_isr)
     }
 }
 
@@ -282,34 +332,41 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
             let Some(t) = r.topics.first() else {
                 return usage("the controller returned no result");
             };
+            let mut created = Created {
+                topic_id: t.topic_id.clone(),
+                partitions: t.partitions,
+                replication_factor: t.replication_factor,
+                existed: false,
+            };
             if let Some(e) = item_error(&t.error) {
                 if !(if_not_exists && e.code == keel_metadata::ErrorCode::TopicAlreadyExists) {
                     return output::refused(&e);
                 }
+                // The reply to an existing topic carries no figures: the
+                // topic's own come from describing it.
+                let req = pb::DescribeTopicsRequest {
+                    names: vec![name.clone()],
+                };
+                let d = call!(client, admin, describe_topics, req.clone());
+                let Some(existing) = d.topics.first() else {
+                    return usage(format!("the controller did not describe topic {name}"));
+                };
+                if let Some(e) = item_error(&existing.error) {
+                    return output::refused(&e);
+                }
+                created = Created::existing(existing);
             }
             match out {
                 Output::Json => output::json(&json!({
                     "name": t.name,
-                    "topic_id": topic_id_text(&t.topic_id),
-                    "partitions": t.partitions,
-                    "replication_factor": t.replication_factor,
+                    "topic_id": topic_id_text(&created.topic_id),
+                    "partitions": created.partitions,
+                    "replication_factor": created.replication_factor,
                     "validate_only": validate_only,
+                    "created": !created.existed && !validate_only,
+                    "existed": created.existed,
                 })),
-                Output::Table if t.topic_id.is_empty() => {
-                    crate::outln!("Topic {} already exists.", t.name)
-                }
-                Output::Table => crate::outln!(
-                    "{} topic {} (id {}) with {} partitions, replication factor {}.",
-                    if validate_only {
-                        "Would create"
-                    } else {
-                        "Created"
-                    },
-                    t.name,
-                    topic_id_text(&t.topic_id),
-                    t.partitions,
-                    t.replication_factor
-                ),
+                Output::Table => crate::outln!("{}", created.sentence(&t.name, validate_only)),
             }
             ExitCode::SUCCESS
         }
@@ -396,12 +453,14 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
             under_replicated,
             under_min_isr,
             unavailable,
+            at_min_isr,
             with_overrides,
         } => {
             let filter = PartitionFilter {
                 under_replicated,
                 under_min_isr,
                 unavailable,
+                at_min_isr,
             };
             let req = pb::DescribeTopicsRequest {
                 names: topic_pos.or(topic).into_iter().collect(),
@@ -572,5 +631,126 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(subcommand)]
+        cmd: TopicsCmd,
+    }
+
+    /// The filter `topics describe` with `args` applies.
+    fn filter_of(args: &[&str]) -> PartitionFilter {
+        let argv = ["t", "describe"].iter().chain(args).copied();
+        match Cli::try_parse_from(argv).unwrap().cmd {
+            TopicsCmd::Describe {
+                under_replicated,
+                under_min_isr,
+                unavailable,
+                at_min_isr,
+                ..
+            } => PartitionFilter {
+                under_replicated,
+                under_min_isr,
+                unavailable,
+                at_min_isr,
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn partition(leader: Option<u32>, replicas: &[u32], isr: &[u32]) -> pb::PartitionDescription {
+        pb::PartitionDescription {
+            state: Some(pb::PartitionState {
+                leader,
+                replicas: replicas.to_vec(),
+                isr: isr.to_vec(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn describe_filters_go_by_kafka_topics_names_too() {
+        // Three replicas, min.insync.replicas 2.
+        let healthy = partition(Some(1), &[1, 2, 3], &[1, 2, 3]);
+        let at_min = partition(Some(1), &[1, 2, 3], &[1, 2]);
+        let under_min = partition(Some(1), &[1, 2, 3], &[1]);
+        let leaderless = partition(None, &[1, 2, 3], &[1]);
+        let kept = |f: PartitionFilter| {
+            [&healthy, &at_min, &under_min, &leaderless]
+                .iter()
+                .map(|p| f.keeps(p, 2))
+                .collect::<Vec<_>>()
+        };
+        for (kafka, keel, expected) in [
+            (
+                "--under-replicated-partitions",
+                "--under-replicated",
+                [false, true, true, true],
+            ),
+            (
+                "--under-min-isr-partitions",
+                "--under-min-isr",
+                [false, false, true, true],
+            ),
+            (
+                "--unavailable-partitions",
+                "--unavailable",
+                [false, false, false, true],
+            ),
+            (
+                "--at-min-isr-partitions",
+                "--at-min-isr",
+                [false, true, false, false],
+            ),
+        ] {
+            assert_eq!(kept(filter_of(&[kafka])), expected, "{kafka}");
+            assert_eq!(kept(filter_of(&[keel])), expected, "{keel}");
+        }
+        assert_eq!(kept(filter_of(&[])), [true; 4]);
+        // Several filters: a partition matching any.
+        assert_eq!(
+            kept(filter_of(&["--at-min-isr-partitions", "--unavailable"])),
+            [false, true, false, true]
+        );
+    }
+
+    #[test]
+    fn create_says_one_partition_and_what_an_existing_topic_has() {
+        let made = Created {
+            topic_id: vec![],
+            partitions: 1,
+            replication_factor: 1,
+            existed: false,
+        };
+        let line = made.sentence("a", false);
+        assert!(line.starts_with("Created topic a "), "{line}");
+        assert!(
+            line.ends_with("with 1 partition, replication factor 1."),
+            "{line}"
+        );
+        let existing = Created::existing(&pb::TopicDescription {
+            name: "b".into(),
+            partitions: vec![
+                partition(Some(1), &[1, 2], &[1, 2]),
+                partition(Some(2), &[2, 1], &[2, 1]),
+            ],
+            ..Default::default()
+        });
+        assert!(existing.existed);
+        let line = existing.sentence("b", false);
+        assert!(line.starts_with("Topic b already exists "), "{line}");
+        assert!(
+            line.ends_with("with 2 partitions, replication factor 2."),
+            "{line}"
+        );
     }
 }

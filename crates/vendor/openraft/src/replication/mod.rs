@@ -129,10 +129,10 @@ where
     /// It will be reset to `None` when an successful response is received.
     backoff: Option<Backoff>,
 
-    /// Patched (Keel): the last replication error logged, and when. The
-    /// same error again is logged only once a minute; a target that never
-    /// answers is otherwise logged on every retry (twice a second).
-    last_error_logged: Option<(String, std::time::Instant)>,
+    /// Patched (Keel): when a replication error was last logged since the
+    /// last success. Another is logged only a minute later; a target that
+    /// never answers was otherwise logged on every retry (twice a second).
+    last_error_logged: Option<std::time::Instant>,
 
     /// The `RaftLogReader` of a `RaftStorage` interface.
     log_reader: LS::LogReader,
@@ -285,7 +285,7 @@ where
                 Err(err) => {
                     // Patched (Keel): one line per error (not a warning and
                     // then an error), and the same error once a minute.
-                    let report = self.should_log_error(&err.to_string());
+                    let report = self.should_log_error();
                     if report && !matches!(err, ReplicationError::RPCError(_)) {
                         tracing::warn!(error=%err, "error replication to target={}", self.target);
                     }
@@ -317,7 +317,7 @@ where
                             if report {
                                 tracing::error!(
                                     err = display(&err),
-                                    "RPCError replicating to target={} (the same error is logged again at most once a minute)",
+                                    "RPCError replicating to target={} (errors are logged again at most once a minute until it succeeds)",
                                     self.target
                                 );
                             }
@@ -358,16 +358,17 @@ where
         }
     }
 
-    /// Patched (Keel): whether to log replication error `err` now: when it
-    /// differs from the last one logged, or that was a minute ago.
-    fn should_log_error(&mut self, err: &str) -> bool {
+    /// Patched (Keel): whether to log a replication error now: the first
+    /// since the last success, then one a minute. The errors of one outage
+    /// change while it lasts (a reset, a refused connection, a timeout),
+    /// so they are not told apart.
+    fn should_log_error(&mut self) -> bool {
         let now = std::time::Instant::now();
-        let due = match &self.last_error_logged {
-            Some((last, at)) => last != err || now.duration_since(*at) >= Duration::from_secs(60),
-            None => true,
-        };
+        let due = self
+            .last_error_logged
+            .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(60));
         if due {
-            self.last_error_logged = Some((err.to_string(), now));
+            self.last_error_logged = Some(now);
         }
         due
     }

@@ -302,7 +302,8 @@ where C: RaftTypeConfig
                 );
 
                 if request_id == RequestId::HeartBeat {
-                    tracing::warn!("heartbeat error: {}, no update to inflight data", err_str);
+                    // Patched (Keel): debug, as above.
+                    tracing::debug!("heartbeat error: {}, no update to inflight data", err_str);
                 } else {
                     // Reset inflight state and it will retry.
                     let p = self.leader.progress.get_mut(&target).unwrap();

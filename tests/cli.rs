@@ -20,11 +20,8 @@ fn keel(args: &[&str]) -> (i32, Value, String) {
         .output()
         .expect("run keel");
     let v = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-    (
-        out.status.code().unwrap_or(-1),
-        v,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let said = common::said(&v, &String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), v, said)
 }
 
 fn ok(args: &[&str]) -> Value {
@@ -283,6 +280,8 @@ fn dev_cluster_and_every_admin_command() {
             "partitions": 3,
             "replication_factor": 2,
             "validate_only": false,
+            "created": true,
+            "existed": false,
         })
     );
     let checked = ok(&[
@@ -384,11 +383,11 @@ fn dev_cluster_and_every_admin_command() {
     );
     let d = ok(&["topics", "describe", "--topic", "clicks"]);
     assert_eq!(d["topics"][0]["configs"], json!({"retention.ms": "1000"}));
-    // kafka-configs' view: every config with its value and source; a
-    // cluster-wide default (Kafka's broker name accepted) is what a topic
-    // without its own value takes, and goes away again.
+    // kafka-configs' view with --all: every config with its value and
+    // source; a cluster-wide default (Kafka's broker name accepted) is what
+    // a topic without its own value takes, and goes away again.
     let source = |topic: &str, key: &str| {
-        let d = ok(&["configs", "describe", "--topic", topic]);
+        let d = ok(&["configs", "describe", "--topic", topic, "--all"]);
         let row = d["configs"]
             .as_array()
             .expect("configs")
@@ -821,6 +820,8 @@ fn unresolvable_and_silent_addresses_fail_within_the_timeout() {
         "topics",
         "list",
         "--allow-plaintext",
+        "--timeout",
+        "2s",
         "--bootstrap-server",
         "no-such-host.invalid:9093",
     ]);

@@ -22,31 +22,7 @@ fn tls_cluster() -> Cluster {
 /// Runs `keel <args>` as the admin user against `c` with the output
 /// format the args give (the table unless `-o json`); bounded to 60 s.
 fn keel(c: &Cluster, args: &[&str]) -> Ran {
-    let certs = c.certs_dir().expect("a TLS cluster");
-    let id = keel_tls::Identity::user(&c.cluster_id, keel_testkit::cluster::ADMIN_USER);
-    c.transport_as(&id).expect("the admin's certificate");
-    let (cert, key) = keel_tls::certs::paths(certs, &id);
-    let out = std::process::Command::new("timeout")
-        .arg("60")
-        .arg(keel_bin())
-        .args(args)
-        .arg("--bootstrap")
-        .arg(c.controller_addrs().join(","))
-        .arg("--tls-cert")
-        .arg(cert)
-        .arg("--tls-key")
-        .arg(key)
-        .arg("--tls-ca")
-        .arg(certs.join("ca.pem"))
-        .env_remove("KEEL_ALLOW_PLAINTEXT")
-        .env_remove("KEEL_BOOTSTRAP")
-        .output()
-        .expect("run keel");
-    Ran {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    run_keel_as(c, keel_testkit::cluster::ADMIN_USER, args, "")
 }
 
 /// [`keel`], which must succeed.

@@ -37,7 +37,9 @@ fn keel_json(bootstrap: &str, args: &[&str]) -> (i32, Value, String) {
     let mut all = args.to_vec();
     all.extend(["-o", "json"]);
     let (code, out, err) = keel_raw(bootstrap, &all);
-    (code, serde_json::from_str(&out).unwrap_or(Value::Null), err)
+    let v = serde_json::from_str(&out).unwrap_or(Value::Null);
+    let said = common::said(&v, &err);
+    (code, v, said)
 }
 
 /// `keel <args> -o json`, which must succeed.

@@ -17,7 +17,6 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use keel_proto::pb;
 use keel_testkit::{Addressing, Ports};
 use serde_json::Value;
 
@@ -295,17 +294,7 @@ async fn a_deleted_topic_is_shown_as_deleted_not_offline_and_admin_changes_are_e
         broker_state(v, 3) == Some("fenced")
     })
     .await;
-    let req = pb::DeleteTopicsRequest {
-        names: vec!["doomed".into()],
-    };
-    let r = client
-        .admin(|mut x| {
-            let req = req.clone();
-            async move { x.delete_topics(req).await }
-        })
-        .await
-        .unwrap();
-    assert!(r.error.is_none() && r.topics[0].error.is_none(), "{r:?}");
+    delete_topic(&client, "doomed").await;
 
     let v = cluster_until(at, "the deletion in flight and among the events", |v| {
         !v["deletions"].as_array().unwrap().is_empty()

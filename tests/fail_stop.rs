@@ -152,30 +152,52 @@ async fn a_controller_whose_log_file_becomes_unwritable_exits_and_comes_back_onc
 
     // Restarted with the file still unwritable: it refuses to start, at
     // once and saying why, rather than hanging or running on memory.
+    restart_refused(
+        &mut c,
+        victim,
+        EXIT_LOCAL,
+        &["controller failed to start", "os error 1"],
+        "start on an unwritable log",
+    )
+    .await;
+
+    // The fault gone, a restart brings it back.
+    drop(immutable);
+    comes_back(
+        &mut c,
+        victim,
+        &client,
+        &["before", "unwritable-4", "without-it-2"],
+    )
+    .await;
+}
+
+/// Restarts controller `victim` while its storage fault stays: it must
+/// exit with `code`, its log saying each of `why`, within [`FAULT_BOUND`],
+/// rather than hang.
+async fn restart_refused(c: &mut Cluster, victim: usize, code: i32, why: &[&str], what: &str) {
     let restarted = Instant::now();
     c.controller_mut(victim).start().unwrap();
-    let status = wait_exit(&mut c, victim, FAULT_BOUND, "start on an unwritable log").await;
-    let log = last_start_log(&c, victim);
-    assert_eq!(status.code(), Some(EXIT_LOCAL), "{status}\n{log}");
-    assert!(
-        log.contains("controller failed to start") && log.contains("os error 1"),
-        "the refusal says why:\n{log}"
-    );
-    eprintln!(
-        "start on an unwritable log: refused ({status}) in {:?}",
-        restarted.elapsed()
-    );
+    let status = wait_exit(c, victim, FAULT_BOUND, what).await;
+    let log = last_start_log(c, victim);
+    assert_eq!(status.code(), Some(code), "{status}\n{log}");
+    for w in why {
+        assert!(log.contains(w), "it says why ({w}):\n{log}");
+    }
+    eprintln!("{what}: exited {status} after {:?}", restarted.elapsed());
+}
 
-    // The fault gone, a restart brings it back: it rejoins and catches up.
-    drop(immutable);
+/// The fault gone: a restart of `victim` brings it back, it rejoins and
+/// catches up (a topic created now, and every one of `before`, is there).
+async fn comes_back(c: &mut Cluster, victim: usize, client: &ControllerClient, before: &[&str]) {
     c.controller_mut(victim).start().unwrap();
-    create_topic(&client, "after", 1, 1).await;
+    create_topic(client, "after", 1, 1).await;
     c.wait_converged(1, Duration::from_secs(60))
         .await
         .expect("it catches up");
     assert!(c.controller_mut(victim).process.exited().is_none());
-    let names = topic_names(&client).await;
-    for name in ["before", "unwritable-4", "without-it-2", "after"] {
+    let names = topic_names(client).await;
+    for name in before.iter().chain(&["after"]) {
         assert!(names.contains(&name.to_string()), "{name}: {names:?}");
     }
 }
@@ -252,27 +274,22 @@ async fn a_controller_whose_disk_hangs_exits_with_its_own_code_and_comes_back_on
 
     // Restarted on a disk that still hangs: opening the storage hangs too,
     // and it exits with the same code rather than waiting for ever.
-    let restarted = Instant::now();
-    c.controller_mut(victim).start().unwrap();
-    let status = wait_exit(&mut c, victim, FAULT_BOUND, "start on a hung disk").await;
-    let log = last_start_log(&c, victim);
-    assert_eq!(status.code(), Some(EXIT_STALLED), "{status}\n{log}");
-    assert!(log.contains("storage stalled"), "it says why:\n{log}");
-    eprintln!(
-        "start on a hung disk: exited {status} after {:?}",
-        restarted.elapsed()
-    );
+    restart_refused(
+        &mut c,
+        victim,
+        EXIT_STALLED,
+        &["storage stalled"],
+        "start on a hung disk",
+    )
+    .await;
 
-    // The disk answers again: a restart brings it back, and it catches up.
+    // The disk answers again: a restart brings it back.
     drop(frozen);
-    c.controller_mut(victim).start().unwrap();
-    create_topic(&client, "after", 1, 1).await;
-    c.wait_converged(1, Duration::from_secs(60))
-        .await
-        .expect("it catches up");
-    assert!(c.controller_mut(victim).process.exited().is_none());
-    let names = topic_names(&client).await;
-    for name in ["before", "stalled-2", "without-it-2", "after"] {
-        assert!(names.contains(&name.to_string()), "{name}: {names:?}");
-    }
+    comes_back(
+        &mut c,
+        victim,
+        &client,
+        &["before", "stalled-2", "without-it-2"],
+    )
+    .await;
 }

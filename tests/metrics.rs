@@ -26,21 +26,6 @@ async fn scrape_until(addr: std::net::SocketAddr, what: &str, ok: impl Fn(&str) 
     }
 }
 
-/// Names of the `keel_` families in a scrape without a `# HELP` line.
-fn without_help(text: &str) -> Vec<String> {
-    let families: std::collections::BTreeSet<&str> = text
-        .lines()
-        .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|n| n.starts_with("keel_"))
-        .collect();
-    families
-        .into_iter()
-        .filter(|n| !text.contains(&format!("# HELP {n} ")))
-        .map(str::to_string)
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_node_exports_described_histograms_its_role_and_its_version() {
     let mut c = Cluster::start(fast_spec(1).metrics(true)).unwrap();
@@ -61,7 +46,7 @@ async fn every_node_exports_described_histograms_its_role_and_its_version() {
     assert!(text.contains("keel_controller_active 1"), "{text}");
     assert!(text.contains("role=\"controller\""), "{text}");
     assert!(text.contains("keel_build_info{"), "{text}");
-    assert_eq!(without_help(&text), Vec::<String>::new(), "{text}");
+    assert_eq!(families_without_help(&text), Vec::<String>::new(), "{text}");
 
     let standby = c.controller((active + 1) % 3).metrics_addr.unwrap();
     let text = scrape_until(standby, "a standby's role and applied index", |t| {
@@ -69,7 +54,7 @@ async fn every_node_exports_described_histograms_its_role_and_its_version() {
     })
     .await;
     assert!(text.contains("# HELP keel_controller_active "), "{text}");
-    assert_eq!(without_help(&text), Vec::<String>::new(), "{text}");
+    assert_eq!(families_without_help(&text), Vec::<String>::new(), "{text}");
 
     let broker = c.broker(0).metrics_addr.unwrap();
     let text = scrape_until(broker, "the broker's heartbeat histogram", |t| {
@@ -78,7 +63,7 @@ async fn every_node_exports_described_histograms_its_role_and_its_version() {
     .await;
     assert!(text.contains("role=\"broker\""), "{text}");
     assert!(text.contains("keel_broker_fenced 0"), "{text}");
-    assert_eq!(without_help(&text), Vec::<String>::new(), "{text}");
+    assert_eq!(families_without_help(&text), Vec::<String>::new(), "{text}");
     c.check_alive().unwrap();
 }
 

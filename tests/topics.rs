@@ -23,11 +23,8 @@ fn keel(c: &Cluster, args: &[&str]) -> (i32, serde_json::Value, String) {
         .output()
         .expect("run keel");
     let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
-    (
-        out.status.code().unwrap_or(-1),
-        v,
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let said = said(&v, &String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), v, said)
 }
 
 async fn topic_gone(c: &Cluster, name: &str) {
@@ -149,17 +146,7 @@ async fn deletion_waits_for_a_down_broker_and_finishes_when_it_returns() {
     .await
     .unwrap();
 
-    let req = pb::DeleteTopicsRequest {
-        names: vec!["logs".into()],
-    };
-    let r = client
-        .admin(|mut x| {
-            let req = req.clone();
-            async move { x.delete_topics(req).await }
-        })
-        .await
-        .unwrap();
-    assert!(r.error.is_none() && r.topics[0].error.is_none(), "{r:?}");
+    delete_topic(&client, "logs").await;
 
     // Paused: still there, marked for deletion, while broker 3 is down.
     tokio::time::sleep(Duration::from_secs(4)).await;

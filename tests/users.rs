@@ -205,7 +205,7 @@ async fn credentials_are_set_listed_deleted_guarded_and_kept_across_a_restart() 
     let r = users_cli_as(&c, "admin", &["list", "--user", "nobody"], "");
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert_eq!(
-        r.stderr.matches("RESOURCE_NOT_FOUND").count(),
+        r.said().matches("RESOURCE_NOT_FOUND").count(),
         1,
         "{}",
         r.stderr
@@ -274,7 +274,7 @@ async fn credentials_are_set_listed_deleted_guarded_and_kept_across_a_restart() 
     );
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert_eq!(
-        r.stderr.matches("CLUSTER_AUTHORIZATION_FAILED").count(),
+        r.said().matches("CLUSTER_AUTHORIZATION_FAILED").count(),
         1,
         "{}",
         r.stderr
@@ -282,7 +282,7 @@ async fn credentials_are_set_listed_deleted_guarded_and_kept_across_a_restart() 
     let r = users_cli_as(&c, "mallory", &["list"], "");
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(
-        r.stderr.contains("CLUSTER_AUTHORIZATION_FAILED"),
+        r.said().contains("CLUSTER_AUTHORIZATION_FAILED"),
         "{}",
         r.stderr
     );
@@ -304,7 +304,7 @@ async fn credentials_are_set_listed_deleted_guarded_and_kept_across_a_restart() 
         "",
     );
     assert_eq!(r.code, 2, "{}", r.stderr);
-    assert!(r.stderr.contains("4096"), "{}", r.stderr);
+    assert!(r.said().contains("4096"), "{}", r.stderr);
 
     // Delete one mechanism; again is RESOURCE_NOT_FOUND.
     let v = users_ok(
@@ -321,7 +321,7 @@ async fn credentials_are_set_listed_deleted_guarded_and_kept_across_a_restart() 
     );
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert_eq!(
-        r.stderr.matches("RESOURCE_NOT_FOUND").count(),
+        r.said().matches("RESOURCE_NOT_FOUND").count(),
         1,
         "{}",
         r.stderr
@@ -330,7 +330,7 @@ async fn credentials_are_set_listed_deleted_guarded_and_kept_across_a_restart() 
     users_ok(&c, &["delete", "--user", "dave"], "");
     let r = users_cli_as(&c, "admin", &["delete", "--user", "dave"], "");
     assert_eq!(r.code, 1, "{}", r.stderr);
-    assert!(r.stderr.contains("RESOURCE_NOT_FOUND"), "{}", r.stderr);
+    assert!(r.said().contains("RESOURCE_NOT_FOUND"), "{}", r.stderr);
 
     // Each committed change was logged once by the active controller,
     // with who made it; never a key.

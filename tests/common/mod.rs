@@ -175,6 +175,21 @@ pub async fn create_topic(
 }
 
 /// Names of all topics, through the active controller.
+/// Deletes topic `name`, which must be accepted.
+pub async fn delete_topic(client: &ControllerClient, name: &str) {
+    let req = keel_proto::pb::DeleteTopicsRequest {
+        names: vec![name.into()],
+    };
+    let r = client
+        .admin(|mut x| {
+            let req = req.clone();
+            async move { x.delete_topics(req).await }
+        })
+        .await
+        .unwrap();
+    assert!(r.error.is_none() && r.topics[0].error.is_none(), "{r:?}");
+}
+
 pub async fn topic_names(client: &ControllerClient) -> Vec<String> {
     admin::topic_names(client).await.expect("topics described")
 }
@@ -451,12 +466,40 @@ impl Ran {
     pub fn json(&self) -> serde_json::Value {
         serde_json::from_str(&self.stdout).unwrap_or(serde_json::Value::Null)
     }
+
+    /// What it said of an error: see [`said`].
+    pub fn said(&self) -> String {
+        said(&self.json(), &self.stderr)
+    }
+}
+
+/// What a `keel` run said of an error, wherever it said it: its stderr,
+/// and with `-o json` the `{"error": {...}}` object it printed on stdout
+/// instead, in the words the table shows (`error: CODE: message`, `hint:
+/// ...`).
+pub fn said(stdout: &serde_json::Value, stderr: &str) -> String {
+    let mut text = stderr.to_string();
+    let e = &stdout["error"];
+    if e.is_object() {
+        let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+        text.push_str(&format!("error: {}: {}\n", s("code"), s("message")));
+        if !s("hint").is_empty() {
+            text.push_str(&format!("hint: {}\n", s("hint")));
+        }
+    }
+    text
 }
 
 /// Runs `keel <args> --output json` against `c`'s controllers as user
 /// `who` of its CA (a certificate issued on first use), with `stdin` on
 /// its standard input; bounded to 60 s.
 pub fn keel_as(c: &Cluster, who: &str, args: &[&str], stdin: &str) -> Ran {
+    run_keel_as(c, who, &[args, &["--output", "json"]].concat(), stdin)
+}
+
+/// [`keel_as`] in the output format `args` give (the table unless they
+/// say `-o json`).
+pub fn run_keel_as(c: &Cluster, who: &str, args: &[&str], stdin: &str) -> Ran {
     use std::io::Write;
     use std::process::Stdio;
     let certs = c.certs_dir().expect("a TLS cluster");
@@ -467,7 +510,7 @@ pub fn keel_as(c: &Cluster, who: &str, args: &[&str], stdin: &str) -> Ran {
         .arg("60")
         .arg(keel_bin())
         .args(args)
-        .args(["--output", "json", "--bootstrap"])
+        .arg("--bootstrap")
         .arg(c.controller_addrs().join(","))
         .arg("--tls-cert")
         .arg(cert)
@@ -497,7 +540,7 @@ pub fn keel_as(c: &Cluster, who: &str, args: &[&str], stdin: &str) -> Ran {
 /// as JSON, stderr).
 pub fn keel_as_admin(c: &Cluster, args: &[&str]) -> (i32, serde_json::Value, String) {
     let r = keel_as(c, keel_testkit::cluster::ADMIN_USER, args, "");
-    (r.code, r.json(), r.stderr)
+    (r.code, r.json(), r.said())
 }
 
 /// A client of `c`'s controllers speaking as user `name` (its certificate

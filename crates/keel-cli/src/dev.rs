@@ -380,7 +380,7 @@ async fn stop_running(dir: &std::path::Path) -> ExitCode {
     }
     eprint!("stopping keel dev (pid {pid}) on {} ", dir.display());
     let deadline = Instant::now() + STOP_BOUND;
-    while std::path::Path::new(&format!("/proc/{pid}")).exists() && is_keel_dev(pid) {
+    while is_keel_dev(pid) {
         if Instant::now() >= deadline {
             eprintln!(
                 "\nerror: keel dev (pid {pid}) did not stop within {} s; see {}",
@@ -607,8 +607,8 @@ pub async fn run(a: DevArgs) -> ExitCode {
     let controllers_list = c.controller_addrs().join(",");
     let client = c.client(Duration::from_secs(2), Duration::from_secs(3));
     eprint!(
-        "waiting for the quorum to elect a leader and {} brokers to be unfenced ",
-        a.brokers
+        "waiting for the quorum to elect a leader and {} to be unfenced ",
+        keel_controller::console::count(usize::from(a.brokers), "broker")
     );
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {

@@ -20,7 +20,6 @@ mod jepsen;
 mod log;
 mod logging;
 mod output;
-mod plural;
 mod tls;
 
 /// Exit code: the cluster answered with an error code.

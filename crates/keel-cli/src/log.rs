@@ -194,7 +194,7 @@ fn dump_entries(args: &DumpArgs) -> ExitCode {
     let entries = match keel_raft::dump_entries(&args.data_dir, args.from, args.to) {
         Ok(e) => e,
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::output::error("LOCAL", &e.to_string(), "");
             return ExitCode::from(EXIT_LOCAL);
         }
     };
@@ -230,6 +230,7 @@ fn dump_entries(args: &DumpArgs) -> ExitCode {
 }
 
 fn dump(args: DumpArgs) -> ExitCode {
+    crate::output::set_mode(args.output);
     if args.output == Output::Json || !args.record_type.is_empty() {
         return dump_entries(&args);
     }
@@ -246,7 +247,7 @@ fn dump(args: DumpArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            crate::output::error("LOCAL", &e.to_string(), "");
             ExitCode::from(EXIT_LOCAL)
         }
     }

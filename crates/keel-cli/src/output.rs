@@ -91,13 +91,34 @@ pub fn refused(e: &ApiError) -> ExitCode {
     ExitCode::from(EXIT_REFUSED)
 }
 
-/// A refusal whose item the command's JSON answer already carries: printed
-/// for people only (a second JSON document would break a script's parse).
-pub fn refused_after_answer(e: &ApiError) -> ExitCode {
-    if json_errors() {
-        return ExitCode::from(EXIT_REFUSED);
+/// A command's answer of many items, some of which may have been refused
+/// (`failed`: one of them): the table then the refusal on stderr, or one
+/// JSON document, the answer with the refusal as its `"error"` (a second
+/// document would break a script's parse). Exit code 1 when one failed.
+pub fn answer(
+    output: Output,
+    v: serde_json::Value,
+    table: impl FnOnce(),
+    failed: Option<&ApiError>,
+) -> ExitCode {
+    match output {
+        Output::Json => {
+            let mut v = v;
+            if let Some(e) = failed {
+                let mut o = serde_json::json!({ "code": e.code.name(), "message": e.message });
+                if !hint(e.code).is_empty() {
+                    o["hint"] = serde_json::Value::from(hint(e.code));
+                }
+                v["error"] = o;
+            }
+            json(&v);
+            failed.map_or(ExitCode::SUCCESS, |_| ExitCode::from(EXIT_REFUSED))
+        }
+        Output::Table => {
+            table();
+            failed.map_or(ExitCode::SUCCESS, refused)
+        }
     }
-    refused(e)
 }
 
 /// Prints a usage error (exit code 2).

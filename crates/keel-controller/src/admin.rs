@@ -1072,29 +1072,7 @@ impl AdminService for AdminApi {
         let supers = self.super_users();
         let req = req.into_inner();
         let broker = BrokerId(req.broker_id);
-        // A broker that still heartbeats (even a fenced one: catching up,
-        // or asking to be fenced) would register again at once: refused
-        // unless forced. Sessions are soft state on this active controller.
-        if !req.force {
-            let live = self
-                .shared
-                .heartbeats
-                .lock()
-                .map(|t| t.session_live(broker, crate::shared::now_ms()))
-                .unwrap_or(false);
-            if live {
-                return Ok(Response::new(pb::UnregisterBrokerResponse {
-                    error: Some(error_to_pb(&ApiError::new(
-                        ErrorCode::BrokerNotFenced,
-                        format!(
-                            "broker {broker} is alive (it heartbeated within its session \
-                             timeout); stop it first, then unregister it once it is fenced, or \
-                             --force; nothing changed"
-                        ),
-                    ))),
-                }));
-            }
-        }
+        let force = req.force;
         let shared = self.shared.clone();
         let who = caller.principal().map(ToString::to_string);
         let r = self
@@ -1105,6 +1083,29 @@ impl AdminService for AdminApi {
                     .check(Operation::Alter, Resource::Cluster)
                 {
                     return Proposal::with_reply(vec![], Err(e));
+                }
+                // A broker that still heartbeats (even a fenced one: catching
+                // up, or asking to be fenced) would register again at once:
+                // refused unless forced, once the caller may ask at all.
+                // Sessions are soft state of this active controller.
+                let live = !force
+                    && shared
+                        .heartbeats
+                        .lock()
+                        .map(|t| t.session_live(broker, crate::shared::now_ms()))
+                        .unwrap_or(false);
+                if live {
+                    return Proposal::with_reply(
+                        vec![],
+                        Err(ApiError::new(
+                            ErrorCode::BrokerNotFenced,
+                            format!(
+                                "broker {broker} is alive (it heartbeated within its session \
+                                 timeout); stop it first, then unregister it once it is fenced, \
+                                 or --force; nothing changed"
+                            ),
+                        )),
+                    );
                 }
                 let d = image.decide_unregister_broker(broker);
                 Proposal::new(d.records, move |commit| {

@@ -207,6 +207,16 @@ pub fn min_isr(image: &MetadataImage, topic: TopicId) -> usize {
         .map_or(1, |t| image.min_insync_replicas(t))
 }
 
+/// `n` and the noun, singular for exactly one, else with an `s`: "1
+/// partition", "3 partitions" (the console's events and the CLI alike).
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 /// The console's line for an operator's change once it committed: what
 /// its records did (topics named from the records or from `before`, the
 /// image it was decided on) and, when known, who asked. `None` for a
@@ -235,13 +245,6 @@ pub fn admin_event(
             .map(|n| (*n).to_string())
             .or_else(|| before.topic(*id).map(|t| t.name.clone()))
             .unwrap_or_else(|| id.to_string())
-    };
-    let count = |n: usize, what: &str| {
-        if n == 1 {
-            format!("{n} {what}")
-        } else {
-            format!("{n} {what}s")
-        }
     };
     // New partitions per topic, new topics' and added ones alike.
     let mut new_partitions: BTreeMap<TopicId, usize> = BTreeMap::new();
@@ -925,6 +928,13 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_is_singular_and_every_other_count_plural() {
+        assert_eq!(count(1, "partition"), "1 partition");
+        assert_eq!(count(0, "partition"), "0 partitions");
+        assert_eq!(count(12, "partition"), "12 partitions");
+    }
 
     #[test]
     fn events_keep_the_newest_and_list_them_first() {

@@ -1,5 +1,6 @@
 //! Periodic work of the active controller, run as commands on its loop.
 
+use crate::console::count;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -148,13 +149,18 @@ pub(crate) struct ChangeSummary {
 }
 
 impl ChangeSummary {
-    pub(crate) fn of<'a>(records: impl IntoIterator<Item = &'a MetadataRecord>) -> Self {
-        let records: Vec<&MetadataRecord> = records.into_iter().collect();
+    pub(crate) fn of<'a, I>(records: I) -> Self
+    where
+        I: IntoIterator<Item = &'a MetadataRecord>,
+        I::IntoIter: Clone,
+    {
+        let records = records.into_iter();
         // A deletion takes its topic's partitions offline on purpose: that
         // is the deletion (the console says so), not partitions going
-        // offline.
+        // offline. Its mark follows the leader changes, so a first scan
+        // finds it (no copy of the batch; an empty set allocates nothing).
         let deleted: std::collections::BTreeSet<keel_metadata::TopicId> = records
-            .iter()
+            .clone()
             .filter_map(|r| match r {
                 MetadataRecord::MarkTopicForDeletion { topic_id } => Some(*topic_id),
                 _ => None,
@@ -232,13 +238,12 @@ impl ChangeSummary {
         }
         if self.offline_count > 0 {
             tracing::warn!(node, term, index, count = self.offline_count, sample = ?self.offline, "partitions went offline (no eligible leader)");
-            let s = if self.offline_count == 1 { "" } else { "s" };
             events.push(
                 term,
                 index,
                 format!(
-                    "{} partition{s} went offline (no eligible leader)",
-                    self.offline_count
+                    "{} went offline (no eligible leader)",
+                    count(self.offline_count, "partition")
                 ),
             );
         }
@@ -246,24 +251,25 @@ impl ChangeSummary {
         if clean > 0 {
             metrics::counter!("keel_controller_clean_leader_elections_total")
                 .increment(clean as u64);
-            let s = if clean == 1 { "" } else { "s" };
             events.push(
                 term,
                 index,
-                format!("{clean} partition{s} got a new leader from the ISR"),
+                format!(
+                    "{} got a new leader from the ISR",
+                    count(clean, "partition")
+                ),
             );
         }
         if self.unclean_count > 0 {
             tracing::warn!(node, term, index, count = self.unclean_count, sample = ?self.unclean, "unclean leader election");
             metrics::counter!("keel_controller_unclean_elections_total")
                 .increment(self.unclean_count as u64);
-            let s = if self.unclean_count == 1 { "" } else { "s" };
             events.push(
                 term,
                 index,
                 format!(
-                    "{} partition{s} elected a leader uncleanly (outside the ISR)",
-                    self.unclean_count
+                    "{} elected a leader uncleanly (outside the ISR)",
+                    count(self.unclean_count, "partition")
                 ),
             );
         }

@@ -7,7 +7,7 @@ use keel_proto::pb;
 use serde_json::json;
 
 use super::{item_error, usage, Common};
-use crate::output::{self, Output};
+use crate::output;
 
 #[derive(Args, Debug)]
 #[command(
@@ -134,17 +134,16 @@ pub async fn elect(a: ElectArgs) -> ExitCode {
             vec![p.topic.clone(), p.partition.to_string(), status]
         })
         .collect();
-    match a.common.output {
-        Output::Json => output::json(&json!({
-            "partitions": r.partitions.iter().map(|p| json!({
-                "topic": p.topic, "partition": p.partition, "leader": p.leader,
-                "error": item_error(&p.error).map(|e| e.code.name()),
-            })).collect::<Vec<_>>()
-        })),
-        Output::Table => output::table(&["TOPIC", "PARTITION", "RESULT"], &rows),
-    }
-    match failed {
-        Some(e) => output::refused_after_answer(&e),
-        None => ExitCode::SUCCESS,
-    }
+    let v = json!({
+        "partitions": r.partitions.iter().map(|p| json!({
+            "topic": p.topic, "partition": p.partition, "leader": p.leader,
+            "error": item_error(&p.error).map(|e| e.code.name()),
+        })).collect::<Vec<_>>()
+    });
+    output::answer(
+        a.common.output,
+        v,
+        || output::table(&["TOPIC", "PARTITION", "RESULT"], &rows),
+        failed.as_ref(),
+    )
 }

@@ -45,8 +45,8 @@ pub struct Common {
     /// controller (default 5s; an address nobody answers at, a name that
     /// does not resolve or a wrong port fails within it, with the OS's
     /// reason), and for commands that wait (`topics delete --wait`,
-    /// `reassign start --wait`, `quorum snapshot`, `health`) the wait
-    /// itself (default: the command's own, in its help).
+    /// `reassign start --wait`, `quorum snapshot`, `quorum add-voter`,
+    /// `health`) the wait itself (default: the command's own, in its help).
     #[arg(long, value_parser = parse_duration, global = true)]
     pub timeout: Option<Duration>,
     /// Mutual TLS: e.g. certs/user-admin.pem, its key and the cluster CA;

@@ -58,7 +58,7 @@ pub async fn partitions(a: PartitionsArgs) -> ExitCode {
         Output::Json => output::json(&json!({"name": topic, "partitions": total})),
         Output::Table => crate::outln!(
             "Topic {topic} now has {}.",
-            crate::plural::count(total as usize, "partition")
+            keel_controller::console::count(total as usize, "partition")
         ),
     }
     ExitCode::SUCCESS

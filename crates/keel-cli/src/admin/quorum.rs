@@ -274,10 +274,14 @@ async fn save(
     };
     let body = r.chunk;
     if body.len() as u64 != r.image_bytes {
-        eprintln!(
-            "error: the controller sent {} of the image's {} bytes",
-            body.len(),
-            r.image_bytes
+        output::error(
+            "",
+            &format!(
+                "the controller sent {} of the image's {} bytes",
+                body.len(),
+                r.image_bytes
+            ),
+            "",
         );
         return ExitCode::from(1);
     }

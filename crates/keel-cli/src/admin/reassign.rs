@@ -208,17 +208,23 @@ pub async fn reassign(a: ReassignArgs) -> ExitCode {
             vec![p.topic.clone(), p.partition.to_string(), status]
         })
         .collect();
-    match a.common.output {
-        Output::Json => output::json(&json!({
-            "partitions": r.partitions.iter().map(|p| json!({
-                "topic": p.topic, "partition": p.partition,
-                "error": item_error(&p.error).map(|e| e.code.name()),
-            })).collect::<Vec<_>>()
-        })),
-        Output::Table => output::table(&["TOPIC", "PARTITION", "RESULT"], &rows),
+    let v = json!({
+        "partitions": r.partitions.iter().map(|p| json!({
+            "topic": p.topic, "partition": p.partition,
+            "error": item_error(&p.error).map(|e| e.code.name()),
+        })).collect::<Vec<_>>()
+    });
+    if failed.is_some() {
+        return output::answer(
+            a.common.output,
+            v,
+            || output::table(&["TOPIC", "PARTITION", "RESULT"], &rows),
+            failed.as_ref(),
+        );
     }
-    if let Some(e) = failed {
-        return output::refused(&e);
+    match a.common.output {
+        Output::Json => output::json(&v),
+        Output::Table => output::table(&["TOPIC", "PARTITION", "RESULT"], &rows),
     }
     if wait {
         let wanted: std::collections::BTreeSet<(String, u32)> = plan
@@ -253,11 +259,15 @@ pub async fn reassign(a: ReassignArgs) -> ExitCode {
             }
             if Instant::now() >= deadline {
                 bar.abandon();
-                eprintln!(
-                    "error: {pending} reassignments still in flight after {} s",
-                    timeout.as_secs()
+                output::error(
+                    "",
+                    &format!(
+                        "{} still in flight after {} s",
+                        keel_controller::console::count(pending, "reassignment"),
+                        timeout.as_secs()
+                    ),
+                    "new replicas must catch up and join the ISR; check `keel reassign list` and broker health",
                 );
-                eprintln!("hint: new replicas must catch up and join the ISR; check `keel reassign list` and broker health");
                 return ExitCode::from(crate::EXIT_REFUSED);
             }
             tokio::time::sleep(Duration::from_millis(250)).await;

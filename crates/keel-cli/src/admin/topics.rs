@@ -180,7 +180,7 @@ impl Created {
         format!(
             "{what} (id {}) with {}, replication factor {}.",
             topic_id_text(&self.topic_id),
-            crate::plural::count(self.partitions as usize, "partition"),
+            keel_controller::console::count(self.partitions as usize, "partition"),
             self.replication_factor
         )
     }
@@ -574,10 +574,13 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
                 value: String::new(),
                 op: pb::ConfigOp::Delete as i32,
             }));
-            let not_altered = || {
-                if !output::json_errors() {
-                    eprintln!("Nothing was altered.");
-                }
+            // A refusal says, in its own message (so in JSON too), that
+            // nothing was altered.
+            let refused = |e: &keel_metadata::ApiError| {
+                output::refused(&keel_metadata::ApiError::new(
+                    e.code,
+                    format!("{}. Nothing was altered.", e.message),
+                ))
             };
             // The current configs, to tell a change from a no-op (which
             // the controller accepts silently).
@@ -590,9 +593,7 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
                 }
             );
             if let Some(e) = d.topics.first().and_then(|t| item_error(&t.error)) {
-                let code = output::refused(&e);
-                not_altered();
-                return code;
+                return refused(&e);
             }
             let current = d
                 .topics
@@ -611,14 +612,12 @@ pub async fn topics(a: TopicsArgs) -> ExitCode {
             };
             let r = call!(client, admin, incremental_alter_configs, req.clone());
             if let Some(e) = r.topics.first().and_then(|t| item_error(&t.error)) {
-                let code = output::refused(&e);
-                not_altered();
-                return code;
+                return refused(&e);
             }
             if changes.is_empty() {
                 output::error(
                     "",
-                    &format!("every config given already has that value on topic {name}; nothing was altered"),
+                    &format!("every config given already has that value on topic {name}. Nothing was altered."),
                     &format!("see the current values with `keel topics describe {name}`"),
                 );
                 return ExitCode::from(crate::EXIT_REFUSED);

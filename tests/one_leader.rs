@@ -615,35 +615,56 @@ async fn a_wiped_node_catches_up_from_a_leader_that_was_re_admitted_before_it() 
     }
 }
 
-/// A node that cannot catch up (here: stopped with SIGSTOP) is not made a
-/// voter: `add-voter` waits for it, then fails with REQUEST_TIMED_OUT
-/// saying so, and the node stays a learner (a voter that cannot follow
-/// would leave the quorum no room for another failure). Once it runs
-/// again, the same command promotes it.
+/// A node that cannot follow (here: stopped with SIGSTOP, so the kernel
+/// accepts connections it never answers) is not made a voter: `add-voter`
+/// asks it who it is first, gets no answer within its bound, and refuses
+/// with INVALID_QUORUM_CHANGE before changing anything (a voter that
+/// cannot follow would leave the quorum no room for another failure).
+/// Once it runs again, the same command re-admits it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn add_voter_promotes_only_a_node_that_caught_up() {
+async fn add_voter_of_a_node_that_does_not_answer_is_refused_until_it_runs() {
     let (mut q, _client, a, _) = bound_quorum(75).await;
     let x = (a + 1) % 3;
     let dir = wipe(&mut q, x).await;
     q.controller_mut(x).process.pause();
     // Not the stopped node: a connection to it is accepted by the kernel
     // and never answered.
+    let before = quorum_json(&q).expect("quorum described");
+    let started = std::time::Instant::now();
     let out = add_voter_command(&q, x, &dir, &q.controller(a).address());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        !out.status.success() && stderr.contains("has not caught up"),
+        !out.status.success()
+            && stderr.contains("INVALID_QUORUM_CHANGE")
+            && stderr.contains("nothing changed"),
         "add-voter of a stopped node: {}\n{stderr}\n{}",
         out.status,
         q.log_tails(30)
     );
-    let v = quorum_json(&q).expect("quorum described");
-    let status = v["voters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|n| n["id"].as_u64() == Some(x as u64 + 1))
-        .map(|n| n["status"].as_str().unwrap_or_default().to_string());
-    assert_eq!(status.as_deref(), Some("learner"), "{v}");
+    // Refused after the identification bound, not after the catch-up wait.
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "refused only after {:?}",
+        started.elapsed()
+    );
+    let after = quorum_json(&q).expect("quorum described");
+    let members = |v: &serde_json::Value| {
+        let mut m: Vec<(u64, String, bool)> = v["voters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| {
+                (
+                    n["id"].as_u64().unwrap_or_default(),
+                    n["directory_id"].as_str().unwrap_or_default().to_string(),
+                    n["status"] == "learner",
+                )
+            })
+            .collect();
+        m.sort();
+        m
+    };
+    assert_eq!(members(&before), members(&after), "{before}\n{after}");
     q.controller_mut(x).process.resume();
     readmit(&q, x, &dir).await;
     q.wait_converged(1, LONG).await.unwrap();

@@ -144,7 +144,7 @@ impl Broker {
                 limits,
                 stop_rx.clone(),
             )));
-            tasks.push(tokio::spawn(crate::access::run_refresher(
+            tasks.push(tokio::spawn(crate::access_refresh::run_refresher(
                 shared.clone(),
                 stop_rx.clone(),
             )));

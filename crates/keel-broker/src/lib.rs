@@ -6,6 +6,7 @@
 //! recorded in `history.jsonl` in its data dir, for the safety checkers.
 
 mod access;
+mod access_refresh;
 mod broker;
 mod config;
 mod control;

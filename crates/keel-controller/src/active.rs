@@ -333,7 +333,7 @@ pub(crate) async fn run(
         let mut admin_events = Vec::new();
         for (i, p) in parts.into_iter().enumerate() {
             if let Some(text) =
-                crate::console::admin_event(p.kind, &p.records, &base, p.who.as_deref())
+                crate::events::admin_event(p.kind, &p.records, &base, p.who.as_deref())
             {
                 admin_events.push((i, text));
             }

@@ -437,8 +437,8 @@ fn resolve(image: &MetadataImage, topic: &str, partition: u32) -> Result<TopicPa
         return Err(ApiError::new(
             ErrorCode::UnknownPartition,
             format!(
-                "topic {topic:?} has {} partitions; {partition} does not exist",
-                t.partition_count
+                "topic {topic:?} has {}; {partition} does not exist",
+                crate::console::count(t.partition_count as usize, "partition")
             ),
         ));
     }
@@ -1671,7 +1671,7 @@ impl AdminService for AdminApi {
             snapshot: Some(snapshot_to_pb(&applied.snapshots.get())),
             last_log_index: m.last_log_index,
             directory_id: self.shared.directory_id.to_string(),
-            disk: Some(disk_to_pb(&self.shared)),
+            disk: Some(self.shared.disk.to_pb(&self.shared.config.data_dir)),
             version: env!("CARGO_PKG_VERSION").to_string(),
             kafka_address: self.shared.kafka_address.get().map(|a| a.to_string()),
         }))
@@ -1829,17 +1829,6 @@ impl AdminService for AdminApi {
             purged_index,
             wait_ms,
         }))
-    }
-}
-
-/// The data dir's free space as this node last measured it.
-pub(crate) fn disk_to_pb(shared: &Shared) -> pb::DiskSpace {
-    let (free_bytes, total_bytes, reserve_bytes) = shared.disk.figures();
-    pb::DiskSpace {
-        free_bytes,
-        total_bytes,
-        reserve_bytes,
-        path: shared.config.data_dir.display().to_string(),
     }
 }
 

@@ -69,6 +69,18 @@ impl DiskWatch {
         )
     }
 
+    /// The free space as last measured, in the wire form, for the data
+    /// dir at `path`.
+    pub fn to_pb(&self, path: &Path) -> keel_proto::pb::DiskSpace {
+        let (free_bytes, total_bytes, reserve_bytes) = self.figures();
+        keel_proto::pb::DiskSpace {
+            free_bytes,
+            total_bytes,
+            reserve_bytes,
+            path: path.display().to_string(),
+        }
+    }
+
     /// Refuses a new admin write while the free space is below the reserve.
     pub fn check_write(&self) -> Result<(), ApiError> {
         if !self.low.load(Ordering::Relaxed) {

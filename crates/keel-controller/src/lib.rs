@@ -15,6 +15,7 @@ pub mod command;
 pub mod config;
 pub mod console;
 pub mod disk;
+pub mod events;
 mod journal;
 mod kafka_listener;
 mod leadership;

@@ -93,7 +93,7 @@ pub(crate) fn describe(shared: &Shared) -> pb::DescribeQuorumResponse {
         // commit index as far as an observer can tell.
         commit_index: m.last_applied.map(|l| l.index).unwrap_or(0),
         voters: out,
-        leader_disk: Some(crate::admin::disk_to_pb(shared)),
+        leader_disk: Some(shared.disk.to_pb(&shared.config.data_dir)),
     }
 }
 

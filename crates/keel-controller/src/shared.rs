@@ -70,7 +70,7 @@ pub struct Shared {
     /// about itself: soft state, like the sessions.
     pub broker_reports: Mutex<std::collections::BTreeMap<keel_metadata::BrokerId, BrokerReport>>,
     /// The last controller events this node saw, for the web console.
-    pub events: crate::console::Events,
+    pub events: crate::events::Events,
     /// This node's Kafka listener as bound (set once, at start; unset
     /// without `--kafka-listen`), for DescribeNode.
     pub kafka_address: std::sync::OnceLock<std::net::SocketAddr>,

@@ -1,6 +1,6 @@
 //! Periodic work of the active controller, run as commands on its loop.
 
-use crate::console::count;
+use crate::events::count;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -224,7 +224,7 @@ impl ChangeSummary {
 
     /// Logs the summary, counts leader elections (clean and unclean) and
     /// keeps the lines for the console, once committed.
-    pub(crate) fn log(&self, node: u64, term: u64, index: u64, events: &crate::console::Events) {
+    pub(crate) fn log(&self, node: u64, term: u64, index: u64, events: &crate::events::Events) {
         for (what, broker, epoch) in &self.brokers {
             tracing::info!(node, term, index, broker, broker_epoch = epoch, "{what}");
             // A registration's epoch is its entry's index, not known when
@@ -323,7 +323,7 @@ pub(crate) fn publish_image_gauges(image: &MetadataImage) {
     let mut under_replicated = 0u64;
     let mut under_min_isr = 0u64;
     // Partitions come topic by topic: the topic's min ISR is read once.
-    let mut min_isr: Option<(keel_metadata::TopicId, usize)> = None;
+    let mut cached: Option<(keel_metadata::TopicId, usize)> = None;
     // Likewise whether it is being deleted: its partitions are leaderless
     // because of the deletion, and are not counted offline.
     let mut deleting: Option<(keel_metadata::TopicId, bool)> = None;
@@ -344,11 +344,11 @@ pub(crate) fn publish_image_gauges(image: &MetadataImage) {
         if p.isr.len() < p.replicas.len() {
             under_replicated += 1;
         }
-        let topic_min_isr = match min_isr {
+        let topic_min_isr = match cached {
             Some((t, m)) if t == tp.topic_id => m,
             _ => {
-                let m = crate::console::min_isr(image, tp.topic_id);
-                min_isr = Some((tp.topic_id, m));
+                let m = min_isr(image, tp.topic_id);
+                cached = Some((tp.topic_id, m));
                 m
             }
         };
@@ -385,4 +385,14 @@ pub(crate) fn publish_image_gauges(image: &MetadataImage) {
     );
     metrics::gauge!("keel_controller_active_brokers").set(active as f64);
     metrics::gauge!("keel_controller_fenced_brokers").set(fenced as f64);
+}
+/// A topic's `min.insync.replicas`: its own, else the cluster default,
+/// else 1.
+pub(crate) fn min_isr(
+    image: &keel_metadata::MetadataImage,
+    topic: keel_metadata::TopicId,
+) -> usize {
+    image
+        .topic(topic)
+        .map_or(1, |t| image.min_insync_replicas(t))
 }

@@ -20,7 +20,7 @@ use kafka_protocol::ResponseError;
 use keel_metadata::acl::{AclBinding, Operation, Permission, Principal, ResourcePattern};
 use keel_metadata::decide::AclFilter;
 
-use crate::admin::KafkaError;
+use crate::error::KafkaError;
 
 /// Kafka's resource types (`ResourceType.code`).
 pub const RESOURCE_ANY: i8 = 1;

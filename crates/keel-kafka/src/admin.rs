@@ -75,32 +75,7 @@ const OP_SUBTRACT: i8 = 3;
 /// How long a forwarded request may take when it names no timeout.
 pub const DEFAULT_FORWARD_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// A Kafka error with the message clients print.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct KafkaError {
-    pub code: i16,
-    pub message: Option<String>,
-}
-
-impl KafkaError {
-    fn new(e: ResponseError, message: impl Into<String>) -> Self {
-        Self {
-            code: e.code(),
-            message: Some(message.into()),
-        }
-    }
-
-    fn none() -> Self {
-        Self {
-            code: 0,
-            message: None,
-        }
-    }
-
-    fn msg(&self) -> Option<StrBytes> {
-        self.message.clone().map(StrBytes::from_string)
-    }
-}
+pub use crate::error::KafkaError;
 
 /// Kafka's error for one of Keel's typed codes.
 pub fn kafka_error_code(code: ErrorCode) -> ResponseError {

@@ -17,6 +17,7 @@ pub mod admin;
 mod apis;
 pub mod budget;
 pub mod dispatch;
+mod error;
 pub mod forward;
 pub mod sasl;
 pub mod server;

@@ -31,11 +31,9 @@
 //! acknowledging the old one at once.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openraft::{ServerState, Vote};
-use serde::{Deserialize, Serialize};
+use openraft::ServerState;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -43,69 +41,7 @@ use tokio::time::Instant;
 use crate::network::Network;
 use crate::{KeelRaft, NodeId};
 
-/// Sent by a leader to a voter.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-pub struct LeaseRequest {
-    /// The leader's committed vote (its term and its id).
-    pub vote: Vote<NodeId>,
-}
-
-/// The voter's answer.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
-pub struct LeaseResponse {
-    /// It follows the leadership of the request's vote.
-    pub acked: bool,
-}
-
-/// Whether node `me`, in `state` with vote `mine`, acknowledges a lease
-/// request for `theirs`: only a follower (or learner) whose vote is that
-/// very committed leadership, of another node.
-pub fn decide_lease(
-    me: NodeId,
-    state: ServerState,
-    mine: &Vote<NodeId>,
-    theirs: &Vote<NodeId>,
-) -> bool {
-    theirs.is_committed()
-        && mine == theirs
-        && theirs.leader_id().voted_for().is_some_and(|l| l != me)
-        && matches!(state, ServerState::Follower | ServerState::Learner)
-}
-
-/// When a follower last acknowledged a lease request, and for which
-/// leadership; shared by the service that answers and the watchdog that
-/// decides when to stand.
-#[derive(Clone, Default, Debug)]
-pub struct LeaseClock(Arc<Mutex<Option<Contact>>>);
-
-/// A leadership and the moment its lease request was acknowledged.
-type Contact = (Vote<NodeId>, Instant);
-
-impl LeaseClock {
-    /// Notes an acknowledgement of `vote` at `at`.
-    pub fn record(&self, vote: Vote<NodeId>, at: Instant) {
-        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        match &*g {
-            Some((v, t)) if *v == vote && *t >= at => {}
-            _ => *g = Some((vote, at)),
-        }
-    }
-
-    /// The last acknowledgement of exactly `vote`, if any.
-    pub fn heard(&self, vote: &Vote<NodeId>) -> Option<Instant> {
-        let g = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        g.as_ref().filter(|(v, _)| v == vote).map(|(_, t)| *t)
-    }
-
-    /// The later of `contact` (openraft's last contact with the leader of
-    /// `vote`) and the last acknowledged lease request of that leadership.
-    pub fn last_contact(&self, vote: &Vote<NodeId>, contact: Option<Instant>) -> Option<Instant> {
-        match (contact, self.heard(vote)) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
-    }
-}
+pub use crate::grant::{decide_lease, LeaseClock, LeaseRequest, LeaseResponse};
 
 /// Runs [`lease_heartbeats`] on a thread of its own with a runtime of its
 /// own (and its own connections): the controller's runtime may have every
@@ -235,6 +171,7 @@ impl LeasePace {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use openraft::Vote;
 
     fn committed(term: u64, leader: NodeId) -> Vote<NodeId> {
         Vote::new_committed(term, leader)

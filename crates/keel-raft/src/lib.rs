@@ -12,6 +12,7 @@ mod codec;
 mod config;
 pub mod dump;
 mod error;
+mod grant;
 pub mod lease;
 mod log_store;
 mod member;

@@ -25,7 +25,7 @@ use tonic::transport::Channel;
 use tonic::Streaming;
 
 use crate::codec;
-use crate::lease::{LeaseClock, LeaseRequest, LeaseResponse};
+use crate::grant::{LeaseClock, LeaseRequest, LeaseResponse};
 use crate::member::DirectoryId;
 use crate::prevote::{PreVoteRequest, PreVoteResponse};
 use crate::{KeelNode, NodeId, TypeConfig};

@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::codec;
 use crate::error::EnvelopeRefusal;
-use crate::lease::{decide_lease, LeaseClock, LeaseRequest, LeaseResponse};
+use crate::grant::{decide_lease, LeaseClock, LeaseRequest, LeaseResponse};
 use crate::member::DirectoryId;
 use crate::network::MAX_MESSAGE_BYTES;
 use crate::prevote::{decide_pre_vote, PreVoteRequest, PreVoteResponse, VoterView};

@@ -42,7 +42,7 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::lease::LeaseClock;
+use crate::grant::LeaseClock;
 use crate::network::Network;
 use crate::prevote::{pre_vote_won, PreVoteRefusal, PreVoteRequest};
 use crate::{KeelNode, KeelRaft, NodeId};

@@ -23,9 +23,9 @@ use keel_proto::pb::admin_service_server::AdminService;
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::authz::{decide_permitted, Caller};
+use crate::authz::{decide_permitted, Caller, Checker};
 use crate::budget::{admit_each, Admitted};
-use crate::command::{CommandKind, Proposal};
+use crate::command::{CommandKind, DecideEnv, Proposal};
 use crate::shared::{now_ms, Shared};
 
 /// The admin gRPC service of one controller node.
@@ -75,19 +75,6 @@ impl AdminApi {
             .map_err(|e| error_to_pb(&e))
     }
 
-    /// The image for a linearizable read of cluster-wide state by a caller
-    /// who may do `op` on the cluster.
-    async fn cluster_read<T>(
-        &self,
-        req: &Request<T>,
-        op: Operation,
-    ) -> Result<MetadataImage, pb::Error> {
-        self.shared.linearizable().await?;
-        let image = self.shared.image();
-        self.check_cluster(req, &image, op)?;
-        Ok(image)
-    }
-
     /// Admits a unary write to the node's write budget, unless it came
     /// through a `Write` session, which admitted it before reading it.
     async fn admit<M: Message>(&self, req: &Request<M>) -> Option<Admitted> {
@@ -100,6 +87,157 @@ impl AdminApi {
                 .admit(req.get_ref().encoded_len())
                 .await,
         )
+    }
+
+    /// Whether topic configs Keel does not know are taken (as given).
+    fn unknown_configs(&self) -> keel_metadata::topic_config::UnknownConfigs {
+        if self.shared.config.allow_unknown_topic_configs {
+            keel_metadata::topic_config::UnknownConfigs::Allow
+        } else {
+            keel_metadata::topic_config::UnknownConfigs::Refuse
+        }
+    }
+
+    /// The one path of every admin write (a forwarded Kafka request is
+    /// one too), in Kafka's controller-write-event order:
+    ///
+    /// 1. an admin request slot and the node's write budget (a `Write`
+    ///    session's writes hold their session's);
+    /// 2. `parse`: the request converted and held to the static limits,
+    ///    before anything is decided;
+    /// 3. on the active controller's event loop, against the image the
+    ///    loop holds: the caller's ACL on the cluster when the write is
+    ///    cluster-wide (`cluster_op`; per-item ACLs are `decide`'s), then
+    ///    `decide`, whose records are appended at once, atomically;
+    /// 4. once they commit (or fail to), `answer` makes the response of
+    ///    the reply.
+    ///
+    /// A refusal before the decision, or a failed commit, is the
+    /// response's top-level typed error (NOT_CONTROLLER with the leader
+    /// hint); a decision refuses per item in its reply. Nothing changes
+    /// unless the records commit.
+    async fn admin_write<M, R, P, T>(
+        &self,
+        req: Request<M>,
+        kind: CommandKind,
+        cluster_op: Option<Operation>,
+        parse: impl FnOnce(M, &Shared) -> Result<P, ApiError>,
+        decide: impl FnOnce(P, &MetadataImage, &mut DecideEnv, &Checker<'_>, &Asker) -> Proposal<T>
+            + Send
+            + 'static,
+        answer: impl FnOnce(T) -> R,
+    ) -> Result<Response<R>, Status>
+    where
+        M: Message,
+        R: Refused,
+        P: Send + 'static,
+        T: Send + 'static,
+    {
+        let refused = |e: pb::Error| Ok(Response::new(R::refused(e)));
+        let _slot = match self.slot(&req) {
+            Ok(p) => p,
+            Err(e) => return refused(error_to_pb(&e)),
+        };
+        let _admitted = self.admit(&req).await;
+        let asker = Asker {
+            caller: Caller::of(&req),
+            supers: self.super_users(),
+        };
+        let parsed = match parse(req.into_inner(), &self.shared) {
+            Ok(p) => p,
+            Err(e) => return refused(error_to_pb(&e)),
+        };
+        let who = asker.caller.principal().map(ToString::to_string);
+        let decided = self
+            .shared
+            .submit_as(kind, who, move |image, env| {
+                let checker = asker.checker(image);
+                if let Some(op) = cluster_op {
+                    if let Err(e) = checker.check(op, Resource::Cluster) {
+                        return Proposal::with_reply(vec![], Err(e));
+                    }
+                }
+                decide(parsed, image, env, &checker, &asker)
+            })
+            .await;
+        match decided {
+            Ok(reply) => Ok(Response::new(answer(reply))),
+            Err(e) => refused(submit_refusal(&self.shared, e)),
+        }
+    }
+
+    /// The one path of every admin read: an admin request slot; a
+    /// linearizable read (only the active controller answers, once it has
+    /// confirmed its leadership); the caller's ACL on the cluster when the
+    /// read is cluster-wide (`cluster_op`; per-item ACLs are `answer`'s);
+    /// then `answer` builds the response from the image. A refusal is the
+    /// response's top-level typed error.
+    async fn admin_read<M, R>(
+        &self,
+        req: Request<M>,
+        cluster_op: Option<Operation>,
+        answer: impl FnOnce(M, &MetadataImage, &Asker) -> Result<R, ApiError>,
+    ) -> Result<Response<R>, Status>
+    where
+        R: Refused,
+    {
+        let refused = |e: pb::Error| Ok(Response::new(R::refused(e)));
+        let _slot = match self.slot(&req) {
+            Ok(p) => p,
+            Err(e) => return refused(error_to_pb(&e)),
+        };
+        if let Err(e) = self.shared.linearizable().await {
+            return refused(e);
+        }
+        let image = self.shared.image();
+        let asker = Asker {
+            caller: Caller::of(&req),
+            supers: self.super_users(),
+        };
+        if let Some(op) = cluster_op {
+            if let Err(e) = asker.checker(&image).check(op, Resource::Cluster) {
+                return refused(error_to_pb(&e));
+            }
+        }
+        match answer(req.into_inner(), &image, &asker) {
+            Ok(r) => Ok(Response::new(r)),
+            Err(e) => refused(error_to_pb(&e)),
+        }
+    }
+
+    /// The one path of a quorum membership change (openraft commits the
+    /// membership itself; no metadata record): an admin request slot, this
+    /// node must be the active controller and the caller needs ALTER on
+    /// the cluster; then `change` runs on a task of its own, so that a
+    /// caller who gives up (a deadline, a dropped connection) does not
+    /// stop it halfway (a re-admitted voter would stay a learner nobody
+    /// promotes), and `answer` makes the response of what it did.
+    async fn membership_change<M, R, T, F>(
+        &self,
+        req: Request<M>,
+        change: impl FnOnce(Arc<Shared>, M) -> F,
+        answer: impl FnOnce(T) -> R,
+    ) -> Result<Response<R>, Status>
+    where
+        R: Refused,
+        T: Send + 'static,
+        F: std::future::Future<Output = Result<T, ApiError>> + Send + 'static,
+    {
+        let refused = |e: pb::Error| Ok(Response::new(R::refused(e)));
+        let _slot = match self.slot(&req) {
+            Ok(p) => p,
+            Err(e) => return refused(error_to_pb(&e)),
+        };
+        if let Err(e) = self.shared.active_handle() {
+            return refused(e);
+        }
+        if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Alter) {
+            return refused(e);
+        }
+        match to_the_end(change(self.shared.clone(), req.into_inner())).await {
+            Ok(t) => Ok(Response::new(answer(t))),
+            Err(e) => refused(e),
+        }
     }
 
     /// Answers one write of a `Write` session through the same handler as
@@ -138,6 +276,20 @@ impl AdminApi {
                 )))
             })),
         }
+    }
+}
+
+/// Who asks for an admin write, for its decision: the caller and the
+/// node's super users.
+struct Asker {
+    caller: Caller,
+    supers: Arc<BTreeSet<keel_metadata::acl::Principal>>,
+}
+
+impl Asker {
+    /// The caller's rights by `image`'s ACLs.
+    fn checker<'a>(&'a self, image: &'a MetadataImage) -> Checker<'a> {
+        self.caller.checker(image, &self.supers)
     }
 }
 
@@ -194,18 +346,6 @@ refused!(
     pb::AlterUserScramCredentialsResponse,
     pb::DescribeUserScramCredentialsResponse,
 );
-
-/// Takes one of the node's admin request slots for the rest of the call
-/// (a `Write` session's writes share their session's), or answers
-/// THROTTLING_QUOTA_EXCEEDED.
-macro_rules! slot {
-    ($self:ident, $req:expr, $resp:ty) => {
-        match $self.slot(&$req) {
-            Ok(p) => p,
-            Err(e) => return Ok(Response::new(<$resp as Refused>::refused(error_to_pb(&e)))),
-        }
-    };
-}
 
 /// Runs a membership change on a task of its own and answers with what it
 /// did or its error: the change goes on to its end when the caller gives
@@ -402,13 +542,28 @@ fn top(e: ApiError) -> Option<pb::Error> {
 
 /// Turns a submit failure into the response error, keeping the leader hint
 /// for NOT_CONTROLLER.
-fn submit_error(shared: &Shared, e: ApiError) -> Option<pb::Error> {
+fn submit_refusal(shared: &Shared, e: ApiError) -> pb::Error {
     if e.code == ErrorCode::NotController {
         let mut pe = shared.not_controller();
         pe.message = e.message;
-        Some(pe)
+        pe
     } else {
-        top(e)
+        error_to_pb(&e)
+    }
+}
+
+/// A topic to create, as the decision takes it.
+fn create_topic_from_pb(t: &pb::CreatableTopic) -> CreateTopic {
+    CreateTopic {
+        name: t.name.clone(),
+        partitions: t.partitions,
+        replication_factor: t.replication_factor,
+        assignments: assignments_from_pb(&t.assignments),
+        configs: t
+            .configs
+            .iter()
+            .map(|c| (c.key.clone(), c.value.clone()))
+            .collect(),
     }
 }
 
@@ -528,48 +683,23 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::CreateTopicsRequest>,
     ) -> Result<Response<pb::CreateTopicsResponse>, Status> {
-        let _slot = slot!(self, req, pb::CreateTopicsResponse);
-        let _admitted = self.admit(&req).await;
-        let caller = Caller::of(&req);
-        let supers = self.super_users();
-        let req = req.into_inner();
-        let topics: Vec<CreateTopic> = req
-            .topics
-            .iter()
-            .map(|t| CreateTopic {
-                name: t.name.clone(),
-                partitions: t.partitions,
-                replication_factor: t.replication_factor,
-                assignments: assignments_from_pb(&t.assignments),
-                configs: t
-                    .configs
-                    .iter()
-                    .map(|c| (c.key.clone(), c.value.clone()))
-                    .collect(),
-            })
-            .collect();
-        if let Err(e) = self.shared.config.limits.check_create_topics(&topics) {
-            return Ok(Response::new(pb::CreateTopicsResponse {
-                error: top(e),
-                topics: vec![],
-            }));
-        }
         let limits = self.shared.config.limits.clone();
-        let validate_only = req.validate_only;
-        let unknown = if self.shared.config.allow_unknown_topic_configs {
-            keel_metadata::topic_config::UnknownConfigs::Allow
-        } else {
-            keel_metadata::topic_config::UnknownConfigs::Refuse
-        };
-        let who = caller.principal().map(ToString::to_string);
-        let r = self
-            .shared
-            .submit_as(CommandKind::CreateTopics, who, move |image, env| {
+        let unknown = self.unknown_configs();
+        self.admin_write(
+            req,
+            CommandKind::CreateTopics,
+            None,
+            |req: pb::CreateTopicsRequest, shared| {
+                let topics: Vec<CreateTopic> =
+                    req.topics.iter().map(create_topic_from_pb).collect();
+                shared.config.limits.check_create_topics(&topics)?;
+                Ok((topics, req.validate_only))
+            },
+            move |(topics, validate_only), image, env, checker, _| {
                 if let Err(e) = limits.check_create_topics_in(image, &topics) {
                     return Proposal::with_reply(vec![], Err(e));
                 }
                 // Kafka's rule: `create` on the cluster, or on the topic.
-                let checker = caller.checker(image, &supers);
                 let any = checker.may(Operation::Create, Resource::Cluster);
                 let d = decide_permitted(
                     &topics,
@@ -586,10 +716,8 @@ impl AdminService for AdminApi {
                     |ts| image.decide_create_topics_with(ts, validate_only, unknown, &mut env.rng),
                 );
                 Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
-            })
-            .await;
-        Ok(Response::new(match r {
-            Ok(results) => pb::CreateTopicsResponse {
+            },
+            |results| pb::CreateTopicsResponse {
                 error: None,
                 topics: results
                     .into_iter()
@@ -605,35 +733,28 @@ impl AdminService for AdminApi {
                     })
                     .collect(),
             },
-            Err(e) => pb::CreateTopicsResponse {
-                error: submit_error(&self.shared, e),
-                topics: vec![],
-            },
-        }))
+        )
+        .await
     }
 
     async fn delete_topics(
         &self,
         req: Request<pb::DeleteTopicsRequest>,
     ) -> Result<Response<pb::DeleteTopicsResponse>, Status> {
-        let _slot = slot!(self, req, pb::DeleteTopicsResponse);
-        let _admitted = self.admit(&req).await;
-        let caller = Caller::of(&req);
-        let supers = self.super_users();
-        let names = req.into_inner().names;
-        if let Err(e) = self.shared.config.limits.check_topic_count(names.len()) {
-            return Ok(Response::new(pb::DeleteTopicsResponse {
-                error: top(e),
-                topics: vec![],
-            }));
-        }
-        let who = caller.principal().map(ToString::to_string);
-        let r = self
-            .shared
-            .submit_as(CommandKind::DeleteTopics, who, move |image, _| {
+        self.admin_write(
+            req,
+            CommandKind::DeleteTopics,
+            None,
+            |req: pb::DeleteTopicsRequest, shared| {
+                shared.config.limits.check_topic_count(req.names.len())?;
+                Ok(req.names)
+            },
+            |names, image, _, _, asker| {
                 let mut chain = keel_metadata::decide::Chain::new(image);
                 let reply = chain.decide(|image| {
-                    let checker = caller.checker(image, &supers);
+                    // Each step decides on the chain's image: its own
+                    // checker, by that image's ACLs.
+                    let checker = asker.checker(image);
                     decide_permitted(
                         &names,
                         |n| checker.check(Operation::Delete, Resource::Topic(n)).err(),
@@ -649,10 +770,8 @@ impl AdminService for AdminApi {
                     .collect();
                 let stop = crate::tasks::deletion_progress_of(&mut chain, &ids);
                 crate::tasks::chain_proposal(chain, Ok(reply)).with_stop_replicas(stop)
-            })
-            .await;
-        Ok(Response::new(match r {
-            Ok(results) => pb::DeleteTopicsResponse {
+            },
+            |results| pb::DeleteTopicsResponse {
                 error: None,
                 topics: results
                     .into_iter()
@@ -662,47 +781,36 @@ impl AdminService for AdminApi {
                     })
                     .collect(),
             },
-            Err(e) => pb::DeleteTopicsResponse {
-                error: submit_error(&self.shared, e),
-                topics: vec![],
-            },
-        }))
+        )
+        .await
     }
 
     async fn create_partitions(
         &self,
         req: Request<pb::CreatePartitionsRequest>,
     ) -> Result<Response<pb::CreatePartitionsResponse>, Status> {
-        let _slot = slot!(self, req, pb::CreatePartitionsResponse);
-        let _admitted = self.admit(&req).await;
-        let caller = Caller::of(&req);
-        let supers = self.super_users();
-        let req = req.into_inner();
-        let items: Vec<CreatePartitions> = req
-            .topics
-            .iter()
-            .map(|t| CreatePartitions {
-                name: t.name.clone(),
-                total: t.total,
-                assignments: assignments_from_pb(&t.assignments),
-            })
-            .collect();
-        if let Err(e) = self.shared.config.limits.check_create_partitions(&items) {
-            return Ok(Response::new(pb::CreatePartitionsResponse {
-                error: top(e),
-                topics: vec![],
-            }));
-        }
         let limits = self.shared.config.limits.clone();
-        let validate_only = req.validate_only;
-        let who = caller.principal().map(ToString::to_string);
-        let r = self
-            .shared
-            .submit_as(CommandKind::CreatePartitions, who, move |image, env| {
+        self.admin_write(
+            req,
+            CommandKind::CreatePartitions,
+            None,
+            |req: pb::CreatePartitionsRequest, shared| {
+                let items: Vec<CreatePartitions> = req
+                    .topics
+                    .iter()
+                    .map(|t| CreatePartitions {
+                        name: t.name.clone(),
+                        total: t.total,
+                        assignments: assignments_from_pb(&t.assignments),
+                    })
+                    .collect();
+                shared.config.limits.check_create_partitions(&items)?;
+                Ok((items, req.validate_only))
+            },
+            move |(items, validate_only), image, env, checker, _| {
                 if let Err(e) = limits.check_create_partitions_in(image, &items) {
                     return Proposal::with_reply(vec![], Err(e));
                 }
-                let checker = caller.checker(image, &supers);
                 let d = decide_permitted(
                     &items,
                     |i| {
@@ -714,10 +822,8 @@ impl AdminService for AdminApi {
                     |items| image.decide_create_partitions(items, validate_only, &mut env.rng),
                 );
                 Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
-            })
-            .await;
-        Ok(Response::new(match r {
-            Ok(results) => pb::CreatePartitionsResponse {
+            },
+            |results| pb::CreatePartitionsResponse {
                 error: None,
                 topics: results
                     .into_iter()
@@ -727,37 +833,23 @@ impl AdminService for AdminApi {
                     })
                     .collect(),
             },
-            Err(e) => pb::CreatePartitionsResponse {
-                error: submit_error(&self.shared, e),
-                topics: vec![],
-            },
-        }))
+        )
+        .await
     }
 
     async fn alter_partition_reassignments(
         &self,
         req: Request<pb::AlterPartitionReassignmentsRequest>,
     ) -> Result<Response<pb::AlterPartitionReassignmentsResponse>, Status> {
-        let _slot = slot!(self, req, pb::AlterPartitionReassignmentsResponse);
-        let caller = Caller::of(&req);
-        let supers = self.super_users();
-        let items = req.into_inner().partitions;
-        if let Err(e) = self.shared.config.limits.check_plan(items.len()) {
-            return Ok(Response::new(pb::AlterPartitionReassignmentsResponse {
-                error: top(e),
-                partitions: vec![],
-            }));
-        }
-        let who = caller.principal().map(ToString::to_string);
-        let r = self
-            .shared
-            .submit_as(CommandKind::AlterReassignments, who, move |image, _| {
-                if let Err(e) = caller
-                    .checker(image, &supers)
-                    .check(Operation::Alter, Resource::Cluster)
-                {
-                    return Proposal::with_reply(vec![], Err(e));
-                }
+        self.admin_write(
+            req,
+            CommandKind::AlterReassignments,
+            Some(Operation::Alter),
+            |req: pb::AlterPartitionReassignmentsRequest, shared| {
+                shared.config.limits.check_plan(req.partitions.len())?;
+                Ok(req.partitions)
+            },
+            |items, image, _, _, _| {
                 let mut results: Vec<(String, u32, Result<(), ApiError>)> = Vec::new();
                 let mut valid = Vec::new();
                 let mut slots = Vec::new();
@@ -783,10 +875,8 @@ impl AdminService for AdminApi {
                     }
                 }
                 Proposal::with_reply(d.records, Ok(results)).with_replayed(d.replayed)
-            })
-            .await;
-        Ok(Response::new(match r {
-            Ok(results) => pb::AlterPartitionReassignmentsResponse {
+            },
+            |results| pb::AlterPartitionReassignmentsResponse {
                 error: None,
                 partitions: results
                     .into_iter()
@@ -797,86 +887,54 @@ impl AdminService for AdminApi {
                     })
                     .collect(),
             },
-            Err(e) => pb::AlterPartitionReassignmentsResponse {
-                error: submit_error(&self.shared, e),
-                partitions: vec![],
-            },
-        }))
+        )
+        .await
     }
 
     async fn list_partition_reassignments(
         &self,
         req: Request<pb::ListPartitionReassignmentsRequest>,
     ) -> Result<Response<pb::ListPartitionReassignmentsResponse>, Status> {
-        let _slot = slot!(self, req, pb::ListPartitionReassignmentsResponse);
-        if let Err(e) = self.shared.linearizable().await {
-            return Ok(Response::new(pb::ListPartitionReassignmentsResponse {
-                error: Some(e),
-                reassignments: vec![],
-            }));
-        }
-        let image = self.shared.image();
-        if let Err(e) = self.check_cluster(&req, &image, Operation::Describe) {
-            return Ok(Response::new(pb::ListPartitionReassignmentsResponse {
-                error: Some(e),
-                reassignments: vec![],
-            }));
-        }
-        let wanted: BTreeSet<String> = req.into_inner().topics.into_iter().collect();
-        let reassignments = image
-            .list_reassignments()
-            .into_iter()
-            .filter_map(|(tp, p)| {
-                let topic = topic_name(&image, &tp);
-                (wanted.is_empty() || wanted.contains(&topic)).then(|| pb::OngoingReassignment {
-                    topic,
-                    partition: tp.partition.0,
-                    replicas: p.replicas.iter().map(|b| b.0).collect(),
-                    adding: p.adding.iter().map(|b| b.0).collect(),
-                    removing: p.removing.iter().map(|b| b.0).collect(),
+        self.admin_read(req, Some(Operation::Describe), |req, image, _| {
+            let wanted: BTreeSet<String> = req.topics.into_iter().collect();
+            let reassignments = image
+                .list_reassignments()
+                .into_iter()
+                .filter_map(|(tp, p)| {
+                    let topic = topic_name(image, &tp);
+                    (wanted.is_empty() || wanted.contains(&topic)).then(|| {
+                        pb::OngoingReassignment {
+                            topic,
+                            partition: tp.partition.0,
+                            replicas: p.replicas.iter().map(|b| b.0).collect(),
+                            adding: p.adding.iter().map(|b| b.0).collect(),
+                            removing: p.removing.iter().map(|b| b.0).collect(),
+                        }
+                    })
                 })
+                .collect();
+            Ok(pb::ListPartitionReassignmentsResponse {
+                error: None,
+                reassignments,
             })
-            .collect();
-        Ok(Response::new(pb::ListPartitionReassignmentsResponse {
-            error: None,
-            reassignments,
-        }))
+        })
+        .await
     }
 
     async fn elect_leaders(
         &self,
         req: Request<pb::ElectLeadersRequest>,
     ) -> Result<Response<pb::ElectLeadersResponse>, Status> {
-        let _slot = slot!(self, req, pb::ElectLeadersResponse);
-        let caller = Caller::of(&req);
-        let supers = self.super_users();
-        let req = req.into_inner();
-        let kind: ElectionKind = match election_kind_from_pb(req.election_type) {
-            Ok(k) => k,
-            Err(e) => {
-                return Ok(Response::new(pb::ElectLeadersResponse {
-                    error: Some(error_to_pb(&e.into())),
-                    partitions: vec![],
-                }))
-            }
-        };
-        let wanted = req.partitions;
-        if let Err(e) = self.shared.config.limits.check_plan(wanted.len()) {
-            return Ok(Response::new(pb::ElectLeadersResponse {
-                error: top(e),
-                partitions: vec![],
-            }));
-        }
-        let who = caller.principal().map(ToString::to_string);
-        let r = self
-            .shared
-            .submit_as(CommandKind::ElectLeaders, who, move |image, _| {
-                if let Err(e) = caller
-                    .checker(image, &supers)
-                    .check(Operation::Alter, Resource::Cluster)
-                {
-                    return Proposal::with_reply(vec![], Err(e));
-                }
+        self.admin_write(
+            req,
+            CommandKind::ElectLeaders,
+            Some(Operation::Alter),
+            |req: pb::ElectLeadersRequest, shared| {
+                let kind: ElectionKind = election_kind_from_pb(req.election_type)?;
+                shared.config.limits.check_plan(req.partitions.len())?;
+                Ok((kind, req.partitions))
+            },
+            |(kind, wanted), image, _, _, _| {
                 let mut results: Vec<(String, u32, Result<BrokerId, ApiError>)> = Vec::new();
                 let d = if wanted.is_empty() {
                     image.decide_elect_leaders(kind, None)
@@ -894,10 +952,8 @@ impl AdminService for AdminApi {
                     results.push((topic_name(image, tp), tp.partition.0, r.clone()));
                 }
                 Proposal::with_reply(d.records, Ok(results)).with_replayed(d.replayed)
-            })
-            .await;
-        Ok(Response::new(match r {
-            Ok(results) => pb::ElectLeadersResponse {
+            },
+            |results| pb::ElectLeadersResponse {
                 error: None,
                 partitions: results
                     .into_iter()
@@ -909,181 +965,146 @@ impl AdminService for AdminApi {
                     })
                     .collect(),
             },
-            Err(e) => pb::ElectLeadersResponse {
-                error: submit_error(&self.shared, e),
-                partitions: vec![],
-            },
-        }))
+        )
+        .await
     }
 
     async fn describe_cluster(
         &self,
         req: Request<pb::DescribeClusterRequest>,
     ) -> Result<Response<pb::DescribeClusterResponse>, Status> {
-        let _slot = slot!(self, req, pb::DescribeClusterResponse);
-        if let Err(e) = self.shared.linearizable().await {
-            return Ok(Response::new(pb::DescribeClusterResponse {
-                error: Some(e),
-                ..Default::default()
-            }));
-        }
-        let image = self.shared.image();
-        let now = now_ms();
-        let contacts: BTreeMap<BrokerId, u64> = match self.shared.heartbeats.lock() {
-            Ok(t) => image
-                .brokers()
-                .filter_map(|b| {
-                    t.last_contact_ms(b.id)
-                        .map(|at| (b.id, now.saturating_sub(at)))
-                })
-                .collect(),
-            Err(_) => BTreeMap::new(),
-        };
-        let reports = self
-            .shared
-            .broker_reports
-            .lock()
-            .map(|r| r.clone())
-            .unwrap_or_default();
-        let m = self.shared.raft.metrics().borrow().clone();
-        let incarnations =
-            Caller::of(&req).may_see_incarnations(&image, &self.shared.config.super_users);
-        Ok(Response::new(pb::DescribeClusterResponse {
-            error: None,
-            cluster_id: self.shared.config.cluster_id.clone(),
-            controller_id: self.shared.config.node_id as u32,
-            controller_epoch: m.current_term,
-            brokers: image
-                .brokers()
-                .map(|b| pb::BrokerDescription {
-                    broker: Some(broker_to_pb(b)),
-                    last_heartbeat_ms: contacts.get(&b.id).copied(),
-                    log_dirs: b.log_dirs.clone(),
-                    offline_log_dirs: b.offline_log_dirs.clone(),
-                    incarnation_id: if incarnations {
-                        b.incarnation.to_bytes().to_vec()
-                    } else {
-                        Vec::new()
-                    },
-                    disks: reports
-                        .get(&b.id)
-                        .map(|r| r.disks.clone())
-                        .unwrap_or_default(),
-                    version: reports
-                        .get(&b.id)
-                        .map(|r| r.version.clone())
-                        .unwrap_or_default(),
-                })
-                .collect(),
-        }))
+        let shared = self.shared.clone();
+        self.admin_read(req, None, move |_, image, asker| {
+            let now = now_ms();
+            let contacts: BTreeMap<BrokerId, u64> = match shared.heartbeats.lock() {
+                Ok(t) => image
+                    .brokers()
+                    .filter_map(|b| {
+                        t.last_contact_ms(b.id)
+                            .map(|at| (b.id, now.saturating_sub(at)))
+                    })
+                    .collect(),
+                Err(_) => BTreeMap::new(),
+            };
+            let reports = shared
+                .broker_reports
+                .lock()
+                .map(|r| r.clone())
+                .unwrap_or_default();
+            let m = shared.raft.metrics().borrow().clone();
+            let incarnations = asker.caller.may_see_incarnations(image, &asker.supers);
+            Ok(pb::DescribeClusterResponse {
+                error: None,
+                cluster_id: shared.config.cluster_id.clone(),
+                controller_id: shared.config.node_id as u32,
+                controller_epoch: m.current_term,
+                brokers: image
+                    .brokers()
+                    .map(|b| pb::BrokerDescription {
+                        broker: Some(broker_to_pb(b)),
+                        last_heartbeat_ms: contacts.get(&b.id).copied(),
+                        log_dirs: b.log_dirs.clone(),
+                        offline_log_dirs: b.offline_log_dirs.clone(),
+                        incarnation_id: if incarnations {
+                            b.incarnation.to_bytes().to_vec()
+                        } else {
+                            Vec::new()
+                        },
+                        disks: reports
+                            .get(&b.id)
+                            .map(|r| r.disks.clone())
+                            .unwrap_or_default(),
+                        version: reports
+                            .get(&b.id)
+                            .map(|r| r.version.clone())
+                            .unwrap_or_default(),
+                    })
+                    .collect(),
+            })
+        })
+        .await
     }
 
     async fn describe_topics(
         &self,
         req: Request<pb::DescribeTopicsRequest>,
     ) -> Result<Response<pb::DescribeTopicsResponse>, Status> {
-        let _slot = slot!(self, req, pb::DescribeTopicsResponse);
-        if let Err(e) = self.shared.linearizable().await {
-            return Ok(Response::new(pb::DescribeTopicsResponse {
-                error: Some(e),
-                topics: vec![],
-                cluster_defaults: vec![],
-            }));
-        }
-        let caller = Caller::of(&req);
-        let names = req.into_inner().names;
-        let image = self.shared.image();
-        let checker = caller.checker(&image, &self.shared.config.super_users);
-        let topics: Vec<pb::TopicDescription> = if names.is_empty() {
-            // Only what the caller may describe; the rest is not there.
-            let mut all: Vec<_> = image
-                .topics()
-                .filter(|t| checker.may(Operation::Describe, Resource::Topic(&t.name)))
-                .collect();
-            all.sort_by(|a, b| a.name.cmp(&b.name));
-            all.into_iter().map(|t| describe_topic(&image, t)).collect()
-        } else {
-            names
-                .iter()
-                .map(|n| match image.topic_by_name(n) {
-                    // Named but not describable: refused, whether or not it
-                    // exists (its existence is not told either).
-                    _ if !checker.may(Operation::Describe, Resource::Topic(n)) => {
-                        pb::TopicDescription {
-                            name: n.clone(),
-                            error: checker
-                                .check(Operation::Describe, Resource::Topic(n))
-                                .err()
-                                .map(|e| error_to_pb(&e)),
-                            ..Default::default()
+        self.admin_read(req, None, |req, image, asker| {
+            let names = req.names;
+            let checker = asker.checker(image);
+            let topics: Vec<pb::TopicDescription> = if names.is_empty() {
+                // Only what the caller may describe; the rest is not there.
+                let mut all: Vec<_> = image
+                    .topics()
+                    .filter(|t| checker.may(Operation::Describe, Resource::Topic(&t.name)))
+                    .collect();
+                all.sort_by(|a, b| a.name.cmp(&b.name));
+                all.into_iter().map(|t| describe_topic(image, t)).collect()
+            } else {
+                names
+                    .iter()
+                    .map(|n| match image.topic_by_name(n) {
+                        // Named but not describable: refused, whether or not it
+                        // exists (its existence is not told either).
+                        _ if !checker.may(Operation::Describe, Resource::Topic(n)) => {
+                            pb::TopicDescription {
+                                name: n.clone(),
+                                error: checker
+                                    .check(Operation::Describe, Resource::Topic(n))
+                                    .err()
+                                    .map(|e| error_to_pb(&e)),
+                                ..Default::default()
+                            }
                         }
-                    }
-                    Some(t) => describe_topic(&image, t),
-                    None => pb::TopicDescription {
-                        name: n.clone(),
-                        error: top(ApiError::new(
-                            ErrorCode::UnknownTopic,
-                            format!("topic {n:?} does not exist"),
-                        )),
-                        ..Default::default()
-                    },
-                })
-                .collect()
-        };
-        // The defaults a described topic takes (told only with one).
-        let cluster_defaults = if topics.iter().any(|t| t.error.is_none()) {
-            config_entries(image.cluster_configs())
-        } else {
-            vec![]
-        };
-        Ok(Response::new(pb::DescribeTopicsResponse {
-            error: None,
-            topics,
-            cluster_defaults,
-        }))
+                        Some(t) => describe_topic(image, t),
+                        None => pb::TopicDescription {
+                            name: n.clone(),
+                            error: top(ApiError::new(
+                                ErrorCode::UnknownTopic,
+                                format!("topic {n:?} does not exist"),
+                            )),
+                            ..Default::default()
+                        },
+                    })
+                    .collect()
+            };
+            // The defaults a described topic takes (told only with one).
+            let cluster_defaults = if topics.iter().any(|t| t.error.is_none()) {
+                config_entries(image.cluster_configs())
+            } else {
+                vec![]
+            };
+            Ok(pb::DescribeTopicsResponse {
+                error: None,
+                topics,
+                cluster_defaults,
+            })
+        })
+        .await
     }
 
     async fn describe_quorum(
         &self,
         req: Request<pb::DescribeQuorumRequest>,
     ) -> Result<Response<pb::DescribeQuorumResponse>, Status> {
-        let _slot = slot!(self, req, pb::DescribeQuorumResponse);
-        if let Err(e) = self.shared.linearizable().await {
-            return Ok(Response::new(pb::DescribeQuorumResponse {
-                error: Some(e),
-                ..Default::default()
-            }));
-        }
-        if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Describe) {
-            return Ok(Response::new(pb::DescribeQuorumResponse {
-                error: Some(e),
-                ..Default::default()
-            }));
-        }
-        Ok(Response::new(crate::quorum::describe(&self.shared)))
+        let shared = self.shared.clone();
+        self.admin_read(req, Some(Operation::Describe), move |_, _, _| {
+            Ok(crate::quorum::describe(&shared))
+        })
+        .await
     }
 
     async fn unregister_broker(
         &self,
         req: Request<pb::UnregisterBrokerRequest>,
     ) -> Result<Response<pb::UnregisterBrokerResponse>, Status> {
-        let _slot = slot!(self, req, pb::UnregisterBrokerResponse);
-        let caller = Caller::of(&req);
-        let supers = self.super_users();
-        let req = req.into_inner();
-        let broker = BrokerId(req.broker_id);
-        let force = req.force;
         let shared = self.shared.clone();
-        let who = caller.principal().map(ToString::to_string);
-        let r = self
-            .shared
-            .submit_as(CommandKind::UnregisterBroker, who, move |image, _| {
-                if let Err(e) = caller
-                    .checker(image, &supers)
-                    .check(Operation::Alter, Resource::Cluster)
-                {
-                    return Proposal::with_reply(vec![], Err(e));
-                }
+        self.admin_write(
+            req,
+            CommandKind::UnregisterBroker,
+            Some(Operation::Alter),
+            |req: pb::UnregisterBrokerRequest, _| Ok((BrokerId(req.broker_id), req.force)),
+            move |(broker, force), image, _, _, _| {
                 // A broker that still heartbeats (even a fenced one: catching
                 // up, or asking to be fenced) would register again at once:
                 // refused unless forced, once the caller may ask at all.
@@ -1117,67 +1138,42 @@ impl AdminService for AdminApi {
                     }
                     d.reply
                 })
-            })
-            .await;
-        Ok(Response::new(pb::UnregisterBrokerResponse {
-            error: match r {
-                Ok(()) => None,
-                Err(e) => submit_error(&self.shared, e),
             },
-        }))
+            |()| pb::UnregisterBrokerResponse { error: None },
+        )
+        .await
     }
 
     async fn incremental_alter_configs(
         &self,
         req: Request<pb::IncrementalAlterConfigsRequest>,
     ) -> Result<Response<pb::IncrementalAlterConfigsResponse>, Status> {
-        let _slot = slot!(self, req, pb::IncrementalAlterConfigsResponse);
-        let _admitted = self.admit(&req).await;
-        let caller = Caller::of(&req);
-        let supers = self.super_users();
-        let req = req.into_inner();
-        let items: Result<Vec<(String, Vec<ConfigOp>)>, keel_proto::convert::ConvertError> = req
-            .topics
-            .into_iter()
-            .map(|t| {
-                let ops = t
-                    .ops
-                    .into_iter()
-                    .map(config_op_from_pb)
-                    .collect::<Result<_, _>>()?;
-                Ok((t.topic, ops))
-            })
-            .collect();
-        let items = match items {
-            Ok(items) => items,
-            Err(e) => {
-                return Ok(Response::new(pb::IncrementalAlterConfigsResponse {
-                    error: Some(error_to_pb(&ApiError::from(e))),
-                    topics: vec![],
-                }))
-            }
-        };
-        if let Err(e) = self.shared.config.limits.check_alter_configs(&items) {
-            return Ok(Response::new(pb::IncrementalAlterConfigsResponse {
-                error: top(e),
-                topics: vec![],
-            }));
-        }
         let limits = self.shared.config.limits.clone();
-        let validate_only = req.validate_only;
-        let unknown = if self.shared.config.allow_unknown_topic_configs {
-            keel_metadata::topic_config::UnknownConfigs::Allow
-        } else {
-            keel_metadata::topic_config::UnknownConfigs::Refuse
-        };
-        let who = caller.principal().map(ToString::to_string);
-        let r = self
-            .shared
-            .submit_as(CommandKind::AlterConfigs, who, move |image, _| {
+        let unknown = self.unknown_configs();
+        self.admin_write(
+            req,
+            CommandKind::AlterConfigs,
+            None,
+            |req: pb::IncrementalAlterConfigsRequest, shared| {
+                let items = req
+                    .topics
+                    .into_iter()
+                    .map(|t| {
+                        let ops = t
+                            .ops
+                            .into_iter()
+                            .map(config_op_from_pb)
+                            .collect::<Result<Vec<_>, _>>()?;
+                        Ok((t.topic, ops))
+                    })
+                    .collect::<Result<Vec<(String, Vec<ConfigOp>)>, keel_proto::convert::ConvertError>>()?;
+                shared.config.limits.check_alter_configs(&items)?;
+                Ok((items, req.validate_only))
+            },
+            move |(items, validate_only), image, _, checker, _| {
                 if let Err(e) = limits.check_alter_configs_in(image, &items) {
                     return Proposal::with_reply(vec![], Err(e));
                 }
-                let checker = caller.checker(image, &supers);
                 let d = decide_permitted(
                     &items,
                     |(t, _)| {
@@ -1189,10 +1185,8 @@ impl AdminService for AdminApi {
                     |items| image.decide_alter_configs_with(items, validate_only, unknown),
                 );
                 Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
-            })
-            .await;
-        Ok(Response::new(match r {
-            Ok(results) => pb::IncrementalAlterConfigsResponse {
+            },
+            |results| pb::IncrementalAlterConfigsResponse {
                 error: None,
                 topics: results
                     .into_iter()
@@ -1202,131 +1196,77 @@ impl AdminService for AdminApi {
                     })
                     .collect(),
             },
-            Err(e) => pb::IncrementalAlterConfigsResponse {
-                error: submit_error(&self.shared, e),
-                topics: vec![],
-            },
-        }))
+        )
+        .await
     }
 
     async fn add_voter(
         &self,
         req: Request<pb::AddVoterRequest>,
     ) -> Result<Response<pb::AddVoterResponse>, Status> {
-        let _slot = slot!(self, req, pb::AddVoterResponse);
-        if let Err(e) = self.shared.active_handle() {
-            return Ok(Response::new(pb::AddVoterResponse {
-                error: Some(e),
-                ..Default::default()
-            }));
-        }
-        if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Alter) {
-            return Ok(Response::new(pb::AddVoterResponse {
-                error: Some(e),
-                ..Default::default()
-            }));
-        }
-        let req = req.into_inner();
-        // On a task of its own: a caller that gives up (a deadline, a
-        // dropped connection) drops this handler, and with it whatever
-        // step the change had reached; a re-admitted voter would stay a
-        // learner nobody promotes. The change runs to its end either way.
-        let shared = self.shared.clone();
-        let options = crate::quorum::AddVoterOptions {
-            catch_up_wait: match req.timeout_ms {
-                0 => crate::quorum::CATCH_UP_WAIT,
-                ms => Duration::from_millis(ms),
+        self.membership_change(
+            req,
+            |shared, req| async move {
+                let options = crate::quorum::AddVoterOptions {
+                    catch_up_wait: match req.timeout_ms {
+                        0 => crate::quorum::CATCH_UP_WAIT,
+                        ms => Duration::from_millis(ms),
+                    },
+                    learner_only: req.learner_only,
+                };
+                crate::quorum::add_voter(
+                    &shared,
+                    req.node_id,
+                    req.address,
+                    &req.directory_id,
+                    options,
+                )
+                .await
             },
-            learner_only: req.learner_only,
-        };
-        let added = to_the_end(async move {
-            crate::quorum::add_voter(
-                &shared,
-                req.node_id,
-                req.address,
-                &req.directory_id,
-                options,
-            )
-            .await
-        })
-        .await;
-        Ok(Response::new(match added {
-            Ok(a) => pb::AddVoterResponse {
+            |a| pb::AddVoterResponse {
                 error: None,
                 directory_id: a.directory.to_string(),
                 learner: a.learner,
             },
-            Err(e) => pb::AddVoterResponse {
-                error: Some(e),
-                ..Default::default()
-            },
-        }))
+        )
+        .await
     }
 
     async fn remove_voter(
         &self,
         req: Request<pb::RemoveVoterRequest>,
     ) -> Result<Response<pb::RemoveVoterResponse>, Status> {
-        let _slot = slot!(self, req, pb::RemoveVoterResponse);
-        if let Err(e) = self.shared.active_handle() {
-            return Ok(Response::new(pb::RemoveVoterResponse {
-                error: Some(e),
-                ..Default::default()
-            }));
-        }
-        if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Alter) {
-            return Ok(Response::new(pb::RemoveVoterResponse {
-                error: Some(e),
-                ..Default::default()
-            }));
-        }
-        let req = req.into_inner();
-        // On a task of its own, as AddVoter's.
-        let shared = self.shared.clone();
-        let removed = to_the_end(async move {
-            crate::quorum::remove_voter(&shared, req.node_id, req.force, req.learner_only).await
-        })
-        .await;
-        Ok(Response::new(match removed {
-            Ok(r) => pb::RemoveVoterResponse {
+        self.membership_change(
+            req,
+            |shared, req| async move {
+                crate::quorum::remove_voter(&shared, req.node_id, req.force, req.learner_only).await
+            },
+            |r| pb::RemoveVoterResponse {
                 error: None,
                 was_learner: r == crate::quorum::Removed::Learner,
             },
-            Err(e) => pb::RemoveVoterResponse {
-                error: Some(e),
-                ..Default::default()
-            },
-        }))
+        )
+        .await
     }
 
     async fn create_acls(
         &self,
         req: Request<pb::CreateAclsRequest>,
     ) -> Result<Response<pb::CreateAclsResponse>, Status> {
-        let _slot = slot!(self, req, pb::CreateAclsResponse);
-        let caller = Caller::of(&req);
-        let supers = self.super_users();
-        let asked = req.into_inner().bindings;
-        if let Err(e) = self.shared.config.limits.check_acls(asked.len()) {
-            return Ok(Response::new(pb::CreateAclsResponse {
-                error: top(e),
-                results: vec![],
-            }));
-        }
-        let parsed: Vec<Result<keel_metadata::acl::AclBinding, ApiError>> = asked
-            .iter()
-            .map(|b| acl_binding_from_pb(b).map_err(ApiError::from))
-            .collect();
-        let who = caller.principal().map(ToString::to_string);
-        let r = self
-            .shared
-            .submit_as(CommandKind::AlterAcls, who, move |image, _| {
-                if let Err(e) = caller
-                    .checker(image, &supers)
-                    .check(Operation::Alter, Resource::Cluster)
-                {
-                    return Proposal::with_reply(vec![], Err(e));
-                }
+        self.admin_write(
+            req,
+            CommandKind::AlterAcls,
+            Some(Operation::Alter),
+            |req: pb::CreateAclsRequest, shared| {
+                shared.config.limits.check_acls(req.bindings.len())?;
+                let parsed: Vec<Result<keel_metadata::acl::AclBinding, ApiError>> = req
+                    .bindings
+                    .iter()
+                    .map(|b| acl_binding_from_pb(b).map_err(ApiError::from))
+                    .collect();
+                Ok((req.bindings, parsed))
+            },
+            |(asked, parsed), image, _, _, asker| {
                 let valid: Vec<_> = parsed.iter().filter_map(|r| r.clone().ok()).collect();
                 let d = image.decide_create_acls(&valid);
                 let mut decided = d.reply.into_iter();
@@ -1343,16 +1283,15 @@ impl AdminService for AdminApi {
                     })
                     .collect();
                 let records = d.records.clone();
+                let caller = asker.caller.clone();
                 Proposal::new(d.records, move |commit| {
                     let index = commit?;
                     log_access_changes(&caller, &records, index);
-                    Ok(results)
+                    Ok((asked, results))
                 })
                 .with_replayed(d.replayed)
-            })
-            .await;
-        Ok(Response::new(match r {
-            Ok(results) => pb::CreateAclsResponse {
+            },
+            |(asked, results)| pb::CreateAclsResponse {
                 error: None,
                 results: asked
                     .into_iter()
@@ -1363,63 +1302,39 @@ impl AdminService for AdminApi {
                     })
                     .collect(),
             },
-            Err(e) => pb::CreateAclsResponse {
-                error: submit_error(&self.shared, e),
-                results: vec![],
-            },
-        }))
+        )
+        .await
     }
 
     async fn delete_acls(
         &self,
         req: Request<pb::DeleteAclsRequest>,
     ) -> Result<Response<pb::DeleteAclsResponse>, Status> {
-        let _slot = slot!(self, req, pb::DeleteAclsResponse);
-        let caller = Caller::of(&req);
-        let supers = self.super_users();
-        let filters = req.into_inner().filters;
-        if let Err(e) = self.shared.config.limits.check_acls(filters.len()) {
-            return Ok(Response::new(pb::DeleteAclsResponse {
-                error: top(e),
-                results: vec![],
-            }));
-        }
-        let filters = match filters
-            .iter()
-            .map(acl_filter_from_pb)
-            .collect::<Result<Vec<_>, _>>()
-        {
-            Ok(f) => f,
-            Err(e) => {
-                return Ok(Response::new(pb::DeleteAclsResponse {
-                    error: Some(error_to_pb(&e.into())),
-                    results: vec![],
-                }))
-            }
-        };
-        let who = caller.principal().map(ToString::to_string);
-        let r = self
-            .shared
-            .submit_as(CommandKind::AlterAcls, who, move |image, _| {
-                if let Err(e) = caller
-                    .checker(image, &supers)
-                    .check(Operation::Alter, Resource::Cluster)
-                {
-                    return Proposal::with_reply(vec![], Err(e));
-                }
+        self.admin_write(
+            req,
+            CommandKind::AlterAcls,
+            Some(Operation::Alter),
+            |req: pb::DeleteAclsRequest, shared| {
+                shared.config.limits.check_acls(req.filters.len())?;
+                Ok(req
+                    .filters
+                    .iter()
+                    .map(acl_filter_from_pb)
+                    .collect::<Result<Vec<_>, _>>()?)
+            },
+            |filters, image, _, _, asker| {
                 let d = image.decide_delete_acls(&filters);
                 let records = d.records.clone();
                 let removed = d.reply;
+                let caller = asker.caller.clone();
                 Proposal::new(d.records, move |commit| {
                     let index = commit?;
                     log_access_changes(&caller, &records, index);
                     Ok(removed)
                 })
                 .with_replayed(d.replayed)
-            })
-            .await;
-        Ok(Response::new(match r {
-            Ok(removed) => pb::DeleteAclsResponse {
+            },
+            |removed| pb::DeleteAclsResponse {
                 error: None,
                 results: removed
                     .into_iter()
@@ -1428,88 +1343,64 @@ impl AdminService for AdminApi {
                     })
                     .collect(),
             },
-            Err(e) => pb::DeleteAclsResponse {
-                error: submit_error(&self.shared, e),
-                results: vec![],
-            },
-        }))
+        )
+        .await
     }
 
     async fn describe_acls(
         &self,
         req: Request<pb::DescribeAclsRequest>,
     ) -> Result<Response<pb::DescribeAclsResponse>, Status> {
-        let _slot = slot!(self, req, pb::DescribeAclsResponse);
-        let fail = |e: pb::Error| {
-            Ok(Response::new(pb::DescribeAclsResponse {
-                error: Some(e),
-                bindings: vec![],
-            }))
-        };
-        let image = match self.cluster_read(&req, Operation::Describe).await {
-            Ok(image) => image,
-            Err(e) => return fail(e),
-        };
-        let filter = match req.get_ref().filter.as_ref().map(acl_filter_from_pb) {
-            None => Default::default(),
-            Some(Ok(f)) => f,
-            Some(Err(e)) => return fail(error_to_pb(&e.into())),
-        };
-        Ok(Response::new(pb::DescribeAclsResponse {
-            error: None,
-            bindings: filter
-                .select(&image)
-                .into_iter()
-                .map(acl_binding_to_pb)
-                .collect(),
-        }))
+        self.admin_read(req, Some(Operation::Describe), |req, image, _| {
+            let filter = match req.filter.as_ref().map(acl_filter_from_pb) {
+                None => Default::default(),
+                Some(f) => f?,
+            };
+            Ok(pb::DescribeAclsResponse {
+                error: None,
+                bindings: filter
+                    .select(image)
+                    .into_iter()
+                    .map(acl_binding_to_pb)
+                    .collect(),
+            })
+        })
+        .await
     }
 
     async fn alter_user_scram_credentials(
         &self,
         req: Request<pb::AlterUserScramCredentialsRequest>,
     ) -> Result<Response<pb::AlterUserScramCredentialsResponse>, Status> {
-        let _slot = slot!(self, req, pb::AlterUserScramCredentialsResponse);
-        let _admitted = self.admit(&req).await;
-        let caller = Caller::of(&req);
-        let supers = self.super_users();
-        let req = req.into_inner();
-        let items = req.upsertions.len() + req.deletions.len();
-        if items > MAX_SCRAM_CREDENTIALS {
-            return Ok(Response::new(pb::AlterUserScramCredentialsResponse {
-                error: top(ApiError::new(
-                    ErrorCode::PolicyViolation,
-                    format!(
-                        "the request changes {items} credentials; at most {MAX_SCRAM_CREDENTIALS} at once"
-                    ),
-                )),
-                results: vec![],
-            }));
-        }
-        let asked = ScramChanges::from_pb(&req);
-        let who = caller.principal().map(ToString::to_string);
-        let r = self
-            .shared
-            .submit_as(CommandKind::AlterScramCredentials, who, move |image, _| {
-                if let Err(e) = caller
-                    .checker(image, &supers)
-                    .check(Operation::Alter, Resource::Cluster)
-                {
-                    return Proposal::with_reply(vec![], Err(e));
+        self.admin_write(
+            req,
+            CommandKind::AlterScramCredentials,
+            Some(Operation::Alter),
+            |req: pb::AlterUserScramCredentialsRequest, _| {
+                let items = req.upsertions.len() + req.deletions.len();
+                if items > MAX_SCRAM_CREDENTIALS {
+                    return Err(ApiError::new(
+                        ErrorCode::PolicyViolation,
+                        format!(
+                            "the request changes {items} credentials; at most {MAX_SCRAM_CREDENTIALS} at once"
+                        ),
+                    ));
                 }
+                Ok(ScramChanges::from_pb(&req))
+            },
+            |asked, image, _, _, asker| {
                 let d = image.decide_alter_scram(&asked.upserts, &asked.deletions);
                 let results = asked.merge(d.reply);
                 let records = d.records.clone();
+                let caller = asker.caller.clone();
                 Proposal::new(d.records, move |commit| {
                     let index = commit?;
                     log_access_changes(&caller, &records, index);
                     Ok(results)
                 })
                 .with_replayed(d.replayed)
-            })
-            .await;
-        Ok(Response::new(match r {
-            Ok(results) => pb::AlterUserScramCredentialsResponse {
+            },
+            |results| pb::AlterUserScramCredentialsResponse {
                 error: None,
                 results: results
                     .into_iter()
@@ -1519,108 +1410,70 @@ impl AdminService for AdminApi {
                     })
                     .collect(),
             },
-            Err(e) => pb::AlterUserScramCredentialsResponse {
-                error: submit_error(&self.shared, e),
-                results: vec![],
-            },
-        }))
+        )
+        .await
     }
 
     async fn describe_user_scram_credentials(
         &self,
         req: Request<pb::DescribeUserScramCredentialsRequest>,
     ) -> Result<Response<pb::DescribeUserScramCredentialsResponse>, Status> {
-        let _slot = slot!(self, req, pb::DescribeUserScramCredentialsResponse);
-        let image = match self.cluster_read(&req, Operation::Describe).await {
-            Ok(image) => image,
-            Err(e) => {
-                return Ok(Response::new(pb::DescribeUserScramCredentialsResponse {
-                    error: Some(e),
-                    results: vec![],
-                }))
-            }
-        };
-        let users = &req.get_ref().users;
-        Ok(Response::new(pb::DescribeUserScramCredentialsResponse {
-            error: None,
-            results: describe_scram(&image, users),
-        }))
+        self.admin_read(req, Some(Operation::Describe), |req, image, _| {
+            Ok(pb::DescribeUserScramCredentialsResponse {
+                error: None,
+                results: describe_scram(image, &req.users),
+            })
+        })
+        .await
     }
 
     async fn alter_cluster_configs(
         &self,
         req: Request<pb::AlterClusterConfigsRequest>,
     ) -> Result<Response<pb::AlterClusterConfigsResponse>, Status> {
-        let _slot = slot!(self, req, pb::AlterClusterConfigsResponse);
-        let _admitted = self.admit(&req).await;
-        let caller = Caller::of(&req);
-        let supers = self.super_users();
-        let req = req.into_inner();
-        let fail = |e: ApiError| {
-            Ok(Response::new(pb::AlterClusterConfigsResponse {
-                error: top(e),
-            }))
-        };
-        let ops: Vec<ConfigOp> = match req.ops.into_iter().map(config_op_from_pb).collect() {
-            Ok(ops) => ops,
-            Err(e) => return fail(ApiError::from(e)),
-        };
         let limits = self.shared.config.limits.clone();
-        if let Err(e) = limits.check_alter_configs(&[("cluster defaults".to_string(), ops.clone())])
-        {
-            return fail(e);
-        }
-        let validate_only = req.validate_only;
-        let unknown = if self.shared.config.allow_unknown_topic_configs {
-            keel_metadata::topic_config::UnknownConfigs::Allow
-        } else {
-            keel_metadata::topic_config::UnknownConfigs::Refuse
-        };
-        let who = caller.principal().map(ToString::to_string);
-        let r = self
-            .shared
-            .submit_as(CommandKind::AlterConfigs, who, move |image, _| {
-                if let Err(e) = caller
-                    .checker(image, &supers)
-                    .check(Operation::AlterConfigs, Resource::Cluster)
-                {
-                    return Proposal::with_reply(vec![], Err(e));
-                }
+        let unknown = self.unknown_configs();
+        self.admin_write(
+            req,
+            CommandKind::AlterConfigs,
+            Some(Operation::AlterConfigs),
+            |req: pb::AlterClusterConfigsRequest, shared| {
+                let ops: Vec<ConfigOp> = req
+                    .ops
+                    .into_iter()
+                    .map(config_op_from_pb)
+                    .collect::<Result<_, _>>()?;
+                shared
+                    .config
+                    .limits
+                    .check_alter_configs(&[("cluster defaults".to_string(), ops.clone())])?;
+                Ok((ops, req.validate_only))
+            },
+            move |(ops, validate_only), image, _, _, _| {
                 if let Err(e) = limits.check_cluster_configs_in(image, &ops) {
                     return Proposal::with_reply(vec![], Err(e));
                 }
                 let d = image.decide_alter_cluster_configs(&ops, validate_only, unknown);
                 Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
-            })
-            .await;
-        Ok(Response::new(pb::AlterClusterConfigsResponse {
-            error: match r {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => top(e),
-                Err(e) => submit_error(&self.shared, e),
             },
-        }))
+            |r| pb::AlterClusterConfigsResponse {
+                error: r.err().and_then(top),
+            },
+        )
+        .await
     }
 
     async fn describe_cluster_configs(
         &self,
         req: Request<pb::DescribeClusterConfigsRequest>,
     ) -> Result<Response<pb::DescribeClusterConfigsResponse>, Status> {
-        let _slot = slot!(self, req, pb::DescribeClusterConfigsResponse);
-        let fail = |e: pb::Error| {
-            Ok(Response::new(pb::DescribeClusterConfigsResponse {
-                error: Some(e),
-                configs: vec![],
-            }))
-        };
-        let image = match self.cluster_read(&req, Operation::DescribeConfigs).await {
-            Ok(image) => image,
-            Err(e) => return fail(e),
-        };
-        Ok(Response::new(pb::DescribeClusterConfigsResponse {
-            error: None,
-            configs: config_entries(image.cluster_configs()),
-        }))
+        self.admin_read(req, Some(Operation::DescribeConfigs), |_, image, _| {
+            Ok(pb::DescribeClusterConfigsResponse {
+                error: None,
+                configs: config_entries(image.cluster_configs()),
+            })
+        })
+        .await
     }
 
     async fn describe_node(
@@ -1765,12 +1618,13 @@ impl AdminService for AdminApi {
         &self,
         req: Request<pb::TriggerSnapshotRequest>,
     ) -> Result<Response<pb::TriggerSnapshotResponse>, Status> {
-        let _slot = slot!(self, req, pb::TriggerSnapshotResponse);
+        let refused = |e: pb::Error| Ok(Response::new(pb::TriggerSnapshotResponse::refused(e)));
+        let _slot = match self.slot(&req) {
+            Ok(p) => p,
+            Err(e) => return refused(error_to_pb(&e)),
+        };
         if let Err(e) = self.check_cluster(&req, &self.shared.image(), Operation::Alter) {
-            return Ok(Response::new(pb::TriggerSnapshotResponse {
-                error: Some(e),
-                ..Default::default()
-            }));
+            return refused(e);
         }
         let req = req.into_inner();
         let timeout = match req.timeout_ms {

@@ -42,14 +42,12 @@ pub mod history;
 pub mod incarnations;
 pub mod intruder;
 pub mod kafka_client;
-pub mod kafka_intruder;
 pub mod linear;
 pub mod lost;
 pub mod nemesis;
 pub mod net;
 pub mod netem;
 pub mod partitions;
-pub mod power;
 pub mod probes;
 pub mod reassign;
 pub mod report;
@@ -410,8 +408,8 @@ async fn intruder_kafka(
     ca_pem: &std::path::Path,
     cluster_id: &str,
     creds: &intruder::Credentials,
-) -> Result<kafka_intruder::KafkaAttacks, String> {
-    use kafka_intruder::{NOACL_USER, VICTIM_USER};
+) -> Result<intruder::kafka::KafkaAttacks, String> {
+    use intruder::kafka::{NOACL_USER, VICTIM_USER};
     let victim = sasl::random_password();
     let noacl = sasl::random_password();
     sasl::create_user(transport, ctrl, VICTIM_USER, &victim, LOGIN_BOUND).await?;
@@ -434,7 +432,7 @@ async fn intruder_kafka(
         .values()
         .next()
         .ok_or("no broker certificate")?;
-    kafka_intruder::KafkaAttacks::new(
+    intruder::kafka::KafkaAttacks::new(
         kafka_addrs.to_vec(),
         ca_pem,
         cluster_id,
@@ -1206,7 +1204,7 @@ async fn body(
         let stops = disk_stops.lock().unwrap().clone();
         let (v, detail) = nemesis::disk_stop_check(&stops);
         put("disk_faults_stop_cleanly", b(v), detail);
-        let (v, detail) = power::epoch_check(&nemesis.disk_epochs);
+        let (v, detail) = crate::nemesis::power::epoch_check(&nemesis.disk_epochs);
         put("broker_epochs_across_disk_faults", b(v), detail);
     }
     if cfg.families.contains(&Family::Membership) {
@@ -1218,9 +1216,9 @@ async fn body(
         );
     }
     if powered {
-        let (v, detail) = power::restart_check(&restarts, cfg.recovery_bound);
+        let (v, detail) = crate::nemesis::power::restart_check(&restarts, cfg.recovery_bound);
         put("back_after_power_cuts", b(v), detail);
-        let (v, detail) = power::epoch_check(&epochs);
+        let (v, detail) = crate::nemesis::power::epoch_check(&epochs);
         put("broker_epochs_across_power_cuts", b(v), detail);
     }
     put(

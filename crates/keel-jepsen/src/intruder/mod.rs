@@ -23,7 +23,7 @@
 //!   broker.
 //!
 //! When the brokers have Kafka listeners (the intruder nemesis turns them
-//! on), each round also attacks one of them ([`crate::kafka_intruder`]):
+//! on), each round also attacks one of them ([`crate::intruder::kafka`]):
 //! plaintext bytes, a foreign CA's certificate, a broker's certificate, a
 //! wrong SCRAM password, a SCRAM user without ACLs and a replayed SCRAM
 //! client-final (`kafka_*` credentials).
@@ -46,6 +46,8 @@
 //! broker's controller epoch reached the forged range; a broker history
 //! line carries a forged controller epoch. Only the intruder touches those
 //! names and values, so none of these can come from another nemesis.
+
+pub mod kafka;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -110,7 +112,7 @@ pub enum Credential {
     ForeignCa,
     WrongBroker,
     NoAcls,
-    /// The Kafka listeners' attacks ([`crate::kafka_intruder`]).
+    /// The Kafka listeners' attacks ([`crate::intruder::kafka`]).
     KafkaPlaintext,
     KafkaForeignCa,
     KafkaNodeCert,
@@ -420,7 +422,7 @@ pub struct Intruder {
     pub start: Instant,
     pub attempts: Arc<Mutex<Vec<Attempt>>>,
     /// The attacks on the brokers' Kafka listeners, when they have some.
-    pub kafka: Option<crate::kafka_intruder::KafkaAttacks>,
+    pub kafka: Option<crate::intruder::kafka::KafkaAttacks>,
 }
 
 impl Intruder {

@@ -1,6 +1,8 @@
 //! The nemesis: faults on a schedule (fault window, heal window), chosen
 //! with a seeded RNG from the enabled families.
 
+pub mod power;
+
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
@@ -15,8 +17,8 @@ use serde::Serialize;
 
 use crate::client;
 use crate::cluster::{indexes, ip, Cluster, Role, CLIENT_IP};
+use crate::nemesis::power::{EpochSample, PowerKind, PowerUndo, Restart};
 use crate::net::Net;
-use crate::power::{EpochSample, PowerKind, PowerUndo, Restart};
 
 /// Fault families.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -33,7 +35,7 @@ pub enum Family {
     /// [`crate::intruder`]. Needs TLS. Not a scheduled fault: it runs
     /// alongside the others.
     Intruder,
-    /// Power cuts and disk faults on LazyFS mounts (see [`crate::power`]).
+    /// Power cuts and disk faults on LazyFS mounts (see [`crate::nemesis::power`]).
     /// Needs root and /dev/fuse.
     Power,
     /// A controller's file system calls fail (libfiu): `fsync`/`fdatasync`
@@ -1742,10 +1744,10 @@ mod tests {
             before,
             after,
         };
-        assert!(crate::power::epoch_check(&[sample(Some(7), Some(7))]).0);
-        assert!(crate::power::epoch_check(&[sample(Some(7), Some(9))]).0);
+        assert!(crate::nemesis::power::epoch_check(&[sample(Some(7), Some(7))]).0);
+        assert!(crate::nemesis::power::epoch_check(&[sample(Some(7), Some(9))]).0);
         assert!(
-            !crate::power::epoch_check(&[sample(Some(9), Some(7))]).0,
+            !crate::nemesis::power::epoch_check(&[sample(Some(9), Some(7))]).0,
             "back after its disk fault"
         );
     }

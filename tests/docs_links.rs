@@ -202,7 +202,6 @@ fn every_relative_link_and_anchor_resolves() {
 }
 
 #[test]
-#[ignore = "README.md is still the long one; its content now also lives in docs/"]
 fn readme_is_short_and_has_the_quick_start() {
     let readme = fs::read_to_string(repo_root().join("README.md")).expect("README.md");
     let lines = readme.lines().count();

@@ -148,18 +148,6 @@ fn from_forward(e: &ForwardError) -> KafkaError {
     KafkaError::new(code, e.to_string())
 }
 
-/// The whole-call error of a forwarded answer of any type, read through
-/// `error` (no copy of the answer).
-fn whole_of<T>(
-    reply: &Result<T, ForwardError>,
-    error: impl FnOnce(&T) -> Option<&pb::Error>,
-) -> Option<KafkaError> {
-    match reply {
-        Err(e) => Some(from_forward(e)),
-        Ok(r) => Some(from_pb(error(r))).filter(|e| e.code != 0),
-    }
-}
-
 /// A lost answer to a create, delete or partition change sent with
 /// `timeout_ms <= 0`. Keel answers REQUEST_TIMED_OUT when a forwarded
 /// write's outcome is unknown (it may never have been applied), but to
@@ -211,27 +199,125 @@ fn topic_id(bytes: &[u8]) -> Uuid {
     <[u8; 16]>::try_from(bytes).map_or(Uuid::nil(), Uuid::from_bytes)
 }
 
-async fn call(
+/// The answer of one kind of forwarded call.
+trait Reply: Sized {
+    /// The answer, if `r` is of this kind.
+    fn take(r: AdminReply) -> Option<Self>;
+}
+
+macro_rules! replies {
+    ($($variant:ident => $answer:ident),* $(,)?) => {
+        $(impl Reply for pb::$answer {
+            fn take(r: AdminReply) -> Option<Self> {
+                match r {
+                    AdminReply::$variant(x) => Some(x),
+                    _ => None,
+                }
+            }
+        })*
+    };
+}
+
+replies!(
+    CreateTopics => CreateTopicsResponse,
+    DeleteTopics => DeleteTopicsResponse,
+    CreatePartitions => CreatePartitionsResponse,
+    DescribeTopics => DescribeTopicsResponse,
+    IncrementalAlterConfigs => IncrementalAlterConfigsResponse,
+    ElectLeaders => ElectLeadersResponse,
+    AlterPartitionReassignments => AlterPartitionReassignmentsResponse,
+    ListPartitionReassignments => ListPartitionReassignmentsResponse,
+    AlterClusterConfigs => AlterClusterConfigsResponse,
+    DescribeClusterConfigs => DescribeClusterConfigsResponse,
+    CreateAcls => CreateAclsResponse,
+    DeleteAcls => DeleteAclsResponse,
+    DescribeAcls => DescribeAclsResponse,
+    AlterUserScramCredentials => AlterUserScramCredentialsResponse,
+    DescribeUserScramCredentials => DescribeUserScramCredentialsResponse,
+);
+
+/// The one path every forwarded admin call takes: sent to the active
+/// controller on behalf of the client, answered with the reply of its
+/// kind, or with the error of the whole call (no answer, the answer's own
+/// top-level error, or an answer of another kind: the forwarder broke its
+/// contract).
+async fn ask<R: Reply>(
     fwd: &OnBehalf<'_>,
     c: AdminCall,
     deadline: Duration,
-) -> Result<AdminReply, ForwardError> {
-    fwd.forward(c, deadline).await
+) -> Result<R, KafkaError> {
+    let r = fwd
+        .forward(c, deadline)
+        .await
+        .map_err(|e| from_forward(&e))?;
+    let e = from_pb(r.error());
+    if e.code != 0 {
+        return Err(e);
+    }
+    R::take(r).ok_or_else(|| {
+        from_forward(&ForwardError::NoController(
+            "the forwarder answered a different call".into(),
+        ))
+    })
 }
 
-/// A reply of the wrong kind: the forwarder broke its contract.
-fn mismatched() -> ForwardError {
-    ForwardError::NoController("the forwarder answered a different call".into())
-}
+/// The answer to the items of a request that were sent on in one call
+/// (`None`: every item was refused here, nothing was sent).
+struct Batch<R>(Option<Result<R, KafkaError>>);
 
-macro_rules! expect_reply {
-    ($r:expr, $v:ident) => {
-        match $r {
-            Ok(AdminReply::$v(x)) => Ok(x),
-            Ok(_) => Err(mismatched()),
-            Err(e) => Err(e),
+impl<R: Reply> Batch<R> {
+    /// Sends `items` in the call `call` makes of them, unless there are
+    /// none.
+    async fn send<T>(
+        fwd: &OnBehalf<'_>,
+        items: Vec<T>,
+        call: impl FnOnce(Vec<T>) -> AdminCall,
+        deadline: Duration,
+    ) -> Self {
+        if items.is_empty() {
+            return Batch(None);
         }
-    };
+        Batch(Some(ask(fwd, call(items), deadline).await))
+    }
+
+    /// A lost answer to a write sent with `timeout_ms <= 0` reads as
+    /// NOT_CONTROLLER (see [`async_safe`]).
+    fn async_safe(self, timeout_ms: i32) -> Self {
+        Batch(self.0.map(|r| {
+            r.map_err(|e| async_safe(timeout_ms, Some(e)).unwrap_or_else(KafkaError::none))
+        }))
+    }
+
+    /// The reply, when one came.
+    fn reply(&self) -> Option<&R> {
+        self.0.as_ref().and_then(|r| r.as_ref().ok())
+    }
+
+    /// The error of the whole call, when it failed.
+    fn failed(&self) -> Option<&KafkaError> {
+        self.0.as_ref().and_then(|r| r.as_ref().err())
+    }
+
+    /// The error of one item that was sent: the whole call's, else its own
+    /// answer's (`own`; `None`: the reply does not name it).
+    fn item(&self, own: Option<Option<&pb::Error>>, what: &str) -> KafkaError {
+        match (self.failed(), own) {
+            (Some(e), _) => e.clone(),
+            (None, Some(e)) => from_pb(e),
+            (None, None) => KafkaError::new(
+                ResponseError::UnknownServerError,
+                format!("the controller did not answer for this {what}"),
+            ),
+        }
+    }
+}
+
+/// The keys that stand more than once in `keys`.
+fn repeated<K: Ord + Clone>(keys: impl IntoIterator<Item = K>) -> BTreeSet<K> {
+    let mut seen = BTreeSet::new();
+    keys.into_iter()
+        .filter(|k| !seen.insert(k.clone()))
+        .collect()
 }
 
 // ---- CreateTopics -----------------------------------------------------------
@@ -243,13 +329,7 @@ pub async fn create_topics(
     version: i16,
     fwd: &OnBehalf<'_>,
 ) -> CreateTopicsResponse {
-    let mut seen = BTreeSet::new();
-    let mut dups = BTreeSet::new();
-    for t in &req.topics {
-        if !seen.insert(t.name.0.to_string()) {
-            dups.insert(t.name.0.to_string());
-        }
-    }
+    let dups = repeated(req.topics.iter().map(|t| t.name.0.to_string()));
     let mut local: BTreeMap<usize, KafkaError> = BTreeMap::new();
     let mut sent = Vec::new();
     for (i, t) in req.topics.iter().enumerate() {
@@ -268,28 +348,23 @@ pub async fn create_topics(
             }
         }
     }
-    let reply = if sent.is_empty() {
-        None
-    } else {
-        let c = AdminCall::CreateTopics(pb::CreateTopicsRequest {
-            topics: sent,
-            validate_only: req.validate_only,
-        });
-        Some(expect_reply!(
-            call(fwd, c, deadline(req.timeout_ms)).await,
-            CreateTopics
-        ))
-    };
-    let failed = async_safe(
-        req.timeout_ms,
-        reply
-            .as_ref()
-            .and_then(|r| whole_of(r, |r| r.error.as_ref())),
-    );
-    let by_name: BTreeMap<&str, &pb::CreateTopicResult> = match &reply {
-        Some(Ok(r)) => r.topics.iter().map(|t| (t.name.as_str(), t)).collect(),
-        _ => BTreeMap::new(),
-    };
+    let batch = Batch::<pb::CreateTopicsResponse>::send(
+        fwd,
+        sent,
+        |items| {
+            AdminCall::CreateTopics(pb::CreateTopicsRequest {
+                topics: items,
+                validate_only: req.validate_only,
+            })
+        },
+        deadline(req.timeout_ms),
+    )
+    .await
+    .async_safe(req.timeout_ms);
+    let by_name: BTreeMap<&str, &pb::CreateTopicResult> = batch
+        .reply()
+        .map(|r| r.topics.iter().map(|t| (t.name.as_str(), t)).collect())
+        .unwrap_or_default();
     let topics = req
         .topics
         .iter()
@@ -299,14 +374,10 @@ pub async fn create_topics(
                 .with_name(t.name.clone())
                 .with_num_partitions(-1)
                 .with_replication_factor(-1);
-            let err = match (local.get(&i), &failed, by_name.get(t.name.0.as_str())) {
-                (Some(e), ..) => e.clone(),
-                (None, Some(e), _) => e.clone(),
-                (None, None, Some(r)) => from_pb(r.error.as_ref()),
-                (None, None, None) => KafkaError::new(
-                    ResponseError::UnknownServerError,
-                    "the controller did not answer for this topic",
-                ),
+            let own = by_name.get(t.name.0.as_str()).map(|r| r.error.as_ref());
+            let err = match local.get(&i) {
+                Some(e) => e.clone(),
+                None => batch.item(own, "topic"),
             };
             if err.code != 0 {
                 return base.with_error_code(err.code).with_error_message(err.msg());
@@ -445,14 +516,13 @@ pub async fn delete_topics(
             asked.push((Some(n.0.to_string()), Uuid::nil(), Ok(n.0.to_string())));
         }
     }
-    let mut count: BTreeMap<String, usize> = BTreeMap::new();
-    for (_, _, r) in &asked {
-        if let Ok(n) = r {
-            *count.entry(n.clone()).or_default() += 1;
-        }
-    }
+    let twice = repeated(
+        asked
+            .iter()
+            .filter_map(|(_, _, r)| r.as_ref().ok().cloned()),
+    );
     for (_, _, r) in asked.iter_mut() {
-        if matches!(r, Ok(n) if count[n.as_str()] > 1) {
+        if matches!(r, Ok(n) if twice.contains(n)) {
             *r = Err(KafkaError::new(
                 ResponseError::InvalidRequest,
                 "Duplicate topic in request.",
@@ -463,38 +533,24 @@ pub async fn delete_topics(
         .iter()
         .filter_map(|(_, _, r)| r.as_ref().ok().cloned())
         .collect();
-    let reply = if names.is_empty() {
-        None
-    } else {
-        let c = AdminCall::DeleteTopics(pb::DeleteTopicsRequest { names });
-        Some(expect_reply!(
-            call(fwd, c, deadline(req.timeout_ms)).await,
-            DeleteTopics
-        ))
-    };
-    let failed = async_safe(
-        req.timeout_ms,
-        reply
-            .as_ref()
-            .and_then(|r| whole_of(r, |r| r.error.as_ref())),
-    );
-    let by_name: BTreeMap<&str, &pb::DeleteTopicResult> = match &reply {
-        Some(Ok(r)) => r.topics.iter().map(|t| (t.name.as_str(), t)).collect(),
-        _ => BTreeMap::new(),
-    };
+    let batch = Batch::<pb::DeleteTopicsResponse>::send(
+        fwd,
+        names,
+        |names| AdminCall::DeleteTopics(pb::DeleteTopicsRequest { names }),
+        deadline(req.timeout_ms),
+    )
+    .await
+    .async_safe(req.timeout_ms);
+    let by_name: BTreeMap<&str, &pb::DeleteTopicResult> = batch
+        .reply()
+        .map(|r| r.topics.iter().map(|t| (t.name.as_str(), t)).collect())
+        .unwrap_or_default();
     let responses = asked
         .iter()
         .map(|(name, id, resolved)| {
             let err = match resolved {
                 Err(e) => e.clone(),
-                Ok(n) => match (&failed, by_name.get(n.as_str())) {
-                    (Some(e), _) => e.clone(),
-                    (None, Some(r)) => from_pb(r.error.as_ref()),
-                    (None, None) => KafkaError::new(
-                        ResponseError::UnknownServerError,
-                        "the controller did not answer for this topic",
-                    ),
-                },
+                Ok(n) => batch.item(by_name.get(n.as_str()).map(|r| r.error.as_ref()), "topic"),
             };
             let out_name = resolved.as_ref().ok().cloned().or(name.clone());
             let out_id = if id.is_nil() {
@@ -587,41 +643,32 @@ pub async fn create_partitions(
             assignments,
         });
     }
-    let reply = if sent.is_empty() {
-        None
-    } else {
-        let c = AdminCall::CreatePartitions(pb::CreatePartitionsRequest {
-            topics: sent,
-            validate_only: req.validate_only,
-        });
-        Some(expect_reply!(
-            call(fwd, c, deadline(req.timeout_ms)).await,
-            CreatePartitions
-        ))
-    };
-    let failed = async_safe(
-        req.timeout_ms,
-        reply
-            .as_ref()
-            .and_then(|r| whole_of(r, |r| r.error.as_ref())),
-    );
-    let by_name: BTreeMap<&str, &pb::CreatePartitionsResult> = match &reply {
-        Some(Ok(r)) => r.topics.iter().map(|t| (t.name.as_str(), t)).collect(),
-        _ => BTreeMap::new(),
-    };
+    let batch = Batch::<pb::CreatePartitionsResponse>::send(
+        fwd,
+        sent,
+        |items| {
+            AdminCall::CreatePartitions(pb::CreatePartitionsRequest {
+                topics: items,
+                validate_only: req.validate_only,
+            })
+        },
+        deadline(req.timeout_ms),
+    )
+    .await
+    .async_safe(req.timeout_ms);
+    let by_name: BTreeMap<&str, &pb::CreatePartitionsResult> = batch
+        .reply()
+        .map(|r| r.topics.iter().map(|t| (t.name.as_str(), t)).collect())
+        .unwrap_or_default();
     let results = req
         .topics
         .iter()
         .enumerate()
         .map(|(i, t)| {
-            let err = match (local.get(&i), &failed, by_name.get(t.name.0.as_str())) {
-                (Some(e), ..) => e.clone(),
-                (None, Some(e), _) => e.clone(),
-                (None, None, Some(r)) => from_pb(r.error.as_ref()),
-                (None, None, None) => KafkaError::new(
-                    ResponseError::UnknownServerError,
-                    "the controller did not answer for this topic",
-                ),
+            let own = by_name.get(t.name.0.as_str()).map(|r| r.error.as_ref());
+            let err = match local.get(&i) {
+                Some(e) => e.clone(),
+                None => batch.item(own, "topic"),
             };
             CreatePartitionsTopicResult::default()
                 .with_name(t.name.clone())
@@ -734,26 +781,19 @@ pub async fn describe_configs(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let reply = if names.is_empty() {
-        None
-    } else {
-        let c = AdminCall::DescribeTopics(pb::DescribeTopicsRequest { names });
-        Some(expect_reply!(
-            call(fwd, c, DEFAULT_FORWARD_TIMEOUT).await,
-            DescribeTopics
-        ))
-    };
-    let failed = reply
-        .as_ref()
-        .and_then(|r| whole_of(r, |r| r.error.as_ref()));
-    let by_name: BTreeMap<&str, &pb::TopicDescription> = match &reply {
-        Some(Ok(r)) => r.topics.iter().map(|t| (t.name.as_str(), t)).collect(),
-        _ => BTreeMap::new(),
-    };
-    let topic_defaults: &[pb::ConfigEntry] = match &reply {
-        Some(Ok(r)) => &r.cluster_defaults,
-        _ => &[],
-    };
+    let batch = Batch::<pb::DescribeTopicsResponse>::send(
+        fwd,
+        names,
+        |names| AdminCall::DescribeTopics(pb::DescribeTopicsRequest { names }),
+        DEFAULT_FORWARD_TIMEOUT,
+    )
+    .await;
+    let by_name: BTreeMap<&str, &pb::TopicDescription> = batch
+        .reply()
+        .map(|r| r.topics.iter().map(|t| (t.name.as_str(), t)).collect())
+        .unwrap_or_default();
+    let topic_defaults: &[pb::ConfigEntry] =
+        batch.reply().map_or(&[], |r| r.cluster_defaults.as_slice());
     // Brokers list the cluster-wide defaults (Keel keeps no config of one
     // broker): one DescribeClusterConfigs call if any broker is asked.
     let defaults = if req
@@ -777,7 +817,7 @@ pub async fn describe_configs(
                 .as_ref()
                 .map(|ks| ks.iter().map(|k| k.to_string()).collect());
             let err = match r.resource_type {
-                RESOURCE_TOPIC => match (&failed, by_name.get(r.resource_name.as_str())) {
+                RESOURCE_TOPIC => match (batch.failed(), by_name.get(r.resource_name.as_str())) {
                     (Some(e), _) => e.clone(),
                     (None, Some(t)) => {
                         let e = from_pb(t.error.as_ref());
@@ -860,14 +900,8 @@ async fn alter_topic_configs(
                 ops: ops.clone(),
                 validate_only,
             });
-            let r = expect_reply!(
-                call(fwd, c, DEFAULT_FORWARD_TIMEOUT).await,
-                AlterClusterConfigs
-            );
-            Some(match whole_of(&r, |r| r.error.as_ref()) {
-                Some(e) => e,
-                None => from_pb(r.ok().and_then(|r| r.error).as_ref()),
-            })
+            let r = ask::<pb::AlterClusterConfigsResponse>(fwd, c, DEFAULT_FORWARD_TIMEOUT).await;
+            Some(r.err().unwrap_or_else(KafkaError::none))
         }
         _ => None,
     };
@@ -890,36 +924,31 @@ async fn alter_topic_configs(
             })
         })
         .collect();
-    let reply = if topics.is_empty() {
-        None
-    } else {
-        let c = AdminCall::IncrementalAlterConfigs(pb::IncrementalAlterConfigsRequest {
-            topics,
-            validate_only,
-        });
-        Some(expect_reply!(
-            call(fwd, c, DEFAULT_FORWARD_TIMEOUT).await,
-            IncrementalAlterConfigs
-        ))
-    };
-    let failed = reply
-        .as_ref()
-        .and_then(|r| whole_of(r, |r| r.error.as_ref()));
-    let by_name: BTreeMap<&str, &pb::AlterConfigsResult> = match &reply {
-        Some(Ok(r)) => r.topics.iter().map(|t| (t.topic.as_str(), t)).collect(),
-        _ => BTreeMap::new(),
-    };
+    let batch = Batch::<pb::IncrementalAlterConfigsResponse>::send(
+        fwd,
+        topics,
+        |items| {
+            AdminCall::IncrementalAlterConfigs(pb::IncrementalAlterConfigsRequest {
+                topics: items,
+                validate_only,
+            })
+        },
+        DEFAULT_FORWARD_TIMEOUT,
+    )
+    .await;
+    let by_name: BTreeMap<&str, &pb::AlterConfigsResult> = batch
+        .reply()
+        .map(|r| r.topics.iter().map(|t| (t.topic.as_str(), t)).collect())
+        .unwrap_or_default();
     checked
         .iter()
         .map(|(ty, name, r)| {
-            let err = match (r, &failed, by_name.get(name.as_str())) {
+            let err = match r {
                 // The default broker resource's answer (possibly success).
-                (Err(e), ..) => e.clone(),
-                (Ok(_), Some(e), _) => e.clone(),
-                (Ok(_), None, Some(t)) => from_pb(t.error.as_ref()),
-                (Ok(_), None, None) => KafkaError::new(
-                    ResponseError::UnknownServerError,
-                    "the controller did not answer for this topic",
+                Err(e) => e.clone(),
+                Ok(_) => batch.item(
+                    by_name.get(name.as_str()).map(|t| t.error.as_ref()),
+                    "topic",
                 ),
             };
             (*ty, name.clone(), err)
@@ -1015,17 +1044,14 @@ pub async fn alter_configs(req: AlterConfigsRequest, fwd: &OnBehalf<'_>) -> Alte
         Ok(BTreeMap::new())
     } else {
         let c = AdminCall::DescribeTopics(pb::DescribeTopicsRequest { names });
-        match expect_reply!(call(fwd, c, DEFAULT_FORWARD_TIMEOUT).await, DescribeTopics) {
-            Err(e) => Err(from_forward(&e)),
-            Ok(r) => match from_pb(r.error.as_ref()) {
-                e if e.code != 0 => Err(e),
-                _ => Ok(r
-                    .topics
+        ask::<pb::DescribeTopicsResponse>(fwd, c, DEFAULT_FORWARD_TIMEOUT)
+            .await
+            .map(|r| {
+                r.topics
                     .into_iter()
                     .map(|t| (t.name.clone(), t))
-                    .collect::<BTreeMap<_, _>>()),
-            },
-        }
+                    .collect::<BTreeMap<_, _>>()
+            })
     };
     let defaults = if req
         .resources
@@ -1119,14 +1145,9 @@ pub async fn alter_configs(req: AlterConfigsRequest, fwd: &OnBehalf<'_>) -> Alte
 /// The cluster-wide defaults (one DescribeClusterConfigs call).
 async fn cluster_defaults(fwd: &OnBehalf<'_>) -> Result<Vec<pb::ConfigEntry>, KafkaError> {
     let c = AdminCall::DescribeClusterConfigs(pb::DescribeClusterConfigsRequest {});
-    let r = expect_reply!(
-        call(fwd, c, DEFAULT_FORWARD_TIMEOUT).await,
-        DescribeClusterConfigs
-    );
-    match whole_of(&r, |r| r.error.as_ref()) {
-        Some(e) => Err(e),
-        None => Ok(r.map(|r| r.configs).unwrap_or_default()),
-    }
+    ask::<pb::DescribeClusterConfigsResponse>(fwd, c, DEFAULT_FORWARD_TIMEOUT)
+        .await
+        .map(|r| r.configs)
 }
 
 /// The ops of the default broker resource with each name as the topic
@@ -1202,23 +1223,17 @@ pub async fn elect_leaders(
             election_type: election_type as i32,
             partitions,
         });
-        let reply = expect_reply!(call(fwd, c, deadline(req.timeout_ms)).await, ElectLeaders);
-        match reply {
-            Err(e) => top = from_forward(&e),
+        match ask::<pb::ElectLeadersResponse>(fwd, c, deadline(req.timeout_ms)).await {
+            Err(e) => top = e,
             Ok(r) => {
-                let e = from_pb(r.error.as_ref());
-                if e.code != 0 {
-                    top = e;
-                } else {
-                    for p in r.partitions {
-                        let e = from_pb(p.error.as_ref());
-                        by_topic.entry(p.topic.clone()).or_default().push(
-                            PartitionResult::default()
-                                .with_partition_id(i32::try_from(p.partition).unwrap_or(i32::MAX))
-                                .with_error_code(e.code)
-                                .with_error_message(e.msg()),
-                        );
-                    }
+                for p in r.partitions {
+                    let e = from_pb(p.error.as_ref());
+                    by_topic.entry(p.topic.clone()).or_default().push(
+                        PartitionResult::default()
+                            .with_partition_id(i32::try_from(p.partition).unwrap_or(i32::MAX))
+                            .with_error_code(e.code)
+                            .with_error_message(e.msg()),
+                    );
                 }
             }
         }
@@ -1313,16 +1328,10 @@ pub async fn alter_partition_reassignments(
         let c = AdminCall::AlterPartitionReassignments(pb::AlterPartitionReassignmentsRequest {
             partitions,
         });
-        match expect_reply!(
-            call(fwd, c, deadline(req.timeout_ms)).await,
-            AlterPartitionReassignments
-        ) {
-            Err(e) => top = from_forward(&e),
+        match ask::<pb::AlterPartitionReassignmentsResponse>(fwd, c, deadline(req.timeout_ms)).await
+        {
+            Err(e) => top = e,
             Ok(r) => {
-                let e = from_pb(r.error.as_ref());
-                if e.code != 0 {
-                    top = e;
-                }
                 for p in r.partitions {
                     answers.insert((p.topic.clone(), p.partition), from_pb(p.error.as_ref()));
                 }
@@ -1394,24 +1403,16 @@ pub async fn list_partition_reassignments(
         .as_ref()
         .map_or(vec![], |w| w.keys().cloned().collect());
     let c = AdminCall::ListPartitionReassignments(pb::ListPartitionReassignmentsRequest { topics });
-    let r = match expect_reply!(
-        call(fwd, c, deadline(req.timeout_ms)).await,
-        ListPartitionReassignments
-    ) {
+    let r = match ask::<pb::ListPartitionReassignmentsResponse>(fwd, c, deadline(req.timeout_ms))
+        .await
+    {
         Err(e) => {
-            let e = from_forward(&e);
             return ListPartitionReassignmentsResponse::default()
                 .with_error_code(e.code)
                 .with_error_message(e.msg());
         }
         Ok(r) => r,
     };
-    let e = from_pb(r.error.as_ref());
-    if e.code != 0 {
-        return ListPartitionReassignmentsResponse::default()
-            .with_error_code(e.code)
-            .with_error_message(e.msg());
-    }
     let mut by_topic: BTreeMap<String, Vec<OngoingPartitionReassignment>> = BTreeMap::new();
     for o in r.reassignments {
         let index = i32::try_from(o.partition).unwrap_or(i32::MAX);
@@ -1455,12 +1456,7 @@ async fn acls_matching(
     let c = AdminCall::DescribeAcls(pb::DescribeAclsRequest {
         filter: Some(keel_proto::convert::acl_filter_to_pb(&broad)),
     });
-    let r = expect_reply!(call(fwd, c, deadline(0)).await, DescribeAcls)
-        .map_err(|e| from_forward(&e))?;
-    let e = from_pb(r.error.as_ref());
-    if e.code != 0 {
-        return Err(e);
-    }
+    let r = ask::<pb::DescribeAclsResponse>(fwd, c, deadline(0)).await?;
     let mut out = Vec::new();
     for b in &r.bindings {
         let b = keel_proto::convert::acl_binding_from_pb(b).map_err(|e| {
@@ -1500,32 +1496,20 @@ pub async fn create_acls(req: CreateAclsRequest, fwd: &OnBehalf<'_>) -> CreateAc
         .filter_map(|m| m.as_ref().ok())
         .map(keel_proto::convert::acl_binding_to_pb)
         .collect();
-    let reply = if sent.is_empty() {
-        None
-    } else {
-        let c = AdminCall::CreateAcls(pb::CreateAclsRequest { bindings: sent });
-        Some(expect_reply!(call(fwd, c, deadline(0)).await, CreateAcls))
-    };
-    let failed = reply
-        .as_ref()
-        .and_then(|r| whole_of(r, |r| r.error.as_ref()));
-    let mut answers = match &reply {
-        Some(Ok(r)) => r.results.iter(),
-        _ => [].iter(),
-    };
+    let batch = Batch::<pb::CreateAclsResponse>::send(
+        fwd,
+        sent,
+        |bindings| AdminCall::CreateAcls(pb::CreateAclsRequest { bindings }),
+        deadline(0),
+    )
+    .await;
+    let mut answers = batch.reply().map_or([].iter(), |r| r.results.iter());
     let results = mapped
         .iter()
         .map(|m| {
-            let e = match (m, &failed) {
-                (Err(e), _) => e.clone(),
-                (Ok(_), Some(e)) => e.clone(),
-                (Ok(_), None) => match answers.next() {
-                    Some(a) => from_pb(a.error.as_ref()),
-                    None => KafkaError::new(
-                        ResponseError::UnknownServerError,
-                        "the controller did not answer for this binding",
-                    ),
-                },
+            let e = match m {
+                Err(e) => e.clone(),
+                Ok(_) => batch.item(answers.next().map(|a| a.error.as_ref()), "binding"),
             };
             AclCreationResult::default()
                 .with_error_code(e.code)
@@ -1555,23 +1539,18 @@ pub async fn delete_acls(req: DeleteAclsRequest, fwd: &OnBehalf<'_>) -> DeleteAc
         .flatten()
         .map(|b| keel_proto::convert::acl_filter_to_pb(&crate::acls::exact_filter(b)))
         .collect();
-    let reply = if exact.is_empty() {
-        None
-    } else {
-        let c = AdminCall::DeleteAcls(pb::DeleteAclsRequest { filters: exact });
-        Some(expect_reply!(call(fwd, c, deadline(0)).await, DeleteAcls))
-    };
-    let failed = reply
-        .as_ref()
-        .and_then(|r| whole_of(r, |r| r.error.as_ref()));
+    let batch = Batch::<pb::DeleteAclsResponse>::send(
+        fwd,
+        exact,
+        |items| AdminCall::DeleteAcls(pb::DeleteAclsRequest { filters: items }),
+        deadline(0),
+    )
+    .await;
     // One answer per exact filter, in the order sent.
-    let mut removed = match &reply {
-        Some(Ok(r)) => r.results.iter(),
-        _ => [].iter(),
-    };
+    let mut removed = batch.reply().map_or([].iter(), |r| r.results.iter());
     let filter_results = found
         .into_iter()
-        .map(|f| match (f, &failed) {
+        .map(|f| match (f, batch.failed()) {
             (Err(e), _) => DeleteAclsFilterResult::default()
                 .with_error_code(e.code)
                 .with_error_message(e.msg()),
@@ -1660,24 +1639,14 @@ pub async fn alter_user_scram_credentials(
             upsertions,
             deletions,
         });
-        let reply = expect_reply!(call(fwd, c, deadline(0)).await, AlterUserScramCredentials);
-        let failed = whole_of(&reply, |r| r.error.as_ref());
-        let mut answers = match &reply {
-            Ok(r) => r.results.iter(),
-            Err(_) => [].iter(),
-        };
+        let batch =
+            Batch::<pb::AlterUserScramCredentialsResponse>(Some(ask(fwd, c, deadline(0)).await));
+        let mut answers = batch.reply().map_or([].iter(), |r| r.results.iter());
         for user in sent_users {
-            let e = match &failed {
-                Some(e) => e.clone(),
-                None => match answers.next() {
-                    Some(a) => from_pb(a.error.as_ref()),
-                    None => KafkaError::new(
-                        ResponseError::UnknownServerError,
-                        "the controller did not answer for this item",
-                    ),
-                },
-            };
-            items.push((user, e));
+            items.push((
+                user,
+                batch.item(answers.next().map(|a| a.error.as_ref()), "item"),
+            ));
         }
     }
     for user in &twice {
@@ -1718,17 +1687,13 @@ pub async fn describe_user_scram_credentials(
         .collect();
     let c =
         AdminCall::DescribeUserScramCredentials(pb::DescribeUserScramCredentialsRequest { users });
-    let reply = expect_reply!(
-        call(fwd, c, deadline(0)).await,
-        DescribeUserScramCredentials
-    );
-    if let Some(e) = whole_of(&reply, |r| r.error.as_ref()) {
-        return DescribeUserScramCredentialsResponse::default()
-            .with_error_code(e.code)
-            .with_error_message(e.msg());
-    }
-    let Ok(r) = reply else {
-        return DescribeUserScramCredentialsResponse::default();
+    let r = match ask::<pb::DescribeUserScramCredentialsResponse>(fwd, c, deadline(0)).await {
+        Ok(r) => r,
+        Err(e) => {
+            return DescribeUserScramCredentialsResponse::default()
+                .with_error_code(e.code)
+                .with_error_message(e.msg())
+        }
     };
     let mut seen = BTreeSet::new();
     let results = r

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use keel_testkit::fiu::{Calls, Errno};
+use keel_testkit::{ClusterFaults, SpecFaults};
 
 const LONG: Duration = Duration::from_secs(90);
 

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use keel_proto::client::ControllerClient;
 use keel_proto::pb;
-use keel_testkit::Cluster;
+use keel_testkit::{Cluster, SpecFaults};
 
 /// The longest a controller may take to notice its data dir is gone and
 /// exit: a snapshot is asked for at once, and the shutdown watchdog bounds
@@ -248,10 +248,7 @@ async fn a_controller_whose_disk_hangs_exits_with_its_own_code_and_comes_back_on
     let client = c.client(Duration::from_secs(5), Duration::from_secs(30));
     create_topic(&client, "before", 1, 1).await;
 
-    let lazyfs = c
-        .controller(victim)
-        .disk
-        .as_ref()
+    let lazyfs = keel_testkit::node_lazyfs(c.controller(victim))
         .and_then(|d| d.pid())
         .expect("LazyFS runs under the controller's data dir");
     let frozen = Frozen::stop(lazyfs);

@@ -13,6 +13,7 @@ use common::*;
 use keel_metadata::ErrorCode;
 use keel_proto::pb;
 use keel_testkit::admin::{creatable, create_topics_request};
+use keel_testkit::SpecFaults;
 
 const LONG: Duration = Duration::from_secs(90);
 const DISK: u64 = 96 << 20;

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use common::*;
 use keel_proto::client::ControllerClient;
+use keel_testkit::{ClusterFaults, SpecFaults};
 
 const LONG: Duration = Duration::from_secs(120);
 

@@ -23,7 +23,7 @@ use keel_proto::pb::admin_service_client::AdminServiceClient;
 use serde_json::{json, Value};
 
 use keel_testkit::probe::{self, Memory};
-use keel_testkit::Cluster;
+use keel_testkit::{Cluster, ClusterFaults, SpecFaults};
 
 use crate::cluster::{self, connect, ImageSpec};
 use crate::stats::{cell, machine, median, r1, r3, unix_now};

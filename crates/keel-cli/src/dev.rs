@@ -10,9 +10,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Args;
+use keel_cluster::{Addressing, Cluster, KafkaPorts, Naming, Ports, Role, Root, Spec};
 use keel_proto::client::ControllerClient;
 use keel_proto::pb;
-use keel_testkit::{Addressing, Cluster, KafkaPorts, Naming, Ports, Role, Root, Spec};
 
 use crate::EXIT_LOCAL;
 
@@ -205,7 +205,7 @@ fn write_kafka_client_configs(
     cluster_id: &str,
 ) -> anyhow::Result<KafkaClientConfigs> {
     use anyhow::Context;
-    let admin = keel_tls::Identity::user(cluster_id, keel_testkit::cluster::ADMIN_USER);
+    let admin = keel_tls::Identity::user(cluster_id, keel_cluster::cluster::ADMIN_USER);
     let (cert, key) = keel_tls::certs::paths(certs, &admin);
     let ca = certs.join("ca.pem");
     let kcat = certs.join("kcat.conf");

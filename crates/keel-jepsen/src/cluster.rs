@@ -7,7 +7,7 @@
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use keel_testkit::{Addressing, KafkaPorts, Ports, Root, Spec};
+use keel_testkit::{Addressing, KafkaPorts, Ports, Root, Spec, SpecFaults};
 pub use keel_testkit::{Cluster, Node, Role};
 
 /// Address the harness's own clients connect from.

@@ -63,6 +63,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
+use keel_testkit::{ClusterFaults, SpecFaults};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 

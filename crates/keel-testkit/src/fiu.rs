@@ -1,6 +1,6 @@
 //! Disk faults on a running node through libfiu (Debian's `fiu-utils` and
 //! `libfiu0`): a node started with libfiu's POSIX preload library
-//! ([`Spec::fiu`](crate::Spec::fiu)) has its `pwrite`, `fsync`,
+//! ([`SpecFaults::fiu`](crate::SpecFaults::fiu)) has its `pwrite`, `fsync`,
 //! `fdatasync`, `open` ... calls fail with a chosen errno while a fault is
 //! enabled, switched on and off at run time with `fiu-ctrl`. Real failing
 //! system calls in the real binary; nothing in Keel knows.
@@ -77,6 +77,27 @@ pub fn env(ctrl_prefix: &Path) -> anyhow::Result<Vec<(String, String)>> {
         ("FIU_CTRL_FIFO".into(), ctrl_prefix.display().to_string()),
         ("FIU_ENABLE".into(), String::new()),
     ])
+}
+
+/// Where a cluster's libfiu FIFOs go: `<root>/fiu/ctrl-<pid>.{in,out}`.
+pub fn ctrl_prefix(root: &Path) -> PathBuf {
+    root.join("fiu").join("ctrl")
+}
+
+/// libfiu's environment for every node of a cluster (see
+/// [`crate::SpecFaults::fiu`]), its FIFOs under [`ctrl_prefix`].
+#[derive(Debug)]
+pub struct NodeEnv;
+
+impl keel_cluster::NodeEnv for NodeEnv {
+    fn env(&self, root: &Path) -> anyhow::Result<Vec<(String, String)>> {
+        let prefix = ctrl_prefix(root);
+        if let Some(fifos) = prefix.parent() {
+            std::fs::create_dir_all(fifos)
+                .with_context(|| format!("create {}", fifos.display()))?;
+        }
+        env(&prefix)
+    }
 }
 
 fn which(tool: &str) -> anyhow::Result<PathBuf> {

@@ -6,7 +6,7 @@
 //! LazyFS's own faults (`crash`, `torn-op`, `torn-seq`, sent with
 //! [`LazyFs::command`] and naming files by [`LazyFs::inner_path`]) end
 //! with LazyFS killing itself: [`LazyFs::crashed`] says so, and
-//! [`crate::Cluster::remount_disk`] mounts the same backing dir again.
+//! [`crate::ClusterFaults::remount_disk`] mounts the same backing dir again.
 //!
 //! The LazyFS binary is found at `$KEEL_LAZYFS` or `target/lazyfs/lazyfs`
 //! under the working directory (`scripts/build-lazyfs.sh` builds the
@@ -250,7 +250,7 @@ impl LazyFs {
 
     /// Whether LazyFS has exited by itself: a `crash`, `torn-op` or
     /// `torn-seq` fault fired (or it failed). The mount is then dead
-    /// (every access fails) until [`crate::Cluster::remount_disk`].
+    /// (every access fails) until [`crate::ClusterFaults::remount_disk`].
     pub fn crashed(&mut self) -> bool {
         self.child
             .as_mut()
@@ -341,32 +341,39 @@ impl LazyFs {
     }
 }
 
-impl crate::Cluster {
-    /// Mounts node `i`'s LazyFS again (see [`LazyFs::remount`]) after a
-    /// crash or torn-write fault killed it; the node must be stopped.
-    /// Start it again with [`crate::Node::start`]. Needs
-    /// [`crate::Spec::lazyfs`].
-    pub fn remount_disk(&mut self, i: usize) -> anyhow::Result<()> {
-        let n = &mut self.nodes[i];
-        if n.running() {
-            bail!(
-                "{} is running: stop it before remounting its disk",
-                n.name()
-            );
-        }
-        let name = n.name().to_string();
-        match n.disk.as_mut() {
-            Some(d) => d
-                .remount()
-                .with_context(|| format!("remount the disk of {name}")),
-            None => bail!("{name} has no LazyFS disk (Spec::lazyfs)"),
-        }
+impl keel_cluster::DataDisk for LazyFs {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 
-    /// Whether node `i`'s LazyFS exited by itself (see [`LazyFs::crashed`]).
-    pub fn disk_crashed(&mut self, i: usize) -> bool {
-        self.nodes[i].disk.as_mut().is_some_and(LazyFs::crashed)
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
     }
+}
+
+/// Mounts a LazyFS under each node's disk dir (see
+/// [`crate::SpecFaults::lazyfs`]); the data dir is `<dir>/mnt/data`.
+#[derive(Debug)]
+pub struct Maker;
+
+impl keel_cluster::DiskMaker for Maker {
+    fn data_dir(&self, dir: &Path) -> PathBuf {
+        dir.join("mnt").join("data")
+    }
+
+    fn mount(&self, dir: &Path) -> anyhow::Result<Box<dyn keel_cluster::DataDisk>> {
+        Ok(Box::new(LazyFs::mount(&binary()?, dir)?))
+    }
+}
+
+/// The LazyFS node `n`'s data dir is on, if it is on one.
+pub fn of(n: &keel_cluster::Node) -> Option<&LazyFs> {
+    n.disk.as_ref()?.as_any().downcast_ref()
+}
+
+/// [`of`], mutable.
+pub fn of_mut(n: &mut keel_cluster::Node) -> Option<&mut LazyFs> {
+    n.disk.as_mut()?.as_any_mut().downcast_mut()
 }
 
 impl Drop for LazyFs {

@@ -38,6 +38,31 @@ impl Tmpfs {
     }
 }
 
+impl keel_cluster::DataDisk for Tmpfs {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+/// Mounts a tmpfs of this many bytes at each node's disk dir (see
+/// [`crate::SpecFaults::tmpfs`]); the data dir is `<dir>/data`.
+#[derive(Debug)]
+pub struct Maker(pub u64);
+
+impl keel_cluster::DiskMaker for Maker {
+    fn data_dir(&self, dir: &Path) -> PathBuf {
+        dir.join("data")
+    }
+
+    fn mount(&self, dir: &Path) -> anyhow::Result<Box<dyn keel_cluster::DataDisk>> {
+        Ok(Box::new(Tmpfs::mount(dir, self.0)?))
+    }
+}
+
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let ok = Command::new("umount")

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use keel_testkit::ClusterFaults;
 use serde::Serialize;
 
 use super::power::EpochSample;

@@ -23,6 +23,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use keel_testkit::ClusterFaults;
 use rand::rngs::StdRng;
 use rand::Rng;
 use serde::Serialize;

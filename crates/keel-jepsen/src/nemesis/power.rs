@@ -28,6 +28,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use keel_testkit::ClusterFaults;
 use rand::seq::SliceRandom;
 use rand::Rng;
 use serde::Serialize;
@@ -423,16 +424,13 @@ impl Nemesis {
         let armed = {
             let c = self.cluster.lock().unwrap();
             let n = &c.nodes[i];
-            let file = n
-                .disk
-                .as_ref()
+            let file = keel_testkit::node_lazyfs(n)
                 .and_then(|d| d.inner_path(&n.data_dir.join(RAFT_LOG_FILE)));
             match file.and_then(|f| lazyfs_command(kind, &f, &mut self.rng)) {
                 None => Err(format!("{} has no LazyFS disk", n.name())),
                 Some(cmd) => {
                     ev.detail.push(cmd.clone());
-                    n.disk
-                        .as_ref()
+                    keel_testkit::node_lazyfs(n)
                         .map_or(Ok(()), |d| d.command(&cmd))
                         .map_err(|e| format!("{e:#}"))
                 }
@@ -473,7 +471,7 @@ impl Nemesis {
         if crashed {
             // What LazyFS says it did: which parts or writes it kept, and
             // the operation it crashed at.
-            let disk = c.nodes[i].disk.as_ref();
+            let disk = keel_testkit::node_lazyfs(&c.nodes[i]);
             let inner = disk
                 .and_then(|d| d.inner_path(&c.nodes[i].data_dir.join(RAFT_LOG_FILE)))
                 .map(|p| p.display().to_string())

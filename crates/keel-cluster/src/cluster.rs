@@ -2,11 +2,17 @@
 //! number of brokers, each on its own loopback address, with its data dir
 //! and log under one directory. Nothing outlives the [`Cluster`]: every
 //! process is SIGKILLed when it is dropped, on error paths too.
+//!
+//! The kit injects no fault of its own. Two seams let a test harness add
+//! them: [`Spec::data_disk`] mounts a file system of the harness's choice
+//! over every node's data dir, and [`Spec::node_env`] adds environment
+//! variables to every node (a preloaded library, for example).
 
+use std::any::Any;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
@@ -79,6 +85,32 @@ pub enum Root {
     At(PathBuf),
 }
 
+/// A file system mounted over one node's data dir (unmounted when it is
+/// dropped). The kit only holds it; the harness that made it reaches its
+/// own type through [`DataDisk::as_any`]. `Sync`: a cluster is shared
+/// across tasks.
+pub trait DataDisk: Any + Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// Mounts a [`DataDisk`] for each node (see [`Spec::data_disk`]).
+pub trait DiskMaker: std::fmt::Debug + Send + Sync {
+    /// Where a node's data dir is inside its disk dir `dir`.
+    fn data_dir(&self, dir: &Path) -> PathBuf;
+    /// Mounts a file system under `dir` (the node's disk dir, created if
+    /// missing) so that [`DiskMaker::data_dir`] of `dir` is on it.
+    fn mount(&self, dir: &Path) -> anyhow::Result<Box<dyn DataDisk>>;
+}
+
+/// Environment variables every node of a cluster gets (see
+/// [`Spec::node_env`]), made once the cluster's directory exists.
+pub trait NodeEnv: std::fmt::Debug + Send + Sync {
+    /// The variables, given the cluster's root directory (where any file
+    /// they name may go).
+    fn env(&self, root: &Path) -> anyhow::Result<Vec<(String, String)>>;
+}
+
 /// Everything that shapes a cluster; [`Spec::new`] gives the defaults.
 #[derive(Debug)]
 pub struct Spec {
@@ -109,20 +141,17 @@ pub struct Spec {
     /// user in `<root>/certs` (made on first use, reused after), every
     /// node started with its own, the kit's clients using admin's.
     pub tls: bool,
-    /// Every node's data dir on a LazyFS mount of its own (see
-    /// [`crate::lazyfs`]), so [`Cluster::power_cut`] can drop what it has
-    /// not fsynced.
-    pub lazyfs: bool,
-    /// Every node's data dir on a tmpfs of this many bytes (to fill it).
-    pub tmpfs_bytes: Option<u64>,
+    /// Every node's data dir on a file system of its own, mounted by this
+    /// maker when the cluster is laid out (`None`: the data dir is a plain
+    /// directory under the root).
+    pub data_disk: Option<Arc<dyn DiskMaker>>,
     /// Run a binary built with a deliberately unsafe feature (its
     /// `--version` says `UNSAFE`). Refused otherwise: such a build left
     /// in `target/` by a feature test loses acknowledged writes, and every
     /// other test run on it would report its failures as Keel's.
     pub allow_unsafe_build: bool,
-    /// Every node started with libfiu's POSIX preload, so
-    /// [`Cluster::disk_fault`] can fail its file system calls.
-    pub fiu: bool,
+    /// Extra environment of every node (`None`: none).
+    pub node_env: Option<Arc<dyn NodeEnv>>,
     /// A Kafka listener on every broker (`None`: none).
     pub kafka: Option<KafkaPorts>,
 }
@@ -151,10 +180,9 @@ impl Spec {
             metrics: false,
             own_process_groups: false,
             tls: false,
-            lazyfs: false,
-            tmpfs_bytes: None,
+            data_disk: None,
             allow_unsafe_build: false,
-            fiu: false,
+            node_env: None,
             kafka: None,
         }
     }
@@ -165,9 +193,9 @@ impl Spec {
         self
     }
 
-    /// Nodes under libfiu (see [`Spec::fiu`] and [`crate::fiu`]).
-    pub fn fiu(mut self, on: bool) -> Self {
-        self.fiu = on;
+    /// Extra environment for every node (see [`Spec::node_env`]).
+    pub fn node_env(mut self, env: Option<Arc<dyn NodeEnv>>) -> Self {
+        self.node_env = env;
         self
     }
 
@@ -177,15 +205,9 @@ impl Spec {
         self
     }
 
-    /// Data dirs on tmpfs mounts of `bytes` each (see [`Spec::tmpfs_bytes`]).
-    pub fn tmpfs(mut self, bytes: u64) -> Self {
-        self.tmpfs_bytes = Some(bytes);
-        self
-    }
-
-    /// Data dirs on LazyFS (see [`Spec::lazyfs`]).
-    pub fn lazyfs(mut self, on: bool) -> Self {
-        self.lazyfs = on;
+    /// Data dirs on disks of `maker` (see [`Spec::data_disk`]).
+    pub fn data_disk(mut self, maker: Option<Arc<dyn DiskMaker>>) -> Self {
+        self.data_disk = maker;
         self
     }
 
@@ -334,10 +356,10 @@ pub struct Node {
     pub kafka_addr: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub process: Process,
-    /// The LazyFS mount the data dir is on (dropped after the process).
-    pub disk: Option<crate::lazyfs::LazyFs>,
-    /// The tmpfs the data dir is on (dropped after the process).
-    pub tmpfs: Option<crate::tmpfs::Tmpfs>,
+    /// The file system the data dir is on, when the spec gives one.
+    /// Declared after `process`: fields drop in order, so the process is
+    /// killed before its disk is unmounted.
+    pub disk: Option<Box<dyn DataDisk>>,
 }
 
 impl Node {
@@ -420,7 +442,7 @@ pub struct Cluster {
     dir: Dir,
     pub cluster_id: String,
     spec_exe: PathBuf,
-    /// Environment of every node (libfiu's, when the spec asks for it).
+    /// Extra environment of every node (from [`Spec::node_env`]).
     node_env: Vec<(String, String)>,
     addressing: Addressing,
     data_subdir: String,
@@ -436,10 +458,8 @@ pub struct Cluster {
     certs: Option<PathBuf>,
     /// How the kit's clients speak: as user `admin`, or plaintext.
     transport: Transport,
-    /// The LazyFS binary, when data dirs are on LazyFS.
-    lazyfs: Option<PathBuf>,
-    /// Size of each node's tmpfs, when data dirs are on tmpfs.
-    tmpfs_bytes: Option<u64>,
+    /// What mounts each node's data disk, when the spec gives one.
+    data_disk: Option<Arc<dyn DiskMaker>>,
     /// Brokers' Kafka listeners, when the spec asks for them.
     kafka: Option<KafkaPorts>,
     /// `--super-users` of controllers over TLS: the kit's admin user only
@@ -471,13 +491,9 @@ impl Cluster {
                 Dir::At(p)
             }
         };
-        let node_env = if spec.fiu {
-            let fifos = dir.path().join("fiu");
-            std::fs::create_dir_all(&fifos)
-                .with_context(|| format!("create {}", fifos.display()))?;
-            crate::fiu::env(&fifos.join("ctrl"))?
-        } else {
-            Vec::new()
+        let node_env = match &spec.node_env {
+            Some(e) => e.env(dir.path())?,
+            None => Vec::new(),
         };
         let mut c = Cluster {
             nodes: Vec::new(),
@@ -497,15 +513,10 @@ impl Cluster {
             own_process_groups: spec.own_process_groups,
             certs: None,
             transport: Transport::Plaintext,
-            tmpfs_bytes: spec.tmpfs_bytes,
+            data_disk: spec.data_disk,
             kafka: spec.kafka,
             super_users: format!("User:{ADMIN_USER}"),
             controller_kafka_port: None,
-            lazyfs: if spec.lazyfs {
-                Some(crate::lazyfs::binary()?)
-            } else {
-                None
-            },
         };
         if spec.tls {
             let certs = c.dir.path().join("certs");
@@ -606,85 +617,39 @@ impl Cluster {
     }
 
     fn data_dir_of(&self, name: &str) -> PathBuf {
-        if self.tmpfs_bytes.is_some() {
-            return self.disk_dir_of(name).join("data");
+        match &self.data_disk {
+            Some(maker) => maker.data_dir(&self.disk_dir_of(name)),
+            None => self.dir.path().join(&self.data_subdir).join(name),
         }
-        if self.lazyfs.is_some() {
-            return self.disk_dir_of(name).join("mnt").join("data");
-        }
-        self.dir.path().join(&self.data_subdir).join(name)
     }
 
-    /// Where node `name`'s own file system lives (a tmpfs mount, or a
-    /// LazyFS mount with its backing dir and FIFO).
+    /// Where node `name`'s own file system lives, when the spec gives
+    /// nodes disks.
     fn disk_dir_of(&self, name: &str) -> PathBuf {
         self.dir.path().join("disks").join(name)
     }
 
-    /// Mounts node `i`'s LazyFS, when the cluster uses LazyFS.
+    /// Mounts node `i`'s disk, when the spec gives nodes disks and it has
+    /// none yet.
     fn mount_disk(&mut self, i: usize) -> anyhow::Result<()> {
-        if let Some(bytes) = self.tmpfs_bytes {
-            if self.nodes[i].tmpfs.is_none() {
-                let dir = self.disk_dir_of(self.nodes[i].name());
-                let fs = crate::tmpfs::Tmpfs::mount(&dir, bytes)?;
-                std::fs::create_dir_all(&self.nodes[i].data_dir)?;
-                self.nodes[i].tmpfs = Some(fs);
-            }
-            return Ok(());
-        }
-        let Some(exe) = self.lazyfs.clone() else {
+        let Some(maker) = self.data_disk.clone() else {
             return Ok(());
         };
         if self.nodes[i].disk.is_some() {
             return Ok(());
         }
         let dir = self.disk_dir_of(self.nodes[i].name());
-        let fs = crate::lazyfs::LazyFs::mount(&exe, &dir)?;
-        std::fs::create_dir_all(&self.nodes[i].data_dir)?;
-        self.nodes[i].disk = Some(fs);
+        let disk = maker.mount(&dir)?;
+        let data_dir = &self.nodes[i].data_dir;
+        std::fs::create_dir_all(data_dir)
+            .with_context(|| format!("create {}", data_dir.display()))?;
+        self.nodes[i].disk = Some(disk);
         Ok(())
     }
 
-    /// Pulls node `i`'s plug: SIGKILL, then everything its disk has not
-    /// fsynced is gone (LazyFS `clear-cache`). The node stays down; start
-    /// it again with [`Node::start`]. Needs [`Spec::lazyfs`].
-    pub fn power_cut(&mut self, i: usize) -> anyhow::Result<()> {
-        let n = &mut self.nodes[i];
-        n.kill();
-        match &n.disk {
-            Some(d) => d.clear_cache(),
-            None => bail!("{} has no LazyFS disk (Spec::lazyfs)", n.name()),
-        }
-    }
-
-    /// Makes node `i`'s `calls` fail with `errno` until
-    /// [`Cluster::clear_disk_fault`] or its next start (needs [`Spec::fiu`]).
-    pub fn disk_fault(
-        &self,
-        i: usize,
-        calls: crate::fiu::Calls,
-        errno: crate::fiu::Errno,
-    ) -> anyhow::Result<()> {
-        let (prefix, pid) = self.fiu_target(i)?;
-        crate::fiu::enable(&prefix, pid, calls, errno)
-    }
-
-    /// Lets node `i`'s `calls` succeed again.
-    pub fn clear_disk_fault(&self, i: usize, calls: crate::fiu::Calls) -> anyhow::Result<()> {
-        let (prefix, pid) = self.fiu_target(i)?;
-        crate::fiu::disable(&prefix, pid, calls)
-    }
-
-    fn fiu_target(&self, i: usize) -> anyhow::Result<(PathBuf, u32)> {
-        let n = &self.nodes[i];
-        if self.node_env.iter().all(|(k, _)| k != "FIU_CTRL_FIFO") {
-            bail!("{} does not run under libfiu (Spec::fiu)", n.name());
-        }
-        let pid = n
-            .process
-            .pid()
-            .ok_or_else(|| anyhow!("{} is not running", n.name()))?;
-        Ok((self.dir.path().join("fiu").join("ctrl"), pid))
+    /// The extra environment every node runs with (see [`Spec::node_env`]).
+    pub fn node_env(&self) -> &[(String, String)] {
+        &self.node_env
     }
 
     fn log_of(&self, name: &str) -> PathBuf {
@@ -761,7 +726,6 @@ impl Cluster {
             ),
             data_dir,
             disk: None,
-            tmpfs: None,
         }
     }
 
@@ -808,7 +772,6 @@ impl Cluster {
             ),
             data_dir,
             disk: None,
-            tmpfs: None,
         }
     }
 
@@ -1525,7 +1488,6 @@ mod tests {
             data_dir: dir.path().join("b1"),
             process: Process::new("b1", launch, dir.path().join("b1.log")),
             disk: None,
-            tmpfs: None,
         };
         assert_eq!((n.pid(), n.rss_bytes(), n.cpu_ticks()), (None, 0, None));
         n.start().unwrap();

@@ -14,7 +14,8 @@
 #
 # A build is a git revision, built in release from a temporary worktree
 # into one target dir for all of them ($BENCH_AB_TARGET, by default
-# target/bench-ab), or the path of a `keel` binary. Flags after `--` go to
+# target/bench-ab), or the path of a `keel` binary (with the `keel-lab`
+# beside it, which `keel bench` runs, when it has one). Flags after `--` go to
 # every `keel bench` run (e.g. `-- --trials 3 --partitions 50000`).
 # Results: bench-results/ab-<time>/<round>/<build>/<scenario>.json with the
 # run's output beside it, the binaries (bin/), and summary.txt. Do not run
@@ -62,12 +63,18 @@ cleanup() {
 trap cleanup EXIT
 
 # Each build gets a short name (its revision's short hash, or the binary's
-# file name) and a copy of its binary under $bins.
+# file name) and a copy of its binaries under $bins/<name>/: `keel`, and
+# `keel-lab` for the builds where `keel bench` runs it.
 names=()
 for b in "${builds[@]}"; do
   if [ -x "$b" ] && [ -f "$b" ]; then
     name=$(basename "$b")
-    cp "$b" "$bins/$name"
+    mkdir -p "$bins/$name"
+    cp "$b" "$bins/$name/keel"
+    lab="$(dirname "$b")/keel-lab"
+    if [ -x "$lab" ]; then
+      cp "$lab" "$bins/$name/keel-lab"
+    fi
   else
     rev=$(git -C "$root" rev-parse --verify --quiet "$b^{commit}") || {
       echo "bench-ab: $b is neither an executable nor a git revision" >&2
@@ -83,7 +90,14 @@ for b in "${builds[@]}"; do
     echo "bench-ab: building $name ($b)"
     CARGO_TARGET_DIR="$target" cargo build --release --quiet \
       --manifest-path "$wt/Cargo.toml" --bin keel
-    cp "$target/release/keel" "$bins/$name"
+    mkdir -p "$bins/$name"
+    cp "$target/release/keel" "$bins/$name/keel"
+    # Since the lab left the keel binary, `keel bench` runs keel-lab.
+    if [ -f "$wt/crates/keel-lab/Cargo.toml" ]; then
+      CARGO_TARGET_DIR="$target" cargo build --release --quiet \
+        --manifest-path "$wt/Cargo.toml" -p keel-lab
+      cp "$target/release/keel-lab" "$bins/$name/keel-lab"
+    fi
   fi
   for n in "${names[@]}"; do
     if [ "$n" = "$name" ]; then
@@ -106,7 +120,7 @@ for r in $(seq 1 "$rounds"); do
     mkdir -p "$dir"
     started=$(date +%s)
     rc=0
-    "$bins/$name" bench "$scenario" --out-dir "$dir" ${extra[@]+"${extra[@]}"} \
+    "$bins/$name/keel" bench "$scenario" --out-dir "$dir" ${extra[@]+"${extra[@]}"} \
       >"$dir/output.txt" 2>&1 || rc=$?
     echo "bench-ab: round $r/$rounds $name: exit $rc in $(($(date +%s) - started)) s"
   done

@@ -48,7 +48,7 @@
 #   connection and `Write` session per writer to the active controller
 #   (shared: one connection and one session for all writers, each write a
 #   message tagged with its id).
-# - grpc-echo, the transport ceiling: one `keel bench-echo-server` process
+# - grpc-echo, the transport ceiling: one `keel-lab bench-echo-server` process
 #   on 127.0.23.1 (started and stopped by the bench; --no-echo leaves it
 #   out) whose EchoService.Echo stream sends every message straight back;
 #   op: one 100-byte message out and back on the writer's own stream (its

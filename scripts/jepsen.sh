@@ -8,8 +8,8 @@
 #                                                  # summary.md + summary.html in the soak's dir
 #   scripts/jepsen.sh <any keel jepsen flags>      # e.g. --plaintext (no TLS, no intruder)
 #
-# Builds the binary first (release; KEEL_JEPSEN_PROFILE=debug for a debug
-# build). Network partitions need root and iptables, power cuts root,
+# Builds the binaries first, `keel` and the `keel-lab` that `keel jepsen`
+# runs (release; KEEL_JEPSEN_PROFILE=debug for a debug build). Network partitions need root and iptables, power cuts root,
 # /dev/fuse and LazyFS (target/lazyfs, built on first use): without them
 # the run exits with code 5 (use --nemesis kill,pause to run without);
 # disk faults need libfiu (apt-get install -y fiu-utils).
@@ -19,10 +19,10 @@ cd "$(dirname "$0")/.."
 
 profile="${KEEL_JEPSEN_PROFILE:-release}"
 if [[ "$profile" == release ]]; then
-  cargo build --release -p keel
+  cargo build --release -p keel -p keel-lab
   bin="${CARGO_TARGET_DIR:-target}/release/keel"
 else
-  cargo build -p keel
+  cargo build -p keel -p keel-lab
   bin="${CARGO_TARGET_DIR:-target}/debug/keel"
 fi
 

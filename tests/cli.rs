@@ -662,6 +662,7 @@ fn dev_cluster_and_every_admin_command() {
 /// short real run against its own quorum, every op answered.
 #[test]
 fn bench_commit_runs_its_writers_on_one_shared_session() {
+    common::keel_lab();
     let out_dir = tempfile::tempdir().expect("tempdir");
     let out = Command::new(keel_bin())
         .args([
@@ -737,6 +738,7 @@ fn an_unreachable_bootstrap_is_reported_at_once_with_the_os_reason() {
 /// finite positive TLS ÷ plaintext ratio of each.
 #[test]
 fn bench_commit_with_tls_reports_plaintext_and_tls_side_by_side() {
+    common::keel_lab();
     let out_dir = tempfile::tempdir().expect("tempdir");
     let out = Command::new(keel_bin())
         .args([

@@ -534,7 +534,9 @@ fn version_completions_and_usage_errors_need_no_cluster() {
     let (code, _, err) = run(&["topics", "delete"]);
     assert_eq!(code, 2, "{err}");
 
-    // Every command's help has an example.
+    // Every command's help has an example (`jepsen` and `bench` show
+    // `keel-lab`'s).
+    keel_lab();
     for cmd in [
         &["topics", "create"][..],
         &["topics", "delete"],

@@ -43,6 +43,43 @@ pub fn keel_bin() -> &'static str {
     env!("CARGO_BIN_EXE_keel")
 }
 
+/// The `keel-lab` binary beside `keel`, which `keel jepsen` and `keel
+/// bench` run; built first (once per test binary) in the profile and
+/// target dir of `keel`: a test of this package cannot name another
+/// package's binary, and `cargo test --test cli` alone would not build it.
+pub fn keel_lab() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let keel = std::path::Path::new(keel_bin());
+            let profile_dir = keel.parent().expect("keel is in a profile dir");
+            let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
+                Some("debug") => "dev",
+                Some(p) => p,
+                None => panic!("no profile dir in {}", keel.display()),
+            };
+            let target = profile_dir.parent().expect("a target dir");
+            let st = std::process::Command::new(env!("CARGO"))
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .args(["build", "--quiet", "-p", "keel-lab", "--profile", profile])
+                .env("CARGO_TARGET_DIR", target)
+                .status()
+                .expect("run cargo build -p keel-lab");
+            assert!(
+                st.success(),
+                "cargo build -p keel-lab --profile {profile}: {st}"
+            );
+            let lab = keel.with_file_name("keel-lab");
+            assert!(
+                lab.is_file(),
+                "{} is missing after cargo build -p keel-lab",
+                lab.display()
+            );
+            lab
+        })
+        .clone()
+}
+
 /// Three controllers on 127.0.0.1 (a free port each), started; `flags` go
 /// to each.
 pub fn quorum(flags: &[&str]) -> Cluster {

@@ -11,12 +11,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod admin;
-mod bench;
 mod broker;
 mod certs;
 mod controller;
 mod dev;
-mod jepsen;
+mod lab;
 mod log;
 mod logging;
 mod output;
@@ -103,12 +102,14 @@ enum Command {
         after_help = "Examples:\n  keel dev                 # resumes the cluster in .keel-dev, Ctrl-C stops it\n  keel dev --fresh --brokers 5"
     )]
     Dev(dev::DevArgs),
-    /// Jepsen-style fault test of a local cluster: nemesis, workload, checkers, report.
-    #[command(after_help = "Example:\n  keel jepsen --nemesis partition --time-limit 60")]
-    Jepsen(jepsen::JepsenArgs),
-    /// Run a benchmark scenario against real local clusters.
-    #[command(after_help = "Example:\n  keel bench commit --writers 1,8,64 --out-dir bench-out")]
-    Bench(bench::BenchArgs),
+    /// Jepsen-style fault test of a local cluster: nemesis, workload,
+    /// checkers, report (runs `keel-lab jepsen`).
+    #[command(disable_help_flag = true)]
+    Jepsen(lab::LabArgs),
+    /// Run a benchmark scenario against real local clusters (runs
+    /// `keel-lab bench`).
+    #[command(disable_help_flag = true)]
+    Bench(lab::LabArgs),
     /// Topics: create, delete, list, describe, alter-config.
     Topics(admin::TopicsArgs),
     /// Topic configs with their sources, and cluster-wide defaults
@@ -147,10 +148,6 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
-    /// The gRPC echo server `keel bench compare` measures as its transport
-    /// ceiling (started by the bench, not by hand).
-    #[command(name = "bench-echo-server", hide = true)]
-    BenchEchoServer(bench::EchoServerArgs),
 }
 
 /// `keel completions SHELL`: the completion script on stdout.
@@ -168,11 +165,16 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
 /// Entry point of the `keel` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The laboratory is another binary: run it in place of this process.
+    match &cli.command {
+        Command::Jepsen(a) => return lab::forward("jepsen", a),
+        Command::Bench(a) => return lab::forward("bench", a),
+        _ => {}
+    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     let workers = match &cli.command {
         Command::Controller(a) => controller::worker_threads(a),
-        Command::Bench(a) => bench::load_threads(a),
         _ => None,
     };
     if let Some(n) = workers {
@@ -190,8 +192,7 @@ pub fn main() -> ExitCode {
             Command::Controller(a) => controller::run(a).await,
             Command::Broker(a) => broker::run(a).await,
             Command::Dev(a) => dev::run(a).await,
-            Command::Jepsen(a) => jepsen::run(a).await,
-            Command::Bench(a) => bench::run(a).await,
+            Command::Jepsen(_) | Command::Bench(_) => unreachable!("forwarded to keel-lab"),
             Command::Topics(a) => admin::topics(a).await,
             Command::Configs(a) => admin::configs(a).await,
             Command::Partitions(a) => admin::partitions(a).await,
@@ -205,7 +206,6 @@ pub fn main() -> ExitCode {
             Command::Log(a) => log::run(a),
             Command::Certs(a) => certs::run(a),
             Command::Completions { shell } => completions(shell),
-            Command::BenchEchoServer(a) => bench::echo_server(a).await,
         }
     })
 }

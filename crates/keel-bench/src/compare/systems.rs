@@ -203,8 +203,12 @@ pub struct Echo {
 }
 
 impl Echo {
-    pub fn set_up(env: &Env, p: &CompareParams) -> anyhow::Result<Self> {
-        let server = EchoServer::start(&env.exe, ECHO_IP)?;
+    pub fn set_up(_env: &Env, p: &CompareParams) -> anyhow::Result<Self> {
+        // The echo server is a subcommand of the running `keel-lab`, not
+        // of the `keel` (`Env::exe`) the clusters run.
+        let lab = std::env::current_exe()
+            .map_err(|e| anyhow::anyhow!("cannot find the running keel-lab binary: {e}"))?;
+        let server = EchoServer::start(&lab, ECHO_IP)?;
         progress!("compare: gRPC echo ceiling at {}", server.addr);
         Ok(Self {
             server,
@@ -252,7 +256,7 @@ impl System for Echo {
             } else {
                 "one persistent gRPC (HTTP/2) connection and stream per writer"
             },
-            "server": "one process of this binary (`keel bench-echo-server`, tonic, the controllers' runtime and socket options); the response stream is the request stream: no consensus, no disk",
+            "server": "one process of the lab binary (`keel-lab bench-echo-server`, tonic, the controllers' runtime and socket options); the response stream is the request stream: no consensus, no disk",
             "durability": "none: the transport ceiling, what one gRPC round trip per op allows on this machine",
         })
     }

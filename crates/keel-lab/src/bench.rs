@@ -1,5 +1,6 @@
-//! `keel bench <scenario>`: benchmark scenarios against real local
-//! clusters (controllers are child processes of this binary, on their own
+//! `keel-lab bench <scenario>` (and `keel bench`, which runs it): benchmark
+//! scenarios against real local clusters (controllers are child processes
+//! of this binary running the `keel` beside it, on their own
 //! 127.0.x.y addresses, with data in a temp dir). Prints a table and a
 //! one-line summary, writes `<out-dir>/<scenario>.json`, and with `--json`
 //! prints the JSON to stdout too.
@@ -44,7 +45,7 @@ pub enum Scenario {
     All,
 }
 
-/// Worker threads for the runtime `keel bench` runs in (built before the
+/// Worker threads for the runtime `keel-lab bench` runs in (built before the
 /// scenario starts): `--load-threads`, else 1 for the write-throughput
 /// scenarios, else the runtime's default.
 pub fn load_threads(a: &BenchArgs) -> Option<usize> {
@@ -335,8 +336,8 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
     emit(a, &r)
 }
 
-/// `keel bench-echo-server` (hidden): the gRPC echo server `keel bench
-/// compare` starts as its transport ceiling.
+/// `keel-lab bench-echo-server` (hidden): the gRPC echo server `keel-lab
+/// bench compare` starts as its transport ceiling.
 #[derive(Args, Debug)]
 pub struct EchoServerArgs {
     /// Address to listen on (port 0: any free port).
@@ -389,10 +390,10 @@ pub async fn run(a: BenchArgs) -> ExitCode {
         eprintln!("error: --trials, --writers, --brokers, --topics-per-request and --create-concurrency must be non-empty and positive");
         return ExitCode::from(2);
     }
-    let exe = match std::env::current_exe() {
+    let exe = match crate::keel_exe() {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: cannot find the keel binary: {e}");
+            eprintln!("error: {e}");
             return ExitCode::from(EXIT_LOCAL);
         }
     };

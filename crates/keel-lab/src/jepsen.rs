@@ -1,4 +1,4 @@
-//! `keel jepsen`: Jepsen-style fault testing of a real local cluster (see
+//! `keel-lab jepsen` (and `keel jepsen`, which runs it): Jepsen-style fault testing of a real local cluster (see
 //! the `keel-jepsen` crate). Needs root for network partitions (iptables)
 //! and power cuts (LazyFS mounts).
 
@@ -97,10 +97,10 @@ pub async fn run(a: JepsenArgs) -> ExitCode {
         );
         return ExitCode::from(keel_jepsen::EXIT_USAGE);
     }
-    let exe = match std::env::current_exe() {
+    let exe = match crate::keel_exe() {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("error: cannot find the keel binary: {e}");
+            eprintln!("error: {e}");
             return ExitCode::from(keel_jepsen::EXIT_LOCAL);
         }
     };

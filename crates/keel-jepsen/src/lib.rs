@@ -61,9 +61,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use keel_testkit::{ClusterFaults, SpecFaults};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
-use keel_testkit::{ClusterFaults, SpecFaults};
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 

@@ -1,6 +1,7 @@
-//! Fail stop: a controller whose storage is gone, fails or hangs exits,
-//! within a bound, with a non-zero code that says why, instead of hanging
-//! (a hung node holds its port and is never restarted by its supervisor);
+//! Fail stop: a controller whose storage is gone, fails or hangs exits, and
+//! so does a broker whose disk hangs, within a bound, with a non-zero code
+//! that says why, instead of hanging (a hung node holds its port and is
+//! never restarted by its supervisor);
 //! the cluster goes on without it. Started again, as `Restart=on-failure`
 //! would, it refuses to start while the fault is there (with a clear error
 //! and a non-zero code, never a hang), and rejoins and catches up once the
@@ -289,4 +290,82 @@ async fn a_controller_whose_disk_hangs_exits_with_its_own_code_and_comes_back_on
         &["before", "stalled-2", "without-it-2"],
     )
     .await;
+}
+
+/// Waits until broker `b` exits (within `within`) and returns how.
+async fn wait_broker_exit(
+    c: &mut Cluster,
+    b: usize,
+    within: Duration,
+    when: &str,
+) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(st) = c.broker_mut(b).process.exited() {
+            return st;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{when}: the broker kept running\n{}",
+            c.broker(b).process.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_whose_disk_hangs_exits_with_its_own_code_and_comes_back_once_it_answers() {
+    if let Some(why) = keel_testkit::lazyfs::unavailable_reason() {
+        panic!("this test needs LazyFS: {why}");
+    }
+    let stall_ms = STALL_TIMEOUT.as_millis().to_string();
+    let mut c = Cluster::start(
+        fast_spec(1)
+            .lazyfs(true)
+            .broker_flags(&["--storage-stall-timeout-ms", stall_ms.as_str()]),
+    )
+    .expect("start a cluster on LazyFS");
+    c.wait_active(Duration::from_secs(30)).await.unwrap();
+    c.wait_all_brokers_active(Duration::from_secs(30))
+        .await
+        .expect("the broker is active");
+
+    let lazyfs = keel_testkit::node_lazyfs(c.broker(0))
+        .and_then(|d| d.pid())
+        .expect("LazyFS runs under the broker's data dir");
+    // Nothing is asked of the broker: its own heartbeat loop (a probe of
+    // its log dirs, its free space) is what meets the hung disk.
+    let frozen = Frozen::stop(lazyfs);
+    let faulted = Instant::now();
+    let status = wait_broker_exit(&mut c, 0, FAULT_BOUND, "disk hangs").await;
+    let took = faulted.elapsed();
+    let log = c.broker(0).process.log_tail(40);
+    assert_eq!(status.code(), Some(EXIT_STALLED), "{status}\n{log}");
+    assert!(log.contains("storage stalled"), "it says why:\n{log}");
+    assert!(
+        took >= STALL_TIMEOUT,
+        "exited after {took:?}, before its stall timeout"
+    );
+    eprintln!("broker disk hangs: exited {status} {took:?} after the fault");
+
+    // Restarted on a disk that still hangs: opening its data dir hangs,
+    // and it exits with the same code rather than waiting for ever.
+    let restarted = Instant::now();
+    c.broker_mut(0).start().unwrap();
+    let status = wait_broker_exit(&mut c, 0, FAULT_BOUND, "start on a hung disk").await;
+    let log = c.broker(0).process.log_tail(40);
+    assert_eq!(status.code(), Some(EXIT_STALLED), "{status}\n{log}");
+    eprintln!(
+        "broker start on a hung disk: exited {status} after {:?}",
+        restarted.elapsed()
+    );
+
+    // The disk answers again: a restart brings it back, registered and
+    // unfenced.
+    drop(frozen);
+    c.broker_mut(0).start().unwrap();
+    c.wait_all_brokers_active(Duration::from_secs(60))
+        .await
+        .expect("the broker is back");
+    assert!(c.broker_mut(0).process.exited().is_none());
 }

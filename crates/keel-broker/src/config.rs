@@ -9,6 +9,9 @@ pub const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 2_000;
 pub const DEFAULT_SESSION_TIMEOUT_MS: u64 = 9_000;
 /// Kafka's `replica.lag.time.max.ms` default.
 pub const DEFAULT_REPLICA_LAG_TIME_MAX_MS: u64 = 30_000;
+/// How long a storage call may run before the broker process exits (as a
+/// controller's `storage_stall_timeout_ms`).
+pub const DEFAULT_STORAGE_STALL_TIMEOUT_MS: u64 = 30_000;
 /// How often followers report to their leaders by default.
 pub const DEFAULT_REPLICA_FETCH_INTERVAL_MS: u64 = 500;
 /// HTTP/2 streams one connection to the broker may have open at once by
@@ -55,6 +58,12 @@ pub struct BrokerConfig {
     pub session_timeout_ms: u64,
     /// A follower that has not fetched for this long leaves the ISR.
     pub replica_lag_time_max_ms: u64,
+    /// A storage call (the history's write and sync, the meta file, a log
+    /// dir probe, measuring free space, opening the data dir) still running
+    /// after this many ms means the disk hangs: the process exits (code 6)
+    /// so its supervisor restarts it. 0: never. Read by the process that
+    /// runs the broker (`keel broker`), which watches its storage calls.
+    pub storage_stall_timeout_ms: u64,
     /// Time between a follower's fetches from each leader.
     pub replica_fetch_interval_ms: u64,
     /// HTTP/2 streams one connection to the listener may have open at once;
@@ -102,6 +111,7 @@ impl BrokerConfig {
             heartbeat_interval_ms: DEFAULT_HEARTBEAT_INTERVAL_MS,
             session_timeout_ms: DEFAULT_SESSION_TIMEOUT_MS,
             replica_lag_time_max_ms: DEFAULT_REPLICA_LAG_TIME_MAX_MS,
+            storage_stall_timeout_ms: DEFAULT_STORAGE_STALL_TIMEOUT_MS,
             replica_fetch_interval_ms: DEFAULT_REPLICA_FETCH_INTERVAL_MS,
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,

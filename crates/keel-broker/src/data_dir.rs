@@ -7,6 +7,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use keel_metadata::{BrokerEpoch, IncarnationId};
+use keel_raft::stall::{timed, StorageOp};
 use serde::{Deserialize, Serialize};
 
 use crate::BrokerError;
@@ -41,6 +42,7 @@ impl DataDir {
     /// Creates the dir if needed, takes the lock, and loads (or creates) the
     /// identity. A dir made for another broker id or cluster is refused.
     pub(crate) fn open(dir: &Path, broker_id: u32, cluster_id: &str) -> Result<Self, BrokerError> {
+        let _timed = timed(StorageOp::Open);
         std::fs::create_dir_all(dir).map_err(|e| BrokerError::io(dir, e))?;
         let lock = lock(dir)?;
         let meta_path = dir.join(META_FILE);
@@ -155,6 +157,7 @@ fn lock(dir: &Path) -> Result<File, BrokerError> {
 /// Temp file, fsync, rename, fsync the dir: readers see the old or the new
 /// content, never a torn one, even across a crash.
 fn write_atomically(dir: &Path, name: &str, meta: &Meta) -> Result<(), BrokerError> {
+    let _timed = timed(StorageOp::BrokerWrite);
     let tmp = dir.join(format!("{name}.tmp"));
     let target = dir.join(name);
     let bytes = serde_json::to_vec_pretty(meta).map_err(|e| BrokerError::Io {

@@ -8,6 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use keel_metadata::{BrokerId, ControllerEpoch, PartitionLeadership, TopicId};
+use keel_raft::stall::{timed, StorageOp};
 use serde::{Deserialize, Serialize};
 
 use crate::BrokerError;
@@ -164,6 +165,7 @@ pub(crate) struct HistoryLog {
 
 impl HistoryLog {
     pub(crate) fn open(path: &Path) -> Result<Self, BrokerError> {
+        let _timed = timed(StorageOp::Open);
         let mut file = OpenOptions::new()
             .create(true)
             .read(true)
@@ -227,6 +229,9 @@ impl HistoryLog {
         if self.staged.is_empty() {
             return Ok(());
         }
+        // A disk that never answers leaves the write here for ever: the
+        // storage-stall watch ends the process.
+        let _timed = timed(StorageOp::BrokerWrite);
         let buf = std::mem::take(&mut self.staged);
         let before = file.metadata().map(|m| m.len());
         // A positioned write at the end (the file is O_APPEND, so the

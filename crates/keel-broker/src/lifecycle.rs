@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use keel_metadata::{BrokerEpoch, ControllerEpoch, ErrorCode};
 use keel_proto::backoff::Backoff;
 use keel_proto::{convert, pb};
+use keel_raft::stall::{timed, StorageOp};
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
 
@@ -283,6 +284,7 @@ pub(crate) fn disk_spaces(data_dir: &Path, log_dirs: &[String]) -> Vec<pb::DiskS
     std::iter::once(data_dir.to_path_buf())
         .chain(log_dirs.iter().map(std::path::PathBuf::from))
         .filter_map(|dir| {
+            let _timed = timed(StorageOp::FreeSpace);
             let free = fs2::available_space(&dir).ok()?;
             let total = fs2::total_space(&dir).ok()?;
             let path = dir.display().to_string();
@@ -301,6 +303,7 @@ pub(crate) fn disk_spaces(data_dir: &Path, log_dirs: &[String]) -> Vec<pb::DiskS
 pub(crate) fn offline_log_dirs(dirs: &[String]) -> Vec<String> {
     dirs.iter()
         .filter(|d| {
+            let _timed = timed(StorageOp::LogDirProbe);
             let probe = Path::new(d.as_str()).join(".keel-probe");
             let ok = std::fs::write(&probe, b"probe").and_then(|()| std::fs::remove_file(&probe));
             ok.is_err()

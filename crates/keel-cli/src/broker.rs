@@ -53,6 +53,12 @@ pub struct BrokerArgs {
     /// replica.lag.time.max.ms [default: 30000].
     #[arg(long, env = "KEEL_REPLICA_LAG_TIME_MAX_MS")]
     replica_lag_time_max_ms: Option<u64>,
+    /// A storage call (the history's write and sync, a log dir probe,
+    /// measuring free space, opening the data dir) still running after
+    /// this many ms means the disk hangs: the broker exits with code 6 so
+    /// its supervisor restarts it; 0: never [default: 30000].
+    #[arg(long, env = "KEEL_STORAGE_STALL_TIMEOUT_MS")]
+    storage_stall_timeout_ms: Option<u64>,
     /// HTTP/2 streams one connection to this broker may have open at once;
     /// a client past it waits [default: 256].
     #[arg(long, env = "KEEL_BROKER_MAX_CONCURRENT_STREAMS", value_parser = clap::value_parser!(u32).range(1..))]
@@ -132,6 +138,7 @@ struct BrokerFile {
     heartbeat_interval_ms: Option<u64>,
     session_timeout_ms: Option<u64>,
     replica_lag_time_max_ms: Option<u64>,
+    storage_stall_timeout_ms: Option<u64>,
     max_concurrent_streams: Option<u32>,
     request_timeout_ms: Option<u64>,
     max_message_bytes: Option<usize>,
@@ -213,6 +220,9 @@ fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat)
     if let Some(v) = a.replica_lag_time_max_ms.or(f.replica_lag_time_max_ms) {
         c.replica_lag_time_max_ms = v;
     }
+    if let Some(v) = a.storage_stall_timeout_ms.or(f.storage_stall_timeout_ms) {
+        c.storage_stall_timeout_ms = v;
+    }
     if let Some(v) = a.max_concurrent_streams.or(f.max_concurrent_streams) {
         if v == 0 {
             return Err("max_concurrent_streams must be at least 1".into());
@@ -284,6 +294,8 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
     logging::raise_fd_limit();
     logging::exit_with_parent();
     crate::tls::reload_on_sighup(&config.transport, keel_tls::Role::Broker(config.broker_id));
+    // Before the data dir opens: a disk that hangs hangs the open too.
+    logging::exit_if_storage_stalls(config.storage_stall_timeout_ms);
     let broker = match Broker::start(config).await {
         Ok(b) => b,
         Err(e) => {

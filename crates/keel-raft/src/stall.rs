@@ -38,27 +38,39 @@ pub enum StorageOp {
     /// Measuring the data dir's free space (`statvfs`), once a second: on
     /// a file system that no longer answers, even an idle node notices.
     FreeSpace,
+    /// A broker writing and syncing its history (before it answers a
+    /// LeaderAndIsr, StopReplica or ISR change) or its data dir's meta
+    /// file.
+    BrokerWrite,
+    /// A broker probing its log dirs (a file written and removed in each)
+    /// before each heartbeat: even an idle broker notices a log dir that
+    /// no longer answers.
+    LogDirProbe,
 }
 
 impl StorageOp {
-    const ALL: [StorageOp; 6] = [
+    const ALL: [StorageOp; 8] = [
         StorageOp::Open,
         StorageOp::LogWrite,
         StorageOp::LogFlush,
         StorageOp::SnapshotWrite,
         StorageOp::Purge,
         StorageOp::FreeSpace,
+        StorageOp::BrokerWrite,
+        StorageOp::LogDirProbe,
     ];
 
     /// What the call does, for the message of a node that stops on it.
     pub fn describe(self) -> &'static str {
         match self {
-            StorageOp::Open => "opening the data dir and its Raft storage",
+            StorageOp::Open => "opening the data dir (and a controller's Raft storage)",
             StorageOp::LogWrite => "writing and flushing the log (leader's appends)",
             StorageOp::LogFlush => "flushing the log (an append, a vote or a truncation)",
             StorageOp::SnapshotWrite => "writing a snapshot",
             StorageOp::Purge => "removing purged log entries",
             StorageOp::FreeSpace => "measuring the data dir's free space",
+            StorageOp::BrokerWrite => "writing and syncing the broker's history or meta file",
+            StorageOp::LogDirProbe => "probing the log dirs (a file written and removed)",
         }
     }
 }

@@ -220,7 +220,7 @@ pub fn html(results: &Value, ops: &[OpRecord], faults: &[FaultEvent], end_ms: f6
 <style>body{{font-family:sans-serif;margin:20px}} td,th{{padding:2px 8px;border-bottom:1px solid #ddd}}
 .ok{{color:#2e8b57;font-weight:bold}} .bad{{color:#dc322f;font-weight:bold}} pre{{background:#f6f6f6;padding:8px;overflow:auto;max-height:600px}}</style></head>
 <body><h1>keel jepsen run: <span class="{cls}">valid = {valid}</span></h1>
-<p>{summary}</p>
+<table>{summary}</table>
 <h2>Checkers</h2><table>{rows}</table>
 {op_rows}
 <h2>Latency</h2>{lat}
@@ -234,14 +234,37 @@ pub fn html(results: &Value, ops: &[OpRecord], faults: &[FaultEvent], end_ms: f6
         } else {
             "bad"
         },
-        summary = html_escape(
-            &results
-                .get("summary")
-                .map(|s| s.to_string())
-                .unwrap_or_default()
-        ),
+        summary = summary_rows(results),
         json = html_escape(&serde_json::to_string_pretty(results).unwrap_or_default()),
     )
+}
+
+/// The run's summary as table rows: each count, and the faults by kind
+/// (operations by kind have a table of their own).
+fn summary_rows(results: &Value) -> String {
+    let mut rows = String::new();
+    for (key, v) in results
+        .get("summary")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        let cell = match v {
+            Value::Object(m) if key == "ops_by_kind" || m.is_empty() => continue,
+            Value::Object(m) => m
+                .iter()
+                .map(|(k, n)| format!("{k}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            other => other.to_string(),
+        };
+        rows.push_str(&format!(
+            "<tr><th>{}</th><td>{}</td></tr>\n",
+            html_escape(&key.replace('_', " ")),
+            html_escape(&cell)
+        ));
+    }
+    rows
 }
 
 /// Operations per kind: how many ended ok, fail and info, and the error
@@ -352,6 +375,31 @@ mod tests {
             .contains("<td>no_acls CreateAcls</td><td>0</td><td>0</td><td class=\"bad\">1</td>"));
         let none = html(&serde_json::json!({"checkers": {}}), &[], &[], 1000.0);
         assert!(!none.contains("<h2>Intruder</h2>"));
+    }
+
+    #[test]
+    fn the_page_opens_with_a_summary_table_not_a_json_dump() {
+        let results = serde_json::json!({"valid": true, "checkers": {}, "summary": {
+            "ops": 12, "final_heal_ms": 30212.0,
+            "faults_by_kind": {"bridge": 2, "kill-broker": 1},
+            "ops_by_kind": {"create": {"ok": 1}},
+        }});
+        let page = html(&results, &[], &[], 1000.0);
+        let head = &page[page.find("<body>").expect("a body")
+            ..page.find("<h2>Checkers</h2>").expect("a checkers table")];
+        assert!(head.contains("<tr><th>ops</th><td>12</td></tr>"), "{head}");
+        assert!(
+            head.contains("<tr><th>final heal ms</th><td>30212.0</td></tr>"),
+            "{head}"
+        );
+        assert!(
+            head.contains("<td>bridge: 2, kill-broker: 1</td>"),
+            "{head}"
+        );
+        assert!(
+            !head.contains("ops_by_kind") && !head.contains('{'),
+            "{head}"
+        );
     }
 
     #[test]

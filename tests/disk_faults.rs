@@ -56,8 +56,12 @@ async fn a_controller_whose_disk_fails_stops_acknowledging_and_restarts_cleanly(
             .unwrap_or_default()
             .to_string();
         assert_eq!(status.code(), Some(4), "{when}: {status}\n{log}");
+        // The OS error reaches the log as io::Error's Display ("os error
+        // 5") or, through sled's error, its Debug ("Os { code: 5, ..").
+        let os_error = log.contains(&format!("os error {}", errno.code()))
+            || log.contains(&format!("Os {{ code: {},", errno.code()));
         assert!(
-            log.contains("raft stopped") && log.contains(&format!("os error {}", errno.code())),
+            log.contains("raft stopped") && os_error,
             "{when}: no clear reason in the log\n{}",
             c.controller(target).process.log_tail(30)
         );

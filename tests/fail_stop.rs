@@ -293,27 +293,6 @@ async fn a_controller_whose_disk_hangs_exits_with_its_own_code_and_comes_back_on
     .await;
 }
 
-/// Waits until broker `b` exits (within `within`) and returns how.
-async fn wait_broker_exit(
-    c: &mut Cluster,
-    b: usize,
-    within: Duration,
-    when: &str,
-) -> std::process::ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(st) = c.broker_mut(b).process.exited() {
-            return st;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{when}: the broker kept running\n{}",
-            c.broker(b).process.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_whose_disk_hangs_exits_with_its_own_code_and_comes_back_once_it_answers() {
     if let Some(why) = keel_testkit::lazyfs::unavailable_reason() {

@@ -272,15 +272,35 @@ pub async fn wait_exit(
     within: Duration,
     when: &str,
 ) -> std::process::ExitStatus {
+    wait_node_exit(c.controller_mut(i), within, when).await
+}
+
+/// Waits (bounded) for broker `b` to exit on its own.
+pub async fn wait_broker_exit(
+    c: &mut Cluster,
+    b: usize,
+    within: Duration,
+    when: &str,
+) -> std::process::ExitStatus {
+    wait_node_exit(c.broker_mut(b), within, when).await
+}
+
+/// Waits (bounded) for node `n` to exit on its own.
+async fn wait_node_exit(
+    n: &mut keel_testkit::Node,
+    within: Duration,
+    when: &str,
+) -> std::process::ExitStatus {
     let deadline = std::time::Instant::now() + within;
     loop {
-        if let Some(st) = c.controller_mut(i).process.exited() {
+        if let Some(st) = n.process.exited() {
             return st;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "{when}: the node kept running\n{}",
-            c.controller(i).process.log_tail(30)
+            "{when}: {} kept running\n{}",
+            n.name(),
+            n.process.log_tail(30)
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -157,7 +157,7 @@ fn lock(dir: &Path) -> Result<File, BrokerError> {
 /// Temp file, fsync, rename, fsync the dir: readers see the old or the new
 /// content, never a torn one, even across a crash.
 fn write_atomically(dir: &Path, name: &str, meta: &Meta) -> Result<(), BrokerError> {
-    let _timed = timed(StorageOp::BrokerWrite);
+    let _timed = timed(StorageOp::BrokerMeta);
     let tmp = dir.join(format!("{name}.tmp"));
     let target = dir.join(name);
     let bytes = serde_json::to_vec_pretty(meta).map_err(|e| BrokerError::Io {

@@ -231,7 +231,7 @@ impl HistoryLog {
         }
         // A disk that never answers leaves the write here for ever: the
         // storage-stall watch ends the process.
-        let _timed = timed(StorageOp::BrokerWrite);
+        let _timed = timed(StorageOp::BrokerHistory);
         let buf = std::mem::take(&mut self.staged);
         let before = file.metadata().map(|m| m.len());
         // A positioned write at the end (the file is O_APPEND, so the

@@ -190,15 +190,15 @@ impl AdminApi {
             return refused(e);
         }
         let image = self.shared.image();
+        if let Some(op) = cluster_op {
+            if let Err(e) = self.check_cluster(&req, &image, op) {
+                return refused(e);
+            }
+        }
         let asker = Asker {
             caller: Caller::of(&req),
             supers: self.super_users(),
         };
-        if let Some(op) = cluster_op {
-            if let Err(e) = asker.checker(&image).check(op, Resource::Cluster) {
-                return refused(error_to_pb(&e));
-            }
-        }
         match answer(req.into_inner(), &image, &asker) {
             Ok(r) => Ok(Response::new(r)),
             Err(e) => refused(error_to_pb(&e)),

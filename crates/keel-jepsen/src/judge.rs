@@ -49,7 +49,7 @@ pub(crate) fn judge(
     probes: &[ZombieProbe],
     disk_stops: &[nemesis::DiskStop],
     faults: &[FaultEvent],
-    nemesis: &mut Nemesis,
+    nemesis: &Nemesis,
 ) -> serde_json::Map<String, Value> {
     let mut checkers = serde_json::Map::new();
     let b = |v: bool| json!(v);
@@ -108,7 +108,7 @@ pub(crate) fn judge(
         );
     }
     if cfg.families.contains(&Family::Membership) {
-        let missing = std::mem::take(&mut nemesis.voters_missing);
+        let missing = &nemesis.voters_missing;
         put(
             &mut checkers,
             "voters_back_after_membership_changes",

@@ -246,7 +246,7 @@ async fn run_phases(
         &zombie_probes,
         &disk_stops,
         &faults_v,
-        &mut nemesis,
+        &nemesis,
     );
     if let Some((v, detail)) = intruder_result {
         put(&mut checkers, "intruder", json!(v), detail);

@@ -39,9 +39,12 @@ pub enum StorageOp {
     /// a file system that no longer answers, even an idle node notices.
     FreeSpace,
     /// A broker writing and syncing its history (before it answers a
-    /// LeaderAndIsr, StopReplica or ISR change) or its data dir's meta
-    /// file.
-    BrokerWrite,
+    /// LeaderAndIsr, StopReplica or ISR change).
+    BrokerHistory,
+    /// A broker writing and syncing its data dir's meta file (its epoch,
+    /// at each registration): a slot of its own, as it may run while a
+    /// request writes the history.
+    BrokerMeta,
     /// A broker probing its log dirs (a file written and removed in each)
     /// before each heartbeat: even an idle broker notices a log dir that
     /// no longer answers.
@@ -49,14 +52,15 @@ pub enum StorageOp {
 }
 
 impl StorageOp {
-    const ALL: [StorageOp; 8] = [
+    const ALL: [StorageOp; 9] = [
         StorageOp::Open,
         StorageOp::LogWrite,
         StorageOp::LogFlush,
         StorageOp::SnapshotWrite,
         StorageOp::Purge,
         StorageOp::FreeSpace,
-        StorageOp::BrokerWrite,
+        StorageOp::BrokerHistory,
+        StorageOp::BrokerMeta,
         StorageOp::LogDirProbe,
     ];
 
@@ -69,7 +73,8 @@ impl StorageOp {
             StorageOp::SnapshotWrite => "writing a snapshot",
             StorageOp::Purge => "removing purged log entries",
             StorageOp::FreeSpace => "measuring the data dir's free space",
-            StorageOp::BrokerWrite => "writing and syncing the broker's history or meta file",
+            StorageOp::BrokerHistory => "writing and syncing the broker's history",
+            StorageOp::BrokerMeta => "writing and syncing the broker's meta file",
             StorageOp::LogDirProbe => "probing the log dirs (a file written and removed)",
         }
     }

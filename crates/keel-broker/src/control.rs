@@ -8,11 +8,11 @@ use keel_proto::convert;
 use keel_proto::pb;
 use keel_proto::pb::broker_control_service_server::BrokerControlService;
 use tonic::{Request, Response, Status};
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::metrics;
 use crate::shared::{now_ms, Shared};
-use crate::state::MetadataUpdate;
+use crate::state::{BrokerState, MetadataUpdate, Sender};
 
 /// The handler; cheap to clone into the tonic server.
 #[derive(Clone)]
@@ -26,28 +26,134 @@ fn rejected(request: &'static str, e: &ApiError) {
         // Not the controller's fault: this broker could not act on it (its
         // history could not be made durable); the controller sends again.
         warn!(request, code = %e.code, reason = %e.message, "controller request refused: this broker cannot record it");
+    } else if e.code == ErrorCode::UnconfirmedControllerEpoch {
+        // A new controller, usually, that this broker's heartbeat has not
+        // reached yet: the heartbeat was woken; the controller sends again.
+        info!(request, code = %e.code, reason = %e.message, "controller request refused until the quorum confirms its epoch");
     } else {
         warn!(request, code = %e.code, reason = %e.message, "stale controller request rejected");
     }
 }
 
 /// Over TLS, controller requests are accepted only from a controller's
-/// certificate (which controller is active, the epochs decide).
+/// certificate; returns which controller sent it, for the stamp check
+/// (which controller is active, the quorum's answers decide).
 #[allow(clippy::result_large_err)]
-fn from_controller<T>(request: &Request<T>, what: &str) -> Result<(), Status> {
+fn from_controller<T>(request: &Request<T>, what: &str) -> Result<Sender, Status> {
     keel_tls::transport::authorize(request, what, "a controller's certificate", |r| {
         matches!(r, keel_tls::Role::Controller(_))
+    })?;
+    Ok(match keel_tls::transport::peer(request).map(|p| &p.role) {
+        Some(keel_tls::Role::Controller(id)) => Sender::Controller(*id),
+        _ => Sender::Unauthenticated,
     })
 }
 
-/// A LeaderAndIsr refused as a whole (nothing applied; the controller
-/// sends it again).
-fn refuse(e: &ApiError) -> Response<pb::LeaderAndIsrResponse> {
-    rejected("LeaderAndIsr", e);
-    Response::new(pb::LeaderAndIsrResponse {
-        error: Some(convert::error_to_pb(e)),
-        partitions: Vec::new(),
-    })
+impl ControlService {
+    /// Runs `take` on the state for one controller request; a controller
+    /// epoch the quorum has not confirmed yet wakes the heartbeat at once:
+    /// its answer confirms the epoch if the quorum is in it, and the
+    /// controller's next try is accepted.
+    fn take<R>(
+        &self,
+        request: &'static str,
+        take: impl FnOnce(&mut BrokerState) -> Result<R, ApiError>,
+    ) -> Result<R, ApiError> {
+        let r = take(&mut self.shared.state());
+        if let Err(e) = &r {
+            if e.code == ErrorCode::UnconfirmedControllerEpoch {
+                self.shared.poke.notify_one();
+            }
+            rejected(request, e);
+        }
+        r
+    }
+}
+
+/// Per-partition refusals of an accepted request, logged and counted (a
+/// StopReplica of a partition this broker does not hold is no news).
+fn partition_results(
+    request: &'static str,
+    keys: impl IntoIterator<Item = (Vec<u8>, u32)>,
+    results: Vec<Result<(), ApiError>>,
+) -> Vec<pb::PartitionError> {
+    keys.into_iter()
+        .zip(results)
+        .map(|((topic_id, partition), r)| {
+            if let Err(e) = &r {
+                metrics::rejected(e.code);
+                if request != "StopReplica" || e.code != ErrorCode::InvalidRequest {
+                    warn!(request, partition, code = %e.code, reason = %e.message, "partition rejected");
+                }
+            }
+            convert::partition_error_to_pb(topic_id, partition, &r)
+        })
+        .collect()
+}
+
+/// A LeaderAndIsr as the broker takes it, under the state lock: the stamp
+/// first, then every partition in order. `Err`: refused as a whole, and
+/// nothing changed (the controller sends it again).
+pub(crate) fn take_leader_and_isr(
+    st: &mut BrokerState,
+    req: pb::LeaderAndIsrRequest,
+    sender: Sender,
+    now_ms: u64,
+) -> Result<Vec<pb::PartitionError>, ApiError> {
+    let stamp = req.stamp.as_ref().map(convert::stamp_from_pb);
+    st.check_stamp(stamp, sender)?;
+    let ce = stamp.map_or(ControllerEpoch(0), |s| s.controller_epoch);
+    let mut keys = Vec::with_capacity(req.partitions.len());
+    let mut updates = Vec::with_capacity(req.partitions.len());
+    for mut p in req.partitions {
+        updates.push(convert::take_leadership_from_pb(&mut p).map_err(ApiError::from));
+        // The id moves into the answer's key: no copy per partition.
+        keys.push((p.topic_id, p.partition));
+    }
+    let results = st.apply_leader_and_isr_all(updates, ce, now_ms)?;
+    st.remember_leader_addresses(req.leaders.into_iter().map(convert::broker_info_from_pb));
+    Ok(partition_results("LeaderAndIsr", keys, results))
+}
+
+/// An UpdateMetadata as the broker takes it: all or nothing.
+pub(crate) fn take_update_metadata(
+    st: &mut BrokerState,
+    req: pb::UpdateMetadataRequest,
+    sender: Sender,
+) -> Result<(), ApiError> {
+    st.check_stamp(req.stamp.as_ref().map(convert::stamp_from_pb), sender)?;
+    st.update_metadata(metadata_update(req)?);
+    Ok(())
+}
+
+/// A StopReplica as the broker takes it: the stamp, then each item.
+pub(crate) fn take_stop_replica(
+    st: &mut BrokerState,
+    req: pb::StopReplicaRequest,
+    sender: Sender,
+) -> Result<Vec<pb::PartitionError>, ApiError> {
+    st.check_stamp(req.stamp.as_ref().map(convert::stamp_from_pb), sender)?;
+    let items = req
+        .partitions
+        .iter()
+        .map(|item| {
+            convert::topic_id_from_pb(&item.topic_id)
+                .map_err(ApiError::from)
+                .map(|t| {
+                    (
+                        TopicPartition::new(t, item.partition),
+                        item.delete,
+                        LeaderEpoch(item.leader_epoch),
+                    )
+                })
+        })
+        .collect();
+    let results = st.stop_replica_all(items);
+    let keys = req
+        .partitions
+        .into_iter()
+        .map(|p| (p.topic_id, p.partition));
+    Ok(partition_results("StopReplica", keys, results))
 }
 
 #[tonic::async_trait]
@@ -56,46 +162,21 @@ impl BrokerControlService for ControlService {
         &self,
         request: Request<pb::LeaderAndIsrRequest>,
     ) -> Result<Response<pb::LeaderAndIsrResponse>, Status> {
-        from_controller(&request, "LeaderAndIsr")?;
+        let sender = from_controller(&request, "LeaderAndIsr")?;
         let req = request.into_inner();
         let now = now_ms();
-        let stamp = req.stamp.as_ref().map(convert::stamp_from_pb);
-        let mut st = self.shared.state();
-        if let Err(e) = st.check_stamp(stamp) {
-            return Ok(refuse(&e));
-        }
-        let ce = stamp.map_or(ControllerEpoch(0), |s| s.controller_epoch);
-        st.remember_leader_addresses(req.leaders.into_iter().map(convert::broker_info_from_pb));
-        let mut keys = Vec::with_capacity(req.partitions.len());
-        let mut updates = Vec::with_capacity(req.partitions.len());
-        for mut p in req.partitions {
-            updates.push(convert::take_leadership_from_pb(&mut p).map_err(ApiError::from));
-            // The id moves into the answer's key: no copy per partition.
-            keys.push((p.topic_id, p.partition));
-        }
-        let results = match st.apply_leader_and_isr_all(updates, ce, now) {
-            Ok(results) => results,
-            Err(e) => {
-                // Nothing was applied: the whole request fails, and the
-                // controller sends it again.
-                return Ok(refuse(&e));
-            }
-        };
-        drop(st);
-        let partitions = keys
-            .into_iter()
-            .zip(results)
-            .map(|((topic_id, partition), r)| {
-                if let Err(e) = &r {
-                    metrics::rejected(e.code);
-                    warn!(partition, code = %e.code, reason = %e.message, "LeaderAndIsr partition rejected");
-                }
-                convert::partition_error_to_pb(topic_id, partition, &r)
-            })
-            .collect();
-        Ok(Response::new(pb::LeaderAndIsrResponse {
-            error: None,
-            partitions,
+        let r = self.take("LeaderAndIsr", |st| {
+            take_leader_and_isr(st, req, sender, now)
+        });
+        Ok(Response::new(match r {
+            Ok(partitions) => pb::LeaderAndIsrResponse {
+                error: None,
+                partitions,
+            },
+            Err(e) => pb::LeaderAndIsrResponse {
+                error: Some(convert::error_to_pb(&e)),
+                partitions: Vec::new(),
+            },
         }))
     }
 
@@ -103,21 +184,9 @@ impl BrokerControlService for ControlService {
         &self,
         request: Request<pb::UpdateMetadataRequest>,
     ) -> Result<Response<pb::UpdateMetadataResponse>, Status> {
-        from_controller(&request, "UpdateMetadata")?;
+        let sender = from_controller(&request, "UpdateMetadata")?;
         let req = request.into_inner();
-        let stamp = req.stamp.as_ref().map(convert::stamp_from_pb);
-        let mut st = self.shared.state();
-        let r = st
-            .check_stamp(stamp)
-            .inspect_err(|e| rejected("UpdateMetadata", e))
-            .and_then(|()| {
-                let update = metadata_update(req).inspect_err(|e| {
-                    metrics::rejected(e.code);
-                    warn!(code = %e.code, reason = %e.message, "UpdateMetadata rejected");
-                })?;
-                st.update_metadata(update);
-                Ok(())
-            });
+        let r = self.take("UpdateMetadata", |st| take_update_metadata(st, req, sender));
         Ok(Response::new(pb::UpdateMetadataResponse {
             error: convert::result_error(&r),
         }))
@@ -127,51 +196,18 @@ impl BrokerControlService for ControlService {
         &self,
         request: Request<pb::StopReplicaRequest>,
     ) -> Result<Response<pb::StopReplicaResponse>, Status> {
-        from_controller(&request, "StopReplica")?;
+        let sender = from_controller(&request, "StopReplica")?;
         let req = request.into_inner();
-        let stamp = req.stamp.as_ref().map(convert::stamp_from_pb);
-        let mut st = self.shared.state();
-        if let Err(e) = st.check_stamp(stamp) {
-            rejected("StopReplica", &e);
-            return Ok(Response::new(pb::StopReplicaResponse {
+        let r = self.take("StopReplica", |st| take_stop_replica(st, req, sender));
+        Ok(Response::new(match r {
+            Ok(partitions) => pb::StopReplicaResponse {
+                error: None,
+                partitions,
+            },
+            Err(e) => pb::StopReplicaResponse {
                 error: Some(convert::error_to_pb(&e)),
                 partitions: Vec::new(),
-            }));
-        }
-        let items = req
-            .partitions
-            .iter()
-            .map(|item| {
-                convert::topic_id_from_pb(&item.topic_id)
-                    .map_err(ApiError::from)
-                    .map(|t| {
-                        (
-                            TopicPartition::new(t, item.partition),
-                            item.delete,
-                            LeaderEpoch(item.leader_epoch),
-                        )
-                    })
-            })
-            .collect();
-        let results = st.stop_replica_all(items);
-        drop(st);
-        let partitions = req
-            .partitions
-            .into_iter()
-            .zip(results)
-            .map(|(item, r)| {
-                if let Err(e) = &r {
-                    metrics::rejected(e.code);
-                    if e.code != ErrorCode::InvalidRequest {
-                        warn!(partition = item.partition, code = %e.code, reason = %e.message, "StopReplica partition rejected");
-                    }
-                }
-                convert::partition_error_to_pb(item.topic_id, item.partition, &r)
-            })
-            .collect();
-        Ok(Response::new(pb::StopReplicaResponse {
-            error: None,
-            partitions,
+            },
         }))
     }
 
@@ -242,7 +278,7 @@ mod tests {
     #[test]
     fn metadata_full_replaces_delta_merges_deletes_remove() {
         let mut st = BrokerState::new(BrokerId(1), HistoryLog::in_memory(), || 0);
-        st.on_registered(BrokerEpoch(7), 1_000);
+        st.on_registered(BrokerEpoch(7), None, 1_000);
         let part = |t: u128, p: u32| pb::PartitionState {
             topic_id: TopicId(t).to_bytes().to_vec(),
             partition: p,
@@ -293,5 +329,224 @@ mod tests {
         // A split view: parts without an offset leave the offset alone.
         update_metadata(&mut st, req(false, 0, vec![part(6, 0)], vec![])).unwrap();
         assert_eq!(st.metadata().offset(), 14);
+    }
+
+    mod fences {
+        //! Random request sequences from controller keys against one
+        //! broker: whatever a key that is not the active controller's
+        //! sends, the broker's recorded epochs and partitions move only on
+        //! requests it accepted, and the real controller is never locked
+        //! out.
+
+        use super::super::*;
+        use crate::history::HistoryLog;
+        use crate::state::BrokerState;
+        use keel_metadata::decide::HeartbeatReply;
+        use keel_metadata::{BrokerEpoch, BrokerId, TopicId};
+        use proptest::prelude::*;
+
+        const BROKER_EPOCH: u64 = 7;
+
+        #[derive(Clone, Debug)]
+        enum Op {
+            /// The quorum answers a heartbeat, in a new term under
+            /// controller `leader` when `new_term`.
+            Heartbeat { new_term: bool, leader: u32 },
+            /// The real controller sends a LeaderAndIsr and an
+            /// UpdateMetadata in the confirmed epoch.
+            Real,
+            /// A newly elected controller sends before any answer of the
+            /// quorum confirmed its epoch.
+            Early { leader: u32 },
+            /// A key that is not the active controller's sends something
+            /// forged.
+            Forged {
+                cert: usize,
+                stamp_id: u32,
+                epoch: u8,
+                random_epoch: u64,
+                broker_epoch: u64,
+                leader_epoch: u32,
+                kind: u8,
+            },
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (any::<bool>(), 1u32..=3)
+                    .prop_map(|(new_term, leader)| Op::Heartbeat { new_term, leader }),
+                Just(Op::Real),
+                (1u32..=3).prop_map(|leader| Op::Early { leader }),
+                (
+                    0usize..4,
+                    0u32..=6,
+                    0u8..5,
+                    any::<u64>(),
+                    prop_oneof![Just(BROKER_EPOCH), any::<u64>()],
+                    any::<u32>(),
+                    0u8..3,
+                )
+                    .prop_map(
+                        |(
+                            cert,
+                            stamp_id,
+                            epoch,
+                            random_epoch,
+                            broker_epoch,
+                            leader_epoch,
+                            kind,
+                        )| {
+                            Op::Forged {
+                                cert,
+                                stamp_id,
+                                epoch,
+                                random_epoch,
+                                broker_epoch,
+                                leader_epoch,
+                                kind,
+                            }
+                        }
+                    ),
+            ]
+        }
+
+        fn stamp(id: u32, epoch: u64, broker_epoch: u64) -> Option<pb::ControllerStamp> {
+            Some(pb::ControllerStamp {
+                controller_id: id,
+                controller_epoch: epoch,
+                broker_epoch,
+            })
+        }
+
+        fn partition(leader_epoch: u32) -> pb::PartitionState {
+            pb::PartitionState {
+                topic: "t".into(),
+                topic_id: TopicId(0xabc).to_bytes().to_vec(),
+                partition: 0,
+                leader: Some(1),
+                leader_epoch,
+                partition_epoch: leader_epoch,
+                replicas: vec![1, 2, 3],
+                isr: vec![1, 2, 3],
+                ..Default::default()
+            }
+        }
+
+        fn leader_and_isr(
+            s: Option<pb::ControllerStamp>,
+            leader_epoch: u32,
+        ) -> pb::LeaderAndIsrRequest {
+            pb::LeaderAndIsrRequest {
+                stamp: s,
+                partitions: vec![partition(leader_epoch)],
+                leaders: vec![],
+            }
+        }
+
+        fn update_metadata(
+            s: Option<pb::ControllerStamp>,
+            offset: u64,
+        ) -> pb::UpdateMetadataRequest {
+            pb::UpdateMetadataRequest {
+                stamp: s,
+                metadata_offset: offset,
+                full: true,
+                brokers: vec![],
+                partitions: vec![partition(1)],
+                deleted_topic_ids: vec![],
+                removed_broker_ids: vec![],
+            }
+        }
+
+        /// What a refused request must leave as it was.
+        fn snapshot(st: &BrokerState) -> (crate::view::BrokerStateView, usize) {
+            (st.view(), st.metadata().partitions().len())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(256))]
+            #[test]
+            fn only_accepted_requests_move_the_broker_and_the_real_controller_is_never_locked_out(
+                ops in proptest::collection::vec(op(), 1..60)
+            ) {
+                let mut st = BrokerState::new(BrokerId(1), HistoryLog::in_memory(), || 0);
+                let (mut term, mut leader) = (3u64, 1u32);
+                st.on_registered(BrokerEpoch(BROKER_EPOCH), Some((leader, ControllerEpoch(term))), 0);
+                let (mut leader_epoch, mut offset, mut now) = (0u32, 0u64, 1u64);
+                for op in ops {
+                    now += 10;
+                    match op {
+                        Op::Heartbeat { new_term, leader: next } => {
+                            if new_term {
+                                term += 1;
+                                leader = next;
+                            }
+                            let reply = HeartbeatReply::default();
+                            prop_assert!(st.on_heartbeat(
+                                BrokerEpoch(BROKER_EPOCH), &reply, leader, ControllerEpoch(term), now
+                            ));
+                        }
+                        Op::Real => {
+                            leader_epoch += 1;
+                            offset += 1;
+                            let me = Sender::Controller(leader.into());
+                            let s = stamp(leader, term, BROKER_EPOCH);
+                            let r = take_leader_and_isr(&mut st, leader_and_isr(s, leader_epoch), me, now);
+                            prop_assert!(r.is_ok(), "the real controller was refused: {r:?}");
+                            prop_assert!(r.unwrap().iter().all(|p| p.error.is_none()));
+                            let r = take_update_metadata(&mut st, update_metadata(s, offset), me);
+                            prop_assert!(r.is_ok(), "the real controller was refused: {r:?}");
+                            prop_assert_eq!(st.view().controller_epoch_seen, ControllerEpoch(term));
+                        }
+                        Op::Early { leader: next } => {
+                            let before = snapshot(&st);
+                            let s = stamp(next, term + 1, BROKER_EPOCH);
+                            let r = take_leader_and_isr(
+                                &mut st, leader_and_isr(s, leader_epoch + 1), Sender::Controller(next.into()), now,
+                            );
+                            prop_assert_eq!(
+                                r.err().map(|e| e.code), Some(ErrorCode::UnconfirmedControllerEpoch)
+                            );
+                            prop_assert_eq!(snapshot(&st), before);
+                        }
+                        Op::Forged { cert, stamp_id, epoch, random_epoch, broker_epoch, leader_epoch: le, kind } => {
+                            // Any controller key but the active one's,
+                            // members (1-3) or not (4-5).
+                            let keys: Vec<u64> =
+                                (1..=5).filter(|k| *k != u64::from(leader)).collect();
+                            let cert = keys[cert % keys.len()];
+                            let ce = match epoch {
+                                0 => term.saturating_sub(1),
+                                1 => term,
+                                2 => term + 1,
+                                3 => u64::MAX,
+                                _ => random_epoch,
+                            };
+                            let s = stamp(stamp_id, ce, broker_epoch);
+                            let sender = Sender::Controller(cert);
+                            let before = snapshot(&st);
+                            let refused = match kind {
+                                0 => take_leader_and_isr(&mut st, leader_and_isr(s, le), sender, now).is_err(),
+                                1 => take_update_metadata(&mut st, update_metadata(s, u64::from(le)), sender).is_err(),
+                                _ => {
+                                    let req = pb::StopReplicaRequest {
+                                        stamp: s,
+                                        partitions: vec![pb::StopReplicaItem {
+                                            topic_id: TopicId(0xabc).to_bytes().to_vec(),
+                                            partition: 0,
+                                            delete: true,
+                                            leader_epoch: le,
+                                        }],
+                                    };
+                                    take_stop_replica(&mut st, req, sender).is_err()
+                                }
+                            };
+                            prop_assert!(refused, "a forged request from controller key {cert} was accepted");
+                            prop_assert_eq!(snapshot(&st), before);
+                        }
+                    }
+                }
+            }
+        }
     }
 }

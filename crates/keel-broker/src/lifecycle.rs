@@ -90,8 +90,12 @@ async fn register(
                         Ok(()) => {
                             let epoch = BrokerEpoch(resp.broker_epoch);
                             lock(&shared.data_dir).set_last_broker_epoch(epoch)?;
+                            let controller = (resp.controller_epoch > 0).then_some((
+                                resp.controller_id,
+                                ControllerEpoch(resp.controller_epoch),
+                            ));
                             let mut st = shared.state();
-                            st.on_registered(epoch, now_ms());
+                            st.on_registered(epoch, controller, now_ms());
                             st.publish_gauges();
                             drop(st);
                             ::metrics::counter!(metrics::REGISTRATIONS).increment(1);

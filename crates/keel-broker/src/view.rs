@@ -13,7 +13,8 @@ pub struct BrokerStateView {
     pub caught_up: bool,
     /// The controller allowed a controlled shutdown to complete.
     pub should_shut_down: bool,
-    /// Highest controller epoch seen; requests below it are refused.
+    /// The highest controller epoch the quorum confirmed to this broker;
+    /// requests below it, and above it, are refused.
     pub controller_epoch_seen: ControllerEpoch,
     /// Metadata offset of the last UpdateMetadata applied.
     pub metadata_offset: u64,

@@ -116,6 +116,7 @@ async fn inconsistent_cluster_id_is_fatal() {
 #[tokio::test]
 async fn controller_requests_are_fenced_by_epochs_and_accepted_ones_recorded() {
     let fake = FakeController::new(Mode::Active);
+    fake.elect(5);
     let addr = fake.serve().await;
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start(config(1, &[addr], dir.path())).await.unwrap();
@@ -174,7 +175,25 @@ async fn controller_requests_are_fenced_by_epochs_and_accepted_ones_recorded() {
     assert_eq!(codes(&r.partitions)[&0], ErrorCode::FencedLeaderEpoch);
     assert_eq!(codes(&r.partitions)[&7], ErrorCode::InvalidRequest);
 
-    // A newer controller moves leadership to broker 2.
+    // A newer controller, before the broker's heartbeat has met it: its
+    // epoch is not confirmed yet, and nothing changes.
+    let r = client
+        .leader_and_isr(lai(stamp(6, e), vec![partition(2, 4, 5, &[2])]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(code(&r.error), ErrorCode::UnconfirmedControllerEpoch);
+    assert!(broker.state().partition(tp).unwrap().leading);
+    assert_eq!(broker.state().controller_epoch_seen.0, 5);
+    // Once the quorum answers in epoch 6, the broker's next heartbeat
+    // answer confirms it.
+    fake.elect(6);
+    eventually("the heartbeat confirms epoch 6", || {
+        broker.state().controller_epoch_seen.0 == 6
+    })
+    .await;
+
+    // The newer controller moves leadership to broker 2.
     let r = client
         .leader_and_isr(lai(stamp(6, e), vec![partition(2, 4, 5, &[2])]))
         .await

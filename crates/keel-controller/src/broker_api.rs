@@ -105,6 +105,7 @@ impl BrokerService for BrokerApi {
             Ok(Response::new(pb::RegisterBrokerResponse {
                 error,
                 broker_epoch,
+                ..Default::default()
             }))
         };
         if req.cluster_id != self.shared.config.cluster_id {
@@ -188,7 +189,15 @@ impl BrokerService for BrokerApi {
                 if let Ok(mut t) = self.shared.heartbeats.lock() {
                     t.touch(broker, epoch, now_ms());
                 }
-                reply(None, epoch.0)
+                // Who answers, in which epoch: what the broker fences
+                // controller requests by until its first heartbeat answer.
+                let controller_epoch = self.shared.active_handle().map_or(0, |h| h.epoch);
+                Ok(Response::new(pb::RegisterBrokerResponse {
+                    error: None,
+                    broker_epoch: epoch.0,
+                    controller_epoch,
+                    controller_id: self.shared.config.node_id as u32,
+                }))
             }
             Err(e) => reply(self.error(e), 0),
         }

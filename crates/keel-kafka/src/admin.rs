@@ -115,6 +115,7 @@ pub fn kafka_error_code(code: ErrorCode) -> ResponseError {
         K::UnsupportedSaslMechanism => R::UnsupportedSaslMechanism,
         K::IllegalSaslState => R::IllegalSaslState,
         K::StaleControllerEpoch
+        | K::UnconfirmedControllerEpoch
         | K::StaleBrokerEpoch
         | K::FencedLeaderEpoch
         | K::InvalidPartitionEpoch

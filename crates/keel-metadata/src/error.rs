@@ -67,11 +67,15 @@ pub enum ErrorCode {
     UnsupportedSaslMechanism = 41,
     /// A SASL message out of turn; Kafka's ILLEGAL_SASL_STATE (34).
     IllegalSaslState = 42,
+    /// A controller request stamped with a controller epoch the quorum has
+    /// not confirmed to the broker yet (retriable: the broker asks the
+    /// quorum at once).
+    UnconfirmedControllerEpoch = 43,
 }
 
 impl ErrorCode {
     /// Every code, in numeric order.
-    pub const ALL: [ErrorCode; 43] = [
+    pub const ALL: [ErrorCode; 44] = [
         ErrorCode::None,
         ErrorCode::NotController,
         ErrorCode::StaleControllerEpoch,
@@ -115,6 +119,7 @@ impl ErrorCode {
         ErrorCode::SaslAuthenticationFailed,
         ErrorCode::UnsupportedSaslMechanism,
         ErrorCode::IllegalSaslState,
+        ErrorCode::UnconfirmedControllerEpoch,
     ];
 
     pub fn as_i32(self) -> i32 {
@@ -174,6 +179,7 @@ impl ErrorCode {
             ErrorCode::SaslAuthenticationFailed => "SASL_AUTHENTICATION_FAILED",
             ErrorCode::UnsupportedSaslMechanism => "UNSUPPORTED_SASL_MECHANISM",
             ErrorCode::IllegalSaslState => "ILLEGAL_SASL_STATE",
+            ErrorCode::UnconfirmedControllerEpoch => "UNCONFIRMED_CONTROLLER_EPOCH",
         }
     }
 }

@@ -29,6 +29,7 @@ use crate::view::BrokerStateView;
 use metadata::MetadataCache;
 pub(crate) use metadata::MetadataUpdate;
 use partitions::{FetchTarget, Partitions, Role, Undo};
+pub(crate) use session::Sender;
 use session::Session;
 
 /// The whole mutable state of one broker. It sits behind one lock
@@ -95,8 +96,14 @@ impl BrokerState {
 
     // ---- session -----------------------------------------------------------
 
-    pub(crate) fn on_registered(&mut self, epoch: BrokerEpoch, now_ms: u64) {
-        self.session.on_registered(epoch, now_ms);
+    /// A registration answer (see [`Session::on_registered`]).
+    pub(crate) fn on_registered(
+        &mut self,
+        epoch: BrokerEpoch,
+        controller: Option<(u32, ControllerEpoch)>,
+        now_ms: u64,
+    ) {
+        self.session.on_registered(epoch, controller, now_ms);
     }
 
     /// A heartbeat answer with no error. Returns false if it answers an
@@ -139,8 +146,12 @@ impl BrokerState {
     }
 
     /// Epoch fencing common to every controller request.
-    pub(crate) fn check_stamp(&mut self, stamp: Option<ControllerStamp>) -> Result<(), ApiError> {
-        self.session.check_stamp(stamp)
+    pub(crate) fn check_stamp(
+        &self,
+        stamp: Option<ControllerStamp>,
+        sender: Sender,
+    ) -> Result<(), ApiError> {
+        self.session.check_stamp(stamp, sender)
     }
 
     // ---- history -----------------------------------------------------------

@@ -14,7 +14,7 @@ fn tp() -> TopicPartition {
 
 fn registered() -> BrokerState {
     let mut st = BrokerState::new(ME, HistoryLog::in_memory(), || 0);
-    st.on_registered(BrokerEpoch(7), 1_000);
+    st.on_registered(BrokerEpoch(7), Some((1, ControllerEpoch(3))), 1_000);
     st
 }
 
@@ -108,12 +108,12 @@ fn session_loss_resigns_and_refuses_requests_until_reregistered() {
         Some(HistoryEvent::Resigned)
     );
     assert_eq!(
-        code(st.check_stamp(stamp(3, 7))),
+        code(st.check_stamp(stamp(3, 7), Sender::Controller(1))),
         ErrorCode::StaleBrokerEpoch
     );
     // Re-registered, the controller re-sends the same leadership: resume.
-    st.on_registered(BrokerEpoch(9), 3_000);
-    st.check_stamp(stamp(3, 9)).unwrap();
+    st.on_registered(BrokerEpoch(9), None, 3_000);
+    st.check_stamp(stamp(3, 9), Sender::Controller(1)).unwrap();
     st.apply_leader_and_isr(upd(1, 5, 10, &[1, 2]), ControllerEpoch(3), 3_001)
         .unwrap();
     assert!(held(&st, tp()).leading);
@@ -270,7 +270,7 @@ fn a_failed_history_write_undoes_and_refuses_the_whole_request() {
     // Every write to /dev/full fails (ENOSPC).
     let history = HistoryLog::open(std::path::Path::new("/dev/full")).expect("open /dev/full");
     let mut st = BrokerState::new(ME, history, || 0);
-    st.on_registered(BrokerEpoch(7), 0);
+    st.on_registered(BrokerEpoch(7), None, 0);
     let ce = ControllerEpoch(3);
     let results = st.apply_leader_and_isr_all(
         vec![

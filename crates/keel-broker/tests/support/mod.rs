@@ -45,7 +45,8 @@ pub struct FakeController {
     pub seen: Arc<Mutex<Recorded>>,
     /// Replica set reported back in AlterPartition answers.
     pub replicas: Vec<u32>,
-    pub controller_epoch: u64,
+    /// The epoch its answers name (as controller 1); see [`Self::elect`].
+    pub controller_epoch: Arc<std::sync::atomic::AtomicU64>,
 }
 
 pub const FIRST_EPOCH: u64 = 7;
@@ -56,8 +57,20 @@ impl FakeController {
             mode: Arc::new(Mutex::new(mode)),
             seen: Arc::new(Mutex::new(Recorded::default())),
             replicas: vec![1, 2],
-            controller_epoch: 3,
+            controller_epoch: Arc::new(3.into()),
         }
+    }
+
+    /// From now on its answers name `epoch`, as a newly elected
+    /// controller's would.
+    pub fn elect(&self, epoch: u64) {
+        self.controller_epoch
+            .store(epoch, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    fn epoch(&self) -> u64 {
+        self.controller_epoch
+            .load(std::sync::atomic::Ordering::SeqCst)
     }
 
     pub fn set_mode(&self, mode: Mode) {
@@ -135,7 +148,7 @@ impl BrokerService for FakeController {
         if let Some(error) = self.gate().await {
             return Ok(Response::new(pb::RegisterBrokerResponse {
                 error: Some(error),
-                broker_epoch: 0,
+                ..Default::default()
             }));
         }
         let peer = request.remote_addr();
@@ -147,7 +160,7 @@ impl BrokerService for FakeController {
                     message: "cluster id is other".into(),
                     leader: None,
                 }),
-                broker_epoch: 0,
+                ..Default::default()
             }));
         }
         let mut seen = self.seen.lock().unwrap();
@@ -161,6 +174,8 @@ impl BrokerService for FakeController {
         Ok(Response::new(pb::RegisterBrokerResponse {
             error: None,
             broker_epoch: FIRST_EPOCH + earlier,
+            controller_epoch: self.epoch(),
+            controller_id: 1,
         }))
     }
 
@@ -182,7 +197,7 @@ impl BrokerService for FakeController {
             is_caught_up: true,
             is_fenced: false,
             should_shut_down: want_shutdown,
-            controller_epoch: self.controller_epoch,
+            controller_epoch: self.epoch(),
             controller_id: 1,
             access_version: 0,
         }))

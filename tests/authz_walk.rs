@@ -820,7 +820,7 @@ async fn a_user_without_acls_is_refused_every_rpc_or_learns_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_brokers_certificate_has_no_admin_power() {
+async fn a_brokers_certificate_has_no_admin_power_of_its_own() {
     let mut c = cluster_with_a_secret().await;
     let admin = client(&c);
     let before = unchanged(&admin).await;
@@ -839,6 +839,47 @@ async fn a_brokers_certificate_has_no_admin_power() {
         );
     }
     assert_eq!(unchanged(&admin).await, before, "the walk changed nothing");
+
+    // The known limit: a broker's key is trusted to say which Kafka user a
+    // request it forwards comes from (as Kafka's Envelope), so it acts as
+    // any user it names, a super user included (validate_only here:
+    // nothing is written); never as a node, and a user without ACLs gets
+    // nothing.
+    let active = c.wait_active(LONG).await.unwrap();
+    let ep = keel_tls::transport::endpoint(&c.controller(active).address()).unwrap();
+    let ch = broker2.channel(ep, None, Expect::Controller);
+    for (as_whom, want) in [
+        ("User:admin", ErrorCode::None),
+        ("User:nobody", ErrorCode::TopicAuthorizationFailed),
+        ("Controller:1", ErrorCode::TopicAuthorizationFailed),
+        ("Broker:2", ErrorCode::TopicAuthorizationFailed),
+    ] {
+        let mut req = tonic::Request::new(pb::CreateTopicsRequest {
+            topics: vec![pb::CreatableTopic {
+                name: "forwarded".into(),
+                partitions: 1,
+                replication_factor: 1,
+                ..Default::default()
+            }],
+            validate_only: true,
+        });
+        req.metadata_mut().insert(
+            keel_proto::forwarded::PRINCIPAL,
+            as_whom.parse().expect("a header value"),
+        );
+        let r = pb::admin_service_client::AdminServiceClient::new(ch.clone())
+            .create_topics(req)
+            .await
+            .expect("answered")
+            .into_inner();
+        assert_eq!(error_code(&r.error), ErrorCode::None, "{as_whom}: {r:?}");
+        assert_eq!(error_code(&r.topics[0].error), want, "{as_whom}: {r:?}");
+    }
+    assert_eq!(
+        unchanged(&admin).await,
+        before,
+        "validate_only wrote nothing"
+    );
     c.check_alive().unwrap();
 }
 

@@ -654,10 +654,13 @@ fn expect_refused_but_answered(verdicts: &BTreeMap<String, Verdict>) {
     assert!(wrong.is_empty(), "unexpected verdicts: {wrong:#?}");
 }
 
+/// A topic as the walk compares it: name, id, partition count, configs.
+type TopicShape = (String, Vec<u8>, usize, Vec<(String, String)>);
+
 /// What the walk must not change, as the admin sees it.
 #[derive(Debug, PartialEq, Eq)]
 struct Unchanged {
-    topics: Vec<(String, Vec<u8>, usize, Vec<(String, String)>)>,
+    topics: Vec<TopicShape>,
     acls: Vec<String>,
     users: Vec<String>,
     cluster_configs: Vec<(String, String)>,

@@ -1,9 +1,10 @@
 //! The broker's copy of who may do what (ACL bindings, super users, SCRAM
-//! credentials), for its Kafka listener: logins are checked against it and
-//! Metadata leaves out the topics a client may not describe. Read from the
-//! active controller (DescribeAccess) at start, whenever a heartbeat answer
-//! names a newer `access_version`, and (at most once a second) when a
-//! login names a user this copy does not know.
+//! credentials), for its Kafka listener (logins are checked against it and
+//! Metadata leaves out the topics a client may not describe) and for
+//! DescribeBroker (answered to users only with `Describe` on the cluster).
+//! Read from the active controller (DescribeAccess) at start, whenever a
+//! heartbeat answer names a newer `access_version`, and (at most once a
+//! second) when a login names a user this copy does not know.
 //!
 //! Nothing here authorizes a write: the active controller authorizes every
 //! forwarded admin request again, as the client, inside its decision.

@@ -144,6 +144,11 @@ impl Broker {
                 limits,
                 stop_rx.clone(),
             )));
+        }
+        // The Kafka listener and, over TLS, DescribeBroker check callers
+        // against the copy of the ACLs; a plaintext broker without a Kafka
+        // listener checks nothing.
+        if shared.config.kafka_listen.is_some() || shared.config.transport.is_tls() {
             tasks.push(tokio::spawn(crate::access_refresh::run_refresher(
                 shared.clone(),
                 stop_rx.clone(),

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use keel_metadata::acl::{Operation, Principal, Resource};
 use keel_metadata::{ApiError, ControllerEpoch, ErrorCode, LeaderEpoch, TopicPartition};
 use keel_proto::convert;
 use keel_proto::pb;
@@ -156,6 +157,42 @@ pub(crate) fn take_stop_replica(
     Ok(partition_results("StopReplica", keys, results))
 }
 
+/// Over TLS, DescribeBroker (which names every topic and broker this
+/// broker knows) is answered only to a controller's certificate, this
+/// broker's own, or a principal the cluster's ACLs, as this broker last
+/// read them ([`crate::access`]), let describe the cluster: a super user
+/// or a holder of `Describe` on the Cluster resource. Another broker's
+/// certificate is such a principal only if an ACL says so. A plaintext
+/// listener knows no identities and lets everyone in.
+#[allow(clippy::result_large_err)]
+fn to_describer<T>(shared: &Shared, request: &Request<T>) -> Result<(), Status> {
+    let own = shared.id.0;
+    keel_tls::transport::authorize(
+        request,
+        "DescribeBroker",
+        "a controller's certificate, this broker's own, or a principal allowed to \
+         describe the cluster (a super user, or Describe on the Cluster resource)",
+        |role| match role {
+            keel_tls::Role::Controller(_) => true,
+            keel_tls::Role::Broker(id) if *id == own => true,
+            other => shared.access.get().may(
+                &principal_of(other),
+                Operation::Describe,
+                Resource::Cluster,
+            ),
+        },
+    )
+}
+
+/// The principal a certificate's role authenticates.
+fn principal_of(role: &keel_tls::Role) -> Principal {
+    match role {
+        keel_tls::Role::Controller(id) => Principal::Controller(*id),
+        keel_tls::Role::Broker(id) => Principal::Broker(*id),
+        keel_tls::Role::User(name) => Principal::User(name.clone()),
+    }
+}
+
 #[tonic::async_trait]
 impl BrokerControlService for ControlService {
     async fn leader_and_isr(
@@ -213,8 +250,9 @@ impl BrokerControlService for ControlService {
 
     async fn describe_broker(
         &self,
-        _request: Request<pb::DescribeBrokerRequest>,
+        request: Request<pb::DescribeBrokerRequest>,
     ) -> Result<Response<pb::DescribeBrokerResponse>, Status> {
+        to_describer(&self.shared, &request)?;
         let st = self.shared.state();
         let (session, cache) = (st.session(), st.metadata());
         Ok(Response::new(pb::DescribeBrokerResponse {

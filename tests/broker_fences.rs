@@ -31,15 +31,25 @@ async fn control(
     BrokerControlServiceClient::new(ch)
 }
 
-/// What the broker says of itself, asked as the kit's admin.
+/// What the broker says of itself, asked as the kit's admin (retried
+/// while the broker has not read the cluster's ACLs yet).
 async fn seen(c: &Cluster, i: usize) -> pb::DescribeBrokerResponse {
     let id = c.broker(i).id;
-    control(c.transport(), &c.broker(i).address(), id)
-        .await
-        .describe_broker(pb::DescribeBrokerRequest {})
-        .await
-        .expect("DescribeBroker answered")
-        .into_inner()
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        match control(c.transport(), &c.broker(i).address(), id)
+            .await
+            .describe_broker(pb::DescribeBrokerRequest {})
+            .await
+        {
+            Ok(r) => return r.into_inner(),
+            Err(s) => assert!(
+                std::time::Instant::now() < deadline,
+                "broker {id} does not describe itself to the admin: {s:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The answer's error code, from a whole-request error or the first

@@ -189,15 +189,17 @@ async fn observe_once(
             );
         }
     }
-    for a in ctrl {
-        if let Some(d) = client::describe_node(admin, a, T).await {
-            s.terms.insert(d.node_id, d.term);
-        }
-    }
+    // Brokers first, then terms: a term only grows, so every broker's
+    // epoch was at most the quorum's term when the terms are read.
     for (id, a) in brokers {
         if let Some(d) = client::describe_broker(admin, a, T).await {
             s.controller_epochs_seen
                 .insert(*id, d.controller_epoch_seen);
+        }
+    }
+    for a in ctrl {
+        if let Some(d) = client::describe_node(admin, a, T).await {
+            s.terms.insert(d.node_id, d.term);
         }
     }
     Ok(s)
@@ -239,6 +241,19 @@ pub fn check_with_kafka(
     let mut unknown = Vec::new();
     if attempts.is_empty() {
         unknown.push("the intruder made no attempt: it proves nothing".to_string());
+    }
+    let made = |kind: Credential| attempts.iter().filter(|a| a.credential == kind).count();
+    let refused_of = |kind: Credential| {
+        attempts
+            .iter()
+            .filter(|a| a.credential == kind && a.answer == Answer::Refused)
+            .count()
+    };
+    if made(Credential::ControllerKey) > 0 && refused_of(Credential::ControllerKey) == 0 {
+        unknown.push(format!(
+            "no controller_key attempt was refused ({} made): the brokers' epoch fence is unproven",
+            made(Credential::ControllerKey)
+        ));
     }
     if kafka {
         for kind in Credential::KAFKA {
@@ -363,6 +378,17 @@ fn state_violations(before: &State, after: &State, out: &mut Vec<Value>) {
     for (id, e) in &after.controller_epochs_seen {
         if *e >= FORGED_EPOCH {
             out.push(json!({"broker_saw_forged_controller_epoch": {"broker": id, "epoch": e}}));
+        }
+    }
+    // A broker fenced above every controller's term refuses the real
+    // controller: locked out until the quorum's term catches up.
+    if let Some(top) = after.terms.values().max() {
+        for (id, e) in &after.controller_epochs_seen {
+            if e > top {
+                out.push(json!({"broker_locked_out_of_the_controller": {
+                    "broker": id, "controller_epoch_seen": e, "highest_term": top,
+                }}));
+            }
         }
     }
 }
@@ -498,5 +524,39 @@ mod tests {
             false,
         );
         assert!(valid, "{detail}");
+    }
+
+    #[test]
+    fn a_broker_fenced_above_every_term_fails_the_intruder_checker() {
+        let mut before = targets_untouched();
+        before.terms = BTreeMap::from([(1, 5), (2, 5), (3, 4)]);
+        before.controller_epochs_seen = BTreeMap::from([(1, 5), (2, 5)]);
+        let refused = vec![kafka_attempt(Credential::ControllerKey, Answer::Refused)];
+        let (valid, detail) = check(&refused, Some(&before), Some(&before), &BTreeMap::new());
+        assert!(valid, "{detail}");
+        // Below the forged range, yet above every term: locked out.
+        let mut after = before.clone();
+        after.controller_epochs_seen.insert(2, 6);
+        let (valid, detail) = check(&refused, Some(&before), Some(&after), &BTreeMap::new());
+        assert!(!valid);
+        assert_eq!(
+            detail["violations"][0]["broker_locked_out_of_the_controller"]["broker"], 2,
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn controller_key_attempts_never_refused_leave_the_intruder_checker_unconvinced() {
+        let before = targets_untouched();
+        let errored = vec![kafka_attempt(Credential::ControllerKey, Answer::Errored)];
+        let (valid, detail) = check(&errored, Some(&before), Some(&before), &BTreeMap::new());
+        assert!(!valid);
+        assert!(
+            detail["cannot_tell"][0]
+                .as_str()
+                .unwrap()
+                .contains("controller_key"),
+            "{detail}"
+        );
     }
 }

@@ -45,6 +45,9 @@ answered!(pb::CreateAclsResponse, results);
 answered!(pb::UnregisterBrokerResponse);
 answered!(pb::AddVoterResponse);
 answered!(pb::RemoveVoterResponse);
+answered!(pb::LeaderAndIsrResponse, partitions);
+answered!(pb::UpdateMetadataResponse);
+answered!(pb::StopReplicaResponse, partitions);
 
 pub(super) fn is_authz(e: &pb::Error) -> bool {
     e.code == pb::ErrorCode::TopicAuthorizationFailed as i32
@@ -84,6 +87,41 @@ pub fn classify_cert<R>(r: &Result<R, tonic::Status>, foreign_ca: bool) -> (Answ
                 (Answer::Errored, short(&text))
             }
         }
+    }
+}
+
+/// A controller request with a valid controller certificate and a forged
+/// controller epoch: only the broker's epoch fence may answer it
+/// (UNCONFIRMED_CONTROLLER_EPOCH, STALE_CONTROLLER_EPOCH, or
+/// CLUSTER_AUTHORIZATION_FAILED for a stamp naming another controller).
+/// Any other answer, a broker-epoch or per-partition refusal included,
+/// got past the fence.
+pub(super) fn classify_fence<R: Answered>(r: &Result<R, tonic::Status>) -> (Answer, String) {
+    let fence = [
+        pb::ErrorCode::UnconfirmedControllerEpoch as i32,
+        pb::ErrorCode::StaleControllerEpoch as i32,
+        pb::ErrorCode::ClusterAuthorizationFailed as i32,
+    ];
+    match r {
+        Err(_) => classify_cert(r, false),
+        Ok(r) => match r.top() {
+            Some(e) if fence.contains(&e.code) => (
+                Answer::Refused,
+                format!("{}: {}", client::code_name(e.code), short(&e.message)),
+            ),
+            Some(e) => (
+                Answer::Accepted,
+                format!(
+                    "got past the epoch fence: {}: {}",
+                    client::code_name(e.code),
+                    short(&e.message)
+                ),
+            ),
+            None => (
+                Answer::Accepted,
+                format!("got past the epoch fence: {} item answers", r.items().len()),
+            ),
+        },
     }
 }
 
@@ -173,5 +211,36 @@ mod tests {
         assert_eq!(classify_cert(&down, true).0, Answer::Errored);
         let answered: Result<(), tonic::Status> = Ok(());
         assert_eq!(classify_cert(&answered, true).0, Answer::Accepted);
+    }
+
+    #[test]
+    fn a_forged_controller_epoch_must_be_stopped_by_the_fence() {
+        let answer =
+            |code: Option<pb::ErrorCode>| -> Result<pb::LeaderAndIsrResponse, tonic::Status> {
+                Ok(pb::LeaderAndIsrResponse {
+                    error: code.map(|c| pb::Error {
+                        code: c as i32,
+                        message: "x".into(),
+                        leader: None,
+                    }),
+                    partitions: Vec::new(),
+                })
+            };
+        for code in [
+            pb::ErrorCode::UnconfirmedControllerEpoch,
+            pb::ErrorCode::StaleControllerEpoch,
+            pb::ErrorCode::ClusterAuthorizationFailed,
+        ] {
+            assert_eq!(classify_fence(&answer(Some(code))).0, Answer::Refused);
+        }
+        // Refused for its broker epoch: the forged controller epoch passed.
+        assert_eq!(
+            classify_fence(&answer(Some(pb::ErrorCode::StaleBrokerEpoch))).0,
+            Answer::Accepted
+        );
+        assert_eq!(classify_fence(&answer(None)).0, Answer::Accepted);
+        let down: Result<pb::LeaderAndIsrResponse, tonic::Status> =
+            Err(tonic::Status::unavailable("tcp connect error"));
+        assert_eq!(classify_fence(&down).0, Answer::Errored);
     }
 }

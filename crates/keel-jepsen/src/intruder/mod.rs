@@ -22,6 +22,11 @@
 //!   to a controller and a LeaderAndIsr with a huge controller epoch to a
 //!   broker.
 //!
+//! * `controller_key`: a controller's own certificate (round-robin over
+//!   the controllers) sending brokers LeaderAndIsr, UpdateMetadata and
+//!   StopReplica with a forged controller epoch and their real broker
+//!   epoch ([`controller_key`]): the brokers' epoch fence must refuse them.
+//!
 //! When the brokers have Kafka listeners (the intruder nemesis turns them
 //! on), each round also attacks one of them ([`crate::intruder::kafka`]):
 //! plaintext bytes, a foreign CA's certificate, a broker's certificate, a
@@ -50,6 +55,7 @@
 mod acl;
 mod check;
 mod classify;
+mod controller_key;
 pub mod kafka;
 
 pub use check::{
@@ -122,6 +128,8 @@ pub enum Credential {
     ForeignCa,
     WrongBroker,
     NoAcls,
+    /// A controller's own certificate with a forged controller epoch.
+    ControllerKey,
     /// The Kafka listeners' attacks ([`crate::intruder::kafka`]).
     KafkaPlaintext,
     KafkaForeignCa,
@@ -204,6 +212,8 @@ pub struct Credentials {
     pub foreign_admin: Transport,
     /// Another CA's certificates naming brokers `1..=brokers`.
     pub foreign_brokers: BTreeMap<u32, Transport>,
+    /// The controllers' own certificates, by node id.
+    pub controllers: BTreeMap<u64, Transport>,
 }
 
 /// Issues the intruder's certificates: the cluster CA's for `User:intruder`
@@ -220,6 +230,10 @@ pub fn credentials(c: &Cluster, run_dir: &Path) -> anyhow::Result<Credentials> {
     let mut brokers = BTreeMap::new();
     for b in 1..=n + 1 {
         brokers.insert(b, c.transport_as(&Identity::broker(&id, b))?);
+    }
+    let mut controllers = BTreeMap::new();
+    for node in 1..=c.controller_count() as u64 {
+        controllers.insert(node, c.transport_as(&Identity::controller(&id, node))?);
     }
     let dir = run_dir.join("intruder-certs");
     std::fs::create_dir_all(&dir)?;
@@ -242,6 +256,7 @@ pub fn credentials(c: &Cluster, run_dir: &Path) -> anyhow::Result<Credentials> {
         brokers,
         foreign_admin,
         foreign_brokers,
+        controllers,
     })
 }
 
@@ -389,6 +404,7 @@ impl Intruder {
         self.wrong_broker(&active, y, y_epoch, p.as_ref()).await;
         self.no_acls(round, &active, &target, y, y_epoch, p.as_ref())
             .await;
+        self.controller_key(round, y, y_epoch).await;
         if let Some(k) = &self.kafka {
             k.round(round, &target, |a| {
                 self.attempts.lock().unwrap().push(Attempt {

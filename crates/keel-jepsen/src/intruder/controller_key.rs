@@ -28,7 +28,7 @@ impl Intruder {
         let Some((_, addr)) = self.brokers.iter().find(|(b, _)| *b == y) else {
             return;
         };
-        let epoch = if round % 2 == 0 {
+        let epoch = if round.is_multiple_of(2) {
             FORGED_EPOCH + u64::from(round)
         } else {
             u64::MAX

@@ -102,6 +102,13 @@ impl Broker {
         });
         info!(broker = id.0, address = %local_addr, kafka = ?kafka_address, %incarnation, transport = %shared.config.transport, "broker starting");
 
+        let gate = keel_tls::admission::Gate::new(shared.config.connections.clone());
+        let members = Arc::downgrade(&shared);
+        gate.set_members(Arc::new(move |ip| {
+            members
+                .upgrade()
+                .is_some_and(|shared| shared.is_member_address(ip))
+        }));
         let (stop, stop_rx) = watch::channel(false);
         let mut tasks = Vec::new();
         let server = tonic::transport::Server::builder()
@@ -120,11 +127,15 @@ impl Broker {
             }));
         let mut server_stop = stop_rx.clone();
         let transport = shared.config.transport.clone();
+        let grpc_door = keel_tls::admission::Door::new(&gate, "grpc");
         tasks.push(tokio::spawn(async move {
             let shutdown = async move {
                 let _ = server_stop.wait_for(|s| *s).await;
             };
-            if let Err(e) = transport.serve(server, listener, shutdown).await {
+            if let Err(e) = transport
+                .serve_admitted(server, listener, grpc_door, shutdown)
+                .await
+            {
                 error!(error = %e, "broker gRPC server failed");
             }
         }));
@@ -136,6 +147,8 @@ impl Broker {
             let limits = keel_kafka::ListenerConfig {
                 max_request_bytes: shared.config.kafka_max_request_bytes,
                 security: shared.config.kafka_security(),
+                idle_timeout: Duration::from_millis(shared.config.kafka_connections_max_idle_ms),
+                admission: keel_tls::admission::Door::new(&gate, "kafka"),
                 ..keel_kafka::ListenerConfig::default()
             };
             tasks.push(tokio::spawn(keel_kafka::serve(

@@ -70,6 +70,7 @@ const COUNTERS: &[(&str, &str)] = &[
 /// Gives every broker metric its help text (on the installed recorder).
 pub fn describe() {
     keel_kafka::describe_metrics();
+    keel_tls::admission::describe_metrics();
     for (name, help) in GAUGES {
         ::metrics::describe_gauge!(*name, *help);
     }

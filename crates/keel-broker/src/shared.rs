@@ -47,6 +47,15 @@ impl Shared {
         lock(&self.state)
     }
 
+    /// Whether `ip` is the address of one of the cluster's own nodes: a
+    /// controller of `--controllers`, or a broker of the metadata cache.
+    /// Addresses given as host names are not matched.
+    pub(crate) fn is_member_address(&self, ip: std::net::IpAddr) -> bool {
+        let is = |addr: &str| addr.parse::<SocketAddr>().is_ok_and(|a| a.ip() == ip);
+        self.config.controllers.iter().any(|a| is(a))
+            || self.state().metadata().brokers().any(|b| is(&b.address))
+    }
+
     /// A client for the controller currently believed active, and its address.
     pub(crate) fn controller(&self) -> (String, Option<BrokerServiceClient<Channel>>) {
         let addr = lock(&self.link).current();

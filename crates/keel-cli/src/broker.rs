@@ -107,6 +107,25 @@ pub struct BrokerArgs {
     /// then exit: 0 when it is valid, 2 when not. Starts nothing.
     #[arg(long)]
     check: bool,
+    /// Connections open at once over all listeners of this node (Kafka's
+    /// max.connections); the cluster's own nodes get a reserve past it.
+    /// Lowered to what the open-file limit allows [default: the open-file
+    /// limit less a margin].
+    #[arg(long, env = "KEEL_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: Option<u64>,
+    /// Connections open at once from one address (Kafka's
+    /// max.connections.per.ip); the cluster's own nodes are exempt
+    /// [default: 1000].
+    #[arg(long, env = "KEEL_MAX_CONNECTIONS_PER_IP", value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections_per_ip: Option<u64>,
+    /// A Kafka connection that sends nothing for this many ms is closed
+    /// (Kafka's connections.max.idle.ms) [default: 600000].
+    #[arg(long, env = "KEEL_CONNECTIONS_MAX_IDLE_MS", value_parser = clap::value_parser!(u64).range(1..))]
+    connections_max_idle_ms: Option<u64>,
+    /// A TLS handshake not done within this many ms closes its connection
+    /// [default: 5000].
+    #[arg(long, env = "KEEL_TLS_HANDSHAKE_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..))]
+    tls_handshake_timeout_ms: Option<u64>,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -153,6 +172,10 @@ struct BrokerFile {
     tls_key: Option<PathBuf>,
     tls_ca: Option<PathBuf>,
     allow_plaintext: Option<bool>,
+    max_connections: Option<u64>,
+    max_connections_per_ip: Option<u64>,
+    connections_max_idle_ms: Option<u64>,
+    tls_handshake_timeout_ms: Option<u64>,
 }
 
 fn list(s: &str) -> Vec<String> {
@@ -257,6 +280,17 @@ fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat)
         c.kafka_client_auth = v.parse()?;
     }
     c.kafka_sasl_plain = a.kafka_sasl_plain || f.kafka_sasl_plain.unwrap_or(false);
+    c.connections = crate::connections::limits(crate::connections::Given {
+        max_connections: a.max_connections.or(f.max_connections),
+        max_connections_per_ip: a.max_connections_per_ip.or(f.max_connections_per_ip),
+        tls_handshake_timeout_ms: a.tls_handshake_timeout_ms.or(f.tls_handshake_timeout_ms),
+    })?;
+    if let Some(v) = a.connections_max_idle_ms.or(f.connections_max_idle_ms) {
+        if v == 0 {
+            return Err("connections_max_idle_ms must be at least 1".into());
+        }
+        c.kafka_connections_max_idle_ms = v;
+    }
     Ok((
         c,
         a.metrics_listen.or(f.metrics_listen),
@@ -272,7 +306,7 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
         };
         return crate::admin::cluster::unregister(&client, common.output, id).await;
     }
-    let (config, metrics, format) = match build(&a) {
+    let (mut config, metrics, format) = match build(&a) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("error: {e}");
@@ -291,7 +325,7 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
     }
     keel_broker::metrics::describe();
     logging::build_info("broker");
-    logging::raise_fd_limit();
+    config.connections = crate::connections::fit_fd_limit(config.connections);
     logging::exit_with_parent();
     crate::tls::reload_on_sighup(&config.transport, keel_tls::Role::Broker(config.broker_id));
     // Before the data dir opens: a disk that hangs hangs the open too.

@@ -158,6 +158,25 @@ pub struct ControllerArgs {
     /// Offer SASL PLAIN beside SCRAM on the Kafka listener (TLS only).
     #[arg(long, env = "KEEL_CONTROLLER_KAFKA_SASL_PLAIN")]
     kafka_sasl_plain: bool,
+    /// Connections open at once over all listeners of this node (Kafka's
+    /// max.connections); the cluster's own nodes get a reserve past it.
+    /// Lowered to what the open-file limit allows [default: the open-file
+    /// limit less a margin].
+    #[arg(long, env = "KEEL_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections: Option<u64>,
+    /// Connections open at once from one address (Kafka's
+    /// max.connections.per.ip); the cluster's own nodes are exempt
+    /// [default: 1000].
+    #[arg(long, env = "KEEL_MAX_CONNECTIONS_PER_IP", value_parser = clap::value_parser!(u64).range(1..))]
+    max_connections_per_ip: Option<u64>,
+    /// A Kafka connection that sends nothing for this many ms is closed
+    /// (Kafka's connections.max.idle.ms) [default: 600000].
+    #[arg(long, env = "KEEL_CONNECTIONS_MAX_IDLE_MS", value_parser = clap::value_parser!(u64).range(1..))]
+    connections_max_idle_ms: Option<u64>,
+    /// A TLS handshake not done within this many ms closes its connection
+    /// [default: 5000].
+    #[arg(long, env = "KEEL_TLS_HANDSHAKE_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..))]
+    tls_handshake_timeout_ms: Option<u64>,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -207,6 +226,10 @@ struct ControllerFile {
     max_concurrent_admin_requests: Option<usize>,
     request_timeout_ms: Option<u64>,
     max_linearizable_reads_per_sec: Option<u32>,
+    max_connections: Option<u64>,
+    max_connections_per_ip: Option<u64>,
+    connections_max_idle_ms: Option<u64>,
+    tls_handshake_timeout_ms: Option<u64>,
 }
 
 /// Worker threads for the controller's runtime, which is built before the
@@ -419,6 +442,17 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
         c.kafka_client_auth = v.parse()?;
     }
     c.kafka_sasl_plain = a.kafka_sasl_plain || file.kafka_sasl_plain.unwrap_or(false);
+    c.connections = crate::connections::limits(crate::connections::Given {
+        max_connections: a.max_connections.or(file.max_connections),
+        max_connections_per_ip: a.max_connections_per_ip.or(file.max_connections_per_ip),
+        tls_handshake_timeout_ms: a.tls_handshake_timeout_ms.or(file.tls_handshake_timeout_ms),
+    })?;
+    if let Some(v) = a.connections_max_idle_ms.or(file.connections_max_idle_ms) {
+        if v == 0 {
+            return Err("connections_max_idle_ms must be at least 1".into());
+        }
+        c.kafka_connections_max_idle_ms = v;
+    }
     if c.election_timeout_min_ms >= c.election_timeout_max_ms
         || c.raft_heartbeat_ms * 2 > c.election_timeout_min_ms
     {
@@ -459,7 +493,7 @@ fn release_freed() {
 
 /// Runs until SIGINT/SIGTERM, or a fatal Raft error.
 pub async fn run(a: ControllerArgs) -> ExitCode {
-    let (config, http, format) = match build(&a) {
+    let (mut config, http, format) = match build(&a) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("error: {e}");
@@ -488,7 +522,7 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     };
     keel_controller::metric_names::describe();
     logging::build_info("controller");
-    logging::raise_fd_limit();
+    config.connections = crate::connections::fit_fd_limit(config.connections);
     logging::exit_with_parent();
     let unsafe_features = crate::unsafe_features();
     if !unsafe_features.is_empty() {

@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand};
 mod admin;
 mod broker;
 mod certs;
+mod connections;
 mod controller;
 mod dev;
 mod lab;

@@ -194,8 +194,9 @@ pub fn exit_if_storage_stalls(bound_ms: u64) {
 
 /// Raises the process's open-file limit (soft) to its hard limit: a node
 /// holds a connection per client, peer and broker, and a default soft
-/// limit of 1,024 is reached long before the machine's. Logs the outcome.
-pub fn raise_fd_limit() {
+/// limit of 1,024 is reached long before the machine's. Logs the outcome
+/// and returns the soft limit now in force (`None`: it cannot be read).
+pub fn raise_fd_limit() -> Option<u64> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -204,12 +205,12 @@ pub fn raise_fd_limit() {
     let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
     if got != 0 {
         tracing::warn!(error = %std::io::Error::last_os_error(), "cannot read the open-file limit");
-        return;
+        return None;
     }
     let before = lim.rlim_cur;
     if before >= lim.rlim_max {
         tracing::info!(limit = before, "open-file limit");
-        return;
+        return Some(before);
     }
     lim.rlim_cur = lim.rlim_max;
     // SAFETY: as above.
@@ -219,11 +220,13 @@ pub fn raise_fd_limit() {
             to = lim.rlim_cur,
             "raised the open-file limit"
         );
+        Some(lim.rlim_cur)
     } else {
         tracing::warn!(
             limit = before,
             error = %std::io::Error::last_os_error(),
             "cannot raise the open-file limit"
         );
+        Some(before)
     }
 }

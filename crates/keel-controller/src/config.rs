@@ -75,6 +75,12 @@ pub struct ControllerConfig {
     pub kafka_client_auth: keel_tls::KafkaClientAuth,
     /// Offer SASL PLAIN beside SCRAM on the (TLS) Kafka listener.
     pub kafka_sasl_plain: bool,
+    /// Connection limits and timeouts of every listener of the process
+    /// (`keel_tls::admission`).
+    pub connections: keel_tls::admission::Limits,
+    /// Kafka's `connections.max.idle.ms`: a Kafka connection that sends
+    /// nothing for this long is closed.
+    pub kafka_connections_max_idle_ms: u64,
 }
 
 impl ControllerConfig {
@@ -121,6 +127,9 @@ impl ControllerConfig {
             kafka_listen: None,
             kafka_client_auth: keel_tls::KafkaClientAuth::Required,
             kafka_sasl_plain: false,
+            connections: keel_tls::admission::Limits::default(),
+            kafka_connections_max_idle_ms: keel_kafka::server::DEFAULT_IDLE_TIMEOUT.as_millis()
+                as u64,
         }
     }
 

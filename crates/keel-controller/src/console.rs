@@ -682,6 +682,7 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let port = listener.local_addr()?.port();
+    let shared_gate = shared.gate.clone();
     let app = axum::Router::new()
         .route("/metrics", get(metrics))
         .route("/api/cluster", get(cluster))
@@ -693,9 +694,31 @@ pub async fn serve(
             render,
             port,
         });
-    axum::serve(listener, app)
+    let door = keel_tls::admission::Door::new(&shared_gate, "http");
+    axum::serve(AdmittedListener { listener, door }, app)
         .with_graceful_shutdown(async move {
             let _ = shutdown.wait_for(|v| *v).await;
         })
         .await
+}
+
+/// The HTTP listener's connections, admitted by the node's gate as every
+/// listener's are.
+struct AdmittedListener {
+    listener: tokio::net::TcpListener,
+    door: keel_tls::admission::Door,
+}
+
+impl axum::serve::Listener for AdmittedListener {
+    type Io = keel_tls::admission::Admitted<tokio::net::TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (tcp, remote, ticket) = self.door.accept(&self.listener).await;
+        (self.door.wrap(tcp, ticket), remote)
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.listener.local_addr()
+    }
 }

@@ -239,6 +239,7 @@ const LABELLED_COUNTERS: &[&str] = &[
 /// not exist yet would never fire.
 pub fn describe() {
     keel_kafka::describe_metrics();
+    keel_tls::admission::describe_metrics();
     for (name, kind, help) in CATALOG {
         match kind {
             Kind::Counter => metrics::describe_counter!(*name, *help),

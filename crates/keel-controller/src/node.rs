@@ -129,6 +129,12 @@ impl ControllerNode {
             peer_contacts,
             directory_id,
         ));
+        let members = Arc::downgrade(&shared);
+        shared.gate.set_members(Arc::new(move |ip| {
+            members
+                .upgrade()
+                .is_some_and(|shared| shared.is_member_address(ip))
+        }));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut server_stop = shutdown_rx.clone();
         let router = tonic::transport::Server::builder()
@@ -146,11 +152,12 @@ impl ControllerNode {
                     .max_decoding_message_size(config.max_message_bytes),
             );
         let transport = config.transport.clone();
+        let door = keel_tls::admission::Door::new(&shared.gate, "grpc");
         // The transport accepts without Nagle: Raft and controller RPCs
         // are small and latency-bound.
         let server = tokio::spawn(async move {
             transport
-                .serve(router, listener, async move {
+                .serve_admitted(router, listener, door, async move {
                     let _ = server_stop.wait_for(|v| *v).await;
                 })
                 .await
@@ -228,6 +235,8 @@ impl ControllerNode {
                 views,
                 keel_kafka::ListenerConfig {
                     security,
+                    idle_timeout: Duration::from_millis(config.kafka_connections_max_idle_ms),
+                    admission: keel_tls::admission::Door::new(&shared.gate, "kafka"),
                     ..keel_kafka::ListenerConfig::default()
                 },
                 shutdown_rx.clone(),

@@ -74,6 +74,9 @@ pub struct Shared {
     /// This node's Kafka listener as bound (set once, at start; unset
     /// without `--kafka-listen`), for DescribeNode.
     pub kafka_address: std::sync::OnceLock<std::net::SocketAddr>,
+    /// The open connections of every listener of this node, and their
+    /// limits (`keel_tls::admission`).
+    pub gate: Arc<keel_tls::admission::Gate>,
 }
 
 impl Shared {
@@ -91,7 +94,9 @@ impl Shared {
             config.max_concurrent_admin_requests,
             config.max_linearizable_reads_per_sec,
         );
+        let gate = keel_tls::admission::Gate::new(config.connections.clone());
         Self {
+            gate,
             disk: Arc::default(),
             broker_reports: Mutex::default(),
             events: Default::default(),
@@ -107,6 +112,26 @@ impl Shared {
             write_budget,
             directory_id,
         }
+    }
+
+    /// Whether `ip` is the address of one of the cluster's own nodes: a
+    /// voter of the configuration or of the applied membership, or a
+    /// registered broker. Addresses given as host names are not matched.
+    pub fn is_member_address(&self, ip: std::net::IpAddr) -> bool {
+        let is = |addr: &str| {
+            addr.parse::<std::net::SocketAddr>()
+                .is_ok_and(|a| a.ip() == ip)
+        };
+        if self.config.voters.iter().any(|(_, a)| is(a)) {
+            return true;
+        }
+        let applied = self.applied();
+        applied
+            .membership
+            .membership()
+            .nodes()
+            .any(|(_, node)| is(&node.addr))
+            || applied.image.brokers().any(|b| is(&b.address))
     }
 
     /// The applied state as of now (O(1) clone of an `Arc`).

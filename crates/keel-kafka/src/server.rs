@@ -17,7 +17,7 @@ use keel_metadata::scram::ScramMechanism;
 use keel_tls::{KafkaClientAuth, Role, TlsContext};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::access::Access;
@@ -139,6 +139,9 @@ pub struct ListenerConfig {
     pub max_in_flight_bytes: usize,
     /// TLS and SASL, or plaintext.
     pub security: Security,
+    /// Who may connect, and how long a handshake and the first request may
+    /// take (shared with the process's other listeners).
+    pub admission: keel_tls::admission::Door,
 }
 
 impl Default for ListenerConfig {
@@ -148,6 +151,7 @@ impl Default for ListenerConfig {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
             security: Security::Plaintext,
+            admission: keel_tls::admission::Door::unlimited("kafka"),
         }
     }
 }
@@ -191,10 +195,18 @@ async fn read_length<R: AsyncRead + Unpin>(
     let mut prefix = [0u8; 4];
     let mut got = 0;
     while got < prefix.len() {
-        let n = match tokio::time::timeout(idle, r.read(&mut prefix[got..]))
-            .await
-            .map_err(|_| FrameError::Idle(idle))?
-        {
+        let read = tokio::time::timeout(idle, r.read(&mut prefix[got..])).await;
+        let Ok(read) = read else {
+            if got == 0 {
+                // Idle between requests: Kafka's connections.max.idle.ms.
+                keel_tls::admission::count_refused(
+                    config.admission.name(),
+                    keel_tls::admission::Reason::Idle,
+                );
+            }
+            return Err(FrameError::Idle(idle));
+        };
+        let n = match read {
             Ok(n) => n,
             // A TLS client that leaves between frames without saying so
             // (no close_notify, as most Kafka clients do) has just left.
@@ -268,7 +280,10 @@ pub async fn serve(
         source,
         served,
         budget,
-        handshakes: Arc::new(Semaphore::new(keel_tls::transport::MAX_HANDSHAKES)),
+        door: config
+            .admission
+            .clone()
+            .with_first_byte_timeout(config.idle_timeout),
         config,
     });
     let config = &listening.config;
@@ -281,24 +296,38 @@ pub async fn serve(
             sasl.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
         ),
     };
-    info!(address = ?local, max_request_bytes = config.max_request_bytes, max_in_flight_bytes = listening.budget.total_bytes(), %security, "Kafka listener serving");
+    info!(address = ?local, max_request_bytes = config.max_request_bytes, max_in_flight_bytes = listening.budget.total_bytes(), connections_max_idle_ms = config.idle_timeout.as_millis() as u64, %security, "Kafka listener serving");
+    let door = &listening.door;
     loop {
-        let accepted = tokio::select! {
+        let (stream, peer, ticket) = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            a = listener.accept() => a,
+            a = door.accept(&listener) => a,
         };
-        match accepted {
-            Ok((stream, peer)) => {
-                keel_tls::transport::tune(&stream);
-                tokio::spawn(connection(stream, peer, listening.clone(), stop.clone()));
-            }
-            Err(e) => {
-                // Out of file descriptors, most likely: do not spin.
-                warn!(error = %e, "Kafka listener cannot accept a connection");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
+        // A handshake beyond the cap closes its connection at once: the
+        // accept loop never waits on one.
+        let slot = match config.security {
+            Security::Plaintext => None,
+            Security::Tls { .. } => match door.handshake_slot() {
+                Some(slot) => Some(slot),
+                None => continue,
+            },
+        };
+        let admitted = Admission { peer, ticket, slot };
+        tokio::spawn(connection(
+            stream,
+            admitted,
+            listening.clone(),
+            stop.clone(),
+        ));
     }
+}
+
+/// What the accept loop hands a connection: its place in the gate, and
+/// its handshake slot (TLS).
+struct Admission {
+    peer: SocketAddr,
+    ticket: keel_tls::admission::Ticket,
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// What every connection of one listener shares.
@@ -308,9 +337,9 @@ struct Listening {
     served: Vec<(ApiKey, i16, i16)>,
     config: ListenerConfig,
     budget: Budget,
-    /// TLS handshakes in progress at once, bounded as on the gRPC
-    /// listeners.
-    handshakes: Arc<Semaphore>,
+    /// Admission, as on every listener of the process (its first-byte
+    /// timeout no longer than `connections.max.idle.ms`).
+    door: keel_tls::admission::Door,
 }
 
 /// One client's connection: the TLS handshake (when the listener speaks
@@ -318,22 +347,23 @@ struct Listening {
 /// node stops.
 async fn connection(
     tcp: TcpStream,
-    peer: SocketAddr,
+    admitted: Admission,
     listening: Arc<Listening>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let Admission { peer, ticket, slot } = admitted;
     debug!(%peer, "Kafka connection opened");
     let Listening {
         source,
         served,
         config,
         budget,
-        handshakes,
+        door,
     } = &*listening;
     let session = async {
         match &config.security {
             Security::Plaintext => {
-                let mut tcp = tcp;
+                let mut tcp = door.wrap(tcp, ticket);
                 let client = Client::anonymous(Some(peer));
                 exchange(&mut tcp, client, source.as_ref(), served, config, budget).await
             }
@@ -346,13 +376,12 @@ async fn connection(
                     tokio_rustls::TlsAcceptor::from(context.kafka_server_config(*client_auth));
                 // The same handshake as the gRPC listeners': bounded in
                 // time and in how many run at once.
-                let (mut stream, identity) = {
-                    let _slot = handshakes
-                        .acquire()
-                        .await
-                        .map_err(|_| "the listener is closing".to_string())?;
-                    keel_tls::transport::accept(&acceptor, tcp, peer, context.cluster_id()).await?
-                };
+                let handshake =
+                    keel_tls::transport::accept(door, &acceptor, tcp, peer, context.cluster_id())
+                        .await;
+                drop(slot);
+                let (stream, identity) = handshake.map_err(|e| e.to_string())?;
+                let mut stream = door.wrap(stream, ticket);
                 let principal = match identity {
                     None => Principal::Anonymous,
                     Some(id) => match id.role {
@@ -578,6 +607,7 @@ mod tests {
             idle_timeout: Duration::from_secs(5),
             max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
             security: Security::Plaintext,
+            admission: keel_tls::admission::Door::unlimited("kafka"),
         }
     }
 
@@ -645,6 +675,7 @@ mod tests {
             idle_timeout: Duration::from_millis(50),
             max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
             security: Security::Plaintext,
+            admission: keel_tls::admission::Door::unlimited("kafka"),
         };
         let e = read_frame(&mut server, &c).await.unwrap_err();
         assert!(matches!(e, FrameError::Idle(_)), "{e}");

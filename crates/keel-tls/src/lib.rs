@@ -1,5 +1,6 @@
 //! Mutual TLS for every Keel listener and client.
 //!
+//! - [`admission`]: connection limits and timeouts shared by every listener;
 //! - [`identity`]: who a certificate names (`keel://<cluster>/<role>/<name>`);
 //! - [`certs`]: a cluster CA and certificates per node and user (rcgen);
 //! - [`context`]: a process's certificate, key and CA as rustls
@@ -7,6 +8,7 @@
 //! - [`transport`]: serving and connecting over mutual TLS (or plaintext,
 //!   only when allowed), and reading a caller's identity in a handler.
 
+pub mod admission;
 pub mod certs;
 pub mod context;
 pub mod identity;

@@ -1,7 +1,8 @@
 //! How a process speaks gRPC: mutual TLS, or plaintext when the operator
-//! explicitly allowed it. Servers accept through [`Transport::incoming`]
-//! (TLS handshakes run concurrently, each bounded in time, so a slow or
-//! silent client holds nothing up); clients connect through
+//! explicitly allowed it. Servers accept through [`Transport::serve_admitted`]
+//! (every connection admitted by a [`Door`]; TLS handshakes run
+//! concurrently, each bounded in time, so a slow or silent client holds
+//! nothing up); clients connect through
 //! [`Transport::channel`], from a chosen local address, checking that the
 //! server's certificate names the role they expect.
 //!
@@ -19,18 +20,15 @@ use hyper_util::rt::TokioIo;
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use crate::admission::{Admitted, Door, HandshakeError};
 use crate::certs::SERVER_NAME;
 use crate::context::TlsContext;
 use crate::identity::{Identity, Role};
 
-/// Longest a TLS handshake may take before the connection is dropped.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in progress at once, per listener.
-pub const MAX_HANDSHAKES: usize = 512;
 /// TCP keepalive on every connection: a peer that vanished is noticed.
 const KEEPALIVE: Duration = Duration::from_secs(30);
 /// HTTP/2 PING on every client connection, idle or not, this often...
@@ -146,7 +144,7 @@ impl Expect {
 
 /// A server-side TLS connection.
 pub struct TlsConn {
-    inner: tokio_rustls::server::TlsStream<TcpStream>,
+    inner: Admitted<tokio_rustls::server::TlsStream<TcpStream>>,
     info: PeerInfo,
 }
 
@@ -225,79 +223,70 @@ pub fn peer_identity(
 }
 
 /// The server side of one TLS handshake, as every listener does it
-/// (gRPC and Kafka alike): bounded by [`HANDSHAKE_TIMEOUT`], the client's
-/// certificate (if any) checked to name an identity of `cluster_id`
-/// ([`peer_identity`]). A failure is logged, counted in
-/// `keel_tls_handshake_failures_total`, and returned as its reason.
+/// (gRPC and Kafka alike): bounded by the door's handshake timeout, the
+/// client's certificate (if any) checked to name an identity of
+/// `cluster_id` ([`peer_identity`]). A failure is logged and counted in
+/// `keel_tls_handshake_failures_total` (a timeout also in the door's
+/// `keel_connections_refused_total`).
 pub async fn accept(
+    door: &Door,
     acceptor: &tokio_rustls::TlsAcceptor,
     tcp: TcpStream,
     remote: SocketAddr,
     cluster_id: &str,
-) -> Result<(tokio_rustls::server::TlsStream<TcpStream>, Option<Identity>), String> {
-    let failed = |why: String| {
+) -> Result<(tokio_rustls::server::TlsStream<TcpStream>, Option<Identity>), HandshakeError> {
+    let failed = |e: HandshakeError| {
         metrics::counter!("keel_tls_handshake_failures_total").increment(1);
-        Err(why)
+        tracing::debug!(%remote, error = %e, "TLS handshake failed");
+        Err(e)
     };
-    let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-        Ok(Ok(stream)) => stream,
-        Ok(Err(e)) => {
-            tracing::debug!(%remote, error = %e, "TLS handshake refused");
-            return failed(format!("TLS handshake refused: {e}"));
-        }
-        Err(_) => {
-            tracing::debug!(%remote, "TLS handshake timed out");
-            return failed("TLS handshake timed out".into());
-        }
+    let stream = match door.handshake(acceptor.accept(tcp)).await {
+        Ok(stream) => stream,
+        Err(e) => return failed(e),
     };
     match peer_identity(stream.get_ref().1.peer_certificates(), cluster_id) {
         Ok(identity) => Ok((stream, identity)),
         Err(why) => {
             tracing::warn!(%remote, %why, "refusing a client certificate");
-            failed(why)
+            failed(HandshakeError::Refused(why))
         }
     }
 }
 
-/// Accepted TLS connections of `listener`. Failed handshakes are logged and
-/// dropped; the stream ends when the listener fails.
+/// Admitted TLS connections of `listener` through `door`. The accept loop
+/// never waits on a handshake: each runs in its own task, and one beyond
+/// the door's cap is closed at once. Failed handshakes are logged and
+/// dropped; the stream ends when its receiver is dropped.
 pub fn tls_incoming(
     listener: TcpListener,
     ctx: Arc<TlsContext>,
+    door: Door,
 ) -> impl futures::Stream<Item = Result<TlsConn, std::io::Error>> {
     let (tx, rx) = mpsc::channel::<Result<TlsConn, std::io::Error>>(64);
-    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
     tokio::spawn(async move {
         loop {
-            let (tcp, remote) = match listener.accept().await {
-                Ok(x) => x,
-                Err(e) => {
-                    // Out of file descriptors and the like: pause, go on.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
+            let (tcp, remote, ticket) = tokio::select! {
+                _ = tx.closed() => return,
+                a = door.accept(&listener) => a,
             };
-            if tx.is_closed() {
-                return;
-            }
-            let Ok(permit) = slots.clone().acquire_owned().await else {
-                return;
+            let Some(slot) = door.handshake_slot() else {
+                continue;
             };
-            tune(&tcp);
             let acceptor = tokio_rustls::TlsAcceptor::from(ctx.server_config());
             let tx = tx.clone();
             let ctx = ctx.clone();
+            let door = door.clone();
             tokio::spawn(async move {
-                let _permit = permit;
-                let Ok((inner, identity)) = accept(&acceptor, tcp, remote, ctx.cluster_id()).await
-                else {
+                let handshake = accept(&door, &acceptor, tcp, remote, ctx.cluster_id()).await;
+                drop(slot);
+                let Ok((inner, identity)) = handshake else {
                     return;
                 };
                 let info = PeerInfo {
                     remote: Some(remote),
                     identity,
                 };
+                let inner = door.wrap(inner, ticket);
                 let _ = tx.send(Ok(TlsConn { inner, info })).await;
             });
         }
@@ -476,7 +465,9 @@ impl Transport {
         };
         Some(handshake(ctx, &uri, None, expect).await.map(|(_, der)| der))
     }
-    /// Serves `router` on `listener` until `shutdown` completes.
+    /// Serves `router` on `listener` until `shutdown` completes, with no
+    /// connection limits (tools and tests; nodes use
+    /// [`Transport::serve_admitted`]).
     pub async fn serve<F>(
         &self,
         router: tonic::transport::server::Router,
@@ -486,18 +477,37 @@ impl Transport {
     where
         F: std::future::Future<Output = ()>,
     {
+        self.serve_admitted(router, listener, Door::unlimited("grpc"), shutdown)
+            .await
+    }
+
+    /// Serves `router` on `listener` until `shutdown` completes, every
+    /// connection admitted by `door`.
+    pub async fn serve_admitted<F>(
+        &self,
+        router: tonic::transport::server::Router,
+        listener: TcpListener,
+        door: Door,
+        shutdown: F,
+    ) -> Result<(), tonic::transport::Error>
+    where
+        F: std::future::Future<Output = ()>,
+    {
         match self {
             Transport::Plaintext => {
-                let incoming = tonic::transport::server::TcpIncoming::from(listener)
-                    .with_nodelay(Some(true))
-                    .with_keepalive(Some(KEEPALIVE));
                 router
-                    .serve_with_incoming_shutdown(incoming, shutdown)
+                    .serve_with_incoming_shutdown(
+                        crate::admission::incoming(listener, door),
+                        shutdown,
+                    )
                     .await
             }
             Transport::Tls(ctx) => {
                 router
-                    .serve_with_incoming_shutdown(tls_incoming(listener, ctx.clone()), shutdown)
+                    .serve_with_incoming_shutdown(
+                        tls_incoming(listener, ctx.clone(), door),
+                        shutdown,
+                    )
                     .await
             }
         }

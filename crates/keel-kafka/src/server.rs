@@ -307,7 +307,7 @@ pub async fn serve(
         // accept loop never waits on one.
         let slot = match config.security {
             Security::Plaintext => None,
-            Security::Tls { .. } => match door.handshake_slot() {
+            Security::Tls { .. } => match door.handshake_slot(peer) {
                 Some(slot) => Some(slot),
                 None => continue,
             },
@@ -327,7 +327,7 @@ pub async fn serve(
 struct Admission {
     peer: SocketAddr,
     ticket: keel_tls::admission::Ticket,
-    slot: Option<tokio::sync::OwnedSemaphorePermit>,
+    slot: Option<keel_tls::admission::HandshakeSlot>,
 }
 
 /// What every connection of one listener shares.

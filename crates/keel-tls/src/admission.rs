@@ -133,7 +133,10 @@ pub struct Limits {
     /// Longest a connection may stay silent after it was accepted (after
     /// its handshake, on TLS).
     pub first_byte_timeout: Duration,
-    /// TLS handshakes in progress at once, per listener.
+    /// TLS handshakes in progress at once, per listener; one address may
+    /// hold an eighth of them (the cluster's own nodes are exempt), so a
+    /// flood of silent connections from one address does not take them
+    /// all.
     pub max_handshakes: usize,
 }
 
@@ -321,7 +324,28 @@ pub struct Door {
     gate: Arc<Gate>,
     name: &'static str,
     handshakes: Arc<Semaphore>,
+    /// Handshakes in progress by source address.
+    handshakes_by_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
     first_byte_timeout: Duration,
+}
+
+/// A TLS handshake's slot in its door; given back when dropped.
+pub struct HandshakeSlot {
+    _permit: Option<OwnedSemaphorePermit>,
+    by_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl Drop for HandshakeSlot {
+    fn drop(&mut self) {
+        let mut by_ip = self.by_ip.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = by_ip.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                by_ip.remove(&self.ip);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for Door {
@@ -350,6 +374,7 @@ impl Door {
             handshakes: Arc::new(Semaphore::new(
                 gate.limits.max_handshakes.min(Semaphore::MAX_PERMITS),
             )),
+            handshakes_by_ip: Arc::default(),
             first_byte_timeout: gate.limits.first_byte_timeout,
         }
     }
@@ -419,15 +444,38 @@ impl Door {
         }
     }
 
-    /// A slot for one TLS handshake, or `None` (counted) when
-    /// [`Limits::max_handshakes`] are running: the caller closes the
-    /// connection rather than queue it.
-    pub fn handshake_slot(&self) -> Option<OwnedSemaphorePermit> {
-        let slot = self.handshakes.clone().try_acquire_owned().ok();
-        if slot.is_none() {
-            count_refused(self.name, Reason::Handshakes);
-        }
-        slot
+    /// A slot for one TLS handshake from `remote`, or `None` (counted)
+    /// when [`Limits::max_handshakes`] are running, or an eighth of them
+    /// from its address: the caller closes the connection rather than
+    /// queue it. The cluster's own nodes always get one.
+    pub fn handshake_slot(&self, remote: SocketAddr) -> Option<HandshakeSlot> {
+        let ip = remote.ip();
+        let per_ip = (self.gate.limits.max_handshakes / 8).max(1);
+        let from_ip = {
+            let by_ip = self
+                .handshakes_by_ip
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            by_ip.get(&ip).copied().unwrap_or(0)
+        };
+        let permit = match self.handshakes.clone().try_acquire_owned() {
+            Ok(permit) if from_ip < per_ip => Some(permit),
+            _ if self.gate.is_member(ip) => None,
+            _ => {
+                count_refused(self.name, Reason::Handshakes);
+                return None;
+            }
+        };
+        let mut by_ip = self
+            .handshakes_by_ip
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        *by_ip.entry(ip).or_default() += 1;
+        Some(HandshakeSlot {
+            _permit: permit,
+            by_ip: self.handshakes_by_ip.clone(),
+            ip,
+        })
     }
 
     /// Runs `handshake` bounded by [`Limits::handshake_timeout`]; a timeout
@@ -618,6 +666,27 @@ mod tests {
         let small = Limits::default().fit_fd_limit(1_024);
         assert_eq!(small.max_connections + small.member_reserve, 768);
         assert!(small.max_connections_per_ip <= small.max_connections);
+    }
+
+    #[test]
+    fn one_address_takes_an_eighth_of_the_handshakes_and_members_always_get_one() {
+        let gate = Gate::new(Limits {
+            max_handshakes: 16,
+            ..Limits::default()
+        });
+        gate.set_members(Arc::new(|a| a == IpAddr::from([127, 0, 0, 9])));
+        let door = Door::new(&gate, "test");
+        let from = |last: u8| SocketAddr::new(ip(last), 1);
+        let mine: Vec<_> = (0..3).map(|_| door.handshake_slot(from(1))).collect();
+        assert!(mine[0].is_some() && mine[1].is_some() && mine[2].is_none());
+        let others: Vec<_> = (2..9).map(|h| door.handshake_slot(from(h))).collect();
+        assert!(others.iter().all(Option::is_some));
+        let more: Vec<_> = (2..9).map(|h| door.handshake_slot(from(h))).collect();
+        assert!(more.iter().all(Option::is_some), "16 in all");
+        assert!(door.handshake_slot(from(10)).is_none(), "the cap is reached");
+        assert!(door.handshake_slot(from(9)).is_some(), "a member gets one");
+        drop(mine);
+        assert!(door.handshake_slot(from(1)).is_some());
     }
 
     #[tokio::test]

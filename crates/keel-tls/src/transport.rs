@@ -269,7 +269,7 @@ pub fn tls_incoming(
                 _ = tx.closed() => return,
                 a = door.accept(&listener) => a,
             };
-            let Some(slot) = door.handshake_slot() else {
+            let Some(slot) = door.handshake_slot(remote) else {
                 continue;
             };
             let acceptor = tokio_rustls::TlsAcceptor::from(ctx.server_config());

@@ -40,6 +40,8 @@ pub struct Broker {
     lifecycle: Option<JoinHandle<()>>,
     /// Set when the lifecycle loop stopped on an unrecoverable error.
     fatal: watch::Receiver<Option<BrokerError>>,
+    /// The open connections of every listener of this broker.
+    gate: Arc<keel_tls::admission::Gate>,
 }
 
 impl Broker {
@@ -195,7 +197,15 @@ impl Broker {
             tasks,
             lifecycle: Some(lifecycle),
             fatal,
+            gate,
         })
+    }
+
+    /// The open connections of every listener of this broker and their
+    /// limits: a listener served beside the broker (metrics) admits
+    /// through it too.
+    pub fn gate(&self) -> &Arc<keel_tls::admission::Gate> {
+        &self.gate
     }
 
     /// The bound address (differs from the configured one when its port was 0).

@@ -320,9 +320,18 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    if let Err(code) = logging::setup(format, metrics) {
-        return code;
-    }
+    logging::init(format);
+    // Bound before anything starts: a taken port stops the broker at once.
+    let metrics = match metrics {
+        None => None,
+        Some(addr) => match logging::metrics_endpoint(addr).await {
+            Ok(v) => Some(v),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "cannot serve metrics");
+                return ExitCode::from(EXIT_LOCAL);
+            }
+        },
+    };
     keel_broker::metrics::describe();
     logging::build_info("broker");
     config.connections = crate::connections::fit_fd_limit(config.connections);
@@ -337,6 +346,14 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
             return ExitCode::from(EXIT_LOCAL);
         }
     };
+    let (metrics_stop, metrics_stop_rx) = tokio::sync::watch::channel(false);
+    if let Some((listener, render)) = metrics {
+        tracing::info!(addr = ?listener.local_addr().ok(), "metrics endpoint up");
+        let gate = broker.gate().clone();
+        tokio::spawn(async move {
+            logging::serve_metrics(listener, &gate, render, metrics_stop_rx).await
+        });
+    }
     let stop = logging::shutdown_signal();
     tokio::pin!(stop);
     tokio::select! {
@@ -348,6 +365,7 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
             return ExitCode::from(EXIT_LOCAL);
         }
     }
+    let _ = metrics_stop.send(true);
     tracing::info!("shutting down (controlled)");
     logging::exit_if_stuck(
         "asked to stop",

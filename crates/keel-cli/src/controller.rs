@@ -512,7 +512,7 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     // stops the node at once with the reason.
     let http = match http {
         None => None,
-        Some(addr) => match http_endpoint(addr).await {
+        Some(addr) => match logging::metrics_endpoint(addr).await {
             Ok(v) => Some(v),
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "cannot serve HTTP");
@@ -591,36 +591,6 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     let _ = http_stop.send(true);
     let _ = node.shutdown().await;
     ExitCode::SUCCESS
-}
-
-/// Period of the metrics recorder's upkeep (drains histogram samples that
-/// no scrape collected).
-const METRICS_UPKEEP: Duration = Duration::from_secs(5);
-
-/// Binds the HTTP endpoint and installs the Prometheus recorder it serves.
-async fn http_endpoint(
-    addr: SocketAddr,
-) -> anyhow::Result<(
-    tokio::net::TcpListener,
-    keel_controller::console::RenderMetrics,
-)> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot serve HTTP on {addr}: {e}"))?;
-    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .set_buckets(logging::LATENCY_BUCKETS)
-        .map_err(|e| anyhow::anyhow!("metric buckets: {e}"))?
-        .install_recorder()
-        .map_err(|e| anyhow::anyhow!("cannot install the metrics recorder: {e}"))?;
-    let upkeep = handle.clone();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(METRICS_UPKEEP);
-        loop {
-            tick.tick().await;
-            upkeep.run_upkeep();
-        }
-    });
-    Ok((listener, std::sync::Arc::new(move || handle.render())))
 }
 
 #[cfg(test)]

@@ -37,31 +37,72 @@ pub const LATENCY_BUCKETS: &[f64] = &[
     5.0, 10.0, 30.0,
 ];
 
-/// Serves Prometheus text on `addr` (`/metrics`).
-pub fn metrics(addr: Option<std::net::SocketAddr>) -> anyhow::Result<()> {
-    if let Some(addr) = addr {
-        metrics_exporter_prometheus::PrometheusBuilder::new()
-            .with_http_listener(addr)
-            .set_buckets(LATENCY_BUCKETS)
-            .map_err(|e| anyhow::anyhow!("metric buckets: {e}"))?
-            .install()
-            .map_err(|e| anyhow::anyhow!("cannot serve metrics on {addr}: {e}"))?;
-        tracing::info!(%addr, "metrics endpoint up");
-    }
-    Ok(())
+/// Period of the metrics recorder's upkeep (drains histogram samples that
+/// no scrape collected).
+const METRICS_UPKEEP: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Binds the HTTP endpoint at `addr` and installs the Prometheus recorder
+/// it serves; the caller serves it once the node's connection gate exists.
+pub async fn metrics_endpoint(
+    addr: std::net::SocketAddr,
+) -> anyhow::Result<(
+    tokio::net::TcpListener,
+    keel_controller::console::RenderMetrics,
+)> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot serve HTTP on {addr}: {e}"))?;
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets(LATENCY_BUCKETS)
+        .map_err(|e| anyhow::anyhow!("metric buckets: {e}"))?
+        .install_recorder()
+        .map_err(|e| anyhow::anyhow!("cannot install the metrics recorder: {e}"))?;
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(METRICS_UPKEEP);
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    Ok((listener, std::sync::Arc::new(move || handle.render())))
 }
 
-/// Logging and metrics for a long-running node; prints and returns the exit
-/// code on failure.
-pub fn setup(
-    format: LogFormat,
-    metrics_addr: Option<std::net::SocketAddr>,
-) -> Result<(), std::process::ExitCode> {
-    init(format);
-    metrics(metrics_addr).map_err(|e| {
-        eprintln!("error: {e}");
-        std::process::ExitCode::from(crate::EXIT_LOCAL)
-    })
+/// Serves Prometheus text at `/metrics` on `listener`, each connection
+/// admitted by `gate` (as the node's other listeners), until `stop`.
+pub async fn serve_metrics(
+    listener: tokio::net::TcpListener,
+    gate: &std::sync::Arc<keel_tls::admission::Gate>,
+    render: keel_controller::console::RenderMetrics,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) -> std::io::Result<()> {
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let render = render.clone();
+            async move {
+                let text = tokio::task::spawn_blocking(move || render())
+                    .await
+                    .unwrap_or_default();
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4",
+                    )],
+                    text,
+                )
+            }
+        }),
+    );
+    let listener = keel_controller::console::AdmittedListener {
+        listener,
+        door: keel_tls::admission::Door::new(gate, "http"),
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|v| *v).await;
+        })
+        .await
 }
 
 /// `keel_build_info{version, revision, role} 1`: the release and, as

@@ -702,11 +702,11 @@ pub async fn serve(
         .await
 }
 
-/// The HTTP listener's connections, admitted by the node's gate as every
-/// listener's are.
-struct AdmittedListener {
-    listener: tokio::net::TcpListener,
-    door: keel_tls::admission::Door,
+/// An HTTP listener's connections, admitted by the node's gate as every
+/// listener's are (axum serves it).
+pub struct AdmittedListener {
+    pub listener: tokio::net::TcpListener,
+    pub door: keel_tls::admission::Door,
 }
 
 impl axum::serve::Listener for AdmittedListener {

@@ -683,7 +683,10 @@ mod tests {
         assert!(others.iter().all(Option::is_some));
         let more: Vec<_> = (2..9).map(|h| door.handshake_slot(from(h))).collect();
         assert!(more.iter().all(Option::is_some), "16 in all");
-        assert!(door.handshake_slot(from(10)).is_none(), "the cap is reached");
+        assert!(
+            door.handshake_slot(from(10)).is_none(),
+            "the cap is reached"
+        );
         assert!(door.handshake_slot(from(9)).is_some(), "a member gets one");
         drop(mine);
         assert!(door.handshake_slot(from(1)).is_some());

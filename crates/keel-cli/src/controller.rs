@@ -625,6 +625,33 @@ mod tests {
     }
 
     #[test]
+    fn connection_limits_come_from_flags_with_kafka_defaults() {
+        let mut args = MINIMAL.to_vec();
+        args.push("--allow-plaintext");
+        let (c, _, _) = build(&parse(&args).unwrap()).unwrap();
+        assert_eq!(c.connections, keel_tls::admission::Limits::default());
+        assert_eq!(c.kafka_connections_max_idle_ms, 600_000);
+        args.extend([
+            "--max-connections",
+            "500",
+            "--max-connections-per-ip",
+            "50",
+            "--connections-max-idle-ms",
+            "30000",
+            "--tls-handshake-timeout-ms",
+            "2000",
+        ]);
+        let (c, _, _) = build(&parse(&args).unwrap()).unwrap();
+        assert_eq!(c.connections.max_connections, 500);
+        assert_eq!(c.connections.max_connections_per_ip, 50);
+        assert_eq!(c.connections.handshake_timeout, Duration::from_secs(2));
+        assert_eq!(c.kafka_connections_max_idle_ms, 30_000);
+        let mut zero = MINIMAL.to_vec();
+        zero.extend(["--allow-plaintext", "--max-connections-per-ip", "0"]);
+        assert!(parse(&zero).is_err(), "0 is refused");
+    }
+
+    #[test]
     fn http_listen_and_metrics_listen_name_one_endpoint() {
         let mut base = MINIMAL.to_vec();
         base.push("--allow-plaintext");

@@ -417,6 +417,37 @@ mod tests {
     }
 
     #[test]
+    fn connection_limits_come_from_the_file_and_flags_win() {
+        let (c, _, _) = build(&parse(&BASE).unwrap()).unwrap();
+        assert_eq!(c.connections, keel_tls::admission::Limits::default());
+        assert_eq!(c.kafka_connections_max_idle_ms, 600_000);
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("broker.toml");
+        std::fs::write(
+            &file,
+            "max_connections = 300\nmax_connections_per_ip = 30\nconnections_max_idle_ms = 1000\ntls_handshake_timeout_ms = 700\n",
+        )
+        .unwrap();
+        let file = file.to_str().unwrap();
+        let (c, _, _) = build(&parse(&with(&["--config", file])).unwrap()).unwrap();
+        assert_eq!(c.connections.max_connections, 300);
+        assert_eq!(c.connections.max_connections_per_ip, 30);
+        assert_eq!(
+            c.connections.handshake_timeout,
+            std::time::Duration::from_millis(700)
+        );
+        assert_eq!(c.kafka_connections_max_idle_ms, 1_000);
+        let flags = with(&["--config", file, "--max-connections-per-ip", "7"]);
+        let (c, _, _) = build(&parse(&flags).unwrap()).unwrap();
+        assert_eq!(c.connections.max_connections_per_ip, 7);
+        std::fs::write(dir.path().join("zero.toml"), "max_connections = 0\n").unwrap();
+        let zero = dir.path().join("zero.toml");
+        let e = build(&parse(&with(&["--config", zero.to_str().unwrap()])).unwrap())
+            .expect_err("0 is refused");
+        assert!(e.contains("max_connections"), "{e}");
+    }
+
+    #[test]
     fn listener_limits_default_to_the_old_constants_and_come_from_flags_or_the_file() {
         let (c, _, _) = build(&parse(&BASE).unwrap()).unwrap();
         assert_eq!(c.max_concurrent_streams, 256);

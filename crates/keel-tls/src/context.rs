@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
@@ -14,6 +15,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use crate::identity::{Identity, IdentityError};
+use crate::validity::Validity;
 
 /// The three PEM files of `--tls-cert`, `--tls-key` and `--tls-ca`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +44,18 @@ pub enum TlsError {
         found_cluster: String,
         cluster: String,
     },
+    #[error("{path} does not chain to the CA in {ca}: {why}")]
+    Untrusted {
+        path: PathBuf,
+        ca: PathBuf,
+        why: String,
+    },
+    #[error("{path} expired on {not_after}")]
+    Expired { path: PathBuf, not_after: String },
+    #[error("{path} is not valid yet: its validity starts on {not_before}")]
+    NotYetValid { path: PathBuf, not_before: String },
+    #[error("{key} is not the private key of {cert}")]
+    KeyMismatch { cert: PathBuf, key: PathBuf },
     #[error("the TLS configuration is not usable: {0}")]
     Config(String),
 }
@@ -106,6 +120,7 @@ impl TlsFiles {
 /// Everything made from one reading of the files.
 struct Material {
     identity: Identity,
+    validity: Validity,
     server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
     /// The Kafka listener's configurations (no ALPN: Kafka clients send
@@ -151,6 +166,8 @@ impl std::fmt::Display for KafkaClientAuth {
     }
 }
 
+/// Reads and checks the files: the certificate must name an identity of
+/// `cluster_id`, chain to the CA file, be valid now, and match the key.
 fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
     let chain = certs(&files.cert)?;
     let identity = Identity::from_der(&chain[0]).map_err(|source| TlsError::Identity {
@@ -173,6 +190,15 @@ fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
             .map_err(|e| TlsError::Config(format!("{}: {e}", files.ca.display())))?;
     }
     let roots = Arc::new(roots);
+    let validity = crate::validity::check(
+        &chain,
+        &key,
+        roots.clone(),
+        SystemTime::now(),
+        &files.cert,
+        &files.key,
+        &files.ca,
+    )?;
     let config_err = |e: rustls::Error| TlsError::Config(e.to_string());
     let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
         .build()
@@ -214,6 +240,7 @@ fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
     client.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Material {
         identity,
+        validity,
         server: Arc::new(server),
         client: Arc::new(client),
         kafka_required,
@@ -231,7 +258,7 @@ pub struct TlsContext {
 
 impl TlsContext {
     /// Reads the files; the certificate must name an identity of
-    /// `cluster_id`.
+    /// `cluster_id`, chain to the CA file, be valid now, and be the key's.
     pub fn load(files: TlsFiles, cluster_id: &str) -> Result<Self, TlsError> {
         let m = read(&files, cluster_id)?;
         Ok(Self {
@@ -241,7 +268,9 @@ impl TlsContext {
         })
     }
 
-    /// Reads the files again; on any error the current configuration stays.
+    /// Reads the files again, checked as [`TlsContext::load`] checks them
+    /// (against the CA file as it is now); on any error the current
+    /// configuration stays.
     pub fn reload(&self) -> Result<Identity, TlsError> {
         let m = read(&self.files, &self.cluster_id)?;
         let identity = m.identity.clone();
@@ -254,10 +283,17 @@ impl TlsContext {
         self.material.load().identity.clone()
     }
 
+    /// The validity dates of the certificate in use.
+    pub fn validity(&self) -> Validity {
+        self.material.load().validity
+    }
+
+    /// The cluster this process's certificate must belong to.
     pub fn cluster_id(&self) -> &str {
         &self.cluster_id
     }
 
+    /// The files read at start and at every reload.
     pub fn files(&self) -> &TlsFiles {
         &self.files
     }

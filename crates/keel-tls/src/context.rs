@@ -166,9 +166,20 @@ impl std::fmt::Display for KafkaClientAuth {
     }
 }
 
+/// How much of the certificate [`read`] checks beyond its identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Checks {
+    /// It chains to the CA file, is valid now, and is the key's.
+    All,
+    /// Only that it names an identity of the cluster and is the key's
+    /// (rustls refuses a key that is not the certificate's).
+    IdentityOnly,
+}
+
 /// Reads and checks the files: the certificate must name an identity of
-/// `cluster_id`, chain to the CA file, be valid now, and match the key.
-fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
+/// `cluster_id`, and with [`Checks::All`] chain to the CA file, be valid
+/// now, and match the key.
+fn read(files: &TlsFiles, cluster_id: &str, checks: Checks) -> Result<Material, TlsError> {
     let chain = certs(&files.cert)?;
     let identity = Identity::from_der(&chain[0]).map_err(|source| TlsError::Identity {
         path: files.cert.clone(),
@@ -190,15 +201,21 @@ fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
             .map_err(|e| TlsError::Config(format!("{}: {e}", files.ca.display())))?;
     }
     let roots = Arc::new(roots);
-    let validity = crate::validity::check(
-        &chain,
-        &key,
-        roots.clone(),
-        SystemTime::now(),
-        &files.cert,
-        &files.key,
-        &files.ca,
-    )?;
+    let validity = match checks {
+        Checks::All => crate::validity::check(
+            &chain,
+            &key,
+            roots.clone(),
+            SystemTime::now(),
+            &files.cert,
+            &files.key,
+            &files.ca,
+        )?,
+        Checks::IdentityOnly => Validity::of(&chain[0]).map_err(|why| TlsError::File {
+            path: files.cert.clone(),
+            why,
+        })?,
+    };
     let config_err = |e: rustls::Error| TlsError::Config(e.to_string());
     let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
         .build()
@@ -253,6 +270,7 @@ fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
 pub struct TlsContext {
     files: TlsFiles,
     cluster_id: String,
+    checks: Checks,
     material: ArcSwap<Material>,
 }
 
@@ -260,10 +278,24 @@ impl TlsContext {
     /// Reads the files; the certificate must name an identity of
     /// `cluster_id`, chain to the CA file, be valid now, and be the key's.
     pub fn load(files: TlsFiles, cluster_id: &str) -> Result<Self, TlsError> {
-        let m = read(&files, cluster_id)?;
+        Self::load_with(files, cluster_id, Checks::All)
+    }
+
+    /// Reads the files as [`TlsContext::load`] does, but without checking
+    /// that the certificate chains to the CA file or is within its dates
+    /// (only its identity): for tools that present, on purpose,
+    /// certificates their peers refuse (an intruder with another CA's
+    /// certificate). Nodes never load their files this way.
+    pub fn load_unchecked(files: TlsFiles, cluster_id: &str) -> Result<Self, TlsError> {
+        Self::load_with(files, cluster_id, Checks::IdentityOnly)
+    }
+
+    fn load_with(files: TlsFiles, cluster_id: &str, checks: Checks) -> Result<Self, TlsError> {
+        let m = read(&files, cluster_id, checks)?;
         Ok(Self {
             files,
             cluster_id: cluster_id.to_string(),
+            checks,
             material: ArcSwap::from_pointee(m),
         })
     }
@@ -272,7 +304,7 @@ impl TlsContext {
     /// (against the CA file as it is now); on any error the current
     /// configuration stays.
     pub fn reload(&self) -> Result<Identity, TlsError> {
-        let m = read(&self.files, &self.cluster_id)?;
+        let m = read(&self.files, &self.cluster_id, self.checks)?;
         let identity = m.identity.clone();
         self.material.store(Arc::new(m));
         Ok(identity)

@@ -501,7 +501,7 @@ async fn the_cli_speaks_tls_from_flags_or_environment_and_survives_a_failover() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_one_is_wrong() {
     // With a Kafka listener: one certificate for both doors, reloaded for
-    // both; and a metrics listener, for the expiry gauge.
+    // both; and metrics listeners, for the expiry gauge.
     let mut c = Cluster::start(
         fast_spec(1)
             .tls(true)
@@ -594,6 +594,9 @@ async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_on
     let metrics_addr = c.broker(0).metrics_addr.expect("a metrics listener");
     let left = expiry_seconds(metrics_addr, |s| s > 300.0 * DAY_SECS).await;
     assert!(left < 3.0 * 366.0 * DAY_SECS, "{left}");
+    // Controllers export it too.
+    let controller_metrics = c.controller(0).metrics_addr.expect("an HTTP listener");
+    expiry_seconds(controller_metrics, |s| s > 300.0 * DAY_SECS).await;
     assert!(
         !c.broker(0)
             .process

@@ -44,16 +44,20 @@ pub enum TlsError {
         found_cluster: String,
         cluster: String,
     },
+    /// The certificate is not signed by (a chain to) the CA file.
     #[error("{path} does not chain to the CA in {ca}: {why}")]
     Untrusted {
         path: PathBuf,
         ca: PathBuf,
         why: String,
     },
+    /// The certificate's validity ended.
     #[error("{path} expired on {not_after}")]
     Expired { path: PathBuf, not_after: String },
+    /// The certificate's validity has not begun.
     #[error("{path} is not valid yet: its validity starts on {not_before}")]
     NotYetValid { path: PathBuf, not_before: String },
+    /// The key file holds another certificate's key.
     #[error("{key} is not the private key of {cert}")]
     KeyMismatch { cert: PathBuf, key: PathBuf },
     #[error("the TLS configuration is not usable: {0}")]

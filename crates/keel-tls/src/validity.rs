@@ -32,7 +32,9 @@ pub const WARN_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The validity dates of a certificate, in seconds since the Unix epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Validity {
+    /// The first second the certificate is valid.
     pub not_before: i64,
+    /// The last second the certificate is valid.
     pub not_after: i64,
 }
 

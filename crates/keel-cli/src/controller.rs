@@ -494,7 +494,7 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     if !unsafe_features.is_empty() {
         tracing::warn!(features = ?unsafe_features, "this is a deliberately unsafe build");
     }
-    crate::tls::reload_on_sighup(&config.transport, Role::Controller(config.node_id));
+    crate::tls::watch_certificate(&config.transport, Role::Controller(config.node_id));
     // Before the storage opens: a disk that hangs hangs the open too.
     logging::exit_if_storage_stalls(config.storage_stall_timeout_ms);
     let node = match ControllerNode::start(config).await {

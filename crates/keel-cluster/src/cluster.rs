@@ -1343,6 +1343,24 @@ pub fn tls_transport(dir: &Path, identity: &keel_tls::Identity) -> anyhow::Resul
     Ok(Transport::Tls(std::sync::Arc::new(ctx)))
 }
 
+/// As [`tls_transport`], but the certificate need not chain to
+/// `dir/ca.pem` nor be within its dates
+/// ([`keel_tls::TlsContext::load_unchecked`]): a client that presents, on
+/// purpose, a certificate the cluster must refuse.
+pub fn tls_transport_unchecked(
+    dir: &Path,
+    identity: &keel_tls::Identity,
+) -> anyhow::Result<Transport> {
+    let (cert, key) = keel_tls::certs::paths(dir, identity);
+    let files = keel_tls::TlsFiles {
+        cert,
+        key,
+        ca: dir.join("ca.pem"),
+    };
+    let ctx = keel_tls::TlsContext::load_unchecked(files, &identity.cluster_id)?;
+    Ok(Transport::Tls(std::sync::Arc::new(ctx)))
+}
+
 fn voters_of(controllers: &[(SocketAddr, Option<SocketAddr>)]) -> String {
     controllers
         .iter()

@@ -182,6 +182,11 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         Kind::Gauge,
         "1 while free space is below the reserve (admin writes refused).",
     ),
+    (
+        keel_tls::validity::EXPIRY_METRIC,
+        Kind::Gauge,
+        keel_tls::validity::EXPIRY_METRIC_HELP,
+    ),
 ];
 
 /// Process metrics a controller's HTTP endpoint exports under the standard

@@ -135,6 +135,7 @@ pub async fn lease_heartbeats(
             sent_to.push(tokio::spawn(async move {
                 let sent = Instant::now();
                 if let Ok(r) = network.lease(target, &node, &req, timeout).await {
+                    record_answer(sent.elapsed());
                     if r.acked {
                         let _ = raft.lease_acknowledged(target, vote, sent).await;
                     }
@@ -146,6 +147,21 @@ pub async fn lease_heartbeats(
         h.abort();
     }
     probe.stop();
+}
+
+/// Metric of every lease answer's delay (request sent to answer read):
+/// the histogram, and the slowest since the process started.
+pub const LEASE_ANSWER_SECONDS: &str = "keel_raft_lease_answer_seconds";
+pub const LEASE_ANSWER_MAX_SECONDS: &str = "keel_raft_lease_answer_max_seconds";
+
+fn record_answer(delay: Duration) {
+    static SLOWEST_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    ::metrics::histogram!(LEASE_ANSWER_SECONDS).record(delay.as_secs_f64());
+    let us = delay.as_micros() as u64;
+    let before = SLOWEST_US.fetch_max(us, std::sync::atomic::Ordering::Relaxed);
+    if us > before {
+        ::metrics::gauge!(LEASE_ANSWER_MAX_SECONDS).set(us as f64 / 1e6);
+    }
 }
 
 /// Whether the leader's Raft core still answers: one probe at a time (a

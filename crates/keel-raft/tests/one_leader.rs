@@ -585,7 +585,11 @@ async fn a_leader_whose_raft_core_wedges_is_replaced() {
     let root = tempfile::tempdir().unwrap();
     let nodes = start_cluster(root.path(), Arc::new(default_config(CLUSTER))).await;
     let wedged = wait_leader(&nodes).await;
-    let term = nodes[wedged as usize - 1].raft.metrics().borrow().current_term;
+    let term = nodes[wedged as usize - 1]
+        .raft
+        .metrics()
+        .borrow()
+        .current_term;
     // The core runs the request's closure itself: it blocks there until
     // the sender is dropped at the end of the test.
     let (release, held) = std::sync::mpsc::channel::<()>();
@@ -623,6 +627,9 @@ async fn a_leader_whose_raft_core_wedges_is_replaced() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert!(new_leader.0 != wedged && new_leader.1 > term, "{new_leader:?}");
+    assert!(
+        new_leader.0 != wedged && new_leader.1 > term,
+        "{new_leader:?}"
+    );
     drop(release);
 }

@@ -149,9 +149,11 @@ pub async fn lease_heartbeats(
     probe.stop();
 }
 
-/// Metric of every lease answer's delay (request sent to answer read):
-/// the histogram, and the slowest since the process started.
+/// Histogram of every lease answer's delay on the leader (request sent to
+/// answer read), in seconds.
 pub const LEASE_ANSWER_SECONDS: &str = "keel_raft_lease_answer_seconds";
+/// Gauge of the slowest lease answer since the process started, in
+/// seconds.
 pub const LEASE_ANSWER_MAX_SECONDS: &str = "keel_raft_lease_answer_max_seconds";
 
 fn record_answer(delay: Duration) {

@@ -505,7 +505,9 @@ fn request_for(rpc: &str) -> Bytes {
 /// A TLS cluster of three controllers and one broker, with the protected
 /// topic, a user holding ACLs on it, and that user's SCRAM credential.
 async fn cluster_with_a_secret() -> Cluster {
-    let mut c = Cluster::start(fast_spec(1).tls(true)).expect("start a TLS cluster");
+    // The controllers' own default: a broker forwards no super user's power.
+    let mut c = Cluster::start(fast_spec(1).tls(true).super_users_via_brokers(false))
+        .expect("start a TLS cluster");
     c.wait_active(LONG).await.expect("an active controller");
     c.wait_all_brokers_active(LONG)
         .await
@@ -843,16 +845,18 @@ async fn a_brokers_certificate_has_no_admin_power_of_its_own() {
     }
     assert_eq!(unchanged(&admin).await, before, "the walk changed nothing");
 
-    // The known limit: a broker's key is trusted to say which Kafka user a
-    // request it forwards comes from (as Kafka's Envelope), so it acts as
-    // any user it names, a super user included (validate_only here:
-    // nothing is written); never as a node, and a user without ACLs gets
-    // nothing.
+    // A broker's key is trusted to say which Kafka user a request it
+    // forwards comes from (as Kafka's Envelope), so it acts as any user it
+    // names, but with the ACLs' rights only: a super user's power does not
+    // go through a broker unless the controllers allow it
+    // (`--super-users-via-brokers`, off by default); never as a node; and
+    // a user without ACLs gets nothing (validate_only: nothing is written
+    // even if allowed).
     let active = c.wait_active(LONG).await.unwrap();
     let ep = keel_tls::transport::endpoint(&c.controller(active).address()).unwrap();
     let ch = broker2.channel(ep, None, Expect::Controller);
     for (as_whom, want) in [
-        ("User:admin", ErrorCode::None),
+        ("User:admin", ErrorCode::TopicAuthorizationFailed),
         ("User:nobody", ErrorCode::TopicAuthorizationFailed),
         ("Controller:1", ErrorCode::TopicAuthorizationFailed),
         ("Broker:2", ErrorCode::TopicAuthorizationFailed),

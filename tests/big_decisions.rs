@@ -177,7 +177,9 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn big_decisions_under_cpu_and_sync_pressure_change_no_leader() {
     let mut c = Cluster::new(
-        Spec::new(keel_bin(), CLUSTER_ID).controller_flags(&["--session-timeout-ms", "600000"]),
+        Spec::new(keel_bin(), CLUSTER_ID)
+            .controller_flags(&["--session-timeout-ms", "600000"])
+            .metrics(true),
     )
     .expect("lay out three controllers");
     let strace_logs = slow_syncs(&mut c);
@@ -356,6 +358,24 @@ async fn big_decisions_under_cpu_and_sync_pressure_change_no_leader() {
         "the active controller changed"
     );
     assert_eq!(term(&c).await, term0);
+    // The slowest lease answer the leader saw (a figure, not a bound: the
+    // term above is what this test asserts).
+    let slowest = match c.controller(active).metrics_addr {
+        Some(addr) => keel_testkit::probe::scrape_metrics(addr)
+            .await
+            .and_then(|text| {
+                text.lines()
+                    .find(|l| l.starts_with(keel_raft::lease::LEASE_ANSWER_MAX_SECONDS))
+                    .and_then(|l| l.split_whitespace().last())
+                    .and_then(|v| v.parse::<f64>().ok())
+            }),
+        None => None,
+    };
+    eprintln!(
+        "slowest lease answer: {} of a {} ms lease",
+        slowest.map_or("not reported".into(), |s| format!("{:.0} ms", s * 1e3)),
+        keel_raft::default_config(CLUSTER_ID).election_timeout_max
+    );
     for log in &strace_logs {
         let n = delayed_syncs(log);
         assert!(

@@ -500,9 +500,15 @@ async fn the_cli_speaks_tls_from_flags_or_environment_and_survives_a_failover() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_one_is_wrong() {
-    // With a Kafka listener: one certificate for both doors, reloaded for both.
-    let mut c = Cluster::start(fast_spec(1).tls(true).kafka(keel_testkit::KafkaPorts::Free))
-        .expect("start a TLS cluster with a Kafka listener");
+    // With a Kafka listener: one certificate for both doors, reloaded for
+    // both; and metrics listeners, for the expiry gauge.
+    let mut c = Cluster::start(
+        fast_spec(1)
+            .tls(true)
+            .kafka(keel_testkit::KafkaPorts::Free)
+            .metrics(true),
+    )
+    .expect("start a TLS cluster with a Kafka listener");
     c.wait_active(LONG).await.unwrap();
     c.wait_all_brokers_active(LONG).await.unwrap();
     let me = Identity::broker(CLUSTER_ID, 1);
@@ -584,6 +590,84 @@ async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_on
     assert_eq!(presented(&c).await, new);
     assert_eq!(kafka_presented(&c).await, new);
 
+    // The expiry gauge says years: the kit's certificates last three.
+    let metrics_addr = c.broker(0).metrics_addr.expect("a metrics listener");
+    let left = expiry_seconds(metrics_addr, |s| s > 300.0 * DAY_SECS).await;
+    assert!(left < 3.0 * 366.0 * DAY_SECS, "{left}");
+    // Controllers export it too.
+    let controller_metrics = c.controller(0).metrics_addr.expect("an HTTP listener");
+    expiry_seconds(controller_metrics, |s| s > 300.0 * DAY_SECS).await;
+    assert!(
+        !c.broker(0)
+            .process
+            .log_text()
+            .contains("TLS certificate expires in"),
+        "no expiry warning for a certificate of three years"
+    );
+
+    // A certificate naming this very broker, but issued by another CA (the
+    // CA file unchanged): refused, and the log says why.
+    let now = std::time::SystemTime::now();
+    let day = Duration::from_secs(24 * 3600);
+    let other_ca = keel_tls::certs::Ca::new(CLUSTER_ID).unwrap();
+    overwrite_issued(&certs, &me, &other_ca.issue(&me, &[], &[]).unwrap());
+    hup(&c);
+    wait_log(&c, "does not chain to the CA", 1);
+    assert_eq!(presented(&c).await, new);
+    assert_eq!(kafka_presented(&c).await, new);
+    // An expired certificate of the right CA: refused.
+    let expired = ca
+        .issue_with_validity(&me, &[], &[], now - 30 * day, now - day)
+        .unwrap();
+    overwrite_issued(&certs, &me, &expired);
+    hup(&c);
+    wait_log(&c, "broker-1.pem expired on ", 1);
+    assert_eq!(presented(&c).await, new);
+    // One not valid before tomorrow: refused.
+    let early = ca
+        .issue_with_validity(&me, &[], &[], now + day, now + 30 * day)
+        .unwrap();
+    overwrite_issued(&certs, &me, &early);
+    hup(&c);
+    wait_log(&c, "is not valid yet", 1);
+    assert_eq!(presented(&c).await, new);
+    // A good certificate with the key of another: refused.
+    let other_key = ca.issue(&me, &[], &[]).unwrap();
+    let mismatched = keel_tls::certs::Issued {
+        cert_pem: ca.issue(&me, &[], &[]).unwrap().cert_pem,
+        key_pem: other_key.key_pem,
+    };
+    overwrite_issued(&certs, &me, &mismatched);
+    hup(&c);
+    wait_log(&c, "is not the private key of", 1);
+    assert_eq!(presented(&c).await, new);
+    assert_eq!(kafka_presented(&c).await, new);
+    assert_eq!(
+        c.broker(0)
+            .process
+            .log_text()
+            .matches("TLS certificate reloaded")
+            .count(),
+        1,
+        "no refused certificate was loaded"
+    );
+
+    // A good certificate that expires in ten days (and half a day, so the
+    // whole days left are ten however long the reload takes): loaded, with
+    // a warning, and the gauge falls below 30 days.
+    let soon = ca
+        .issue_with_validity(&me, &[], &[], now - day, now + 10 * day + day / 2)
+        .unwrap();
+    overwrite_issued(&certs, &me, &soon);
+    let soon_der = keel_tls::context::leaf_certificate(&cert_path).unwrap();
+    hup(&c);
+    wait_log(&c, "TLS certificate reloaded", 2);
+    wait_log(&c, "the TLS certificate expires in 10 days", 1);
+    assert_eq!(presented(&c).await, soon_der);
+    assert_eq!(kafka_presented(&c).await, soon_der);
+    let left = expiry_seconds(metrics_addr, |s| s < 30.0 * DAY_SECS).await;
+    assert!(left > 10.0 * DAY_SECS, "{left}");
+
     // The broker still heartbeats and takes partitions.
     create_topic(&client(&c), "after-reload", 2, 1).await;
     c.wait_topic("after-reload", "both partitions led", LONG, |t| {
@@ -595,6 +679,143 @@ async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_on
     .await
     .unwrap();
     c.check_alive().unwrap();
+}
+
+const DAY_SECS: f64 = 24.0 * 3600.0;
+
+/// The node's `keel_tls_certificate_expiry_seconds`, scraped from `addr`
+/// until `ok` holds for it (bounded).
+async fn expiry_seconds(addr: std::net::SocketAddr, ok: impl Fn(f64) -> bool) -> f64 {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let text = keel_testkit::probe::scrape_metrics(addr)
+            .await
+            .unwrap_or_default();
+        let value = text
+            .lines()
+            .find_map(|l| l.strip_prefix("keel_tls_certificate_expiry_seconds "))
+            .and_then(|v| v.trim().parse::<f64>().ok());
+        if let Some(v) = value.filter(|v| ok(*v)) {
+            return v;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no fitting expiry gauge ({value:?}); last scrape:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// What `keel args` printed and how it exited; it fails the test if it
+/// has not exited within `bound` (a node that started after all).
+fn output_within(args: &[&str], bound: Duration) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(keel_bin())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run keel");
+    let deadline = std::time::Instant::now() + bound;
+    while child.try_wait().expect("wait for keel").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("keel {args:?} still runs after {bound:?}: it started");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("keel's output")
+}
+
+/// A controller or broker whose certificate is expired, not valid yet, or
+/// of another CA does not start, and says why in one line.
+#[test]
+fn a_node_with_a_certificate_its_peers_would_refuse_does_not_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let spec = keel_tls::certs::InitSpec {
+        cluster_id: CLUSTER_ID.into(),
+        controllers: 1,
+        brokers: 1,
+        ..Default::default()
+    };
+    keel_tls::certs::init(&certs, &spec).unwrap();
+    let ca = keel_tls::certs::load_ca(&certs).unwrap();
+    let other_ca = keel_tls::certs::Ca::new(CLUSTER_ID).unwrap();
+    let now = std::time::SystemTime::now();
+    let day = Duration::from_secs(24 * 3600);
+    let controller = Identity::controller(CLUSTER_ID, 1);
+    let broker = Identity::broker(CLUSTER_ID, 1);
+    let data = dir.path().join("data");
+    let data = data.to_str().unwrap();
+    let cases = [
+        (
+            &controller,
+            ca.issue_with_validity(&controller, &[], &[], now - 30 * day, now - day),
+            "controller-1.pem expired on ",
+        ),
+        (
+            &broker,
+            ca.issue_with_validity(&broker, &[], &[], now + day, now + 30 * day),
+            "broker-1.pem is not valid yet",
+        ),
+        (
+            &controller,
+            other_ca.issue(&controller, &[], &[]),
+            "controller-1.pem does not chain to the CA in",
+        ),
+    ];
+    for (who, issued, why) in cases {
+        overwrite_issued(&certs, who, &issued.unwrap());
+        let (cert, key) = keel_tls::certs::paths(&certs, who);
+        let ca_file = certs.join("ca.pem");
+        let tls = [
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+            "--tls-ca",
+            ca_file.to_str().unwrap(),
+        ];
+        let mut args = if who == &controller {
+            vec!["controller", "--node-id", "1", "--voters", "1@127.0.0.1:1"]
+        } else {
+            vec!["broker", "--broker-id", "1", "--controllers", "127.0.0.1:1"]
+        };
+        args.extend([
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            data,
+            "--cluster-id",
+            CLUSTER_ID,
+        ]);
+        args.extend(tls);
+        let out = output_within(&args, Duration::from_secs(30));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", args[0]);
+        assert!(err.contains(why), "{}: {err}", args[0]);
+        assert_eq!(err.trim().lines().count(), 1, "{}: {err}", args[0]);
+        assert!(
+            !std::path::Path::new(data).exists(),
+            "{} wrote its data dir before refusing",
+            args[0]
+        );
+        // Put right, the same command line passes its check.
+        overwrite_issued(&certs, who, &ca.issue(who, &[], &[]).unwrap());
+        let out = std::process::Command::new(keel_bin())
+            .args(&args)
+            .arg("--check")
+            .output()
+            .expect("run keel --check");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 /// Secure by default: a controller or a broker given neither TLS files nor

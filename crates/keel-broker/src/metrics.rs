@@ -47,6 +47,10 @@ const GAUGES: &[(&str, &str)] = &[
         DISK_TOTAL,
         "Size in bytes of the file system of a data or log dir (label path).",
     ),
+    (
+        keel_tls::validity::EXPIRY_METRIC,
+        keel_tls::validity::EXPIRY_METRIC_HELP,
+    ),
 ];
 const COUNTERS: &[(&str, &str)] = &[
     (

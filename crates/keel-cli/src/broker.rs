@@ -336,7 +336,7 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
     logging::build_info("broker");
     config.connections = crate::connections::fit_fd_limit(config.connections);
     logging::exit_with_parent();
-    crate::tls::reload_on_sighup(&config.transport, keel_tls::Role::Broker(config.broker_id));
+    crate::tls::watch_certificate(&config.transport, keel_tls::Role::Broker(config.broker_id));
     // Before the data dir opens: a disk that hangs hangs the open too.
     logging::exit_if_storage_stalls(config.storage_stall_timeout_ms);
     let broker = match Broker::start(config).await {

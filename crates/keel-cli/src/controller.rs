@@ -143,6 +143,13 @@ pub struct ControllerArgs {
     /// comma separated: e.g. User:admin. Controllers always are.
     #[arg(long, env = "KEEL_SUPER_USERS")]
     super_users: Option<String>,
+    /// Let a request a broker forwards from its Kafka listener as a super
+    /// user have a super user's power. Off by default: forwarded requests
+    /// are judged by the ACLs alone, so a broker's key (which may name any
+    /// principal there) never carries more than the ACLs grant. `keel dev`
+    /// turns it on.
+    #[arg(long, env = "KEEL_SUPER_USERS_VIA_BROKERS")]
+    super_users_via_brokers: bool,
     /// Kafka listener address, e.g. 127.0.0.11:9095: Kafka clients that
     /// bootstrap from the controllers ask ApiVersions, DescribeCluster and
     /// DescribeQuorum there (over TLS with this node's certificate, as the
@@ -208,6 +215,7 @@ struct ControllerFile {
     tls_ca: Option<PathBuf>,
     allow_plaintext: Option<bool>,
     super_users: Option<Vec<String>>,
+    super_users_via_brokers: Option<bool>,
     disk_reserve_bytes: Option<u64>,
     storage_stall_timeout_ms: Option<u64>,
     allow_unknown_topic_configs: Option<bool>,
@@ -309,6 +317,8 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
     let mut c = ControllerConfig::new(node_id, listen, voters, data_dir, cluster_id);
     c.transport = transport;
     c.super_users = super_users;
+    c.super_users_via_brokers =
+        a.super_users_via_brokers || file.super_users_via_brokers.unwrap_or(false);
     c.join = a.join || file.join.unwrap_or(false);
     if let Some(v) = a.session_timeout_ms.or(file.session_timeout_ms) {
         c.session_timeout_ms = v;
@@ -528,7 +538,7 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     if !unsafe_features.is_empty() {
         tracing::warn!(features = ?unsafe_features, "this is a deliberately unsafe build");
     }
-    crate::tls::reload_on_sighup(&config.transport, Role::Controller(config.node_id));
+    crate::tls::watch_certificate(&config.transport, Role::Controller(config.node_id));
     // Before the storage opens: a disk that hangs hangs the open too.
     logging::exit_if_storage_stalls(config.storage_stall_timeout_ms);
     let node = match ControllerNode::start(config).await {

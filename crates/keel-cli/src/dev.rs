@@ -148,6 +148,10 @@ fn spec(exe: PathBuf, a: &DevArgs) -> Spec {
         .kafka(KafkaPorts::Fixed(BROKER_KAFKA_PORT))
         .metrics(true)
         .tls(true)
+        // The admin user keeps its power through the brokers' Kafka
+        // listeners (Kafka's tools as User:admin); a production controller
+        // leaves this off, so a broker's key lends no super user's power.
+        .super_users_via_brokers(true)
         .logs(None, None);
     // Clients without a certificate may log in with SCRAM (`keel users
     // create`); one that does neither is User:ANONYMOUS, allowed nothing.

@@ -1,6 +1,7 @@
 //! The TLS options every process takes (`--tls-cert`, `--tls-key`,
 //! `--tls-ca`, `--allow-plaintext`, or `KEEL_TLS_*`), turned into a
-//! [`Transport`]; and the SIGHUP handler that re-reads the files.
+//! [`Transport`]; and the watch on a node's certificate (re-read on
+//! SIGHUP, its expiry exported and warned of).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -110,14 +111,48 @@ impl TlsArgs {
     }
 }
 
-/// Re-reads the TLS files on every SIGHUP for as long as the process runs:
-/// new connections use the new certificate, open ones keep theirs. A file
-/// that does not load leaves the current certificate in place. The
-/// identity must stay the same (`expected`).
-pub fn reload_on_sighup(transport: &Transport, expected: Role) {
+/// How often a process looks again at how long its certificate has left.
+const EXPIRY_CHECK_PERIOD: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Sets the expiry gauge to the seconds the certificate in use has left,
+/// and warns from [`keel_tls::validity::WARN_BEFORE`] ahead of expiry on.
+fn report_expiry(ctx: &TlsContext) {
+    let validity = ctx.validity();
+    let now = std::time::SystemTime::now();
+    metrics::gauge!(keel_tls::validity::EXPIRY_METRIC).set(validity.seconds_left(now) as f64);
+    if let Some(days) = validity.days_left_if_soon(now) {
+        tracing::warn!(
+            days_left = days,
+            not_after = %keel_tls::validity::format_unix(validity.not_after),
+            cert = %ctx.files().cert.display(),
+            "the TLS certificate expires in {days} days; issue a new one, put it in place and send SIGHUP"
+        );
+    }
+}
+
+/// Watches the certificate of a node for as long as the process runs:
+///
+/// - on every SIGHUP the TLS files are read again: new connections use the
+///   new certificate, open ones keep theirs. A certificate that does not
+///   load, names another identity (`expected`), does not chain to the CA
+///   file, is outside its validity dates or is not the key's leaves the
+///   current one in place, with a warning that says why;
+/// - the seconds the certificate in use has left are exported as
+///   [`keel_tls::validity::EXPIRY_METRIC`], set now, at every reload and
+///   every hour, with a warning in its last 30 days.
+pub fn watch_certificate(transport: &Transport, expected: Role) {
     let Transport::Tls(ctx) = transport else {
         return;
     };
+    let watched = ctx.clone();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(EXPIRY_CHECK_PERIOD);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            report_expiry(&watched);
+        }
+    });
     let ctx = ctx.clone();
     use tokio::signal::unix::{signal, SignalKind};
     let mut hup = match signal(SignalKind::hangup()) {
@@ -132,7 +167,7 @@ pub fn reload_on_sighup(transport: &Transport, expected: Role) {
             let before = ctx.identity();
             match ctx.files().identity() {
                 Ok(next) if next.role != expected => {
-                    tracing::error!(
+                    tracing::warn!(
                         current = %before,
                         found = %next,
                         "SIGHUP: the new certificate names another identity; keeping the current one"
@@ -150,10 +185,12 @@ pub fn reload_on_sighup(transport: &Transport, expected: Role) {
                         %identity,
                         serial = serial.as_deref().unwrap_or("?"),
                         cert = %ctx.files().cert.display(),
+                        not_after = %keel_tls::validity::format_unix(ctx.validity().not_after),
                         "SIGHUP: TLS certificate reloaded; new connections use it"
                     );
+                    report_expiry(&ctx);
                 }
-                Err(e) => tracing::error!(
+                Err(e) => tracing::warn!(
                     error = %e,
                     current = %before,
                     "SIGHUP: cannot reload the TLS files; keeping the current certificate"

@@ -154,6 +154,10 @@ pub struct Spec {
     pub node_env: Option<Arc<dyn NodeEnv>>,
     /// A Kafka listener on every broker (`None`: none).
     pub kafka: Option<KafkaPorts>,
+    /// Over TLS, `--super-users-via-brokers` on the controllers: the
+    /// kit's admin user keeps its power through a broker's Kafka listener,
+    /// as on `keel dev` (on by default; off is the controllers' default).
+    pub super_users_via_brokers: bool,
 }
 
 impl Spec {
@@ -184,7 +188,15 @@ impl Spec {
             allow_unsafe_build: false,
             node_env: None,
             kafka: None,
+            super_users_via_brokers: true,
         }
+    }
+
+    /// `--super-users-via-brokers` or not (see
+    /// [`Spec::super_users_via_brokers`]).
+    pub fn super_users_via_brokers(mut self, on: bool) -> Self {
+        self.super_users_via_brokers = on;
+        self
     }
 
     /// A Kafka listener on every broker (see [`Spec::kafka`]).
@@ -466,6 +478,8 @@ pub struct Cluster {
     /// (a request a broker forwards acts as the Kafka client that sent it,
     /// never as the broker).
     super_users: String,
+    /// See [`Spec::super_users_via_brokers`].
+    super_users_via_brokers: bool,
     /// The port of controllers' Kafka listeners (each on its own address),
     /// when brokers have them and nodes have addresses of their own.
     controller_kafka_port: Option<u16>,
@@ -516,6 +530,7 @@ impl Cluster {
             data_disk: spec.data_disk,
             kafka: spec.kafka,
             super_users: format!("User:{ADMIN_USER}"),
+            super_users_via_brokers: spec.super_users_via_brokers,
             controller_kafka_port: None,
         };
         if spec.tls {
@@ -711,6 +726,9 @@ impl Cluster {
         if self.certs.is_some() {
             // The kit's clients speak as the admin user.
             args.extend(["--super-users".into(), self.super_users.clone()]);
+            if self.super_users_via_brokers {
+                args.push("--super-users-via-brokers".into());
+            }
         }
         args.extend(self.controller_flags.iter().cloned());
         Node {
@@ -1340,6 +1358,24 @@ pub fn tls_transport(dir: &Path, identity: &keel_tls::Identity) -> anyhow::Resul
         ca: dir.join("ca.pem"),
     };
     let ctx = keel_tls::TlsContext::load(files, &identity.cluster_id)?;
+    Ok(Transport::Tls(std::sync::Arc::new(ctx)))
+}
+
+/// As [`tls_transport`], but the certificate need not chain to
+/// `dir/ca.pem` nor be within its dates
+/// ([`keel_tls::TlsContext::load_unchecked`]): a client that presents, on
+/// purpose, a certificate the cluster must refuse.
+pub fn tls_transport_unchecked(
+    dir: &Path,
+    identity: &keel_tls::Identity,
+) -> anyhow::Result<Transport> {
+    let (cert, key) = keel_tls::certs::paths(dir, identity);
+    let files = keel_tls::TlsFiles {
+        cert,
+        key,
+        ca: dir.join("ca.pem"),
+    };
+    let ctx = keel_tls::TlsContext::load_unchecked(files, &identity.cluster_id)?;
     Ok(Transport::Tls(std::sync::Arc::new(ctx)))
 }
 

@@ -57,7 +57,7 @@ impl AdminApi {
     }
 
     /// The configured super users, for a decision closure.
-    fn super_users(&self) -> Arc<BTreeSet<keel_metadata::acl::Principal>> {
+    fn super_users(&self) -> Arc<crate::authz::SuperUsers> {
         self.shared.super_users.clone()
     }
 
@@ -283,7 +283,7 @@ impl AdminApi {
 /// node's super users.
 struct Asker {
     caller: Caller,
-    supers: Arc<BTreeSet<keel_metadata::acl::Principal>>,
+    supers: Arc<crate::authz::SuperUsers>,
 }
 
 impl Asker {

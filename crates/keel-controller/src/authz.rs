@@ -8,6 +8,11 @@
 //! the image the decision is made on, so an ACL change and a request it
 //! governs are ordered by the log.
 //!
+//! A request a broker forwards from its Kafka listener acts as the client's
+//! principal, judged by the ACLs; it gets a super user's power only when
+//! the controllers allow it (`--super-users-via-brokers`), since whoever
+//! holds a broker's key may name any principal there.
+//!
 //! A plaintext listener (`--allow-plaintext`) knows no identities: the
 //! operator who started it gave up authentication, and with it
 //! authorization. Every caller there may do everything, except see broker
@@ -23,6 +28,30 @@ use tonic::Request;
 use keel_proto::forwarded::{
     CLIENT as FORWARDED_CLIENT, LISTENER as FORWARDED_LISTENER, PRINCIPAL as FORWARDED_PRINCIPAL,
 };
+
+/// The configured super users (`--super-users`), and whether a broker may
+/// forward a request as one of them (`--super-users-via-brokers`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SuperUsers {
+    pub principals: BTreeSet<Principal>,
+    /// Off by default: a request forwarded by a broker is then judged by
+    /// the ACLs alone, whatever principal it names, so a broker's key never
+    /// carries more than the ACLs grant.
+    pub via_brokers: bool,
+}
+
+impl From<BTreeSet<Principal>> for SuperUsers {
+    fn from(principals: BTreeSet<Principal>) -> Self {
+        Self {
+            principals,
+            via_brokers: false,
+        }
+    }
+}
+
+/// No super users: what a forwarded request sees without
+/// `--super-users-via-brokers`.
+static NO_SUPER_USERS: BTreeSet<Principal> = BTreeSet::new();
 
 /// The caller of an admin request, as authorization sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,11 +125,11 @@ impl Caller {
     }
 
     /// A checker of this caller's requests against `image`'s ACLs.
-    pub fn checker<'a>(
-        &'a self,
-        image: &'a MetadataImage,
-        super_users: &'a BTreeSet<Principal>,
-    ) -> Checker<'a> {
+    pub fn checker<'a>(&'a self, image: &'a MetadataImage, supers: &'a SuperUsers) -> Checker<'a> {
+        let super_users = match self {
+            Caller::Forwarded { .. } if !supers.via_brokers => &NO_SUPER_USERS,
+            _ => &supers.principals,
+        };
         let bindings = match self {
             Caller::Refused(_) => Some(Vec::new()),
             Caller::As(p) | Caller::Forwarded { principal: p, .. } if !is_super(p, super_users) => {
@@ -123,11 +152,7 @@ impl Caller {
     /// Broker incarnation ids (which a re-registration must name) go only
     /// to TLS callers allowed to describe the cluster: never over
     /// plaintext, where anyone could ask.
-    pub fn may_see_incarnations(
-        &self,
-        image: &MetadataImage,
-        super_users: &BTreeSet<Principal>,
-    ) -> bool {
+    pub fn may_see_incarnations(&self, image: &MetadataImage, super_users: &SuperUsers) -> bool {
         matches!(self, Caller::As(_) | Caller::Forwarded { .. })
             && self
                 .checker(image, super_users)
@@ -357,7 +382,7 @@ mod tests {
             operation: Operation::Create,
             permission: Permission::Allow,
         }]);
-        let none = BTreeSet::new();
+        let none = SuperUsers::default();
         let orders = Resource::Topic("orders");
         assert!(Caller::Unchecked
             .checker(&image, &none)
@@ -375,7 +400,7 @@ mod tests {
         assert_eq!(e.code, ErrorCode::TopicAuthorizationFailed);
         let e = c.check(Operation::Alter, Resource::Cluster).unwrap_err();
         assert_eq!(e.code, ErrorCode::ClusterAuthorizationFailed);
-        let supers: BTreeSet<Principal> = [alice].into();
+        let supers = SuperUsers::from(BTreeSet::from([alice]));
         assert!(a
             .checker(&image, &supers)
             .check(Operation::Alter, Resource::Cluster)
@@ -413,7 +438,7 @@ mod tests {
             permission: Permission::Allow,
         }]);
         // Broker 2 is a super user here: a forwarded request must not be.
-        let supers: BTreeSet<Principal> = [Principal::Broker(2)].into();
+        let supers = SuperUsers::from(BTreeSet::from([Principal::Broker(2)]));
         let orders = Resource::Topic("orders");
         let broker = keel_tls::Identity::broker("c", 2);
 
@@ -525,5 +550,37 @@ mod tests {
             d.reply[1].1.as_ref().unwrap_err().code,
             ErrorCode::TopicAuthorizationFailed
         );
+    }
+
+    #[test]
+    fn a_forwarded_super_user_has_its_power_only_where_the_controllers_allow_it() {
+        let image = image_with(&[]);
+        let admin = Principal::User("admin".into());
+        let forwarded = Caller::Forwarded {
+            principal: admin.clone(),
+            broker: 2,
+            client: "127.0.0.9:5555".into(),
+            listener: "SSL".into(),
+        };
+        let mut supers = SuperUsers::from(BTreeSet::from([admin.clone()]));
+        // Off (the default): the ACLs alone, and there are none.
+        assert_eq!(
+            forwarded
+                .checker(&image, &supers)
+                .check(Operation::Alter, Resource::Cluster)
+                .unwrap_err()
+                .code,
+            ErrorCode::ClusterAuthorizationFailed
+        );
+        // The same principal on its own certificate is a super user.
+        assert!(Caller::As(admin)
+            .checker(&image, &supers)
+            .check(Operation::Alter, Resource::Cluster)
+            .is_ok());
+        supers.via_brokers = true;
+        assert!(forwarded
+            .checker(&image, &supers)
+            .check(Operation::Alter, Resource::Cluster)
+            .is_ok());
     }
 }

@@ -42,6 +42,9 @@ pub struct ControllerConfig {
     /// Principals allowed everything, whatever the ACLs say
     /// (`--super-users`). Controllers of the cluster always are.
     pub super_users: std::collections::BTreeSet<keel_metadata::acl::Principal>,
+    /// `--super-users-via-brokers`: a request a broker forwards as a super
+    /// user gets a super user's power (off: the ACLs alone judge it).
+    pub super_users_via_brokers: bool,
     /// Per-request and cluster-wide limits on admin requests.
     pub limits: keel_metadata::limits::Limits,
     /// Largest gRPC message the admin and broker services decode.
@@ -115,6 +118,7 @@ impl ControllerConfig {
             write_budget_bytes: crate::budget::DEFAULT_WRITE_BUDGET_BYTES,
             transport: keel_tls::Transport::Plaintext,
             super_users: Default::default(),
+            super_users_via_brokers: false,
             limits: Default::default(),
             max_message_bytes: 16 << 20,
             max_concurrent_streams: 1024,

@@ -182,6 +182,21 @@ pub const CATALOG: &[(&str, Kind, &str)] = &[
         Kind::Gauge,
         "1 while free space is below the reserve (admin writes refused).",
     ),
+    (
+        keel_tls::validity::EXPIRY_METRIC,
+        Kind::Gauge,
+        keel_tls::validity::EXPIRY_METRIC_HELP,
+    ),
+    (
+        keel_raft::lease::LEASE_ANSWER_MAX_SECONDS,
+        Kind::Gauge,
+        "The slowest answer to a lease request this node sent as leader, since it started (seconds).",
+    ),
+    (
+        keel_raft::lease::LEASE_ANSWER_SECONDS,
+        Kind::Histogram,
+        "Delay of each answer to a lease request this node sent as leader (seconds).",
+    ),
 ];
 
 /// Process metrics a controller's HTTP endpoint exports under the standard

@@ -61,7 +61,7 @@ pub struct Shared {
     /// This node's data dir's directory id.
     pub directory_id: DirectoryId,
     /// `config.super_users`, shared with decision closures.
-    pub super_users: Arc<std::collections::BTreeSet<keel_metadata::acl::Principal>>,
+    pub super_users: Arc<crate::authz::SuperUsers>,
     /// Admin requests served at once and linearizable reads per second.
     pub throttle: crate::throttle::Throttle,
     /// The data dir's free space, as last measured.
@@ -89,7 +89,10 @@ impl Shared {
     ) -> Self {
         let heartbeats = Mutex::new(HeartbeatTracker::new(config.session_timeout_ms));
         let write_budget = WriteBudget::new(config.write_budget_bytes);
-        let super_users = Arc::new(config.super_users.clone());
+        let super_users = Arc::new(crate::authz::SuperUsers {
+            principals: config.super_users.clone(),
+            via_brokers: config.super_users_via_brokers,
+        });
         let throttle = crate::throttle::Throttle::new(
             config.max_concurrent_admin_requests,
             config.max_linearizable_reads_per_sec,

@@ -29,6 +29,15 @@
 //! A cut-off or paused leader sends nothing that arrives, so both clocks
 //! stop exactly as before; a follower that voted for another leader stops
 //! acknowledging the old one at once.
+//!
+//! The lease thread runs beside the leader's Raft core, not in it, so it
+//! could go on renewing the followers' leases for a core that no longer
+//! works (stuck in a storage call, or in a loop): nobody else could be
+//! elected. So it renews only while the core answers a liveness probe
+//! ([`CoreProbe`]): a request the core itself must handle, sent every
+//! interval; once no probe sent within the last `core_silence` has been
+//! answered, the requests stop, the followers' leases run out, and they
+//! elect another leader.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -82,6 +91,7 @@ pub async fn lease_heartbeats(
     let config = raft.config().clone();
     let pace = LeasePace::of(&config);
     let mut in_flight: HashMap<NodeId, Vec<JoinHandle<()>>> = HashMap::new();
+    let mut probe = CoreProbe::default();
     loop {
         tokio::select! {
             _ = stop.wait_for(|v| *v) => break,
@@ -105,6 +115,11 @@ pub async fn lease_heartbeats(
                 .collect();
             (m.vote, members)
         };
+        probe.send(&raft);
+        if !probe.answering(pace.core_silence) {
+            probe.warn_once(me, pace.core_silence);
+            continue;
+        }
         in_flight.retain(|target, hs| {
             hs.retain(|h| !h.is_finished());
             members.iter().any(|(id, _)| id == target)
@@ -120,6 +135,7 @@ pub async fn lease_heartbeats(
             sent_to.push(tokio::spawn(async move {
                 let sent = Instant::now();
                 if let Ok(r) = network.lease(target, &node, &req, timeout).await {
+                    record_answer(sent.elapsed());
                     if r.acked {
                         let _ = raft.lease_acknowledged(target, vote, sent).await;
                     }
@@ -129,6 +145,87 @@ pub async fn lease_heartbeats(
     }
     for h in in_flight.into_values().flatten() {
         h.abort();
+    }
+    probe.stop();
+}
+
+/// Histogram of every lease answer's delay on the leader (request sent to
+/// answer read), in seconds.
+pub const LEASE_ANSWER_SECONDS: &str = "keel_raft_lease_answer_seconds";
+/// Gauge of the slowest lease answer since the process started, in
+/// seconds.
+pub const LEASE_ANSWER_MAX_SECONDS: &str = "keel_raft_lease_answer_max_seconds";
+
+fn record_answer(delay: Duration) {
+    static SLOWEST_US: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    ::metrics::histogram!(LEASE_ANSWER_SECONDS).record(delay.as_secs_f64());
+    let us = delay.as_micros() as u64;
+    let before = SLOWEST_US.fetch_max(us, std::sync::atomic::Ordering::Relaxed);
+    if us > before {
+        ::metrics::gauge!(LEASE_ANSWER_MAX_SECONDS).set(us as f64 / 1e6);
+    }
+}
+
+/// Whether the leader's Raft core still answers: one probe at a time (a
+/// request the core handles itself, `Raft::with_raft_state`), and when the
+/// last answered one was sent.
+#[derive(Default)]
+struct CoreProbe {
+    /// When the latest answered probe was sent.
+    answered: std::sync::Arc<std::sync::Mutex<Option<Instant>>>,
+    in_flight: Option<JoinHandle<()>>,
+    /// A silence was logged and the core has not answered since.
+    warned: bool,
+}
+
+impl CoreProbe {
+    /// Sends a probe unless one is still waiting for its answer.
+    fn send(&mut self, raft: &KeelRaft) {
+        if self.in_flight.as_ref().is_some_and(|h| !h.is_finished()) {
+            return;
+        }
+        let (raft, answered) = (raft.clone(), self.answered.clone());
+        self.in_flight = Some(tokio::spawn(async move {
+            let sent = Instant::now();
+            if raft.with_raft_state(|_| ()).await.is_ok() {
+                let mut a = answered.lock().unwrap_or_else(|e| e.into_inner());
+                *a = Some(a.map_or(sent, |t| t.max(sent)));
+            }
+        }));
+    }
+
+    /// True when a probe sent within `silence` was answered.
+    fn answering(&mut self, silence: Duration) -> bool {
+        let answered = *self.answered.lock().unwrap_or_else(|e| e.into_inner());
+        let ok = answered.is_some_and(|t| t.elapsed() <= silence);
+        if ok && self.warned {
+            tracing::info!("the Raft core answers again; renewing leases");
+            self.warned = false;
+        }
+        ok
+    }
+
+    fn warn_once(&mut self, me: NodeId, silence: Duration) {
+        // A new leadership waits for its first answer: not news.
+        let ever = self
+            .answered
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some();
+        if ever && !self.warned {
+            tracing::warn!(
+                node = me,
+                silence_ms = silence.as_millis() as u64,
+                "the Raft core has not answered a probe; lease renewals paused so that another node can lead"
+            );
+            self.warned = true;
+        }
+    }
+
+    fn stop(&mut self) {
+        if let Some(h) = self.in_flight.take() {
+            h.abort();
+        }
     }
 }
 
@@ -152,6 +249,11 @@ pub struct LeasePace {
     pub timeout: Duration,
     /// Requests awaiting an answer, per voter.
     pub max_in_flight: usize,
+    /// How long the leader's Raft core may leave its liveness probes
+    /// unanswered before the leader stops renewing leases: the shortest
+    /// election timeout, so that a wedged core is replaced within about
+    /// two election timeouts while a busy one keeps its leadership.
+    pub core_silence: Duration,
 }
 
 impl LeasePace {
@@ -164,6 +266,7 @@ impl LeasePace {
             interval,
             timeout,
             max_in_flight,
+            core_silence: Duration::from_millis(config.election_timeout_min.max(1)),
         }
     }
 }

@@ -572,3 +572,64 @@ async fn leader_through_stalled_followers(delay: Duration, leases: u32) -> Durat
     }
     oldest_ack
 }
+
+/// A leader whose Raft core stops (here a request that never returns
+/// holds it, as a storage call that never returns or a stopped thread
+/// would) while its lease thread, network and followers stay healthy:
+/// the lease thread stops renewing the followers' leases once the core
+/// leaves its probes unanswered, and the other two elect a leader. Counts
+/// leaderships, not milliseconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_leader_whose_raft_core_wedges_is_replaced() {
+    init_tracing();
+    let root = tempfile::tempdir().unwrap();
+    let nodes = start_cluster(root.path(), Arc::new(default_config(CLUSTER))).await;
+    let wedged = wait_leader(&nodes).await;
+    let term = nodes[wedged as usize - 1]
+        .raft
+        .metrics()
+        .borrow()
+        .current_term;
+    // The core runs the request's closure itself: it blocks there until
+    // the sender is dropped at the end of the test.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let held = std::sync::Mutex::new(held);
+    let core = nodes[wedged as usize - 1].raft.clone();
+    tokio::spawn(async move {
+        let _ = core
+            .with_raft_state(move |_| {
+                let _ = held.lock().map(|rx| rx.recv());
+            })
+            .await;
+    });
+    // The other two elect one of them, in a later term.
+    let others: Vec<&TestNode> = nodes.iter().filter(|n| n.id != wedged).collect();
+    let deadline = Instant::now() + PATIENCE;
+    let new_leader = loop {
+        let led: Vec<(u64, u64)> = others
+            .iter()
+            .filter(|n| n.raft.metrics().borrow().state == ServerState::Leader)
+            .map(|n| (n.id, n.raft.metrics().borrow().current_term))
+            .collect();
+        if let Some(&(id, t)) = led.first() {
+            break (id, t);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {wedged}'s core is wedged, yet nobody else leads: {:?}",
+            others
+                .iter()
+                .map(|n| {
+                    let m = n.raft.metrics().borrow().clone();
+                    (n.id, m.state, m.current_term, m.current_leader)
+                })
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        new_leader.0 != wedged && new_leader.1 > term,
+        "{new_leader:?}"
+    );
+    drop(release);
+}

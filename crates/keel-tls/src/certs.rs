@@ -17,6 +17,7 @@
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -109,12 +110,34 @@ impl Ca {
 
     /// A certificate for `identity`, usable as server and client; `ips`
     /// and `dns` are extra names it answers to (for tools that check the
-    /// address, e.g. a browser on the console).
+    /// address, e.g. a browser on the console). Valid from a day ago for
+    /// three years.
     pub fn issue(
         &self,
         identity: &Identity,
         ips: &[IpAddr],
         dns: &[String],
+    ) -> Result<Issued, CertError> {
+        let now = time::OffsetDateTime::now_utc();
+        self.issue_with_validity(
+            identity,
+            ips,
+            dns,
+            (now - time::Duration::days(1)).into(),
+            (now + time::Duration::days(VALID_DAYS)).into(),
+        )
+    }
+
+    /// As [`Ca::issue`], but valid from `not_before` to `not_after` (which
+    /// may lie in the past or the future: a certificate about to expire,
+    /// expired, or not valid yet).
+    pub fn issue_with_validity(
+        &self,
+        identity: &Identity,
+        ips: &[IpAddr],
+        dns: &[String],
+        not_before: SystemTime,
+        not_after: SystemTime,
     ) -> Result<Issued, CertError> {
         let key = KeyPair::generate()?;
         let mut names = vec![SERVER_NAME.to_string()];
@@ -137,7 +160,8 @@ impl Ca {
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
-        validity(&mut params);
+        params.not_before = not_before.into();
+        params.not_after = not_after.into();
         let cert = params.signed_by(&key, &self.issuer)?;
         Ok(Issued {
             cert_pem: cert.pem(),

@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
@@ -14,6 +15,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
 use crate::identity::{Identity, IdentityError};
+use crate::validity::Validity;
 
 /// The three PEM files of `--tls-cert`, `--tls-key` and `--tls-ca`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,6 +44,22 @@ pub enum TlsError {
         found_cluster: String,
         cluster: String,
     },
+    /// The certificate is not signed by (a chain to) the CA file.
+    #[error("{path} does not chain to the CA in {ca}: {why}")]
+    Untrusted {
+        path: PathBuf,
+        ca: PathBuf,
+        why: String,
+    },
+    /// The certificate's validity ended.
+    #[error("{path} expired on {not_after}")]
+    Expired { path: PathBuf, not_after: String },
+    /// The certificate's validity has not begun.
+    #[error("{path} is not valid yet: its validity starts on {not_before}")]
+    NotYetValid { path: PathBuf, not_before: String },
+    /// The key file holds another certificate's key.
+    #[error("{key} is not the private key of {cert}")]
+    KeyMismatch { cert: PathBuf, key: PathBuf },
     #[error("the TLS configuration is not usable: {0}")]
     Config(String),
 }
@@ -106,6 +124,7 @@ impl TlsFiles {
 /// Everything made from one reading of the files.
 struct Material {
     identity: Identity,
+    validity: Validity,
     server: Arc<ServerConfig>,
     client: Arc<ClientConfig>,
     /// The Kafka listener's configurations (no ALPN: Kafka clients send
@@ -151,7 +170,20 @@ impl std::fmt::Display for KafkaClientAuth {
     }
 }
 
-fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
+/// How much of the certificate [`read`] checks beyond its identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Checks {
+    /// It chains to the CA file, is valid now, and is the key's.
+    All,
+    /// Only that it names an identity of the cluster and is the key's
+    /// (rustls refuses a key that is not the certificate's).
+    IdentityOnly,
+}
+
+/// Reads and checks the files: the certificate must name an identity of
+/// `cluster_id`, and with [`Checks::All`] chain to the CA file, be valid
+/// now, and match the key.
+fn read(files: &TlsFiles, cluster_id: &str, checks: Checks) -> Result<Material, TlsError> {
     let chain = certs(&files.cert)?;
     let identity = Identity::from_der(&chain[0]).map_err(|source| TlsError::Identity {
         path: files.cert.clone(),
@@ -173,6 +205,21 @@ fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
             .map_err(|e| TlsError::Config(format!("{}: {e}", files.ca.display())))?;
     }
     let roots = Arc::new(roots);
+    let validity = match checks {
+        Checks::All => crate::validity::check(
+            &chain,
+            &key,
+            roots.clone(),
+            SystemTime::now(),
+            &files.cert,
+            &files.key,
+            &files.ca,
+        )?,
+        Checks::IdentityOnly => Validity::of(&chain[0]).map_err(|why| TlsError::File {
+            path: files.cert.clone(),
+            why,
+        })?,
+    };
     let config_err = |e: rustls::Error| TlsError::Config(e.to_string());
     let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider())
         .build()
@@ -214,6 +261,7 @@ fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
     client.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Material {
         identity,
+        validity,
         server: Arc::new(server),
         client: Arc::new(client),
         kafka_required,
@@ -226,24 +274,41 @@ fn read(files: &TlsFiles, cluster_id: &str) -> Result<Material, TlsError> {
 pub struct TlsContext {
     files: TlsFiles,
     cluster_id: String,
+    checks: Checks,
     material: ArcSwap<Material>,
 }
 
 impl TlsContext {
     /// Reads the files; the certificate must name an identity of
-    /// `cluster_id`.
+    /// `cluster_id`, chain to the CA file, be valid now, and be the key's.
     pub fn load(files: TlsFiles, cluster_id: &str) -> Result<Self, TlsError> {
-        let m = read(&files, cluster_id)?;
+        Self::load_with(files, cluster_id, Checks::All)
+    }
+
+    /// Reads the files as [`TlsContext::load`] does, but without checking
+    /// that the certificate chains to the CA file or is within its dates
+    /// (only its identity): for tools that present, on purpose,
+    /// certificates their peers refuse (an intruder with another CA's
+    /// certificate). Nodes never load their files this way.
+    pub fn load_unchecked(files: TlsFiles, cluster_id: &str) -> Result<Self, TlsError> {
+        Self::load_with(files, cluster_id, Checks::IdentityOnly)
+    }
+
+    fn load_with(files: TlsFiles, cluster_id: &str, checks: Checks) -> Result<Self, TlsError> {
+        let m = read(&files, cluster_id, checks)?;
         Ok(Self {
             files,
             cluster_id: cluster_id.to_string(),
+            checks,
             material: ArcSwap::from_pointee(m),
         })
     }
 
-    /// Reads the files again; on any error the current configuration stays.
+    /// Reads the files again, checked as [`TlsContext::load`] checks them
+    /// (against the CA file as it is now); on any error the current
+    /// configuration stays.
     pub fn reload(&self) -> Result<Identity, TlsError> {
-        let m = read(&self.files, &self.cluster_id)?;
+        let m = read(&self.files, &self.cluster_id, self.checks)?;
         let identity = m.identity.clone();
         self.material.store(Arc::new(m));
         Ok(identity)
@@ -254,10 +319,17 @@ impl TlsContext {
         self.material.load().identity.clone()
     }
 
+    /// The validity dates of the certificate in use.
+    pub fn validity(&self) -> Validity {
+        self.material.load().validity
+    }
+
+    /// The cluster this process's certificate must belong to.
     pub fn cluster_id(&self) -> &str {
         &self.cluster_id
     }
 
+    /// The files read at start and at every reload.
     pub fn files(&self) -> &TlsFiles {
         &self.files
     }

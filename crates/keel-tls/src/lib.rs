@@ -5,6 +5,8 @@
 //! - [`certs`]: a cluster CA and certificates per node and user (rcgen);
 //! - [`context`]: a process's certificate, key and CA as rustls
 //!   configurations, re-read on SIGHUP;
+//! - [`validity`]: whether a certificate may be used (chain, dates, key)
+//!   and how long it has left;
 //! - [`transport`]: serving and connecting over mutual TLS (or plaintext,
 //!   only when allowed), and reading a caller's identity in a handler.
 
@@ -13,7 +15,9 @@ pub mod certs;
 pub mod context;
 pub mod identity;
 pub mod transport;
+pub mod validity;
 
 pub use context::{KafkaClientAuth, TlsContext, TlsError, TlsFiles};
 pub use identity::{Identity, Role};
 pub use transport::{peer, Expect, PeerInfo, Transport};
+pub use validity::Validity;

@@ -193,3 +193,43 @@ async fn a_connection_that_never_opened_says_connect_as_plaintext_does() {
         assert!(s.message().contains("tcp connect error"), "{t}: {s:?}");
     }
 }
+
+/// A certificate of another CA beside this cluster's CA file, or an
+/// expired one of this CA, does not load for use (its peers would refuse
+/// it); loaded unchecked, as an intruder would, the handshake refuses it.
+#[tokio::test]
+async fn certificates_peers_refuse_load_only_unchecked_and_are_refused_in_the_handshake() {
+    let dir = tempfile::tempdir().unwrap();
+    init(dir.path(), "prod");
+    let controller = Transport::Tls(Arc::new(
+        TlsContext::load(files(dir.path(), &Identity::controller("prod", 1)), "prod").unwrap(),
+    ));
+    let (addr, seen) = serve(controller).await;
+    let admin = Identity::user("prod", "admin");
+    let now = std::time::SystemTime::now();
+    let day = Duration::from_secs(24 * 3600);
+    let ours = certs::load_ca(dir.path()).unwrap();
+    let theirs = Ca::new("prod").unwrap();
+    for issued in [
+        theirs.issue(&admin, &[], &[]).unwrap(),
+        ours.issue_with_validity(&admin, &[], &[], now - 10 * day, now - day)
+            .unwrap(),
+    ] {
+        let (cert, key) = certs::paths(dir.path(), &admin);
+        std::fs::write(&cert, &issued.cert_pem).unwrap();
+        std::fs::write(&key, &issued.key_pem).unwrap();
+        let err = TlsContext::load(files(dir.path(), &admin), "prod").expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                keel_tls::TlsError::Untrusted { .. } | keel_tls::TlsError::Expired { .. }
+            ),
+            "{err:?}"
+        );
+        let intruder = Transport::Tls(Arc::new(
+            TlsContext::load_unchecked(files(dir.path(), &admin), "prod").unwrap(),
+        ));
+        assert!(check(&intruder, &addr, Expect::Controller).await.is_err());
+    }
+    assert!(seen.lock().unwrap().is_empty(), "no call got through");
+}

@@ -249,6 +249,26 @@ pub fn check_with_kafka(
             .filter(|a| a.credential == kind && a.answer == Answer::Refused)
             .count()
     };
+    let floods: Vec<&Attempt> = attempts
+        .iter()
+        .filter(|a| a.credential == Credential::Flood)
+        .collect();
+    if !floods.is_empty()
+        && !floods
+            .iter()
+            .any(|a| a.detail.contains(super::flood::ADMIN_ANSWERED))
+    {
+        unknown.push(format!(
+            "no admin request was answered during any of {} floods: the listener's limits are unproven",
+            floods.len()
+        ));
+    }
+    if !floods.is_empty() && refused_of(Credential::Flood) == 0 {
+        unknown.push(format!(
+            "no flood's silent connections were all closed by the listener ({} floods)",
+            floods.len()
+        ));
+    }
     if made(Credential::ControllerKey) > 0 && refused_of(Credential::ControllerKey) == 0 {
         unknown.push(format!(
             "no controller_key attempt was refused ({} made): the brokers' epoch fence is unproven",
@@ -556,6 +576,49 @@ mod tests {
                 .as_str()
                 .unwrap()
                 .contains("controller_key"),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn a_flood_must_be_closed_and_leave_the_admin_answered() {
+        let before = targets_untouched();
+        let flood = |answer: Answer, detail: &str| Attempt {
+            detail: detail.into(),
+            ..kafka_attempt(Credential::Flood, answer)
+        };
+        let good = flood(
+            Answer::Refused,
+            "64 closed; admin answered during the flood (12 ms)",
+        );
+        let (valid, detail) = check(
+            std::slice::from_ref(&good),
+            Some(&before),
+            Some(&before),
+            &BTreeMap::new(),
+        );
+        assert!(valid, "{detail}");
+        // A silent connection kept past the bound is a breach.
+        let kept = flood(
+            Answer::Accepted,
+            "63 closed; admin answered during the flood (12 ms)",
+        );
+        let (valid, _) = check(
+            &[good.clone(), kept],
+            Some(&before),
+            Some(&before),
+            &BTreeMap::new(),
+        );
+        assert!(!valid);
+        // Closed, but the admin was never answered: unproven.
+        let starved = flood(
+            Answer::Refused,
+            "64 closed; admin not answered during the flood",
+        );
+        let (valid, detail) = check(&[starved], Some(&before), Some(&before), &BTreeMap::new());
+        assert!(!valid);
+        assert!(
+            detail["cannot_tell"][0].as_str().unwrap().contains("admin"),
             "{detail}"
         );
     }

@@ -27,6 +27,11 @@
 //!   StopReplica with a forged controller epoch and their real broker
 //!   epoch ([`controller_key`]): the brokers' epoch fence must refuse them.
 //!
+//! * `flood`: every few rounds, silent TCP connections from an address of
+//!   the intruder's own to the active controller, held open ([`flood`]):
+//!   the listener must close them, and an admin request from elsewhere must
+//!   still be answered meanwhile.
+//!
 //! When the brokers have Kafka listeners (the intruder nemesis turns them
 //! on), each round also attacks one of them ([`crate::intruder::kafka`]):
 //! plaintext bytes, a foreign CA's certificate, a broker's certificate, a
@@ -56,6 +61,7 @@ mod acl;
 mod check;
 mod classify;
 mod controller_key;
+mod flood;
 pub mod kafka;
 
 pub use check::{
@@ -130,6 +136,8 @@ pub enum Credential {
     NoAcls,
     /// A controller's own certificate with a forged controller epoch.
     ControllerKey,
+    /// Silent connections to a listener, held open.
+    Flood,
     /// The Kafka listeners' attacks ([`crate::intruder::kafka`]).
     KafkaPlaintext,
     KafkaForeignCa,
@@ -244,7 +252,9 @@ pub fn credentials(c: &Cluster, run_dir: &Path) -> anyhow::Result<Credentials> {
         if !cert.exists() {
             keel_tls::certs::write_issued(&dir, identity, &ca.issue(identity, &[], &[])?)?;
         }
-        keel_testkit::cluster::tls_transport(&dir, identity)
+        // The cluster's CA file, another CA's certificate: it would not
+        // load checked.
+        keel_testkit::cluster::tls_transport_unchecked(&dir, identity)
     };
     let foreign_admin = foreign(&Identity::user(&id, keel_testkit::cluster::ADMIN_USER))?;
     let mut foreign_brokers = BTreeMap::new();
@@ -405,6 +415,7 @@ impl Intruder {
         self.no_acls(round, &active, &target, y, y_epoch, p.as_ref())
             .await;
         self.controller_key(round, y, y_epoch).await;
+        self.flood(round, &active);
         if let Some(k) = &self.kafka {
             k.round(round, &target, |a| {
                 self.attempts.lock().unwrap().push(Attempt {

@@ -18,6 +18,9 @@ use tokio::io::AsyncReadExt;
 use tokio::net::{TcpSocket, TcpStream};
 
 const LONG: Duration = Duration::from_secs(60);
+/// How long a refused connection may take to be closed on a loaded host
+/// (a close comes at once; only a busy scheduler delays it).
+const REFUSED_WITHIN: Duration = Duration::from_secs(10);
 
 /// An address of 127.0.0.0/8 that no node uses.
 fn outsider(net: u8, host: u8) -> IpAddr {
@@ -185,17 +188,24 @@ async fn silent_connections_do_not_hold_up_the_active_controller_and_are_closed(
     let took = asked.elapsed();
     assert!(answer.is_ok(), "DescribeCluster failed: {answer:?}");
     assert!(
-        took < Duration::from_secs(3),
+        // A listener whose accept loop waits for handshake slots makes it
+        // wait out the 10 s handshake timeout (or fail): the bound leaves a
+        // loaded host room and still tells the two apart.
+        took < Duration::from_secs(8),
         "DescribeCluster took {took:?} behind {SILENT} silent connections"
     );
 
     // Past the handshake slots: closed at once; the rest are held until
     // the handshake timeout (4 s), not before.
     let (closed_early, _) = split_closed(&mut silent, Duration::from_millis(300)).await;
-    assert!(
-        closed_early < SILENT && flood_began.elapsed() < Duration::from_secs(4),
-        "{closed_early} of {SILENT} closed before the handshake timeout"
-    );
+    // (On a host so loaded that the timeout already passed, this part
+    // cannot tell; the closes below still must happen.)
+    if flood_began.elapsed() < Duration::from_secs(4) {
+        assert!(
+            closed_early < SILENT,
+            "{closed_early} of {SILENT} closed before the handshake timeout"
+        );
+    }
     let all_by = flood_began + Duration::from_secs(4 + 10);
     let closed = count_closed(&mut silent, all_by).await;
     assert_eq!(closed, SILENT, "every silent connection closed");
@@ -252,7 +262,7 @@ async fn one_address_past_its_limit_is_refused_while_others_and_members_connect(
     let mut past = open_from(outsider(71, 1), addr, 5).await;
     let (closed, open) = split_closed(&mut first, hold).await;
     assert_eq!((closed, open), (0, PER_IP), "the first {PER_IP} are held");
-    let (closed, _) = split_closed(&mut past, hold).await;
+    let (closed, _) = split_closed(&mut past, REFUSED_WITHIN).await;
     assert_eq!(closed, past.len(), "past the per-address limit: refused");
 
     // Another address still connects, and is served.
@@ -266,10 +276,10 @@ async fn one_address_past_its_limit_is_refused_while_others_and_members_connect(
     // Fill the general pool from a third address: then outsiders are
     // refused, and a member's address still gets in from the reserve.
     let mut third = open_from(outsider(71, 3), addr, PER_IP).await;
-    let (_, held) = split_closed(&mut third, hold).await;
+    let (_, held) = split_closed(&mut third, REFUSED_WITHIN).await;
     assert!(held < PER_IP, "the total limit refused some of the third");
     let mut late = open_from(outsider(71, 4), addr, 3).await;
-    let (closed, _) = split_closed(&mut late, hold).await;
+    let (closed, _) = split_closed(&mut late, REFUSED_WITHIN).await;
     assert_eq!(closed, late.len(), "past the total limit: refused");
     describe_cluster_from(c.transport(), addr, MEMBER)
         .await
@@ -298,7 +308,7 @@ async fn one_address_past_its_limit_is_refused_while_others_and_members_connect(
 async fn idle_kafka_connections_leave_the_broker_to_the_cluster_and_are_closed() {
     let started = Instant::now();
     const TOTAL: usize = 150;
-    const IDLE_MS: u64 = 4_000;
+    const IDLE_MS: u64 = 8_000;
     let mut c = Cluster::start(
         Spec::new(keel_bin(), CLUSTER_ID)
             .controllers(1)
@@ -346,7 +356,7 @@ async fn idle_kafka_connections_leave_the_broker_to_the_cluster_and_are_closed()
     // An outsider's new gRPC connection is refused; the cluster's own
     // addresses are still served.
     let mut outside = open_from(outsider(72, 9), grpc, 1).await;
-    let (closed, _) = split_closed(&mut outside, Duration::from_millis(500)).await;
+    let (closed, _) = split_closed(&mut outside, REFUSED_WITHIN).await;
     assert_eq!(closed, 1, "an outsider is refused while the broker is full");
     describe_broker_from(&transport, grpc, id, MEMBER)
         .await

@@ -193,6 +193,17 @@ fn principal_of(role: &keel_tls::Role) -> Principal {
     }
 }
 
+/// A request-level error and per-partition answers, from a request's
+/// outcome (refused as a whole: the error, no partitions).
+fn answer(
+    r: Result<Vec<pb::PartitionError>, ApiError>,
+) -> (Option<pb::Error>, Vec<pb::PartitionError>) {
+    match r {
+        Ok(partitions) => (None, partitions),
+        Err(e) => (Some(convert::error_to_pb(&e)), Vec::new()),
+    }
+}
+
 #[tonic::async_trait]
 impl BrokerControlService for ControlService {
     async fn leader_and_isr(
@@ -205,15 +216,10 @@ impl BrokerControlService for ControlService {
         let r = self.take("LeaderAndIsr", |st| {
             take_leader_and_isr(st, req, sender, now)
         });
-        Ok(Response::new(match r {
-            Ok(partitions) => pb::LeaderAndIsrResponse {
-                error: None,
-                partitions,
-            },
-            Err(e) => pb::LeaderAndIsrResponse {
-                error: Some(convert::error_to_pb(&e)),
-                partitions: Vec::new(),
-            },
+        let (error, partitions) = answer(r);
+        Ok(Response::new(pb::LeaderAndIsrResponse {
+            error,
+            partitions,
         }))
     }
 
@@ -236,16 +242,8 @@ impl BrokerControlService for ControlService {
         let sender = from_controller(&request, "StopReplica")?;
         let req = request.into_inner();
         let r = self.take("StopReplica", |st| take_stop_replica(st, req, sender));
-        Ok(Response::new(match r {
-            Ok(partitions) => pb::StopReplicaResponse {
-                error: None,
-                partitions,
-            },
-            Err(e) => pb::StopReplicaResponse {
-                error: Some(convert::error_to_pb(&e)),
-                partitions: Vec::new(),
-            },
-        }))
+        let (error, partitions) = answer(r);
+        Ok(Response::new(pb::StopReplicaResponse { error, partitions }))
     }
 
     async fn describe_broker(

@@ -33,6 +33,16 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Sleep;
 
+/// TCP keepalive on every connection: a peer that vanished is noticed.
+pub const KEEPALIVE: Duration = Duration::from_secs(30);
+
+/// Nodelay and keepalive on an accepted or made connection.
+pub fn tune(tcp: &TcpStream) {
+    let _ = tcp.set_nodelay(true);
+    let sock = socket2::SockRef::from(tcp);
+    let _ = sock.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(KEEPALIVE));
+}
+
 /// Counter of connections refused or closed before serving, by listener
 /// and reason ([`Reason`]).
 pub const REFUSED_METRIC: &str = "keel_connections_refused_total";
@@ -436,7 +446,7 @@ impl Door {
             };
             match self.admit(remote) {
                 Ok(ticket) => {
-                    crate::transport::tune(&tcp);
+                    tune(&tcp);
                     return (tcp, remote, ticket);
                 }
                 Err(_) => drop(tcp),

@@ -3,6 +3,7 @@
 //! - [`admission`]: connection limits and timeouts shared by every listener;
 //! - [`identity`]: who a certificate names (`keel://<cluster>/<role>/<name>`);
 //! - [`certs`]: a cluster CA and certificates per node and user (rcgen);
+//! - [`error`]: why TLS material cannot be used;
 //! - [`context`]: a process's certificate, key and CA as rustls
 //!   configurations, re-read on SIGHUP;
 //! - [`validity`]: whether a certificate may be used (chain, dates, key)
@@ -13,11 +14,13 @@
 pub mod admission;
 pub mod certs;
 pub mod context;
+pub mod error;
 pub mod identity;
 pub mod transport;
 pub mod validity;
 
-pub use context::{KafkaClientAuth, TlsContext, TlsError, TlsFiles};
+pub use context::{KafkaClientAuth, TlsContext, TlsFiles};
+pub use error::TlsError;
 pub use identity::{Identity, Role};
 pub use transport::{peer, Expect, PeerInfo, Transport};
 pub use validity::Validity;

@@ -24,13 +24,11 @@ use tokio::sync::mpsc;
 use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use crate::admission::{Admitted, Door, HandshakeError};
+use crate::admission::{tune, Admitted, Door, HandshakeError, KEEPALIVE};
 use crate::certs::SERVER_NAME;
 use crate::context::TlsContext;
 use crate::identity::{Identity, Role};
 
-/// TCP keepalive on every connection: a peer that vanished is noticed.
-const KEEPALIVE: Duration = Duration::from_secs(30);
 /// HTTP/2 PING on every client connection, idle or not, this often...
 pub const HTTP2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
 /// ...and the connection is dropped when a PING is not answered within
@@ -194,13 +192,6 @@ impl AsyncWrite for TlsConn {
     fn is_write_vectored(&self) -> bool {
         self.inner.is_write_vectored()
     }
-}
-
-/// Nodelay and keepalive on an accepted or made connection.
-pub fn tune(tcp: &TcpStream) {
-    let _ = tcp.set_nodelay(true);
-    let sock = socket2::SockRef::from(tcp);
-    let _ = sock.set_tcp_keepalive(&socket2::TcpKeepalive::new().with_time(KEEPALIVE));
 }
 
 /// The identity a verified peer certificate chain names: `None` when the

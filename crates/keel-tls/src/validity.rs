@@ -16,7 +16,7 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::sign::CertifiedKey;
 use rustls::{CertificateError, Error, InconsistentKeys, RootCertStore};
 
-use crate::context::TlsError;
+use crate::error::TlsError;
 
 /// The gauge with the seconds until this process's own certificate
 /// expires (negative once it has).

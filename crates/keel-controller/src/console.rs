@@ -674,7 +674,8 @@ async fn page() -> Response {
 }
 
 /// Serves `/metrics`, `/`, `/console`, `/api/cluster` and `/health` on `listener`
-/// until `shutdown` flips to true.
+/// until `shutdown` flips to true; a connection idle for
+/// `--connections-max-idle-ms` is closed, as on the Kafka listener.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
@@ -683,6 +684,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let port = listener.local_addr()?.port();
     let shared_gate = shared.gate.clone();
+    let idle = Duration::from_millis(shared.config.kafka_connections_max_idle_ms);
     let app = axum::Router::new()
         .route("/metrics", get(metrics))
         .route("/api/cluster", get(cluster))
@@ -694,7 +696,7 @@ pub async fn serve(
             render,
             port,
         });
-    let door = keel_tls::admission::Door::new(&shared_gate, "http");
+    let door = keel_tls::admission::Door::new(&shared_gate, "http").with_idle_timeout(idle);
     axum::serve(AdmittedListener { listener, door }, app)
         .with_graceful_shutdown(async move {
             let _ = shutdown.wait_for(|v| *v).await;

@@ -737,6 +737,26 @@ async fn unchanged(admin: &ControllerClient) -> Unchanged {
     }
 }
 
+/// `method` (no request body) over channels from `channel` until it is
+/// answered: a broker judges a principal's cluster permissions from its
+/// copy of the ACLs and super users, which it reads from the controllers
+/// after it registers and after every change, so a caller allowed by the
+/// log may be refused for a moment. Fails after 30 s.
+async fn answered(channel: impl Fn() -> Channel, method: &MethodDescriptor, who: &str) -> Outcome {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let outcome = call(channel(), method, Bytes::new()).await;
+        if outcome.status.is_none() {
+            return outcome;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{who} is still refused: {outcome:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_acls_is_refused_every_rpc_or_learns_nothing() {
     let mut c = cluster_with_a_secret().await;
@@ -783,8 +803,7 @@ async fn a_user_without_acls_is_refused_every_rpc_or_learns_nothing() {
         ("controller 1's certificate", controller),
         ("broker 1's own certificate", own),
     ] {
-        let outcome = call(ch(&t), &describe_broker, Bytes::new()).await;
-        assert!(outcome.status.is_none(), "{who}: {outcome:?}");
+        let outcome = answered(|| ch(&t), &describe_broker, who).await;
         let e = judge(&describe_broker, &[], &outcome, &always).unwrap_err();
         assert!(e.contains(SECRET_TOPIC), "{who}: {e}");
     }
@@ -807,20 +826,9 @@ async fn a_user_without_acls_is_refused_every_rpc_or_learns_nothing() {
     let operator = c
         .transport_as(&Identity::user(CLUSTER_ID, "operator"))
         .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let outcome = call(ch(&operator), &describe_broker, Bytes::new()).await;
-        if outcome.status.is_none() {
-            let e = judge(&describe_broker, &[], &outcome, &always).unwrap_err();
-            assert!(e.contains(SECRET_TOPIC), "{e}");
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the operator is still refused: {outcome:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    let outcome = answered(|| ch(&operator), &describe_broker, "the operator").await;
+    let e = judge(&describe_broker, &[], &outcome, &always).unwrap_err();
+    assert!(e.contains(SECRET_TOPIC), "{e}");
     c.check_alive().unwrap();
 }
 

@@ -14,7 +14,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
-pub use crate::error::TlsError;
+use crate::error::TlsError;
 use crate::identity::Identity;
 use crate::validity::Validity;
 

@@ -390,6 +390,104 @@ async fn idle_kafka_connections_leave_the_broker_to_the_cluster_and_are_closed()
     eprintln!("idle Kafka connections: {:?}", started.elapsed());
 }
 
+/// Sends `GET path` on `s` (HTTP/1.1, kept alive) and reads the answer's
+/// head and its whole body; false when the server closed or failed first.
+async fn http_get(s: &mut TcpStream, path: &str) -> bool {
+    use tokio::io::AsyncWriteExt;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: keel\r\n\r\n");
+    if s.write_all(request.as_bytes()).await.is_err() {
+        return false;
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
+    let deadline = Instant::now() + LONG;
+    loop {
+        let text = String::from_utf8_lossy(&got).to_string();
+        if let Some(head_end) = text.find("\r\n\r\n") {
+            let length = text[..head_end]
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if got.len() >= head_end + 4 + length {
+                return text.starts_with("HTTP/1.1 200");
+            }
+        }
+        match tokio::time::timeout_at(deadline.into(), s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+            _ => return false,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_alive_http_connections_live_while_they_ask_and_are_closed_once_idle() {
+    let started = Instant::now();
+    const IDLE_MS: u64 = 4_000;
+    let idle_flag = ["--connections-max-idle-ms", "4000"];
+    let mut c = Cluster::start(
+        Spec::new(keel_bin(), CLUSTER_ID)
+            .controllers(1)
+            .brokers(1)
+            .metrics(true)
+            .controller_flags(&idle_flag)
+            .broker_flags(&idle_flag),
+    )
+    .expect("start a cluster");
+    c.wait_active(LONG).await.expect("an active controller");
+    let endpoints = [
+        (
+            "controller",
+            c.controller(0).metrics_addr.expect("an HTTP endpoint"),
+            "/health",
+        ),
+        (
+            "broker",
+            c.broker(0).metrics_addr.expect("a metrics endpoint"),
+            "/metrics",
+        ),
+    ];
+    for (node, addr, path) in endpoints {
+        let mut asking = open_from(outsider(73, 1), addr, 1).await;
+        let mut silent = open_from(outsider(73, 2), addr, 1).await;
+        assert!(asking.len() == 1 && silent.len() == 1, "{node}: connect");
+        let (asking, silent) = (&mut asking[0], &mut silent[0]);
+        assert!(http_get(silent, path).await, "{node}: first answer");
+        let silent_since = Instant::now();
+        // Twice the idle timeout of requests, one every 500 ms: each one
+        // answered on the same connection.
+        let mut asked = 0;
+        while silent_since.elapsed() < Duration::from_millis(2 * IDLE_MS) {
+            assert!(
+                http_get(asking, path).await,
+                "{node}: request {asked} on a kept-alive connection"
+            );
+            asked += 1;
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        assert!(
+            closed_by(silent, silent_since + Duration::from_millis(IDLE_MS) + LONG).await,
+            "{node}: the silent connection was never closed"
+        );
+        eprintln!(
+            "{node}: silent connection closed after {:?}; {asked} requests on the other",
+            silent_since.elapsed()
+        );
+        scrape_until(addr, "idle HTTP closes counted", |t| {
+            sample(
+                t,
+                "keel_connections_refused_total",
+                &[r#"listener="http""#, r#"reason="idle""#],
+            ) >= 1.0
+        })
+        .await;
+    }
+    eprintln!("idle HTTP connections: {:?}", started.elapsed());
+}
+
 /// The soft and hard open-file limits of process `pid`.
 fn open_file_limits(pid: u32) -> (String, String) {
     let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).expect("read limits");

@@ -118,8 +118,9 @@ pub struct BrokerArgs {
     /// [default: 1000].
     #[arg(long, env = "KEEL_MAX_CONNECTIONS_PER_IP", value_parser = clap::value_parser!(u64).range(1..))]
     max_connections_per_ip: Option<u64>,
-    /// A Kafka connection that sends nothing for this many ms is closed
-    /// (Kafka's connections.max.idle.ms) [default: 600000].
+    /// A Kafka or HTTP (metrics, console) connection that sends nothing
+    /// for this many ms is closed (Kafka's connections.max.idle.ms)
+    /// [default: 600000].
     #[arg(long, env = "KEEL_CONNECTIONS_MAX_IDLE_MS", value_parser = clap::value_parser!(u64).range(1..))]
     connections_max_idle_ms: Option<u64>,
     /// A TLS handshake not done within this many ms closes its connection
@@ -339,6 +340,7 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
     crate::tls::watch_certificate(&config.transport, keel_tls::Role::Broker(config.broker_id));
     // Before the data dir opens: a disk that hangs hangs the open too.
     logging::exit_if_storage_stalls(config.storage_stall_timeout_ms);
+    let http_idle = std::time::Duration::from_millis(config.kafka_connections_max_idle_ms);
     let broker = match Broker::start(config).await {
         Ok(b) => b,
         Err(e) => {
@@ -351,7 +353,7 @@ pub async fn run(a: BrokerArgs) -> ExitCode {
         tracing::info!(addr = ?listener.local_addr().ok(), "metrics endpoint up");
         let gate = broker.gate().clone();
         tokio::spawn(async move {
-            logging::serve_metrics(listener, &gate, render, metrics_stop_rx).await
+            logging::serve_metrics(listener, &gate, http_idle, render, metrics_stop_rx).await
         });
     }
     let stop = logging::shutdown_signal();

@@ -176,8 +176,9 @@ pub struct ControllerArgs {
     /// [default: 1000].
     #[arg(long, env = "KEEL_MAX_CONNECTIONS_PER_IP", value_parser = clap::value_parser!(u64).range(1..))]
     max_connections_per_ip: Option<u64>,
-    /// A Kafka connection that sends nothing for this many ms is closed
-    /// (Kafka's connections.max.idle.ms) [default: 600000].
+    /// A Kafka or HTTP (metrics, console) connection that sends nothing
+    /// for this many ms is closed (Kafka's connections.max.idle.ms)
+    /// [default: 600000].
     #[arg(long, env = "KEEL_CONNECTIONS_MAX_IDLE_MS", value_parser = clap::value_parser!(u64).range(1..))]
     connections_max_idle_ms: Option<u64>,
     /// A TLS handshake not done within this many ms closes its connection

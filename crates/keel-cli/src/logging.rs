@@ -69,10 +69,12 @@ pub async fn metrics_endpoint(
 }
 
 /// Serves Prometheus text at `/metrics` on `listener`, each connection
-/// admitted by `gate` (as the node's other listeners), until `stop`.
+/// admitted by `gate` (as the node's other listeners) and closed once idle
+/// for `idle`, until `stop`.
 pub async fn serve_metrics(
     listener: tokio::net::TcpListener,
     gate: &std::sync::Arc<keel_tls::admission::Gate>,
+    idle: std::time::Duration,
     render: keel_controller::console::RenderMetrics,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> std::io::Result<()> {
@@ -96,7 +98,7 @@ pub async fn serve_metrics(
     );
     let listener = keel_controller::console::AdmittedListener {
         listener,
-        door: keel_tls::admission::Door::new(gate, "http"),
+        door: keel_tls::admission::Door::new(gate, "http").with_idle_timeout(idle),
     };
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {

@@ -353,213 +353,251 @@ impl ClusterView {
     /// `leader_contact_ms` is [`leader_contact_ms`], measured just before.
     pub fn gather(shared: &Shared, http_port: Option<u16>, leader_contact_ms: Option<u64>) -> Self {
         let m = shared.raft.metrics().borrow().clone();
-        let me = shared.config.node_id;
         let role = role(shared, m.state);
-        let active_controller = shared.leader_hint().map(|(id, address)| {
-            let console_url = http_port.and_then(|port| {
-                let peer = address.parse::<SocketAddr>().ok()?;
-                let offset = i32::from(port) - i32::from(shared.config.listen.port());
-                let peer_port = u16::try_from(i32::from(peer.port()) + offset).ok()?;
-                Some(format!(
-                    "http://{}/console",
-                    SocketAddr::new(peer.ip(), peer_port)
-                ))
-            });
-            ActiveController {
-                id,
-                address,
-                console_url,
-            }
-        });
-        let contacts = shared.peer_contacts();
-        let end = m.last_log_index.unwrap_or(0);
-        let voters = m
-            .membership_config
-            .membership()
-            .nodes()
-            .filter(|(id, _)| {
-                m.membership_config
-                    .membership()
-                    .voter_ids()
-                    .any(|v| v == **id)
-            })
-            .map(|(id, node)| {
-                let matched = if *id == me {
-                    m.replication.as_ref().map(|_| end)
-                } else {
-                    m.replication
-                        .as_ref()
-                        .map(|r| r.get(id).copied().flatten().map_or(0, |l| l.index))
-                };
-                Voter {
-                    id: *id,
-                    address: node.addr.clone(),
-                    matched_index: matched,
-                    lag: matched.map(|i| end.saturating_sub(i)),
-                    last_contact_ms: if *id == me {
-                        Some(0)
-                    } else if m.state == ServerState::Leader {
-                        // Who answers the leader's RPCs: its own table.
-                        contacts.get(id).copied()
-                    } else if Some(*id) == m.current_leader {
-                        // A follower's table holds only what it asked
-                        // (votes, or as a leader once): stale. What it
-                        // knows is when the leader last reached it.
-                        leader_contact_ms
-                    } else {
-                        None
-                    },
-                }
-            })
-            .collect();
-        let quorum = Quorum {
-            leader: m.current_leader,
-            term: m.current_term,
-            last_log_index: end,
-            last_applied_index: m.last_applied.map_or(0, |l| l.index),
-            committed_index: committed_index(&m),
-            voters,
-        };
-
         let image = shared.image();
-        let heartbeats = if role == "active" {
-            shared.heartbeats.lock().ok().map(|t| {
-                let now = now_ms();
-                image
-                    .brokers()
-                    .filter_map(|b| {
-                        t.last_contact_ms(b.id)
-                            .map(|at| (b.id, now.saturating_sub(at)))
-                    })
-                    .collect::<std::collections::BTreeMap<_, _>>()
-            })
-        } else {
-            None
-        };
         let mut health = Health::default();
-        let brokers = image
-            .brokers()
-            .map(|b| {
-                health.brokers += 1;
-                if b.fenced {
-                    health.fenced_brokers += 1;
-                }
-                Broker {
-                    id: b.id.0,
-                    epoch: b.epoch.0,
-                    state: if b.fenced {
-                        "fenced"
-                    } else if b.shutting_down {
-                        "shutting-down"
-                    } else {
-                        "active"
-                    },
-                    address: b.address.clone(),
-                    rack: b.rack.clone(),
-                    offline_log_dirs: b.offline_log_dirs.clone(),
-                    last_heartbeat_ms: heartbeats.as_ref().and_then(|h| h.get(&b.id).copied()),
-                }
-            })
-            .collect();
-
-        let mut topics = Vec::new();
-        let mut topics_not_listed = 0;
-        let mut deletions = Vec::new();
-        let mut unhealthy = Vec::new();
-        let mut healthy = Vec::new();
-        let mut reassignments = Vec::new();
-        let mut reassignments_not_listed = 0;
+        let brokers = brokers_of(shared, &image, role == "active", &mut health);
+        let mut walk = TopicWalk::default();
         for t in image.topics() {
-            health.topics += 1;
-            let min = min_isr(&image, t.id);
-            let deleting = t.marked_for_deletion();
-            let mut row = Topic {
-                name: t.name.clone(),
-                id: t.id.to_string(),
-                partitions: t.partition_count,
-                replication_factor: 0,
-                offline: 0,
-                under_replicated: 0,
-                under_min_isr: 0,
-                marked_for_deletion: deleting,
-            };
-            for (tp, p) in image.partitions_of(t.id) {
-                health.partitions += 1;
-                row.replication_factor = row.replication_factor.max(p.replicas.len());
-                let part = Partition {
-                    topic: t.name.clone(),
-                    partition: tp.partition.0,
-                    leader: p.leader.map(|b| b.0),
-                    leader_epoch: p.leader_epoch.0,
-                    replicas: ids(&p.replicas),
-                    isr: ids(&p.isr),
-                    adding: ids(&p.adding),
-                    removing: ids(&p.removing),
-                    offline: p.leader.is_none() && !deleting,
-                    under_replicated: p.isr.len() < p.replicas.len(),
-                    under_min_isr: p.isr.len() < min,
-                    deleting,
-                };
-                row.offline += usize::from(part.offline);
-                row.under_replicated += usize::from(part.under_replicated);
-                row.under_min_isr += usize::from(part.under_min_isr);
-                if p.reassigning() {
-                    health.reassigning_partitions += 1;
-                    if reassignments.len() < REASSIGNMENTS_LISTED {
-                        reassignments.push(part.clone());
-                    } else {
-                        reassignments_not_listed += 1;
-                    }
-                }
-                let bad = part.offline || part.under_replicated || part.under_min_isr;
-                if bad && unhealthy.len() < PARTITIONS_LISTED {
-                    unhealthy.push(part);
-                } else if !bad && healthy.len() < PARTITIONS_LISTED {
-                    healthy.push(part);
-                }
-            }
-            health.offline_partitions += row.offline;
-            health.under_replicated_partitions += row.under_replicated;
-            health.under_min_isr_partitions += row.under_min_isr;
-            if let Some(d) = &t.deletion {
-                health.topics_being_deleted += 1;
-                deletions.push(Deletion {
-                    topic: t.name.clone(),
-                    replicas_pending: d
-                        .values()
-                        .filter(|s| **s != keel_metadata::state::ReplicaState::DeletionSuccessful)
-                        .count(),
-                });
-            }
-            if topics.len() < TOPICS_LISTED {
-                topics.push(row);
-            } else {
-                topics_not_listed += 1;
-            }
+            walk.topic(&image, t, &mut health);
         }
-        let listed = unhealthy.len();
-        let mut partitions = unhealthy;
-        partitions.extend(healthy.into_iter().take(PARTITIONS_LISTED - listed));
+        let listed = walk.unhealthy.len();
+        let mut partitions = walk.unhealthy;
+        partitions.extend(walk.healthy.into_iter().take(PARTITIONS_LISTED - listed));
         let partitions_not_listed = health.partitions - partitions.len();
         Self {
             cluster_id: shared.config.cluster_id.clone(),
-            node_id: me,
+            node_id: shared.config.node_id,
             role,
-            active_controller,
-            quorum,
+            active_controller: active_controller_of(shared, http_port),
+            quorum: quorum_of(shared, &m, leader_contact_ms),
             health,
             brokers,
-            topics,
-            topics_not_listed,
+            topics: walk.topics,
+            topics_not_listed: walk.topics_not_listed,
             partitions,
             partitions_not_listed,
-            reassignments,
-            reassignments_not_listed,
-            deletions,
+            reassignments: walk.reassignments,
+            reassignments_not_listed: walk.reassignments_not_listed,
+            deletions: walk.deletions,
             events: shared.events.newest_first(),
             at_unix_ms: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64),
+        }
+    }
+}
+
+/// The active controller as this node knows it, with its console's
+/// address when this node serves HTTP (the active controller's HTTP port
+/// is taken to lie as far from its listener's as this node's does).
+fn active_controller_of(shared: &Shared, http_port: Option<u16>) -> Option<ActiveController> {
+    shared.leader_hint().map(|(id, address)| {
+        let console_url = http_port.and_then(|port| {
+            let peer = address.parse::<SocketAddr>().ok()?;
+            let offset = i32::from(port) - i32::from(shared.config.listen.port());
+            let peer_port = u16::try_from(i32::from(peer.port()) + offset).ok()?;
+            Some(format!(
+                "http://{}/console",
+                SocketAddr::new(peer.ip(), peer_port)
+            ))
+        });
+        ActiveController {
+            id,
+            address,
+            console_url,
+        }
+    })
+}
+
+/// The quorum as Raft metrics `m` show it on this node.
+fn quorum_of(
+    shared: &Shared,
+    m: &openraft::RaftMetrics<u64, keel_raft::KeelNode>,
+    leader_contact_ms: Option<u64>,
+) -> Quorum {
+    let me = shared.config.node_id;
+    let contacts = shared.peer_contacts();
+    let end = m.last_log_index.unwrap_or(0);
+    let membership = m.membership_config.membership();
+    let voters = membership
+        .nodes()
+        .filter(|(id, _)| membership.voter_ids().any(|v| v == **id))
+        .map(|(id, node)| {
+            let matched = if *id == me {
+                m.replication.as_ref().map(|_| end)
+            } else {
+                m.replication
+                    .as_ref()
+                    .map(|r| r.get(id).copied().flatten().map_or(0, |l| l.index))
+            };
+            Voter {
+                id: *id,
+                address: node.addr.clone(),
+                matched_index: matched,
+                lag: matched.map(|i| end.saturating_sub(i)),
+                last_contact_ms: if *id == me {
+                    Some(0)
+                } else if m.state == ServerState::Leader {
+                    // Who answers the leader's RPCs: its own table.
+                    contacts.get(id).copied()
+                } else if Some(*id) == m.current_leader {
+                    // A follower's table holds only what it asked
+                    // (votes, or as a leader once): stale. What it
+                    // knows is when the leader last reached it.
+                    leader_contact_ms
+                } else {
+                    None
+                },
+            }
+        })
+        .collect();
+    Quorum {
+        leader: m.current_leader,
+        term: m.current_term,
+        last_log_index: end,
+        last_applied_index: m.last_applied.map_or(0, |l| l.index),
+        committed_index: committed_index(m),
+        voters,
+    }
+}
+
+/// The brokers of `image`, counted into `health`; with their last
+/// heartbeat only on the active controller (`active`), which alone hears
+/// them.
+fn brokers_of(
+    shared: &Shared,
+    image: &keel_metadata::MetadataImage,
+    active: bool,
+    health: &mut Health,
+) -> Vec<Broker> {
+    let heartbeats = if active {
+        shared.heartbeats.lock().ok().map(|t| {
+            let now = now_ms();
+            image
+                .brokers()
+                .filter_map(|b| {
+                    t.last_contact_ms(b.id)
+                        .map(|at| (b.id, now.saturating_sub(at)))
+                })
+                .collect::<std::collections::BTreeMap<_, _>>()
+        })
+    } else {
+        None
+    };
+    image
+        .brokers()
+        .map(|b| {
+            health.brokers += 1;
+            if b.fenced {
+                health.fenced_brokers += 1;
+            }
+            Broker {
+                id: b.id.0,
+                epoch: b.epoch.0,
+                state: if b.fenced {
+                    "fenced"
+                } else if b.shutting_down {
+                    "shutting-down"
+                } else {
+                    "active"
+                },
+                address: b.address.clone(),
+                rack: b.rack.clone(),
+                offline_log_dirs: b.offline_log_dirs.clone(),
+                last_heartbeat_ms: heartbeats.as_ref().and_then(|h| h.get(&b.id).copied()),
+            }
+        })
+        .collect()
+}
+
+/// The topics and partitions of an image as the console lists them, walked
+/// one topic at a time: each list bounded, the rest counted.
+#[derive(Default)]
+struct TopicWalk {
+    topics: Vec<Topic>,
+    topics_not_listed: usize,
+    deletions: Vec<Deletion>,
+    /// Partitions offline, under-replicated or under min ISR, listed first.
+    unhealthy: Vec<Partition>,
+    healthy: Vec<Partition>,
+    reassignments: Vec<Partition>,
+    reassignments_not_listed: usize,
+}
+
+impl TopicWalk {
+    /// Adds topic `t` of `image` and its partitions, counted into `health`.
+    fn topic(
+        &mut self,
+        image: &keel_metadata::MetadataImage,
+        t: &keel_metadata::image::TopicImage,
+        health: &mut Health,
+    ) {
+        health.topics += 1;
+        let min = min_isr(image, t.id);
+        let deleting = t.marked_for_deletion();
+        let mut row = Topic {
+            name: t.name.clone(),
+            id: t.id.to_string(),
+            partitions: t.partition_count,
+            replication_factor: 0,
+            offline: 0,
+            under_replicated: 0,
+            under_min_isr: 0,
+            marked_for_deletion: deleting,
+        };
+        for (tp, p) in image.partitions_of(t.id) {
+            health.partitions += 1;
+            row.replication_factor = row.replication_factor.max(p.replicas.len());
+            let part = Partition {
+                topic: t.name.clone(),
+                partition: tp.partition.0,
+                leader: p.leader.map(|b| b.0),
+                leader_epoch: p.leader_epoch.0,
+                replicas: ids(&p.replicas),
+                isr: ids(&p.isr),
+                adding: ids(&p.adding),
+                removing: ids(&p.removing),
+                offline: p.leader.is_none() && !deleting,
+                under_replicated: p.isr.len() < p.replicas.len(),
+                under_min_isr: p.isr.len() < min,
+                deleting,
+            };
+            row.offline += usize::from(part.offline);
+            row.under_replicated += usize::from(part.under_replicated);
+            row.under_min_isr += usize::from(part.under_min_isr);
+            if p.reassigning() {
+                health.reassigning_partitions += 1;
+                if self.reassignments.len() < REASSIGNMENTS_LISTED {
+                    self.reassignments.push(part.clone());
+                } else {
+                    self.reassignments_not_listed += 1;
+                }
+            }
+            let bad = part.offline || part.under_replicated || part.under_min_isr;
+            if bad && self.unhealthy.len() < PARTITIONS_LISTED {
+                self.unhealthy.push(part);
+            } else if !bad && self.healthy.len() < PARTITIONS_LISTED {
+                self.healthy.push(part);
+            }
+        }
+        health.offline_partitions += row.offline;
+        health.under_replicated_partitions += row.under_replicated;
+        health.under_min_isr_partitions += row.under_min_isr;
+        if let Some(d) = &t.deletion {
+            health.topics_being_deleted += 1;
+            self.deletions.push(Deletion {
+                topic: t.name.clone(),
+                replicas_pending: d
+                    .values()
+                    .filter(|s| **s != keel_metadata::state::ReplicaState::DeletionSuccessful)
+                    .count(),
+            });
+        }
+        if self.topics.len() < TOPICS_LISTED {
+            self.topics.push(row);
+        } else {
+            self.topics_not_listed += 1;
         }
     }
 }
@@ -674,7 +712,8 @@ async fn page() -> Response {
 }
 
 /// Serves `/metrics`, `/`, `/console`, `/api/cluster` and `/health` on `listener`
-/// until `shutdown` flips to true.
+/// until `shutdown` flips to true; a connection idle for
+/// `--connections-max-idle-ms` is closed, as on the Kafka listener.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     shared: Arc<Shared>,
@@ -683,6 +722,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let port = listener.local_addr()?.port();
     let shared_gate = shared.gate.clone();
+    let idle = Duration::from_millis(shared.config.kafka_connections_max_idle_ms);
     let app = axum::Router::new()
         .route("/metrics", get(metrics))
         .route("/api/cluster", get(cluster))
@@ -694,7 +734,7 @@ pub async fn serve(
             render,
             port,
         });
-    let door = keel_tls::admission::Door::new(&shared_gate, "http");
+    let door = keel_tls::admission::Door::new(&shared_gate, "http").with_idle_timeout(idle);
     axum::serve(AdmittedListener { listener, door }, app)
         .with_graceful_shutdown(async move {
             let _ = shutdown.wait_for(|v| *v).await;

@@ -82,142 +82,200 @@ pub fn admin_event(
     before: &MetadataImage,
     who: Option<&str>,
 ) -> Option<String> {
-    use MetadataRecord as R;
     if !kind.is_admin_write() || records.is_empty() {
         return None;
     }
-    let created: BTreeMap<TopicId, &str> = records
+    let names = Names::of(records, before);
+    let tally = Tally::of(records);
+    let mut items: Vec<String> = records
         .iter()
-        .filter_map(|r| match r {
-            R::Topic(t) => Some((t.topic_id, t.name.as_str())),
-            _ => None,
-        })
+        .filter_map(|r| record_item(r, &names, &tally, before))
         .collect();
-    let name = |id: &TopicId| -> String {
-        created
-            .get(id)
-            .map(|n| (*n).to_string())
-            .or_else(|| before.topic(*id).map(|t| t.name.clone()))
-            .unwrap_or_else(|| id.to_string())
-    };
-    // New partitions per topic, new topics' and added ones alike.
-    let mut new_partitions: BTreeMap<TopicId, usize> = BTreeMap::new();
-    let (mut moving, mut cancelled, mut elected, mut unclean) = (0, 0, 0, 0);
-    for r in records {
-        match r {
-            R::Partition(p) => *new_partitions.entry(p.topic_id).or_default() += 1,
-            R::PartitionChange(c) => {
-                let some = |v: &Option<Vec<keel_metadata::BrokerId>>| {
-                    v.as_ref().is_some_and(|v| !v.is_empty())
-                };
-                if some(&c.adding) || some(&c.removing) {
-                    moving += 1;
-                } else if c.adding.is_some() || c.removing.is_some() {
-                    cancelled += 1;
-                }
-                if matches!(c.leader, LeaderChange::To(_)) {
-                    elected += 1;
-                    unclean += usize::from(c.unclean);
-                }
-            }
-            _ => {}
-        }
-    }
-    let mut items: Vec<String> = Vec::new();
-    for r in records {
-        let item = match r {
-            R::Topic(t) => format!(
-                "topic {} created ({})",
-                t.name,
-                count(
-                    new_partitions.get(&t.topic_id).copied().unwrap_or(0),
-                    "partition"
-                )
-            ),
-            R::MarkTopicForDeletion { topic_id } => format!(
-                "topic {} deleted ({})",
-                name(topic_id),
-                count(
-                    before
-                        .topic(*topic_id)
-                        .map_or(0, |t| t.partition_count as usize),
-                    "partition"
-                )
-            ),
-            R::TopicConfig {
-                topic_id,
-                key,
-                value: Some(v),
-            } => format!("topic {} config {key}={v}", name(topic_id)),
-            R::TopicConfig {
-                topic_id,
-                key,
-                value: None,
-            } => format!("topic {} config {key} removed", name(topic_id)),
-            R::ClusterConfig {
-                key,
-                value: Some(v),
-            } => format!("cluster default {key}={v}"),
-            R::ClusterConfig { key, value: None } => {
-                format!("cluster default {key} removed")
-            }
-            R::AclAdded(b) => format!("ACL added: {b}"),
-            R::AclRemoved(b) => format!("ACL removed: {b}"),
-            R::UserScramCredential { user, credential } => format!(
-                "SCRAM credential set for user {user} ({})",
-                credential.mechanism
-            ),
-            R::UserScramCredentialRemoved { user, mechanism } => {
-                format!("SCRAM credential removed for user {user} ({mechanism})")
-            }
-            R::UnregisterBroker { broker, .. } => format!("broker {broker} unregistered"),
-            _ => continue,
-        };
-        items.push(item);
-    }
-    for (topic, n) in &new_partitions {
-        if !created.contains_key(topic) {
+    for (topic, n) in &tally.new_partitions {
+        if !names.created.contains_key(topic) {
             items.push(format!(
                 "topic {}: {} added",
-                name(topic),
+                names.name(topic),
                 count(*n, "partition")
             ));
         }
     }
-    match kind {
-        CommandKind::AlterReassignments => {
-            if moving > 0 {
-                items.push(format!(
-                    "reassignment of {} started",
-                    count(moving, "partition")
-                ));
-            }
-            if cancelled > 0 {
-                items.push(format!(
-                    "reassignment of {} cancelled",
-                    count(cancelled, "partition")
-                ));
-            }
-        }
-        CommandKind::ElectLeaders if elected > 0 => {
-            let how = if unclean > 0 {
-                format!(" ({unclean} unclean)")
-            } else {
-                String::new()
-            };
-            items.push(format!(
-                "leader election: {} got a new leader{how}",
-                count(elected, "partition")
-            ));
-        }
-        _ => {}
-    }
+    items.extend(tally.items(kind));
     if items.is_empty() {
         items.push(format!(
             "{kind} committed ({})",
             count(records.len(), "record")
         ));
     }
+    Some(joined(items, who))
+}
+
+/// Topic names as an event says them: those a decision creates, else the
+/// image's before it, else the id.
+struct Names<'a> {
+    created: BTreeMap<TopicId, &'a str>,
+    before: &'a MetadataImage,
+}
+
+impl<'a> Names<'a> {
+    /// The names `records` create, over those of `before`.
+    fn of(records: &'a [MetadataRecord], before: &'a MetadataImage) -> Self {
+        let created = records
+            .iter()
+            .filter_map(|r| match r {
+                MetadataRecord::Topic(t) => Some((t.topic_id, t.name.as_str())),
+                _ => None,
+            })
+            .collect();
+        Self { created, before }
+    }
+
+    /// The name of topic `id`.
+    fn name(&self, id: &TopicId) -> String {
+        self.created
+            .get(id)
+            .map(|n| (*n).to_string())
+            .or_else(|| self.before.topic(*id).map(|t| t.name.clone()))
+            .unwrap_or_else(|| id.to_string())
+    }
+}
+
+/// What a decision's partition records add up to.
+#[derive(Default)]
+struct Tally {
+    /// New partitions per topic, new topics' and added ones alike.
+    new_partitions: BTreeMap<TopicId, usize>,
+    /// Partitions whose reassignment starts, and whose reassignment ends
+    /// without completing.
+    moving: usize,
+    cancelled: usize,
+    /// Partitions given a new leader, and how many of them uncleanly.
+    elected: usize,
+    unclean: usize,
+}
+
+impl Tally {
+    /// Counts the partition records of `records`.
+    fn of(records: &[MetadataRecord]) -> Self {
+        let mut t = Self::default();
+        let some =
+            |v: &Option<Vec<keel_metadata::BrokerId>>| v.as_ref().is_some_and(|v| !v.is_empty());
+        for r in records {
+            match r {
+                MetadataRecord::Partition(p) => {
+                    *t.new_partitions.entry(p.topic_id).or_default() += 1
+                }
+                MetadataRecord::PartitionChange(c) => {
+                    if some(&c.adding) || some(&c.removing) {
+                        t.moving += 1;
+                    } else if c.adding.is_some() || c.removing.is_some() {
+                        t.cancelled += 1;
+                    }
+                    if matches!(c.leader, LeaderChange::To(_)) {
+                        t.elected += 1;
+                        t.unclean += usize::from(c.unclean);
+                    }
+                }
+                _ => {}
+            }
+        }
+        t
+    }
+
+    /// The items a reassignment or an election of `kind` adds.
+    fn items(&self, kind: CommandKind) -> Vec<String> {
+        let mut items = Vec::new();
+        match kind {
+            CommandKind::AlterReassignments => {
+                if self.moving > 0 {
+                    items.push(format!(
+                        "reassignment of {} started",
+                        count(self.moving, "partition")
+                    ));
+                }
+                if self.cancelled > 0 {
+                    items.push(format!(
+                        "reassignment of {} cancelled",
+                        count(self.cancelled, "partition")
+                    ));
+                }
+            }
+            CommandKind::ElectLeaders if self.elected > 0 => {
+                let how = if self.unclean > 0 {
+                    format!(" ({} unclean)", self.unclean)
+                } else {
+                    String::new()
+                };
+                items.push(format!(
+                    "leader election: {} got a new leader{how}",
+                    count(self.elected, "partition")
+                ));
+            }
+            _ => {}
+        }
+        items
+    }
+}
+
+/// The item one record of an admin write is shown as, if any.
+fn record_item(
+    r: &MetadataRecord,
+    names: &Names<'_>,
+    tally: &Tally,
+    before: &MetadataImage,
+) -> Option<String> {
+    use MetadataRecord as R;
+    Some(match r {
+        R::Topic(t) => format!(
+            "topic {} created ({})",
+            t.name,
+            count(
+                tally.new_partitions.get(&t.topic_id).copied().unwrap_or(0),
+                "partition"
+            )
+        ),
+        R::MarkTopicForDeletion { topic_id } => format!(
+            "topic {} deleted ({})",
+            names.name(topic_id),
+            count(
+                before
+                    .topic(*topic_id)
+                    .map_or(0, |t| t.partition_count as usize),
+                "partition"
+            )
+        ),
+        R::TopicConfig {
+            topic_id,
+            key,
+            value: Some(v),
+        } => format!("topic {} config {key}={v}", names.name(topic_id)),
+        R::TopicConfig {
+            topic_id,
+            key,
+            value: None,
+        } => format!("topic {} config {key} removed", names.name(topic_id)),
+        R::ClusterConfig {
+            key,
+            value: Some(v),
+        } => format!("cluster default {key}={v}"),
+        R::ClusterConfig { key, value: None } => format!("cluster default {key} removed"),
+        R::AclAdded(b) => format!("ACL added: {b}"),
+        R::AclRemoved(b) => format!("ACL removed: {b}"),
+        R::UserScramCredential { user, credential } => format!(
+            "SCRAM credential set for user {user} ({})",
+            credential.mechanism
+        ),
+        R::UserScramCredentialRemoved { user, mechanism } => {
+            format!("SCRAM credential removed for user {user} ({mechanism})")
+        }
+        R::UnregisterBroker { broker, .. } => format!("broker {broker} unregistered"),
+        _ => return None,
+    })
+}
+
+/// At most [`CHANGES_LISTED`] items, joined, with how many more and by
+/// whom.
+fn joined(mut items: Vec<String>, who: Option<&str>) -> String {
     let more = items.len().saturating_sub(CHANGES_LISTED);
     items.truncate(CHANGES_LISTED);
     let mut text = items.join("; ");
@@ -227,7 +285,7 @@ pub fn admin_event(
     if let Some(who) = who {
         text.push_str(&format!(", by {who}"));
     }
-    Some(text)
+    text
 }
 
 #[cfg(test)]

@@ -708,143 +708,163 @@ impl MetadataImage {
     }
 
     /// Applies one record that takes effect now (no transaction is open,
-    /// or its end marker was replayed).
+    /// or its end marker was replayed): one arm per record type, each
+    /// handing it to the slice of the image it changes.
     fn apply(&mut self, record: &MetadataRecord, offset: u64) -> Result<(), ReplayError> {
+        use MetadataRecord as R;
         match record {
-            MetadataRecord::RegisterBroker(r) => self.replay_register(r, offset),
-            MetadataRecord::FenceBroker { broker, epoch } => {
-                let b = self.broker_mut(*broker, *epoch, offset)?;
-                b.fenced = true;
-                // A fenced broker is gone; its shutdown (if any) is over.
-                b.shutting_down = false;
-                Ok(())
+            R::RegisterBroker(r) => self.replay_register(r, offset),
+            R::FenceBroker { broker, epoch }
+            | R::UnfenceBroker { broker, epoch }
+            | R::BrokerShuttingDown { broker, epoch }
+            | R::UnregisterBroker { broker, epoch }
+            | R::LogDirsOffline { broker, epoch, .. } => {
+                self.replay_broker_change(record, *broker, *epoch, offset)
             }
-            MetadataRecord::UnfenceBroker { broker, epoch } => {
-                let b = self.broker_mut(*broker, *epoch, offset)?;
-                b.fenced = false;
-                Ok(())
-            }
-            MetadataRecord::BrokerShuttingDown { broker, epoch } => {
-                let b = self.broker_mut(*broker, *epoch, offset)?;
-                b.shutting_down = true;
-                Ok(())
-            }
-            MetadataRecord::UnregisterBroker { broker, epoch } => {
-                let b = self.broker_mut(*broker, *epoch, offset)?;
-                if !b.fenced {
-                    return Err(err(offset, ReplayErrorKind::BrokerNotFenced(*broker)));
-                }
-                self.brokers.remove(broker);
-                Ok(())
-            }
-            MetadataRecord::LogDirsOffline {
-                broker,
-                epoch,
-                dirs,
-            } => {
-                let b = self.broker_mut(*broker, *epoch, offset)?;
-                for d in dirs {
-                    if !b.offline_log_dirs.contains(d) {
-                        b.offline_log_dirs.push(d.clone());
-                    }
-                }
-                b.offline_log_dirs.sort();
-                Ok(())
-            }
-            MetadataRecord::Topic(r) => self.replay_topic(r, offset),
-            MetadataRecord::Partition(r) => self.replay_partition(r, offset),
-            MetadataRecord::PartitionChange(r) => self.replay_partition_change(r, offset),
-            MetadataRecord::TopicConfig {
-                topic_id,
-                key,
-                value,
-            } => {
-                let t = Arc::make_mut(
-                    self.topics
-                        .get_mut(topic_id)
-                        .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(*topic_id)))?,
-                );
-                match value {
-                    Some(v) => t
-                        .configs
-                        .insert(Arc::from(key.as_str()), Arc::from(v.as_str())),
-                    None => t.configs.remove(key.as_str()),
-                };
-                Ok(())
-            }
-            MetadataRecord::ClusterConfig { key, value } => {
-                match value {
-                    Some(v) => self.cluster_configs.insert(key.clone(), v.clone()),
-                    None => self.cluster_configs.remove(key.as_str()),
-                };
-                Ok(())
-            }
-            MetadataRecord::MarkTopicForDeletion { topic_id } => {
-                self.replay_mark_for_deletion(*topic_id, offset)
-            }
-            MetadataRecord::ReplicaDeletionState {
-                topic_id,
-                replicas,
-                state,
-            } => self.replay_replica_deletion_state(*topic_id, replicas, *state, offset),
-            MetadataRecord::RemoveTopic { topic_id } => self.replay_remove_topic(*topic_id, offset),
-            MetadataRecord::AclAdded(b) => {
-                if self.acls.insert(b.clone(), ()).is_some() {
-                    return Err(err(offset, ReplayErrorKind::DuplicateAcl(b.to_string())));
-                }
-                self.access_version = offset;
-                Ok(())
-            }
-            MetadataRecord::AclRemoved(b) => {
-                if self.acls.remove(b).is_none() {
-                    return Err(err(offset, ReplayErrorKind::UnknownAcl(b.to_string())));
-                }
-                self.access_version = offset;
-                Ok(())
-            }
-            MetadataRecord::UserScramCredential { user, credential } => {
-                // Checked before it is stored: an image never holds a
-                // credential a login could not use.
-                if let Err(e) = credential.validate() {
-                    return Err(err(
-                        offset,
-                        ReplayErrorKind::InvalidScramCredential {
-                            user: user.clone(),
-                            reason: e.to_string(),
-                        },
-                    ));
-                }
-                self.scram
-                    .insert((user.clone(), credential.mechanism), credential.clone());
-                self.access_version = offset;
-                Ok(())
-            }
-            MetadataRecord::UserScramCredentialRemoved { user, mechanism } => {
-                if self.scram.remove(&(user.clone(), *mechanism)).is_none() {
-                    return Err(err(
-                        offset,
-                        ReplayErrorKind::UnknownScramCredential {
-                            user: user.clone(),
-                            mechanism: mechanism.name(),
-                        },
-                    ));
-                }
-                self.access_version = offset;
-                Ok(())
-            }
-            MetadataRecord::BrokerKafkaListener { broker, address } => {
+            R::BrokerKafkaListener { broker, address } => {
                 // Only the registration of this very entry: its epoch is
                 // this entry's index.
                 let b = self.broker_mut(*broker, BrokerEpoch(offset), offset)?;
                 b.kafka_address = Some(address.clone());
                 Ok(())
             }
+            R::Topic(r) => self.replay_topic(r, offset),
+            R::Partition(r) => self.replay_partition(r, offset),
+            R::PartitionChange(r) => self.replay_partition_change(r, offset),
+            R::TopicConfig {
+                topic_id,
+                key,
+                value,
+            } => self.replay_topic_config(*topic_id, key, value.as_deref(), offset),
+            R::ClusterConfig { key, value } => {
+                match value {
+                    Some(v) => self.cluster_configs.insert(key.clone(), v.clone()),
+                    None => self.cluster_configs.remove(key.as_str()),
+                };
+                Ok(())
+            }
+            R::MarkTopicForDeletion { topic_id } => {
+                self.replay_mark_for_deletion(*topic_id, offset)
+            }
+            R::ReplicaDeletionState {
+                topic_id,
+                replicas,
+                state,
+            } => self.replay_replica_deletion_state(*topic_id, replicas, *state, offset),
+            R::RemoveTopic { topic_id } => self.replay_remove_topic(*topic_id, offset),
+            R::AclAdded(_)
+            | R::AclRemoved(_)
+            | R::UserScramCredential { .. }
+            | R::UserScramCredentialRemoved { .. } => {
+                self.replay_access(record, offset)?;
+                self.access_version = offset;
+                Ok(())
+            }
             // Markers are handled by `replay` and never held.
-            MetadataRecord::BeginTransaction { .. }
-            | MetadataRecord::EndTransaction
-            | MetadataRecord::AbortTransaction => {
+            R::BeginTransaction { .. } | R::EndTransaction | R::AbortTransaction => {
                 Err(err(offset, ReplayErrorKind::NoOpenTransaction))
             }
+        }
+    }
+
+    /// A change of registered broker `broker` in `epoch`: fenced,
+    /// unfenced, shutting down, unregistered (only once fenced) or with
+    /// log dirs offline.
+    fn replay_broker_change(
+        &mut self,
+        record: &MetadataRecord,
+        broker: BrokerId,
+        epoch: BrokerEpoch,
+        offset: u64,
+    ) -> Result<(), ReplayError> {
+        let b = self.broker_mut(broker, epoch, offset)?;
+        match record {
+            MetadataRecord::FenceBroker { .. } => {
+                b.fenced = true;
+                // A fenced broker is gone; its shutdown (if any) is over.
+                b.shutting_down = false;
+            }
+            MetadataRecord::UnfenceBroker { .. } => b.fenced = false,
+            MetadataRecord::BrokerShuttingDown { .. } => b.shutting_down = true,
+            MetadataRecord::UnregisterBroker { .. } => {
+                if !b.fenced {
+                    return Err(err(offset, ReplayErrorKind::BrokerNotFenced(broker)));
+                }
+                self.brokers.remove(&broker);
+            }
+            MetadataRecord::LogDirsOffline { dirs, .. } => {
+                for d in dirs {
+                    if !b.offline_log_dirs.contains(d) {
+                        b.offline_log_dirs.push(d.clone());
+                    }
+                }
+                b.offline_log_dirs.sort();
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Topic `topic_id`'s config `key` set to `value`, or removed.
+    fn replay_topic_config(
+        &mut self,
+        topic_id: TopicId,
+        key: &str,
+        value: Option<&str>,
+        offset: u64,
+    ) -> Result<(), ReplayError> {
+        let t = Arc::make_mut(
+            self.topics
+                .get_mut(&topic_id)
+                .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(topic_id)))?,
+        );
+        match value {
+            Some(v) => t.configs.insert(Arc::from(key), Arc::from(v)),
+            None => t.configs.remove(key),
+        };
+        Ok(())
+    }
+
+    /// An ACL or SCRAM credential added or removed (a credential checked
+    /// before it is stored: an image never holds one a login could not
+    /// use).
+    fn replay_access(&mut self, record: &MetadataRecord, offset: u64) -> Result<(), ReplayError> {
+        let refused = match record {
+            MetadataRecord::AclAdded(b) => self
+                .acls
+                .insert(b.clone(), ())
+                .map(|_| ReplayErrorKind::DuplicateAcl(b.to_string())),
+            MetadataRecord::AclRemoved(b) => match self.acls.remove(b) {
+                Some(()) => None,
+                None => Some(ReplayErrorKind::UnknownAcl(b.to_string())),
+            },
+            MetadataRecord::UserScramCredential { user, credential } => {
+                match credential.validate() {
+                    Ok(()) => {
+                        self.scram
+                            .insert((user.clone(), credential.mechanism), credential.clone());
+                        None
+                    }
+                    Err(e) => Some(ReplayErrorKind::InvalidScramCredential {
+                        user: user.clone(),
+                        reason: e.to_string(),
+                    }),
+                }
+            }
+            MetadataRecord::UserScramCredentialRemoved { user, mechanism } => {
+                match self.scram.remove(&(user.clone(), *mechanism)) {
+                    Some(_) => None,
+                    None => Some(ReplayErrorKind::UnknownScramCredential {
+                        user: user.clone(),
+                        mechanism: mechanism.name(),
+                    }),
+                }
+            }
+            _ => None,
+        };
+        match refused {
+            Some(kind) => Err(err(offset, kind)),
+            None => Ok(()),
         }
     }
 

@@ -337,6 +337,9 @@ pub struct Door {
     /// Handshakes in progress by source address.
     handshakes_by_ip: Arc<Mutex<HashMap<IpAddr, usize>>>,
     first_byte_timeout: Duration,
+    /// After the first byte: a connection that reads nothing for this long
+    /// is closed (`None`: the listener times idleness itself, or not).
+    idle_timeout: Option<Duration>,
 }
 
 /// A TLS handshake's slot in its door; given back when dropped.
@@ -386,6 +389,7 @@ impl Door {
             )),
             handshakes_by_ip: Arc::default(),
             first_byte_timeout: gate.limits.first_byte_timeout,
+            idle_timeout: None,
         }
     }
 
@@ -398,6 +402,14 @@ impl Door {
     /// idle timeout is shorter).
     pub fn with_first_byte_timeout(mut self, timeout: Duration) -> Self {
         self.first_byte_timeout = self.first_byte_timeout.min(timeout);
+        self
+    }
+
+    /// This door closing a connection that, after its first byte, reads
+    /// nothing for `timeout` (an HTTP listener's kept-alive connections;
+    /// the Kafka listener times its own).
+    pub fn with_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = Some(timeout);
         self
     }
 
@@ -509,18 +521,23 @@ impl Door {
     pub fn wrap<S>(&self, io: S, ticket: Ticket) -> Admitted<S> {
         Admitted {
             inner: io,
-            first_byte: Some(Box::pin(tokio::time::sleep(self.first_byte_timeout))),
+            deadline: Some(Box::pin(tokio::time::sleep(self.first_byte_timeout))),
+            idle_timeout: self.idle_timeout,
             ticket,
         }
     }
 }
 
 /// An admitted connection: holds its place in the gate until dropped, and
-/// fails its reads when no byte came within the first-byte timeout.
+/// fails its reads when no byte came within the first-byte timeout (and,
+/// where its door has one, when none came within the idle timeout since
+/// the last).
 pub struct Admitted<S> {
     inner: S,
-    /// Until the first byte arrives.
-    first_byte: Option<Pin<Box<Sleep>>>,
+    /// Until the first byte arrives, then (with an idle timeout) until the
+    /// next one must.
+    deadline: Option<Pin<Box<Sleep>>>,
+    idle_timeout: Option<Duration>,
     ticket: Ticket,
 }
 
@@ -542,19 +559,24 @@ impl<S: AsyncRead + Unpin> AsyncRead for Admitted<S> {
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(r) => {
                 if buf.filled().len() > before {
-                    this.first_byte = None;
+                    match (this.idle_timeout, this.deadline.as_mut()) {
+                        (Some(idle), Some(deadline)) => {
+                            deadline.as_mut().reset(tokio::time::Instant::now() + idle)
+                        }
+                        _ => this.deadline = None,
+                    }
                 }
                 Poll::Ready(r)
             }
             Poll::Pending => {
                 let expired = this
-                    .first_byte
+                    .deadline
                     .as_mut()
                     .is_some_and(|deadline| deadline.as_mut().poll(cx).is_ready());
                 if !expired {
                     return Poll::Pending;
                 }
-                this.first_byte = None;
+                this.deadline = None;
                 count_refused(this.ticket.listener, Reason::Idle);
                 Poll::Ready(Err(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
@@ -722,5 +744,30 @@ mod tests {
         assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
         drop(conn);
         assert_eq!(door.gate.open(), 0);
+    }
+
+    #[tokio::test]
+    async fn with_an_idle_timeout_a_connection_lives_while_it_reads_and_fails_once_silent() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut client = TcpStream::connect(addr).await.unwrap();
+        let idle = Duration::from_millis(300);
+        let door = Door::new(&Gate::new(Limits::default()), "test").with_idle_timeout(idle);
+        let (tcp, _, ticket) = door.accept(&listener).await;
+        let mut conn = door.wrap(tcp, ticket);
+        let mut buf = [0u8; 1];
+        // Ten bytes, one every 100 ms: a second in all, past the idle
+        // timeout, each read answered.
+        for _ in 0..10 {
+            client.write_all(b"x").await.unwrap();
+            conn.read_exact(&mut buf).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let e = tokio::time::timeout(Duration::from_secs(10), conn.read(&mut buf))
+            .await
+            .expect("a silent connection fails its read")
+            .unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
     }
 }

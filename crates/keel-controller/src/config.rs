@@ -103,15 +103,15 @@ impl ControllerConfig {
             cluster_id,
             join: false,
             session_timeout_ms: 9_000,
-            raft_heartbeat_ms: 150,
+            raft_heartbeat_ms: keel_raft::timing::HEARTBEAT_MS,
             // Followers honour the old leader for `election_timeout_max`
             // (its lease); the election watchdog
             // (`keel_raft::election_watchdog`, the only thing that starts
             // elections) runs a pre-vote 20-70 ms after that, so a dead
             // leader is replaced ~0.5 s after it goes silent. With no
             // leader at all it waits a random timeout in this range.
-            election_timeout_min_ms: 300,
-            election_timeout_max_ms: 450,
+            election_timeout_min_ms: keel_raft::timing::ELECTION_TIMEOUT_MIN_MS,
+            election_timeout_max_ms: keel_raft::timing::ELECTION_TIMEOUT_MAX_MS,
             snapshot_interval_entries: 10_000,
             auto_rebalance_interval_ms: 300_000,
             auto_rebalance_threshold_pct: 10,
@@ -137,14 +137,10 @@ impl ControllerConfig {
         }
     }
 
-    /// How long quorum contact stays valid for acting as active controller.
-    /// A follower that acknowledged us at time t refuses to vote for anyone
-    /// else until t + `election_timeout_max` (openraft's leader lease), so no
-    /// successor exists before then; we stop one heartbeat earlier.
+    /// How long quorum contact stays valid for acting as active controller
+    /// ([`keel_raft::timing::lease_ms`] of this node's timings).
     pub fn lease_ms(&self) -> u64 {
-        self.election_timeout_max_ms
-            .saturating_sub(self.raft_heartbeat_ms)
-            .max(self.raft_heartbeat_ms)
+        keel_raft::timing::lease_ms(self.raft_heartbeat_ms, self.election_timeout_max_ms)
     }
 }
 

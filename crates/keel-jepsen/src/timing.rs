@@ -20,7 +20,7 @@ use serde::Serialize;
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Timing {
     /// How long an active controller acts on one quorum contact
-    /// (`ControllerConfig::lease_ms`).
+    /// (`keel_raft::timing::lease_ms`).
     pub lease_ms: u64,
     /// A follower waits at least this long without a leader before it
     /// stands for election.
@@ -31,19 +31,16 @@ pub struct Timing {
 }
 
 impl Timing {
-    /// The timings of a controller started with default flags.
+    /// The timings of a controller started with default flags (the
+    /// quorum's defaults in `keel-raft`).
     pub fn of_controllers() -> Self {
-        let c = keel_controller::config::ControllerConfig::new(
-            1,
-            std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
-            vec![],
-            "unused".into(),
-            "unused".into(),
-        );
+        use keel_raft::timing::{
+            lease_ms, ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, HEARTBEAT_MS,
+        };
         Timing {
-            lease_ms: c.lease_ms(),
-            election_timeout_min_ms: c.election_timeout_min_ms,
-            election_timeout_max_ms: c.election_timeout_max_ms,
+            lease_ms: lease_ms(HEARTBEAT_MS, ELECTION_TIMEOUT_MAX_MS),
+            election_timeout_min_ms: ELECTION_TIMEOUT_MIN_MS,
+            election_timeout_max_ms: ELECTION_TIMEOUT_MAX_MS,
         }
     }
 

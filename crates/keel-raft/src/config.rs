@@ -2,6 +2,27 @@
 
 use openraft::{Config, SnapshotPolicy};
 
+/// How often the leader heartbeats its followers, by default.
+pub const HEARTBEAT_MS: u64 = 150;
+
+/// With no leader at all, a follower waits a random time in
+/// [`ELECTION_TIMEOUT_MIN_MS`, `ELECTION_TIMEOUT_MAX_MS`] before it stands.
+pub const ELECTION_TIMEOUT_MIN_MS: u64 = 300;
+
+/// How long a follower that acknowledged a leader honours it (refuses to
+/// vote for another): the followers' side of the leader's lease.
+pub const ELECTION_TIMEOUT_MAX_MS: u64 = 450;
+
+/// How long one quorum contact lets a leader act as the only one. A
+/// follower that acknowledged it at time t refuses to vote for anyone else
+/// until t + `election_timeout_max_ms` (openraft's leader lease), so no
+/// successor exists before then; the leader stops one heartbeat earlier.
+pub fn lease_ms(heartbeat_ms: u64, election_timeout_max_ms: u64) -> u64 {
+    election_timeout_max_ms
+        .saturating_sub(heartbeat_ms)
+        .max(heartbeat_ms)
+}
+
 /// Config for a controller quorum named `cluster_name`.
 ///
 /// Heartbeats every 150 ms (also openraft's timeout for an AppendEntries
@@ -22,9 +43,9 @@ use openraft::{Config, SnapshotPolicy};
 pub fn default_config(cluster_name: &str) -> Config {
     let config = Config {
         cluster_name: cluster_name.to_string(),
-        heartbeat_interval: 150,
-        election_timeout_min: 300,
-        election_timeout_max: 450,
+        heartbeat_interval: HEARTBEAT_MS,
+        election_timeout_min: ELECTION_TIMEOUT_MIN_MS,
+        election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
         // Per snapshot chunk: a chunk is up to 3 MiB and the receiver flushes.
         install_snapshot_timeout: 2_000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(10_000),

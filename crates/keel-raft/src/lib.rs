@@ -27,6 +27,12 @@ mod watchdog;
 pub use codec::checksum;
 pub use codec::{CodecError, STORAGE_FORMAT_VERSION};
 pub use config::default_config;
+/// The quorum's timing defaults and the lease they give.
+pub mod timing {
+    pub use crate::config::{
+        lease_ms, ELECTION_TIMEOUT_MAX_MS, ELECTION_TIMEOUT_MIN_MS, HEARTBEAT_MS,
+    };
+}
 pub use dump::{dump, dump_entries, DumpError, DumpedEntry};
 pub use error::{EnvelopeRefusal, StorageOpenError};
 pub use lease::LeaseClock;

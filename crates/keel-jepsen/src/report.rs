@@ -29,6 +29,51 @@ fn fault_color(i: usize) -> RGBAColor {
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
+/// Width of a chart's data area in pixels: the SVG's 1,100 less its
+/// margins and the y labels.
+const PLOT_WIDTH_PX: f64 = 1_030.0;
+
+/// About how wide one character of a fault label is, in pixels (11 px
+/// sans-serif), and the gap kept after a label.
+const LABEL_CHAR_PX: f64 = 6.5;
+const LABEL_GAP_PX: f64 = 8.0;
+
+/// Rows of fault labels under a chart's top edge; a label that fits in
+/// none is left out (the fault is still shaded, and listed in the table).
+const LABEL_ROWS: usize = 5;
+
+/// Height of one row of labels, in pixels.
+const LABEL_ROW_PX: f64 = 13.0;
+
+/// The row of each fault's label on a chart `end_s` seconds wide, so that
+/// no two labels in a row overlap: in the order the faults start, each
+/// label takes the first row whose last label ended before it begins;
+/// `None` where every row is taken.
+fn label_rows(faults: &[FaultEvent], end_s: f64) -> Vec<Option<usize>> {
+    let s_per_px = end_s / PLOT_WIDTH_PX;
+    let mut order: Vec<usize> = (0..faults.len()).collect();
+    order.sort_by(|&a, &b| faults[a].start_ms.total_cmp(&faults[b].start_ms));
+    let mut row_ends: Vec<f64> = Vec::new();
+    let mut rows = vec![None; faults.len()];
+    for i in order {
+        let from = faults[i].start_ms / 1000.0;
+        let width_px = faults[i].kind.chars().count() as f64 * LABEL_CHAR_PX + LABEL_GAP_PX;
+        let row = match row_ends.iter().position(|&end| end <= from) {
+            Some(r) => r,
+            None if row_ends.len() < LABEL_ROWS => {
+                row_ends.push(0.0);
+                row_ends.len() - 1
+            }
+            None => continue,
+        };
+        row_ends[row] = from + width_px * s_per_px;
+        rows[i] = Some(row);
+    }
+    rows
+}
+
+/// Shades each fault's window on a chart whose data area is `height_px`
+/// high, and labels it with its kind in the row [`label_rows`] gives.
 fn shade<DB: DrawingBackend>(
     chart: &mut ChartContext<
         '_,
@@ -37,9 +82,11 @@ fn shade<DB: DrawingBackend>(
     >,
     faults: &[FaultEvent],
     end_s: f64,
-    ymin: f64,
-    ymax: f64,
+    (ymin, ymax): (f64, f64),
+    height_px: f64,
 ) -> Result<(), String> {
+    let rows = label_rows(faults, end_s);
+    let row_h = (ymax - ymin) * LABEL_ROW_PX / height_px;
     for (i, f) in faults.iter().enumerate() {
         let a = f.start_ms / 1000.0;
         let b = f.end_ms.map_or(end_s, |e| e / 1000.0).max(a + 0.3);
@@ -49,10 +96,13 @@ fn shade<DB: DrawingBackend>(
                 fault_color(i).filled(),
             )))
             .map_err(|e| e.to_string())?;
+        let Some(row) = rows[i] else {
+            continue;
+        };
         chart
             .draw_series(std::iter::once(Text::new(
                 f.kind.clone(),
-                (a, ymax),
+                (a, ymax - row as f64 * row_h),
                 ("sans-serif", 11).into_font().color(&BLACK),
             )))
             .map_err(|e| e.to_string())?;
@@ -84,7 +134,7 @@ fn latency_chart(
         .y_desc("ms")
         .draw()
         .map_err(|e| e.to_string())?;
-    shade(&mut chart, faults, end_s, 0.0, ymax)?;
+    shade(&mut chart, faults, end_s, (0.0, ymax), 310.0)?;
     for outcome in [Outcome::Ok, Outcome::Fail, Outcome::Info] {
         let c = color(outcome);
         chart
@@ -140,7 +190,7 @@ fn throughput_chart(
         .y_desc("ops/s")
         .draw()
         .map_err(|e| e.to_string())?;
-    shade(&mut chart, faults, end_s, 0.0, ymax)?;
+    shade(&mut chart, faults, end_s, (0.0, ymax), 230.0)?;
     for (k, outcome) in [Outcome::Ok, Outcome::Fail, Outcome::Info]
         .into_iter()
         .enumerate()
@@ -423,5 +473,38 @@ mod tests {
             page.contains("<td>alter_config</td><td>1</td><td>1</td><td>0</td>"),
             "{page}"
         );
+    }
+
+    fn fault(kind: &str, start_ms: f64) -> FaultEvent {
+        FaultEvent {
+            family: crate::nemesis::Family::Partition,
+            kind: kind.into(),
+            targets: vec![],
+            start_ms,
+            end_ms: Some(start_ms + 500.0),
+            planned_ms: None,
+            detail: vec![],
+        }
+    }
+
+    #[test]
+    fn fault_labels_close_together_go_to_rows_of_their_own() {
+        // On a 100 s chart a 20-character label spans about 13.4 s.
+        let faults = [
+            fault("partition-majorities", 10_000.0),
+            fault("kill-active-controller", 12_000.0),
+            fault("pause-broker", 14_000.0),
+            fault("bridge", 40_000.0),
+        ];
+        let rows = label_rows(&faults, 100.0);
+        assert_eq!(rows, vec![Some(0), Some(1), Some(2), Some(0)]);
+        // With every row taken, a label is left out rather than drawn
+        // over another.
+        let crowd: Vec<FaultEvent> = (0..LABEL_ROWS + 2)
+            .map(|i| fault("kill-broker", 1_000.0 + i as f64 * 100.0))
+            .collect();
+        let rows = label_rows(&crowd, 100.0);
+        assert!(rows[..LABEL_ROWS].iter().all(Option::is_some));
+        assert_eq!(&rows[LABEL_ROWS..], &[None, None]);
     }
 }

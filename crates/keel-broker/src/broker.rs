@@ -44,6 +44,134 @@ pub struct Broker {
     gate: Arc<keel_tls::admission::Gate>,
 }
 
+/// The Kafka listener, bound, when the config asks for one.
+async fn bind_kafka(config: &BrokerConfig) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    Ok(match config.kafka_listen {
+        None => None,
+        Some(addr) => {
+            Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| BrokerError::Listen {
+                        addr: addr.to_string(),
+                        message: format!("Kafka listener: {e}"),
+                    })?,
+            )
+        }
+    })
+}
+
+/// The state every task of the broker shares, at its start.
+fn new_shared(
+    config: BrokerConfig,
+    data_dir: DataDir,
+    history: HistoryLog,
+    local_addr: SocketAddr,
+    kafka_address: Option<SocketAddr>,
+) -> Arc<Shared> {
+    let id = BrokerId(config.broker_id);
+    let rpc_timeout = Duration::from_millis((config.session_timeout_ms / 3).clamp(200, 5_000));
+    let incarnation = data_dir.incarnation_id();
+    Arc::new(Shared {
+        id,
+        address: local_addr,
+        kafka_address,
+        incarnation,
+        state: Mutex::new(BrokerState::new(id, history, crate::shared::wall_ms)),
+        data_dir: Mutex::new(data_dir),
+        link: Mutex::new(ControllerLink::new(config.controllers.clone())),
+        dialer: Mutex::new(Dialer::new(
+            config.listen.ip(),
+            rpc_timeout,
+            config.transport.clone(),
+        )),
+        want_shutdown: AtomicBool::new(false),
+        poke: Notify::new(),
+        shutdown_allowed: watch::Sender::new(false),
+        access: crate::access::AccessCache::new(matches!(
+            config.transport,
+            keel_tls::Transport::Plaintext
+        )),
+        config,
+    })
+}
+
+/// Serves BrokerControlService and ReplicaService on `listener` until
+/// `stop_rx` turns true.
+fn spawn_grpc_server(
+    shared: &Arc<Shared>,
+    gate: &Arc<keel_tls::admission::Gate>,
+    listener: tokio::net::TcpListener,
+    stop_rx: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let server = tonic::transport::Server::builder()
+        .max_concurrent_streams(shared.config.max_concurrent_streams)
+        .timeout(Duration::from_millis(shared.config.request_timeout_ms))
+        .http2_keepalive_interval(Some(keel_tls::transport::HTTP2_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(keel_tls::transport::HTTP2_KEEPALIVE_TIMEOUT))
+        .add_service(
+            BrokerControlServiceServer::new(ControlService {
+                shared: shared.clone(),
+            })
+            .max_decoding_message_size(shared.config.max_message_bytes),
+        )
+        .add_service(ReplicaServiceServer::new(ReplicaHandler {
+            shared: shared.clone(),
+        }));
+    let mut server_stop = stop_rx;
+    let transport = shared.config.transport.clone();
+    let grpc_door = keel_tls::admission::Door::new(gate, "grpc");
+    tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = server_stop.wait_for(|s| *s).await;
+        };
+        if let Err(e) = transport
+            .serve_admitted(server, listener, grpc_door, shutdown)
+            .await
+        {
+            error!(error = %e, "broker gRPC server failed");
+        }
+    })
+}
+
+/// Serves Kafka clients on `l`, from the broker's metadata cache.
+fn spawn_kafka_listener(
+    shared: &Arc<Shared>,
+    gate: &Arc<keel_tls::admission::Gate>,
+    l: tokio::net::TcpListener,
+    stop_rx: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let views = Arc::new(CacheViews {
+        shared: shared.clone(),
+        last: Mutex::new(None),
+    });
+    let limits = keel_kafka::ListenerConfig {
+        max_request_bytes: shared.config.kafka_max_request_bytes,
+        security: shared.config.kafka_security(),
+        idle_timeout: Duration::from_millis(shared.config.kafka_connections_max_idle_ms),
+        admission: keel_tls::admission::Door::new(gate, "kafka"),
+        ..keel_kafka::ListenerConfig::default()
+    };
+    tokio::spawn(keel_kafka::serve(l, views, limits, stop_rx))
+}
+
+/// Runs the registration/heartbeat loop; the receiver holds the error it
+/// stopped on, if it was unrecoverable.
+fn spawn_lifecycle(
+    shared: &Arc<Shared>,
+    stop_rx: watch::Receiver<bool>,
+) -> (JoinHandle<()>, watch::Receiver<Option<BrokerError>>) {
+    let (fatal_tx, fatal) = watch::channel(None);
+    let run_shared = shared.clone();
+    let lifecycle = tokio::spawn(async move {
+        if let Err(e) = lifecycle::run(run_shared, stop_rx).await {
+            error!(error = %e, "broker stopped on an unrecoverable error");
+            fatal_tx.send_replace(Some(e));
+        }
+    });
+    (lifecycle, fatal)
+}
+
 impl Broker {
     /// Locks the data dir, binds the listener, serves BrokerControlService
     /// and ReplicaService, and starts registering with the controllers.
@@ -65,43 +193,13 @@ impl Broker {
                 message: e.to_string(),
             })?;
         let local_addr = listener.local_addr()?;
-        let kafka_listener = match config.kafka_listen {
-            None => None,
-            Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(|e| {
-                BrokerError::Listen {
-                    addr: addr.to_string(),
-                    message: format!("Kafka listener: {e}"),
-                }
-            })?),
-        };
+        let kafka_listener = bind_kafka(&config).await?;
         let kafka_address = match &kafka_listener {
             Some(l) => Some(l.local_addr()?),
             None => None,
         };
-        let rpc_timeout = Duration::from_millis((config.session_timeout_ms / 3).clamp(200, 5_000));
         let incarnation = data_dir.incarnation_id();
-        let shared = Arc::new(Shared {
-            id,
-            address: local_addr,
-            kafka_address,
-            incarnation,
-            state: Mutex::new(BrokerState::new(id, history, crate::shared::wall_ms)),
-            data_dir: Mutex::new(data_dir),
-            link: Mutex::new(ControllerLink::new(config.controllers.clone())),
-            dialer: Mutex::new(Dialer::new(
-                config.listen.ip(),
-                rpc_timeout,
-                config.transport.clone(),
-            )),
-            want_shutdown: AtomicBool::new(false),
-            poke: Notify::new(),
-            shutdown_allowed: watch::Sender::new(false),
-            access: crate::access::AccessCache::new(matches!(
-                config.transport,
-                keel_tls::Transport::Plaintext
-            )),
-            config,
-        });
+        let shared = new_shared(config, data_dir, history, local_addr, kafka_address);
         info!(broker = id.0, address = %local_addr, kafka = ?kafka_address, %incarnation, transport = %shared.config.transport, "broker starting");
 
         let gate = keel_tls::admission::Gate::new(shared.config.connections.clone());
@@ -112,53 +210,9 @@ impl Broker {
                 .is_some_and(|shared| shared.is_member_address(ip))
         }));
         let (stop, stop_rx) = watch::channel(false);
-        let mut tasks = Vec::new();
-        let server = tonic::transport::Server::builder()
-            .max_concurrent_streams(shared.config.max_concurrent_streams)
-            .timeout(Duration::from_millis(shared.config.request_timeout_ms))
-            .http2_keepalive_interval(Some(keel_tls::transport::HTTP2_KEEPALIVE_INTERVAL))
-            .http2_keepalive_timeout(Some(keel_tls::transport::HTTP2_KEEPALIVE_TIMEOUT))
-            .add_service(
-                BrokerControlServiceServer::new(ControlService {
-                    shared: shared.clone(),
-                })
-                .max_decoding_message_size(shared.config.max_message_bytes),
-            )
-            .add_service(ReplicaServiceServer::new(ReplicaHandler {
-                shared: shared.clone(),
-            }));
-        let mut server_stop = stop_rx.clone();
-        let transport = shared.config.transport.clone();
-        let grpc_door = keel_tls::admission::Door::new(&gate, "grpc");
-        tasks.push(tokio::spawn(async move {
-            let shutdown = async move {
-                let _ = server_stop.wait_for(|s| *s).await;
-            };
-            if let Err(e) = transport
-                .serve_admitted(server, listener, grpc_door, shutdown)
-                .await
-            {
-                error!(error = %e, "broker gRPC server failed");
-            }
-        }));
+        let mut tasks = vec![spawn_grpc_server(&shared, &gate, listener, stop_rx.clone())];
         if let Some(l) = kafka_listener {
-            let views = Arc::new(CacheViews {
-                shared: shared.clone(),
-                last: Mutex::new(None),
-            });
-            let limits = keel_kafka::ListenerConfig {
-                max_request_bytes: shared.config.kafka_max_request_bytes,
-                security: shared.config.kafka_security(),
-                idle_timeout: Duration::from_millis(shared.config.kafka_connections_max_idle_ms),
-                admission: keel_tls::admission::Door::new(&gate, "kafka"),
-                ..keel_kafka::ListenerConfig::default()
-            };
-            tasks.push(tokio::spawn(keel_kafka::serve(
-                l,
-                views,
-                limits,
-                stop_rx.clone(),
-            )));
+            tasks.push(spawn_kafka_listener(&shared, &gate, l, stop_rx.clone()));
         }
         // The Kafka listener and, over TLS, DescribeBroker check callers
         // against the copy of the ACLs; a plaintext broker without a Kafka
@@ -182,14 +236,7 @@ impl Broker {
             stop_rx.clone(),
         )));
 
-        let (fatal_tx, fatal) = watch::channel(None);
-        let run_shared = shared.clone();
-        let lifecycle = tokio::spawn(async move {
-            if let Err(e) = lifecycle::run(run_shared, stop_rx).await {
-                error!(error = %e, "broker stopped on an unrecoverable error");
-                fatal_tx.send_replace(Some(e));
-            }
-        });
+        let (lifecycle, fatal) = spawn_lifecycle(&shared, stop_rx);
         Ok(Broker {
             shared,
             local_addr,

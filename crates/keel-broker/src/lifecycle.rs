@@ -141,6 +141,69 @@ async fn register(
     }
 }
 
+/// Logs a change in which log dirs are offline (`offline` now,
+/// `offline_before` at the last heartbeat, which it becomes).
+fn note_offline_change(offline: &[String], offline_before: &mut Vec<String>) {
+    if offline != offline_before.as_slice() {
+        if offline.is_empty() {
+            info!("all log dirs online");
+        } else {
+            warn!(dirs = ?offline, "log dirs offline");
+        }
+        *offline_before = offline.to_vec();
+    }
+}
+
+/// The heartbeat of this broker's session in `epoch`, at metadata
+/// `metadata_offset`, with its `offline` log dirs and its disks' space.
+fn heartbeat_request(
+    shared: &Shared,
+    epoch: BrokerEpoch,
+    metadata_offset: u64,
+    offline: Vec<String>,
+) -> pb::BrokerHeartbeatRequest {
+    let cfg = &shared.config;
+    pb::BrokerHeartbeatRequest {
+        broker_id: cfg.broker_id,
+        broker_epoch: epoch.0,
+        current_metadata_offset: metadata_offset,
+        want_fence: false,
+        want_shutdown: shared.want_shutdown.load(Ordering::SeqCst),
+        offline_log_dirs: offline,
+        disks: disk_spaces(&cfg.data_dir, &cfg.log_dirs),
+        software_version: env!("CARGO_PKG_VERSION").to_string(),
+    }
+}
+
+/// Takes a heartbeat answer without error into the broker's state (and
+/// its gauges), and notes a controlled shutdown allowed. False when the
+/// session in `epoch` is gone: register again.
+fn accept_heartbeat_answer(
+    shared: &Shared,
+    epoch: BrokerEpoch,
+    resp: &pb::BrokerHeartbeatResponse,
+) -> bool {
+    shared.access.want(resp.access_version);
+    let reply = convert::heartbeat_reply_from_pb(resp);
+    let controller_epoch = ControllerEpoch(resp.controller_epoch);
+    let mut st = shared.state();
+    if !st.on_heartbeat(
+        epoch,
+        &reply,
+        resp.controller_id,
+        controller_epoch,
+        now_ms(),
+    ) {
+        return false;
+    }
+    st.publish_gauges();
+    drop(st);
+    if resp.should_shut_down {
+        shared.shutdown_allowed.send_replace(true);
+    }
+    true
+}
+
 async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
     let cfg = &shared.config;
     let interval = Duration::from_millis(cfg.heartbeat_interval_ms);
@@ -154,14 +217,7 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
             _ = stop.wait_for(|s| *s) => return Flow::Stop,
         }
         let offline = offline_log_dirs(&cfg.log_dirs);
-        if offline != offline_before {
-            if offline.is_empty() {
-                info!("all log dirs online");
-            } else {
-                warn!(dirs = ?offline, "log dirs offline");
-            }
-            offline_before = offline.clone();
-        }
+        note_offline_change(&offline, &mut offline_before);
         let (epoch, metadata_offset) = {
             let mut st = shared.state();
             st.set_offline_log_dirs(offline.clone());
@@ -171,16 +227,7 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
                 None => return Flow::Continue,
             }
         };
-        let req = pb::BrokerHeartbeatRequest {
-            broker_id: cfg.broker_id,
-            broker_epoch: epoch.0,
-            current_metadata_offset: metadata_offset,
-            want_fence: false,
-            want_shutdown: shared.want_shutdown.load(Ordering::SeqCst),
-            offline_log_dirs: offline,
-            disks: disk_spaces(&cfg.data_dir, &cfg.log_dirs),
-            software_version: env!("CARGO_PKG_VERSION").to_string(),
-        };
+        let req = heartbeat_request(shared, epoch, metadata_offset, offline);
         let (addr, client) = shared.controller();
         let Some(mut client) = client else {
             lock(&shared.link).rotate();
@@ -195,23 +242,8 @@ async fn heartbeat(shared: &Shared, stop: &mut watch::Receiver<bool>) -> Flow {
                     .record(started.elapsed().as_secs_f64());
                 match convert::check(&resp.error).map_err(|e| (e.code, e.message)) {
                     Ok(()) => {
-                        shared.access.want(resp.access_version);
-                        let reply = convert::heartbeat_reply_from_pb(&resp);
-                        let controller_epoch = ControllerEpoch(resp.controller_epoch);
-                        let mut st = shared.state();
-                        if !st.on_heartbeat(
-                            epoch,
-                            &reply,
-                            resp.controller_id,
-                            controller_epoch,
-                            now_ms(),
-                        ) {
+                        if !accept_heartbeat_answer(shared, epoch, &resp) {
                             return Flow::Continue;
-                        }
-                        st.publish_gauges();
-                        drop(st);
-                        if resp.should_shut_down {
-                            shared.shutdown_allowed.send_replace(true);
                         }
                         retry.reset();
                         delay = if shared.want_shutdown.load(Ordering::SeqCst)

@@ -248,6 +248,218 @@ async fn abort_open_transaction(shared: &Shared, epoch: u64) -> bool {
     true
 }
 
+/// The batch that starts with `first`: it and the commands queued behind
+/// it, up to [`MAX_COMMANDS_PER_BATCH`]; records the queue's length left.
+fn fill_batch(first: Command, rx: &mut mpsc::Receiver<Command>) -> Vec<Command> {
+    let mut batch = vec![first];
+    while batch.len() < MAX_COMMANDS_PER_BATCH {
+        match rx.try_recv() {
+            Ok(c) => batch.push(c),
+            Err(_) => break,
+        }
+    }
+    metrics::gauge!("keel_controller_event_queue_size").set(rx.len() as f64);
+    batch
+}
+
+/// A command's console line, by the command's position in its batch.
+type AdminEvents = Vec<(usize, String)>;
+
+/// Each decided command's records under its kind's name, in order: what
+/// is laid out into entries.
+type Decisions = Vec<(String, Vec<MetadataRecord>)>;
+
+/// Takes the decided parts apart: each command's reply, its records under
+/// its kind's name (to lay out), and the console's line for each
+/// operator's change, by its position among the parts (an entry index is
+/// known once laid out).
+fn split_parts(parts: Vec<Part>, base: &MetadataImage) -> (Vec<Reply>, Decisions, AdminEvents) {
+    let mut replies = Vec::with_capacity(parts.len());
+    let mut decisions = Vec::with_capacity(parts.len());
+    let mut admin_events = Vec::new();
+    for (i, p) in parts.into_iter().enumerate() {
+        if let Some(text) = crate::events::admin_event(p.kind, &p.records, base, p.who.as_deref()) {
+            admin_events.push((i, text));
+        }
+        replies.push(p.reply);
+        decisions.push((p.kind.as_str().to_string(), p.records));
+    }
+    (replies, decisions, admin_events)
+}
+
+/// Answers each command with the index of the entry that holds its last
+/// record, once that entry committed; a command without records, once
+/// every entry before it did (it was decided on them), or at `offset`
+/// (the image decided on) when no entry comes before it.
+fn answer_commands(
+    replies: Vec<Reply>,
+    last_entry: &[Option<usize>],
+    committed: &[u64],
+    offset: u64,
+) {
+    let mut needed: Option<usize> = None;
+    for (reply, last) in replies.into_iter().zip(last_entry.iter().copied()) {
+        needed = needed.max(last);
+        let answer = match needed {
+            None => Ok(offset),
+            Some(e) => committed.get(e).copied().ok_or_else(outcome_unknown),
+        };
+        reply(answer);
+    }
+}
+
+/// How long a batch took to decide and how large it is.
+struct BatchTiming {
+    /// When the proposal began (deciding had ended).
+    started: Instant,
+    /// How long deciding and planning took.
+    decided_in: std::time::Duration,
+    /// The records of the batch.
+    record_count: usize,
+}
+
+/// Records the commit latency of a batch whose last entry committed at
+/// `index`, and logs the times of a large one.
+fn note_commit(shared: &Shared, epoch: u64, index: u64, timing: BatchTiming, entries: usize) {
+    let committed_in = timing.started.elapsed();
+    metrics::histogram!("keel_controller_commit_latency_seconds")
+        .record(committed_in.as_secs_f64());
+    if timing.record_count >= LARGE_BATCH_RECORDS {
+        // Where a broker failure's time goes: deciding and
+        // planning on this node, then storing, replicating and
+        // applying the entries.
+        tracing::info!(
+            node = shared.config.node_id,
+            term = epoch,
+            index,
+            records = timing.record_count,
+            entries,
+            decide_ms = timing.decided_in.as_secs_f64() * 1e3,
+            commit_ms = committed_in.as_secs_f64() * 1e3,
+            "large batch committed"
+        );
+    }
+}
+
+/// Puts each operator's change on the console at the index of the entry
+/// that holds its last record (`index`, the batch's last, if unknown).
+fn push_admin_events(
+    shared: &Shared,
+    epoch: u64,
+    admin_events: AdminEvents,
+    last_entry: &[Option<usize>],
+    committed: &[u64],
+    index: u64,
+) {
+    for (i, text) in admin_events {
+        // The index of the entry that holds the change's last
+        // record.
+        let at = last_entry
+            .get(i)
+            .copied()
+            .flatten()
+            .and_then(|e| committed.get(e).copied())
+            .unwrap_or(index);
+        shared.events.push(epoch, at, text);
+    }
+}
+
+/// Logs, counts and puts on the console a proposal that did not commit
+/// (`committed` of its `entries` did).
+fn report_failed_proposal(
+    shared: &Shared,
+    epoch: u64,
+    e: &ProposeError,
+    committed: &[u64],
+    entries: usize,
+) {
+    tracing::warn!(
+        node = shared.config.node_id,
+        term = epoch,
+        error = %e,
+        committed = committed.len(),
+        entries,
+        "proposal failed; leaving the active role"
+    );
+    metrics::counter!("keel_controller_metadata_errors_total").increment(1);
+    shared.events.push(
+        epoch,
+        committed.last().copied().unwrap_or(0),
+        format!("a proposal to the metadata log failed ({e}); leaving the active role"),
+    );
+}
+
+/// Decides one batch of commands on the applied image, proposes their
+/// records and answers each command; hands the broker requests the
+/// records call for to `channels`. False when the proposal failed
+/// (leadership lost): the loop stops.
+async fn decide_and_commit(
+    shared: &Arc<Shared>,
+    epoch: u64,
+    batch: Vec<Command>,
+    env: &mut DecideEnv,
+    channels: &mut ChannelManager,
+) -> bool {
+    let base = shared.image();
+    let decide_started = Instant::now();
+    let light = batch.iter().all(|c| c.kind.is_light());
+    let Decided {
+        parts,
+        stop_replicas,
+        plan,
+    } = if light {
+        decide(&base, batch, env)
+    } else {
+        keel_raft::off_the_workers(|| decide(&base, batch, env))
+    };
+    let Some((plan, summary)) = plan else {
+        let offset = base.offset();
+        for p in parts {
+            (p.reply)(Ok(offset));
+        }
+        channels.stop_replicas(stop_replicas);
+        return true;
+    };
+    let started = Instant::now();
+    let decided_in = started - decide_started;
+    let record_count: usize = parts.iter().map(|p| p.records.len()).sum();
+    let (replies, decisions, admin_events) = split_parts(parts, &base);
+    let layout = lay_out(decisions, MAX_RECORDS_PER_ENTRY);
+    let batches: Vec<RecordBatch> = layout.entries.into_iter().map(RecordBatch::new).collect();
+    let (committed, failed) = propose(&shared.raft, batches.clone()).await;
+    tasks::after_commit(shared, batches.iter().zip(&committed));
+    answer_commands(replies, &layout.last_entry, &committed, base.offset());
+    match failed {
+        None => {
+            let index = committed.last().copied().unwrap_or(base.offset());
+            let timing = BatchTiming {
+                started,
+                decided_in,
+                record_count,
+            };
+            note_commit(shared, epoch, index, timing, committed.len());
+            // The applied image now holds these entries (with their real
+            // indexes, e.g. broker epochs): plan requests from it.
+            summary.log(shared.config.node_id, epoch, index, &shared.events);
+            push_admin_events(
+                shared,
+                epoch,
+                admin_events,
+                &layout.last_entry,
+                &committed,
+                index,
+            );
+            channels.apply(plan, &shared.image());
+            channels.stop_replicas(stop_replicas);
+            true
+        }
+        Some(e) => {
+            report_failed_proposal(shared, epoch, &e, &committed, batches.len());
+            false
+        }
+    }
+}
+
 /// Runs the loop until `stop` fires, the queue closes, or leadership is lost.
 pub(crate) async fn run(
     shared: Arc<Shared>,
@@ -286,14 +498,7 @@ pub(crate) async fn run(
             }
             Some(r) = reports.recv() => tasks::replica_deletion_results(r),
         };
-        let mut batch = vec![first];
-        while batch.len() < MAX_COMMANDS_PER_BATCH {
-            match rx.try_recv() {
-                Ok(c) => batch.push(c),
-                Err(_) => break,
-            }
-        }
-        metrics::gauge!("keel_controller_event_queue_size").set(rx.len() as f64);
+        let batch = fill_batch(first, &mut rx);
 
         let base = shared.image();
         if base.open_transaction().is_some() {
@@ -303,115 +508,8 @@ pub(crate) async fn run(
                 break;
             }
         }
-        let base = shared.image();
-        let decide_started = Instant::now();
-        let light = batch.iter().all(|c| c.kind.is_light());
-        let Decided {
-            parts,
-            stop_replicas,
-            plan,
-        } = if light {
-            decide(&base, batch, &mut env)
-        } else {
-            keel_raft::off_the_workers(|| decide(&base, batch, &mut env))
-        };
-        let Some((plan, summary)) = plan else {
-            let offset = base.offset();
-            for p in parts {
-                (p.reply)(Ok(offset));
-            }
-            channels.stop_replicas(stop_replicas);
-            continue;
-        };
-        let started = Instant::now();
-        let decided_in = started - decide_started;
-        let record_count: usize = parts.iter().map(|p| p.records.len()).sum();
-        let mut replies = Vec::with_capacity(parts.len());
-        let mut decisions = Vec::with_capacity(parts.len());
-        // The console's line for each operator's change, by its position
-        // among the parts (an entry index is known once laid out).
-        let mut admin_events = Vec::new();
-        for (i, p) in parts.into_iter().enumerate() {
-            if let Some(text) =
-                crate::events::admin_event(p.kind, &p.records, &base, p.who.as_deref())
-            {
-                admin_events.push((i, text));
-            }
-            replies.push(p.reply);
-            decisions.push((p.kind.as_str().to_string(), p.records));
-        }
-        let layout = lay_out(decisions, MAX_RECORDS_PER_ENTRY);
-        let batches: Vec<RecordBatch> = layout.entries.into_iter().map(RecordBatch::new).collect();
-        let (committed, failed) = propose(&shared.raft, batches.clone()).await;
-        tasks::after_commit(&shared, batches.iter().zip(&committed));
-        // Each command is answered with the index of the entry that holds
-        // its last record, once that entry committed; a command without
-        // records, once every entry before it did (it was decided on them).
-        let mut needed: Option<usize> = None;
-        for (reply, last) in replies.into_iter().zip(layout.last_entry.iter().copied()) {
-            needed = needed.max(last);
-            let answer = match needed {
-                None => Ok(base.offset()),
-                Some(e) => committed.get(e).copied().ok_or_else(outcome_unknown),
-            };
-            reply(answer);
-        }
-        match failed {
-            None => {
-                let index = committed.last().copied().unwrap_or(base.offset());
-                let committed_in = started.elapsed();
-                metrics::histogram!("keel_controller_commit_latency_seconds")
-                    .record(committed_in.as_secs_f64());
-                if record_count >= LARGE_BATCH_RECORDS {
-                    // Where a broker failure's time goes: deciding and
-                    // planning on this node, then storing, replicating and
-                    // applying the entries.
-                    tracing::info!(
-                        node = shared.config.node_id,
-                        term = epoch,
-                        index,
-                        records = record_count,
-                        entries = committed.len(),
-                        decide_ms = decided_in.as_secs_f64() * 1e3,
-                        commit_ms = committed_in.as_secs_f64() * 1e3,
-                        "large batch committed"
-                    );
-                }
-                // The applied image now holds these entries (with their real
-                // indexes, e.g. broker epochs): plan requests from it.
-                summary.log(shared.config.node_id, epoch, index, &shared.events);
-                for (i, text) in admin_events {
-                    // The index of the entry that holds the change's last
-                    // record.
-                    let at = layout
-                        .last_entry
-                        .get(i)
-                        .copied()
-                        .flatten()
-                        .and_then(|e| committed.get(e).copied())
-                        .unwrap_or(index);
-                    shared.events.push(epoch, at, text);
-                }
-                channels.apply(plan, &shared.image());
-                channels.stop_replicas(stop_replicas);
-            }
-            Some(e) => {
-                tracing::warn!(
-                    node = shared.config.node_id,
-                    term = epoch,
-                    error = %e,
-                    committed = committed.len(),
-                    entries = batches.len(),
-                    "proposal failed; leaving the active role"
-                );
-                metrics::counter!("keel_controller_metadata_errors_total").increment(1);
-                shared.events.push(
-                    epoch,
-                    committed.last().copied().unwrap_or(0),
-                    format!("a proposal to the metadata log failed ({e}); leaving the active role"),
-                );
-                break;
-            }
+        if !decide_and_commit(&shared, epoch, batch, &mut env, &mut channels).await {
+            break;
         }
     }
     // Dropping the queue drops every pending reply channel: each waiting

@@ -16,7 +16,7 @@ use keel_metadata::{ApiError, BrokerId, ErrorCode, MetadataImage, TopicPartition
 use keel_proto::convert::{
     acl_binding_from_pb, acl_binding_to_pb, acl_filter_from_pb, broker_to_pb, brokers_from_pb,
     config_op_from_pb, election_kind_from_pb, error_to_pb, partition_to_pb, result_error,
-    scram_credential_info_to_pb, scram_deletion_from_pb, scram_upsertion_from_pb,
+    scram_credential_info_to_pb, scram_deletion_from_pb, scram_upsertion_from_pb, Refused,
 };
 use keel_proto::pb;
 use keel_proto::pb::admin_service_server::AdminService;
@@ -305,47 +305,6 @@ fn admitted<M>(m: M, caller: Caller) -> Request<M> {
     req.extensions_mut().insert(caller);
     req
 }
-
-/// A response that carries only a top-level error: how a request refused
-/// before it was looked at is answered.
-trait Refused: Default {
-    fn refused(e: pb::Error) -> Self;
-}
-
-macro_rules! refused {
-    ($($t:ty),* $(,)?) => {
-        $(impl Refused for $t {
-            #[allow(clippy::needless_update)]
-            fn refused(e: pb::Error) -> Self {
-                Self { error: Some(e), ..Default::default() }
-            }
-        })*
-    };
-}
-
-refused!(
-    pb::CreateTopicsResponse,
-    pb::DeleteTopicsResponse,
-    pb::CreatePartitionsResponse,
-    pb::AlterPartitionReassignmentsResponse,
-    pb::ListPartitionReassignmentsResponse,
-    pb::ElectLeadersResponse,
-    pb::DescribeClusterResponse,
-    pb::DescribeTopicsResponse,
-    pb::DescribeQuorumResponse,
-    pb::UnregisterBrokerResponse,
-    pb::IncrementalAlterConfigsResponse,
-    pb::AddVoterResponse,
-    pb::RemoveVoterResponse,
-    pb::TriggerSnapshotResponse,
-    pb::CreateAclsResponse,
-    pb::DeleteAclsResponse,
-    pb::DescribeAclsResponse,
-    pb::AlterClusterConfigsResponse,
-    pb::DescribeClusterConfigsResponse,
-    pb::AlterUserScramCredentialsResponse,
-    pb::DescribeUserScramCredentialsResponse,
-);
 
 /// Runs a membership change on a task of its own and answers with what it
 /// did or its error: the change goes on to its end when the caller gives

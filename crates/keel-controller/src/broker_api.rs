@@ -58,6 +58,113 @@ fn as_broker<T>(req: &Request<T>, what: &str, id: u32) -> Result<(), Status> {
     )
 }
 
+/// A RegisterBroker request as the command it asks for, once it names
+/// this cluster (`cluster_id`), a 16-byte incarnation id and HOST:PORT
+/// addresses.
+fn registration(
+    req: pb::RegisterBrokerRequest,
+    cluster_id: &str,
+) -> Result<RegisterBroker, ApiError> {
+    if req.cluster_id != cluster_id {
+        return Err(ApiError::new(
+            ErrorCode::InconsistentClusterId,
+            format!(
+                "broker belongs to cluster {:?}; this is cluster {:?}",
+                req.cluster_id, cluster_id
+            ),
+        ));
+    }
+    let Some(incarnation) = IncarnationId::from_bytes(&req.incarnation_id) else {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            "incarnation id must be 16 bytes",
+        ));
+    };
+    if req.address.parse::<std::net::SocketAddr>().is_err() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("broker address {:?} is not HOST:PORT", req.address),
+        ));
+    }
+    let kafka_address = req.kafka_address.filter(|a| !a.is_empty());
+    if let Some(a) = kafka_address.as_deref() {
+        if a.parse::<std::net::SocketAddr>().is_err() {
+            return Err(ApiError::new(
+                ErrorCode::InvalidRequest,
+                format!("Kafka listener address {a:?} is not HOST:PORT"),
+            ));
+        }
+    }
+    Ok(RegisterBroker {
+        broker: BrokerId(req.broker_id),
+        incarnation,
+        address: req.address,
+        rack: req.rack.filter(|r| !r.is_empty()),
+        log_dirs: req.log_dirs,
+        previous_epoch: BrokerEpoch(req.previous_broker_epoch),
+        kafka_address,
+    })
+}
+
+/// A heartbeat request (without its disks and release) as the decision
+/// input it is.
+fn heartbeat_of(req: pb::BrokerHeartbeatRequest) -> Heartbeat {
+    Heartbeat {
+        broker: BrokerId(req.broker_id),
+        epoch: BrokerEpoch(req.broker_epoch),
+        metadata_offset: req.current_metadata_offset,
+        want_fence: req.want_fence,
+        want_shutdown: req.want_shutdown,
+        offline_log_dirs: req.offline_log_dirs,
+    }
+}
+
+impl BrokerApi {
+    /// The answer to a heartbeat, from this controller (active in
+    /// `controller_epoch`) with the access data at `access_version`.
+    fn heartbeat_answer(
+        &self,
+        r: Result<HeartbeatReply, ApiError>,
+        controller_epoch: u64,
+        access_version: u64,
+    ) -> pb::BrokerHeartbeatResponse {
+        match r {
+            Ok(h) => pb::BrokerHeartbeatResponse {
+                error: None,
+                is_caught_up: h.is_caught_up,
+                is_fenced: h.is_fenced,
+                should_shut_down: h.should_shut_down,
+                controller_epoch,
+                controller_id: self.shared.config.node_id as u32,
+                access_version,
+            },
+            Err(e) => pb::BrokerHeartbeatResponse {
+                error: self.error(e),
+                controller_epoch,
+                controller_id: self.shared.config.node_id as u32,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Records a registered broker's heartbeat: its session's contact
+    /// time, and what it reports of its disks and release.
+    fn note_contact(&self, hb: &Heartbeat, disks: Vec<pb::DiskSpace>, version: &str) {
+        if let Ok(mut t) = self.shared.heartbeats.lock() {
+            t.touch(hb.broker, hb.epoch, now_ms());
+        }
+        if let Ok(mut r) = self.shared.broker_reports.lock() {
+            // Bounded: one entry per registered broker, a few disks and
+            // a release number per entry.
+            let report = crate::shared::BrokerReport {
+                disks: disks.into_iter().take(64).collect(),
+                version: version.chars().take(64).collect(),
+            };
+            r.insert(hb.broker, report);
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl BrokerService for BrokerApi {
     async fn describe_access(
@@ -108,58 +215,11 @@ impl BrokerService for BrokerApi {
                 ..Default::default()
             }))
         };
-        if req.cluster_id != self.shared.config.cluster_id {
-            return reply(
-                Some(error_to_pb(&ApiError::new(
-                    ErrorCode::InconsistentClusterId,
-                    format!(
-                        "broker belongs to cluster {:?}; this is cluster {:?}",
-                        req.cluster_id, self.shared.config.cluster_id
-                    ),
-                ))),
-                0,
-            );
-        }
-        let Some(incarnation) = IncarnationId::from_bytes(&req.incarnation_id) else {
-            return reply(
-                Some(error_to_pb(&ApiError::new(
-                    ErrorCode::InvalidRequest,
-                    "incarnation id must be 16 bytes",
-                ))),
-                0,
-            );
+        let reg = match registration(req, &self.shared.config.cluster_id) {
+            Ok(reg) => reg,
+            Err(e) => return reply(Some(error_to_pb(&e)), 0),
         };
-        if req.address.parse::<std::net::SocketAddr>().is_err() {
-            return reply(
-                Some(error_to_pb(&ApiError::new(
-                    ErrorCode::InvalidRequest,
-                    format!("broker address {:?} is not HOST:PORT", req.address),
-                ))),
-                0,
-            );
-        }
-        let kafka_address = req.kafka_address.filter(|a| !a.is_empty());
-        if let Some(a) = kafka_address.as_deref() {
-            if a.parse::<std::net::SocketAddr>().is_err() {
-                return reply(
-                    Some(error_to_pb(&ApiError::new(
-                        ErrorCode::InvalidRequest,
-                        format!("Kafka listener address {a:?} is not HOST:PORT"),
-                    ))),
-                    0,
-                );
-            }
-        }
-        let broker = BrokerId(req.broker_id);
-        let reg = RegisterBroker {
-            broker,
-            incarnation,
-            address: req.address,
-            rack: req.rack.filter(|r| !r.is_empty()),
-            log_dirs: req.log_dirs,
-            previous_epoch: BrokerEpoch(req.previous_broker_epoch),
-            kafka_address,
-        };
+        let broker = reg.broker;
         let shared = self.shared.clone();
         let r = self
             .shared
@@ -220,52 +280,22 @@ impl BrokerService for BrokerApi {
                 }))
             }
         };
-        let hb = Heartbeat {
-            broker: BrokerId(req.broker_id),
-            epoch: BrokerEpoch(req.broker_epoch),
-            metadata_offset: req.current_metadata_offset,
-            want_fence: req.want_fence,
-            want_shutdown: req.want_shutdown,
-            offline_log_dirs: req.offline_log_dirs,
-        };
+        let hb = heartbeat_of(req);
         // One reference count, not a copy of the image's maps: this runs
         // for every heartbeat of every broker.
         let applied = self.shared.applied();
         let image = &applied.image;
         let access_version = image.access_version();
         let answer = |r: Result<HeartbeatReply, ApiError>| {
-            Ok(Response::new(match r {
-                Ok(h) => pb::BrokerHeartbeatResponse {
-                    error: None,
-                    is_caught_up: h.is_caught_up,
-                    is_fenced: h.is_fenced,
-                    should_shut_down: h.should_shut_down,
-                    controller_epoch: handle.epoch,
-                    controller_id: self.shared.config.node_id as u32,
-                    access_version,
-                },
-                Err(e) => pb::BrokerHeartbeatResponse {
-                    error: self.error(e),
-                    controller_epoch: handle.epoch,
-                    controller_id: self.shared.config.node_id as u32,
-                    ..Default::default()
-                },
-            }))
+            Ok(Response::new(self.heartbeat_answer(
+                r,
+                handle.epoch,
+                access_version,
+            )))
         };
         let registered = image.broker(hb.broker).filter(|b| b.epoch == hb.epoch);
         if registered.is_some() {
-            if let Ok(mut t) = self.shared.heartbeats.lock() {
-                t.touch(hb.broker, hb.epoch, now_ms());
-            }
-            if let Ok(mut r) = self.shared.broker_reports.lock() {
-                // Bounded: one entry per registered broker, a few disks and
-                // a release number per entry.
-                let report = crate::shared::BrokerReport {
-                    disks: req_disks.into_iter().take(64).collect(),
-                    version: req_version.chars().take(64).collect(),
-                };
-                r.insert(hb.broker, report);
-            }
+            self.note_contact(&hb, req_disks, &req_version);
         }
         // Caught up once the broker has applied its own registration.
         let caught_up = registered.is_some_and(|b| hb.metadata_offset >= b.epoch.0);

@@ -585,32 +585,17 @@ impl ChannelTask {
         loop {
             let (c, conn) = match &client {
                 Some(c) => c.clone(),
-                None => match transport
-                    .connect(
-                        endpoint.clone(),
-                        local,
-                        keel_tls::Expect::Broker(self.broker.0),
-                    )
+                None => match self
+                    .connect(&transport, &endpoint, local, &mut reconnect)
                     .await
                 {
-                    Ok(ch) => {
-                        reconnect.reset();
-                        let conn = Answered::new(ch);
-                        let c = BrokerControlServiceClient::new(conn.clone())
-                            .max_decoding_message_size(64 << 20)
-                            .max_encoding_message_size(64 << 20);
+                    Some((c, conn)) => {
                         client = Some((c.clone(), conn.clone()));
                         answered = false;
                         (c, conn)
                     }
-                    Err(e) => {
-                        tracing::debug!(broker = self.broker.0, error = %e, "cannot connect; retrying");
+                    None => {
                         lost = true;
-                        // A resync (unfence) or a stop retries at once.
-                        tokio::select! {
-                            _ = tokio::time::sleep(reconnect.step()) => {}
-                            _ = self.inbox.wake.notified() => {}
-                        }
                         continue;
                     }
                 },
@@ -639,14 +624,7 @@ impl ChannelTask {
                     tokio::time::sleep(backoff.step()).await;
                 }
                 Err(Failed::Transport(why)) => {
-                    if answered {
-                        self.count("keel_controller_channel_disconnects_total");
-                    }
-                    if up {
-                        tracing::info!(broker = self.broker.0, address = %self.address, error = %why, "connection to broker dropped; reconnecting");
-                    } else {
-                        tracing::debug!(broker = self.broker.0, error = %why, "send failed; reconnecting");
-                    }
+                    self.dropped(answered, up, &why);
                     up = false;
                     lost = true;
                     // Reconnect from scratch: a dead connection costs one
@@ -656,6 +634,57 @@ impl ChannelTask {
                     tokio::time::sleep(backoff.step()).await;
                 }
             }
+        }
+    }
+
+    /// A new connection to the broker at `endpoint` (from `local`), with
+    /// a fresh client on it; `None` (logged, after one reconnect backoff
+    /// step or a wake-up) when it cannot be made.
+    async fn connect(
+        &self,
+        transport: &keel_tls::Transport,
+        endpoint: &tonic::transport::Endpoint,
+        local: Option<std::net::IpAddr>,
+        reconnect: &mut Backoff,
+    ) -> Option<(Client, Answered)> {
+        match transport
+            .connect(
+                endpoint.clone(),
+                local,
+                keel_tls::Expect::Broker(self.broker.0),
+            )
+            .await
+        {
+            Ok(ch) => {
+                reconnect.reset();
+                let conn = Answered::new(ch);
+                let c = BrokerControlServiceClient::new(conn.clone())
+                    .max_decoding_message_size(64 << 20)
+                    .max_encoding_message_size(64 << 20);
+                Some((c, conn))
+            }
+            Err(e) => {
+                tracing::debug!(broker = self.broker.0, error = %e, "cannot connect; retrying");
+                // A resync (unfence) or a stop retries at once.
+                tokio::select! {
+                    _ = tokio::time::sleep(reconnect.step()) => {}
+                    _ = self.inbox.wake.notified() => {}
+                }
+                None
+            }
+        }
+    }
+
+    /// A connection failed on the way (`why`): counted if the broker had
+    /// `answered` on it, logged at info if the channel was `up`.
+    fn dropped(&self, answered: bool, up: bool, why: &str) {
+        if answered {
+            self.count("keel_controller_channel_disconnects_total");
+        }
+        if up {
+            tracing::info!(broker = self.broker.0, address = %self.address, error = %why, "connection to broker dropped; reconnecting");
+        } else {
+            tracing::debug!(broker = self.broker.0, error = %why, "send failed; reconnecting");
         }
     }
 

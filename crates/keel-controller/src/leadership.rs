@@ -136,6 +136,87 @@ fn export_gauges(m: &openraft::RaftMetrics<u64, keel_raft::KeelNode>) {
     }
 }
 
+/// The active controller loop `r` if it still holds: resigns it (with
+/// why) when this node no longer leads, has lost quorum contact, is in
+/// another term, or the loop stopped on its own.
+fn still_running(shared: &Arc<Shared>, r: Running, m: &Seen) -> Option<Running> {
+    let quorum_lost = shared
+        .quorum_ack_age_ms()
+        .is_none_or(|ms| ms > shared.config.election_timeout_max_ms);
+    if !m.leading {
+        resign(shared, r, "lost raft leadership");
+    } else if quorum_lost {
+        // Check-quorum: a majority has not acknowledged this leader
+        // for a whole election timeout; it may have a successor.
+        resign(shared, r, "no quorum contact for an election timeout");
+    } else if r.epoch != m.term {
+        resign(shared, r, "term changed");
+    } else if r.task.is_finished() {
+        resign(shared, r, "event loop stopped");
+    } else {
+        return Some(r);
+    }
+    None
+}
+
+/// Makes this node the active controller of term `m.term`: fresh broker
+/// sessions, the event loop started and published, counted and logged.
+fn become_active(shared: &Arc<Shared>, m: &Seen) -> Running {
+    let me = shared.config.node_id;
+    let epoch = m.term;
+    let image = shared.image();
+    if let Ok(mut t) = shared.heartbeats.lock() {
+        // Every known broker starts a fresh session before anyone
+        // is fenced by this controller.
+        t.reset_all(image.brokers().map(|b| (b.id, b.epoch)), now_ms());
+    }
+    // onControllerFailover, minus the ZooKeeper reads: the image is
+    // already here. The loop opens a channel (full state) to every
+    // broker; its first reconcile tick (2 s in) elects offline
+    // partitions and resumes reassignments and deletions.
+    let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let task = tokio::spawn(crate::active::run(shared.clone(), epoch, rx, stop_rx));
+    if let Ok(mut g) = shared.active.write() {
+        *g = Some(ActiveHandle { epoch, tx });
+    }
+    metrics::gauge!("keel_controller_active").set(1.0);
+    metrics::counter!("keel_controller_new_active_controllers_total").increment(1);
+    shared.events.push(
+        epoch,
+        m.last_applied_index.unwrap_or(0),
+        format!("node {me} became the active controller"),
+    );
+    tracing::info!(
+        node = me,
+        term = epoch,
+        partitions = image.partition_count(),
+        "became active controller"
+    );
+    Running {
+        epoch,
+        stop: stop_tx,
+        task,
+    }
+}
+
+/// On the `active` controller, binds the directory id of each voter that
+/// is not bound yet and has answered it (keel_raft::KeelNode), one
+/// membership change (`binding`) at a time.
+fn rebind_directories(shared: &Arc<Shared>, binding: &mut Option<JoinHandle<()>>, active: bool) {
+    if binding.as_ref().is_none_or(|b| b.is_finished()) {
+        *binding = None;
+        if active && shared.lease_valid() && needs_binding(shared) {
+            let s = shared.clone();
+            *binding = Some(tokio::spawn(async move {
+                if let Err(e) = crate::quorum::bind_directories(&s).await {
+                    tracing::info!(node = s.config.node_id, error = %e.message, "directory ids not bound yet");
+                }
+            }));
+        }
+    }
+}
+
 /// Runs until `shutdown` flips to true.
 ///
 /// Wakes when the server-level metrics change (state, leader, vote), and
@@ -160,22 +241,7 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
     loop {
         let m = Seen::look(me, &server.borrow_and_update(), &data.borrow_and_update());
         if let Some(r) = running.take() {
-            let quorum_lost = shared
-                .quorum_ack_age_ms()
-                .is_none_or(|ms| ms > shared.config.election_timeout_max_ms);
-            if !m.leading {
-                resign(&shared, r, "lost raft leadership");
-            } else if quorum_lost {
-                // Check-quorum: a majority has not acknowledged this leader
-                // for a whole election timeout; it may have a successor.
-                resign(&shared, r, "no quorum contact for an election timeout");
-            } else if r.epoch != m.term {
-                resign(&shared, r, "term changed");
-            } else if r.task.is_finished() {
-                resign(&shared, r, "event loop stopped");
-            } else {
-                running = Some(r);
-            }
+            running = still_running(&shared, r, &m);
         }
         // The first entry of our term (openraft's blank entry) applied means
         // the image holds everything any earlier leader committed. Not
@@ -191,55 +257,9 @@ pub(crate) async fn watch_leadership(shared: Arc<Shared>, mut shutdown: watch::R
         // A leader acts only once a quorum acknowledged it in this term (a
         // node that restarts believes itself leader of its stored term).
         if running.is_none() && m.leading && caught_up && shared.lease_valid() {
-            let epoch = m.term;
-            let image = shared.image();
-            if let Ok(mut t) = shared.heartbeats.lock() {
-                // Every known broker starts a fresh session before anyone
-                // is fenced by this controller.
-                t.reset_all(image.brokers().map(|b| (b.id, b.epoch)), now_ms());
-            }
-            // onControllerFailover, minus the ZooKeeper reads: the image is
-            // already here. The loop opens a channel (full state) to every
-            // broker; its first reconcile tick (2 s in) elects offline
-            // partitions and resumes reassignments and deletions.
-            let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-            let (stop_tx, stop_rx) = oneshot::channel();
-            let task = tokio::spawn(crate::active::run(shared.clone(), epoch, rx, stop_rx));
-            if let Ok(mut g) = shared.active.write() {
-                *g = Some(ActiveHandle { epoch, tx });
-            }
-            metrics::gauge!("keel_controller_active").set(1.0);
-            metrics::counter!("keel_controller_new_active_controllers_total").increment(1);
-            shared.events.push(
-                epoch,
-                m.last_applied_index.unwrap_or(0),
-                format!("node {me} became the active controller"),
-            );
-            tracing::info!(
-                node = me,
-                term = epoch,
-                partitions = image.partition_count(),
-                "became active controller"
-            );
-            running = Some(Running {
-                epoch,
-                stop: stop_tx,
-                task,
-            });
+            running = Some(become_active(&shared, &m));
         }
-        // The active controller binds the directory id of each voter that
-        // is not bound yet and has answered it (keel_raft::KeelNode).
-        if binding.as_ref().is_none_or(|b| b.is_finished()) {
-            binding = None;
-            if running.is_some() && shared.lease_valid() && needs_binding(&shared) {
-                let s = shared.clone();
-                binding = Some(tokio::spawn(async move {
-                    if let Err(e) = crate::quorum::bind_directories(&s).await {
-                        tracing::info!(node = s.config.node_id, error = %e.message, "directory ids not bound yet");
-                    }
-                }));
-            }
-        }
+        rebind_directories(&shared, &mut binding, running.is_some());
         let awaiting_first_entry = running.is_none() && m.leading && !caught_up;
         // Caught up, waiting for a quorum's acknowledgement: look again soon.
         let awaiting_quorum = running.is_none() && m.leading && caught_up;

@@ -69,6 +69,158 @@ async fn formed_quorum_peer(config: &ControllerConfig) -> Option<u64> {
     None
 }
 
+/// The Raft settings of this node, from its config.
+fn raft_config(config: &ControllerConfig) -> anyhow::Result<Arc<openraft::Config>> {
+    let mut rc = keel_raft::default_config(&config.cluster_id);
+    rc.heartbeat_interval = config.raft_heartbeat_ms;
+    rc.election_timeout_min = config.election_timeout_min_ms;
+    rc.election_timeout_max = config.election_timeout_max_ms;
+    rc.snapshot_policy = openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_interval_entries);
+    Ok(Arc::new(rc.validate().context("invalid raft settings")?))
+}
+
+/// The Raft service peers call, under this node's advertised address; a
+/// `restarted` node refuses votes until a lease it may have granted
+/// before has run out.
+fn raft_grpc_service(
+    config: &ControllerConfig,
+    raft: &KeelRaft,
+    directory_id: keel_raft::DirectoryId,
+    lease_clock: keel_raft::LeaseClock,
+    restarted: bool,
+) -> RaftGrpcService {
+    let advertised = config
+        .voters
+        .iter()
+        .find(|(id, _)| *id == config.node_id)
+        .map_or_else(|| config.listen.to_string(), |(_, addr)| addr.clone());
+    let mut raft_service = RaftGrpcService::new(raft.clone(), config.cluster_id.clone())
+        .with_directory(directory_id)
+        .with_address(advertised)
+        .with_lease_clock(lease_clock);
+    if restarted {
+        raft_service =
+            raft_service.refusing_votes_for(Duration::from_millis(config.election_timeout_max_ms));
+    }
+    raft_service
+}
+
+/// Serves the Raft, admin and broker services on `listener` until
+/// `shutdown_rx` turns true.
+fn spawn_server(
+    config: &ControllerConfig,
+    shared: &Arc<Shared>,
+    raft_service: RaftGrpcService,
+    listener: tokio::net::TcpListener,
+    shutdown_rx: watch::Receiver<bool>,
+) -> JoinHandle<Result<(), tonic::transport::Error>> {
+    let mut server_stop = shutdown_rx;
+    let router = tonic::transport::Server::builder()
+        .max_concurrent_streams(config.max_concurrent_streams)
+        .timeout(Duration::from_millis(config.request_timeout_ms))
+        .http2_keepalive_interval(Some(keel_tls::transport::HTTP2_KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(keel_tls::transport::HTTP2_KEEPALIVE_TIMEOUT))
+        .add_service(raft_service.into_server())
+        .add_service(
+            AdminServiceServer::new(AdminApi::new(shared.clone()))
+                .max_decoding_message_size(config.max_message_bytes),
+        )
+        .add_service(
+            BrokerServiceServer::new(BrokerApi::new(shared.clone()))
+                .max_decoding_message_size(config.max_message_bytes),
+        );
+    let transport = config.transport.clone();
+    let door = keel_tls::admission::Door::new(&shared.gate, "grpc");
+    // The transport accepts without Nagle: Raft and controller RPCs
+    // are small and latency-bound.
+    tokio::spawn(async move {
+        transport
+            .serve_admitted(router, listener, door, async move {
+                let _ = server_stop.wait_for(|v| *v).await;
+            })
+            .await
+    })
+}
+
+/// On a fresh node (not joining, nothing on disk), initializes the quorum
+/// membership, unless a peer already belongs to a formed quorum.
+async fn bootstrap(config: &ControllerConfig, raft: &KeelRaft, restarted: bool) {
+    let fresh = !config.join && !restarted;
+    let formed = if fresh {
+        formed_quorum_peer(config).await
+    } else {
+        None
+    };
+    if let Some(peer) = formed {
+        // Initializing now would make this node a term-1 candidate
+        // that deposes the quorum's leader; the leader will replicate
+        // the membership (which names this node) instead.
+        tracing::info!(
+            node = config.node_id,
+            peer,
+            "a peer already belongs to a formed quorum; waiting for its leader instead of initializing"
+        );
+    } else if fresh {
+        let members: BTreeMap<u64, KeelNode> = config
+            .voters
+            .iter()
+            .map(|(id, addr)| (*id, KeelNode::new(addr.clone())))
+            .collect();
+        // Every voter does this on its first start with the same set:
+        // the identical initial membership makes it safe, and the quorum
+        // forms as soon as a majority is up. No directory id is known
+        // yet (each voter knows only its own): the active controller
+        // binds them once the voters answer it (keel_raft::KeelNode).
+        match raft.initialize(members).await {
+            Ok(()) => tracing::info!(node = config.node_id, "initialized quorum membership"),
+            Err(e) => {
+                tracing::info!(node = config.node_id, reason = %e, "membership already set by a peer")
+            }
+        }
+    }
+}
+
+/// Serves Kafka clients on `addr`, from the quorum's image.
+async fn start_kafka_listener(
+    config: &ControllerConfig,
+    shared: &Arc<Shared>,
+    addr: std::net::SocketAddr,
+    shutdown_rx: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let l = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (Kafka listener)"))?;
+    let kafka_address = l.local_addr().unwrap_or(addr);
+    let _ = shared.kafka_address.set(kafka_address);
+    // One trust for both doors: the node's own TLS, or plaintext
+    // where the node speaks plaintext (`--allow-plaintext`).
+    let security = match &config.transport {
+        keel_tls::Transport::Plaintext => keel_kafka::server::Security::Plaintext,
+        keel_tls::Transport::Tls(ctx) => keel_kafka::server::Security::tls(
+            ctx.clone(),
+            config.kafka_client_auth,
+            config.kafka_sasl_plain,
+        ),
+    };
+    let views = Arc::new(crate::kafka_listener::QuorumViews {
+        shared: shared.clone(),
+        kafka_address,
+        access: std::sync::Mutex::new(None),
+    });
+    tokio::spawn(keel_kafka::serve(
+        l,
+        views,
+        keel_kafka::ListenerConfig {
+            security,
+            idle_timeout: Duration::from_millis(config.kafka_connections_max_idle_ms),
+            admission: keel_tls::admission::Door::new(&shared.gate, "kafka"),
+            ..keel_kafka::ListenerConfig::default()
+        },
+        shutdown_rx,
+    ));
+    Ok(())
+}
+
 impl ControllerNode {
     /// Opens (or formats) the data dir, starts Raft and the server, and
     /// bootstraps the quorum on a first start.
@@ -83,13 +235,7 @@ impl ControllerNode {
         let image = sm.subscribe();
         let directory_id = log.directory_id();
         tracing::info!(node = config.node_id, %directory_id, "data dir opened");
-        let mut rc = keel_raft::default_config(&config.cluster_id);
-        rc.heartbeat_interval = config.raft_heartbeat_ms;
-        rc.election_timeout_min = config.election_timeout_min_ms;
-        rc.election_timeout_max = config.election_timeout_max_ms;
-        rc.snapshot_policy =
-            openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_interval_entries);
-        let rc = Arc::new(rc.validate().context("invalid raft settings")?);
+        let rc = raft_config(&config)?;
         let network = Network::new(config.cluster_id.clone(), config.node_id)
             .with_bind_ip(config.listen.ip())
             .with_directory(directory_id)
@@ -105,19 +251,7 @@ impl ControllerNode {
         // A data dir that holds a vote or a log may have promised a leader a
         // lease before this process started: no vote until it has run out.
         let restarted = raft.is_initialized().await.context("raft stopped")?;
-        let advertised = config
-            .voters
-            .iter()
-            .find(|(id, _)| *id == config.node_id)
-            .map_or_else(|| config.listen.to_string(), |(_, addr)| addr.clone());
-        let mut raft_service = RaftGrpcService::new(raft.clone(), config.cluster_id.clone())
-            .with_directory(directory_id)
-            .with_address(advertised)
-            .with_lease_clock(lease_clock);
-        if restarted {
-            raft_service = raft_service
-                .refusing_votes_for(Duration::from_millis(config.election_timeout_max_ms));
-        }
+        let raft_service = raft_grpc_service(&config, &raft, directory_id, lease_clock, restarted);
 
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -136,66 +270,15 @@ impl ControllerNode {
                 .is_some_and(|shared| shared.is_member_address(ip))
         }));
         let (shutdown, shutdown_rx) = watch::channel(false);
-        let mut server_stop = shutdown_rx.clone();
-        let router = tonic::transport::Server::builder()
-            .max_concurrent_streams(config.max_concurrent_streams)
-            .timeout(Duration::from_millis(config.request_timeout_ms))
-            .http2_keepalive_interval(Some(keel_tls::transport::HTTP2_KEEPALIVE_INTERVAL))
-            .http2_keepalive_timeout(Some(keel_tls::transport::HTTP2_KEEPALIVE_TIMEOUT))
-            .add_service(raft_service.into_server())
-            .add_service(
-                AdminServiceServer::new(AdminApi::new(shared.clone()))
-                    .max_decoding_message_size(config.max_message_bytes),
-            )
-            .add_service(
-                BrokerServiceServer::new(BrokerApi::new(shared.clone()))
-                    .max_decoding_message_size(config.max_message_bytes),
-            );
-        let transport = config.transport.clone();
-        let door = keel_tls::admission::Door::new(&shared.gate, "grpc");
-        // The transport accepts without Nagle: Raft and controller RPCs
-        // are small and latency-bound.
-        let server = tokio::spawn(async move {
-            transport
-                .serve_admitted(router, listener, door, async move {
-                    let _ = server_stop.wait_for(|v| *v).await;
-                })
-                .await
-        });
+        let server = spawn_server(
+            &config,
+            &shared,
+            raft_service,
+            listener,
+            shutdown_rx.clone(),
+        );
 
-        let fresh = !config.join && !restarted;
-        let formed = if fresh {
-            formed_quorum_peer(&config).await
-        } else {
-            None
-        };
-        if let Some(peer) = formed {
-            // Initializing now would make this node a term-1 candidate
-            // that deposes the quorum's leader; the leader will replicate
-            // the membership (which names this node) instead.
-            tracing::info!(
-                node = config.node_id,
-                peer,
-                "a peer already belongs to a formed quorum; waiting for its leader instead of initializing"
-            );
-        } else if fresh {
-            let members: BTreeMap<u64, KeelNode> = config
-                .voters
-                .iter()
-                .map(|(id, addr)| (*id, KeelNode::new(addr.clone())))
-                .collect();
-            // Every voter does this on its first start with the same set:
-            // the identical initial membership makes it safe, and the quorum
-            // forms as soon as a majority is up. No directory id is known
-            // yet (each voter knows only its own): the active controller
-            // binds them once the voters answer it (keel_raft::KeelNode).
-            match raft.initialize(members).await {
-                Ok(()) => tracing::info!(node = config.node_id, "initialized quorum membership"),
-                Err(e) => {
-                    tracing::info!(node = config.node_id, reason = %e, "membership already set by a peer")
-                }
-            }
-        }
+        bootstrap(&config, &raft, restarted).await;
 
         tokio::spawn(crate::disk::watch_disk(
             config.data_dir.clone(),
@@ -210,37 +293,7 @@ impl ControllerNode {
             shutdown_rx.clone(),
         ));
         if let Some(addr) = config.kafka_listen {
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr} (Kafka listener)"))?;
-            let kafka_address = l.local_addr().unwrap_or(addr);
-            let _ = shared.kafka_address.set(kafka_address);
-            // One trust for both doors: the node's own TLS, or plaintext
-            // where the node speaks plaintext (`--allow-plaintext`).
-            let security = match &config.transport {
-                keel_tls::Transport::Plaintext => keel_kafka::server::Security::Plaintext,
-                keel_tls::Transport::Tls(ctx) => keel_kafka::server::Security::tls(
-                    ctx.clone(),
-                    config.kafka_client_auth,
-                    config.kafka_sasl_plain,
-                ),
-            };
-            let views = Arc::new(crate::kafka_listener::QuorumViews {
-                shared: shared.clone(),
-                kafka_address,
-                access: std::sync::Mutex::new(None),
-            });
-            tokio::spawn(keel_kafka::serve(
-                l,
-                views,
-                keel_kafka::ListenerConfig {
-                    security,
-                    idle_timeout: Duration::from_millis(config.kafka_connections_max_idle_ms),
-                    admission: keel_tls::admission::Door::new(&shared.gate, "kafka"),
-                    ..keel_kafka::ListenerConfig::default()
-                },
-                shutdown_rx.clone(),
-            ));
+            start_kafka_listener(&config, &shared, addr, shutdown_rx.clone()).await?;
         }
         let leadership = tokio::spawn(crate::leadership::watch_leadership(
             shared.clone(),

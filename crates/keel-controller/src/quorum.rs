@@ -161,6 +161,107 @@ async fn identify(
         })
 }
 
+/// The directory id an add-voter request names (none when empty), once
+/// its `address` is HOST:PORT and its `directory` 32 hex digits.
+fn checked_request(address: &str, directory: &str) -> Result<Option<DirectoryId>, ApiError> {
+    if address.parse::<std::net::SocketAddr>().is_err() {
+        return Err(ApiError::new(
+            ErrorCode::InvalidRequest,
+            format!("{address:?} is not HOST:PORT"),
+        ));
+    }
+    let directory: Option<DirectoryId> = if directory.is_empty() {
+        None
+    } else {
+        Some(directory.parse().map_err(|e: keel_raft::BadDirectoryId| {
+            ApiError::new(ErrorCode::InvalidRequest, e.to_string())
+        })?)
+    };
+    Ok(directory)
+}
+
+/// Whether adding `id` re-admits a voter with a new data dir (it is a
+/// voter recorded with another directory id than `directory`); refuses
+/// adding a voter again, re-admitting the active controller, and a
+/// learner recorded at another address. `member` is how the membership
+/// records `id` and whether it is a voter.
+fn readmits(
+    shared: &Shared,
+    id: u64,
+    address: &str,
+    directory: Option<DirectoryId>,
+    member: (Option<&KeelNode>, bool),
+) -> Result<bool, ApiError> {
+    let (recorded, is_voter) = member;
+    Ok(match (recorded, is_voter, directory) {
+        (Some(_), true, None) => return Err(refused(format!("node {id} is already a voter"))),
+        (Some(n), true, Some(d)) if n.directory_id == Some(d) => {
+            return Err(refused(format!("node {id} is already a voter")))
+        }
+        (Some(_), true, Some(_)) if id == shared.config.node_id => {
+            return Err(refused(format!(
+                "node {id} is the active controller; its data dir is in use"
+            )))
+        }
+        (Some(_), true, Some(_)) => true,
+        (Some(n), false, _) if n.addr != address => {
+            return Err(refused(format!(
+                "node {id} is a learner at {}, not {address}; remove it first (keel quorum \
+                 remove-learner --node-id {id})",
+                n.addr
+            )))
+        }
+        _ => false,
+    })
+}
+
+/// Refuses a learner `id` recorded (as `n`) with another directory id than
+/// the one the node at `address` answered with (`found`).
+fn same_learner_directory(
+    id: u64,
+    address: &str,
+    n: &KeelNode,
+    found: DirectoryId,
+) -> Result<(), ApiError> {
+    if n.directory_id.is_some_and(|d| d != found) {
+        return Err(refused(format!(
+            "node {id} is a learner recorded with directory id {}, but the node at {address} \
+             has {found}; remove it first (keel quorum remove-learner --node-id {id})",
+            n.directory_id.map(|d| d.to_string()).unwrap_or_default()
+        )));
+    }
+    Ok(())
+}
+
+/// Removes voter `id` (recorded with an old data dir) so that it can be
+/// added back as a learner with its new one (`found`).
+async fn remove_for_readmission(
+    shared: &Shared,
+    id: u64,
+    recorded: Option<&KeelNode>,
+    found: DirectoryId,
+) -> Result<(), ApiError> {
+    tracing::warn!(
+        node = shared.config.node_id,
+        voter = id,
+        recorded = %recorded
+            .and_then(|n| n.directory_id)
+            .map(|r| r.to_string())
+            .unwrap_or_else(|| "unbound".into()),
+        new_directory = %found,
+        "re-admitting a voter with a new data dir: removing it, then adding it back as a learner"
+    );
+    shared
+        .raft
+        .change_membership(
+            ChangeMembers::RemoveVoters([id].into_iter().collect()),
+            false,
+        )
+        .await
+        .map_err(raft_error)?;
+    Ok(())
+}
+
 /// Adds `id` as a learner, waits for it to catch up, then promotes it.
 ///
 /// First the node at `address` must answer as controller `id` of this
@@ -184,75 +285,26 @@ pub(crate) async fn add_voter(
     options: AddVoterOptions,
 ) -> Result<Added, ApiError> {
     ensure_settled(shared)?;
-    if address.parse::<std::net::SocketAddr>().is_err() {
-        return Err(ApiError::new(
-            ErrorCode::InvalidRequest,
-            format!("{address:?} is not HOST:PORT"),
-        ));
-    }
-    let directory: Option<DirectoryId> = if directory.is_empty() {
-        None
-    } else {
-        Some(directory.parse().map_err(|e: keel_raft::BadDirectoryId| {
-            ApiError::new(ErrorCode::InvalidRequest, e.to_string())
-        })?)
-    };
+    let directory = checked_request(&address, directory)?;
     let m = shared.raft.metrics().borrow().clone();
     let membership = m.membership_config.membership();
     let is_voter = membership.voter_ids().any(|v| v == id);
     let recorded = membership.get_node(&id).cloned();
-    let readmit = match (&recorded, is_voter, directory) {
-        (Some(_), true, None) => return Err(refused(format!("node {id} is already a voter"))),
-        (Some(n), true, Some(d)) if n.directory_id == Some(d) => {
-            return Err(refused(format!("node {id} is already a voter")))
-        }
-        (Some(_), true, Some(_)) if id == shared.config.node_id => {
-            return Err(refused(format!(
-                "node {id} is the active controller; its data dir is in use"
-            )))
-        }
-        (Some(_), true, Some(_)) => true,
-        (Some(n), false, _) if n.addr != address => {
-            return Err(refused(format!(
-                "node {id} is a learner at {}, not {address}; remove it first (keel quorum \
-                 remove-learner --node-id {id})",
-                n.addr
-            )))
-        }
-        _ => false,
-    };
+    let readmit = readmits(
+        shared,
+        id,
+        &address,
+        directory,
+        (recorded.as_ref(), is_voter),
+    )?;
     // Who answers there, before anything changes.
     let found = identify(shared, id, &address, directory).await?;
     // A learner already there with another dir than the node now has.
     if let Some(n) = recorded.as_ref().filter(|_| !is_voter) {
-        if n.directory_id.is_some_and(|d| d != found) {
-            return Err(refused(format!(
-                "node {id} is a learner recorded with directory id {}, but the node at {address} \
-                 has {found}; remove it first (keel quorum remove-learner --node-id {id})",
-                n.directory_id.map(|d| d.to_string()).unwrap_or_default()
-            )));
-        }
+        same_learner_directory(id, &address, n, found)?;
     }
     if readmit {
-        tracing::warn!(
-            node = shared.config.node_id,
-            voter = id,
-            recorded = %recorded
-                .as_ref()
-                .and_then(|n| n.directory_id)
-                .map(|r| r.to_string())
-                .unwrap_or_else(|| "unbound".into()),
-            new_directory = %found,
-            "re-admitting a voter with a new data dir: removing it, then adding it back as a learner"
-        );
-        shared
-            .raft
-            .change_membership(
-                ChangeMembers::RemoveVoters([id].into_iter().collect()),
-                false,
-            )
-            .await
-            .map_err(raft_error)?;
+        remove_for_readmission(shared, id, recorded.as_ref(), found).await?;
     }
     let added_at = if !readmit && recorded.is_some() {
         // Already a learner here: it must have stored the membership

@@ -281,6 +281,20 @@ impl<R: Reply> Batch<R> {
         Batch(Some(ask(fwd, call(items), deadline).await))
     }
 
+    /// Sends the `items` of a write as [`Batch::send`] does, within the
+    /// request's `timeout_ms`, and reads a lost answer as
+    /// [`Batch::async_safe`] says.
+    async fn send_write<T>(
+        fwd: &OnBehalf<'_>,
+        items: Vec<T>,
+        call: impl FnOnce(Vec<T>) -> AdminCall,
+        timeout_ms: i32,
+    ) -> Self {
+        Self::send(fwd, items, call, deadline(timeout_ms))
+            .await
+            .async_safe(timeout_ms)
+    }
+
     /// A lost answer to a write sent with `timeout_ms <= 0` reads as
     /// NOT_CONTROLLER (see [`async_safe`]).
     fn async_safe(self, timeout_ms: i32) -> Self {
@@ -299,6 +313,32 @@ impl<R: Reply> Batch<R> {
         self.0.as_ref().and_then(|r| r.as_ref().err())
     }
 
+    /// The reply's items (`items` picks them) by name: how each item asked
+    /// for finds its own answer. Empty when no reply came.
+    fn by_name<'a, T: Named>(
+        &'a self,
+        items: impl FnOnce(&'a R) -> &'a [T],
+    ) -> BTreeMap<&'a str, &'a T> {
+        self.reply()
+            .map(|r| items(r).iter().map(|t| (t.name(), t)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The error of item `i` of a request: the one found before sending
+    /// (in `local`), else what [`Batch::item`] says of it.
+    fn item_or_local(
+        &self,
+        local: &BTreeMap<usize, KafkaError>,
+        i: usize,
+        own: Option<Option<&pb::Error>>,
+        what: &str,
+    ) -> KafkaError {
+        match local.get(&i) {
+            Some(e) => e.clone(),
+            None => self.item(own, what),
+        }
+    }
+
     /// The error of one item that was sent: the whole call's, else its own
     /// answer's (`own`; `None`: the reply does not name it).
     fn item(&self, own: Option<Option<&pb::Error>>, what: &str) -> KafkaError {
@@ -311,6 +351,40 @@ impl<R: Reply> Batch<R> {
             ),
         }
     }
+}
+
+/// An item of a reply that names the topic it answers for.
+trait Named {
+    /// The topic's name.
+    fn name(&self) -> &str;
+}
+
+macro_rules! named {
+    ($($t:ty),* $(,)?) => {
+        $(impl Named for $t {
+            fn name(&self) -> &str {
+                &self.name
+            }
+        })*
+    };
+}
+
+named!(
+    pb::CreateTopicResult,
+    pb::DeleteTopicResult,
+    pb::CreatePartitionsResult,
+    pb::TopicDescription,
+);
+
+/// The distinct topic names among the resources of a configs request
+/// (each a resource type and name), in order.
+fn topic_names<N: ToString>(resources: impl Iterator<Item = (i8, N)>) -> Vec<String> {
+    resources
+        .filter(|(ty, _)| *ty == RESOURCE_TOPIC)
+        .map(|(_, name)| name.to_string())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
 }
 
 /// The keys that stand more than once in `keys`.
@@ -349,23 +423,16 @@ pub async fn create_topics(
             }
         }
     }
-    let batch = Batch::<pb::CreateTopicsResponse>::send(
-        fwd,
-        sent,
-        |items| {
-            AdminCall::CreateTopics(pb::CreateTopicsRequest {
-                topics: items,
-                validate_only: req.validate_only,
-            })
-        },
-        deadline(req.timeout_ms),
-    )
-    .await
-    .async_safe(req.timeout_ms);
-    let by_name: BTreeMap<&str, &pb::CreateTopicResult> = batch
-        .reply()
-        .map(|r| r.topics.iter().map(|t| (t.name.as_str(), t)).collect())
-        .unwrap_or_default();
+    let validate_only = req.validate_only;
+    let call = |topics| {
+        AdminCall::CreateTopics(pb::CreateTopicsRequest {
+            topics,
+            validate_only,
+        })
+    };
+    let batch =
+        Batch::<pb::CreateTopicsResponse>::send_write(fwd, sent, call, req.timeout_ms).await;
+    let by_name: BTreeMap<&str, &pb::CreateTopicResult> = batch.by_name(|r| &r.topics);
     let topics = req
         .topics
         .iter()
@@ -376,10 +443,7 @@ pub async fn create_topics(
                 .with_num_partitions(-1)
                 .with_replication_factor(-1);
             let own = by_name.get(t.name.0.as_str()).map(|r| r.error.as_ref());
-            let err = match local.get(&i) {
-                Some(e) => e.clone(),
-                None => batch.item(own, "topic"),
-            };
+            let err = batch.item_or_local(&local, i, own, "topic");
             if err.code != 0 {
                 return base.with_error_code(err.code).with_error_message(err.msg());
             }
@@ -399,6 +463,15 @@ pub async fn create_topics(
     CreateTopicsResponse::default().with_topics(topics)
 }
 
+/// A count of a CreateTopics request: `default` for Kafka's -1, else the
+/// count, which must not be negative (`invalid` otherwise).
+fn count_or_default(n: i32, default: u32, invalid: KafkaError) -> Result<u32, KafkaError> {
+    match n {
+        -1 => Ok(default),
+        n => u32::try_from(n).map_err(|_| invalid),
+    }
+}
+
 /// One topic of a CreateTopics request as Keel's. Kafka's -1 counts mean
 /// "the default": one partition and one replica (Kafka's `num.partitions`
 /// and `default.replication.factor`), or, with an explicit assignment, the
@@ -414,24 +487,22 @@ fn creatable(
         ));
     }
     let default = if explicit { 0 } else { 1 };
-    let partitions = match t.num_partitions {
-        -1 => default,
-        n => u32::try_from(n).map_err(|_| {
-            KafkaError::new(
-                ResponseError::InvalidPartitions,
-                "Number of partitions must be larger than 0, or -1 to use the default value.",
-            )
-        })?,
-    };
-    let replication_factor = match t.replication_factor {
-        -1 => default,
-        n => u32::try_from(n).map_err(|_| {
-            KafkaError::new(
-                ResponseError::InvalidReplicationFactor,
-                "Replication factor must be larger than 0, or -1 to use the default value.",
-            )
-        })?,
-    };
+    let partitions = count_or_default(
+        t.num_partitions,
+        default,
+        KafkaError::new(
+            ResponseError::InvalidPartitions,
+            "Number of partitions must be larger than 0, or -1 to use the default value.",
+        ),
+    )?;
+    let replication_factor = count_or_default(
+        t.replication_factor.into(),
+        default,
+        KafkaError::new(
+            ResponseError::InvalidReplicationFactor,
+            "Replication factor must be larger than 0, or -1 to use the default value.",
+        ),
+    )?;
     let mut assignments = Vec::new();
     for a in &t.assignments {
         let (Ok(partition), Some(replicas)) =
@@ -485,38 +556,7 @@ pub async fn delete_topics(
     view: &ClusterView,
     fwd: &OnBehalf<'_>,
 ) -> DeleteTopicsResponse {
-    // (name as asked, id as asked, the name to delete or the error)
-    let mut asked: Vec<(Option<String>, Uuid, Result<String, KafkaError>)> = Vec::new();
-    if version >= 6 {
-        for t in &req.topics {
-            let name = t.name.as_ref().map(|n| n.0.to_string());
-            let resolved = match (&name, t.topic_id.is_nil()) {
-                (Some(_), false) => Err(KafkaError::new(
-                    ResponseError::InvalidRequest,
-                    "A topic is named both by name and by id.",
-                )),
-                (Some(n), true) => Ok(n.clone()),
-                (None, false) => view
-                    .topic_by_id(t.topic_id.as_u128())
-                    .map(|(n, _)| n.to_string())
-                    .ok_or_else(|| {
-                        KafkaError::new(
-                            ResponseError::UnknownTopicId,
-                            "This server does not host this topic ID.",
-                        )
-                    }),
-                (None, true) => Err(KafkaError::new(
-                    ResponseError::InvalidRequest,
-                    "A topic is named neither by name nor by id.",
-                )),
-            };
-            asked.push((name, t.topic_id, resolved));
-        }
-    } else {
-        for n in &req.topic_names {
-            asked.push((Some(n.0.to_string()), Uuid::nil(), Ok(n.0.to_string())));
-        }
-    }
+    let mut asked = asked_topics(&req, version, view);
     let twice = repeated(
         asked
             .iter()
@@ -534,18 +574,10 @@ pub async fn delete_topics(
         .iter()
         .filter_map(|(_, _, r)| r.as_ref().ok().cloned())
         .collect();
-    let batch = Batch::<pb::DeleteTopicsResponse>::send(
-        fwd,
-        names,
-        |names| AdminCall::DeleteTopics(pb::DeleteTopicsRequest { names }),
-        deadline(req.timeout_ms),
-    )
-    .await
-    .async_safe(req.timeout_ms);
-    let by_name: BTreeMap<&str, &pb::DeleteTopicResult> = batch
-        .reply()
-        .map(|r| r.topics.iter().map(|t| (t.name.as_str(), t)).collect())
-        .unwrap_or_default();
+    let call = |names| AdminCall::DeleteTopics(pb::DeleteTopicsRequest { names });
+    let batch =
+        Batch::<pb::DeleteTopicsResponse>::send_write(fwd, names, call, req.timeout_ms).await;
+    let by_name: BTreeMap<&str, &pb::DeleteTopicResult> = batch.by_name(|r| &r.topics);
     let responses = asked
         .iter()
         .map(|(name, id, resolved)| {
@@ -578,6 +610,48 @@ pub async fn delete_topics(
         })
         .collect();
     DeleteTopicsResponse::default().with_responses(responses)
+}
+
+/// The topics a DeleteTopics request names, each as (name as asked, id
+/// as asked, the name to delete or the error): by name, or (v6) by name or
+/// by id resolved through the broker's cache.
+fn asked_topics(
+    req: &DeleteTopicsRequest,
+    version: i16,
+    view: &ClusterView,
+) -> Vec<(Option<String>, Uuid, Result<String, KafkaError>)> {
+    let mut asked: Vec<(Option<String>, Uuid, Result<String, KafkaError>)> = Vec::new();
+    if version >= 6 {
+        for t in &req.topics {
+            let name = t.name.as_ref().map(|n| n.0.to_string());
+            let resolved = match (&name, t.topic_id.is_nil()) {
+                (Some(_), false) => Err(KafkaError::new(
+                    ResponseError::InvalidRequest,
+                    "A topic is named both by name and by id.",
+                )),
+                (Some(n), true) => Ok(n.clone()),
+                (None, false) => view
+                    .topic_by_id(t.topic_id.as_u128())
+                    .map(|(n, _)| n.to_string())
+                    .ok_or_else(|| {
+                        KafkaError::new(
+                            ResponseError::UnknownTopicId,
+                            "This server does not host this topic ID.",
+                        )
+                    }),
+                (None, true) => Err(KafkaError::new(
+                    ResponseError::InvalidRequest,
+                    "A topic is named neither by name nor by id.",
+                )),
+            };
+            asked.push((name, t.topic_id, resolved));
+        }
+    } else {
+        for n in &req.topic_names {
+            asked.push((Some(n.0.to_string()), Uuid::nil(), Ok(n.0.to_string())));
+        }
+    }
+    asked
 }
 
 // ---- CreatePartitions -------------------------------------------------------
@@ -644,33 +718,23 @@ pub async fn create_partitions(
             assignments,
         });
     }
-    let batch = Batch::<pb::CreatePartitionsResponse>::send(
-        fwd,
-        sent,
-        |items| {
-            AdminCall::CreatePartitions(pb::CreatePartitionsRequest {
-                topics: items,
-                validate_only: req.validate_only,
-            })
-        },
-        deadline(req.timeout_ms),
-    )
-    .await
-    .async_safe(req.timeout_ms);
-    let by_name: BTreeMap<&str, &pb::CreatePartitionsResult> = batch
-        .reply()
-        .map(|r| r.topics.iter().map(|t| (t.name.as_str(), t)).collect())
-        .unwrap_or_default();
+    let validate_only = req.validate_only;
+    let call = |topics| {
+        AdminCall::CreatePartitions(pb::CreatePartitionsRequest {
+            topics,
+            validate_only,
+        })
+    };
+    let batch =
+        Batch::<pb::CreatePartitionsResponse>::send_write(fwd, sent, call, req.timeout_ms).await;
+    let by_name: BTreeMap<&str, &pb::CreatePartitionsResult> = batch.by_name(|r| &r.topics);
     let results = req
         .topics
         .iter()
         .enumerate()
         .map(|(i, t)| {
             let own = by_name.get(t.name.0.as_str()).map(|r| r.error.as_ref());
-            let err = match local.get(&i) {
-                Some(e) => e.clone(),
-                None => batch.item(own, "topic"),
-            };
+            let err = batch.item_or_local(&local, i, own, "topic");
             CreatePartitionsTopicResult::default()
                 .with_name(t.name.clone())
                 .with_error_code(err.code)
@@ -774,14 +838,11 @@ pub async fn describe_configs(
     version: i16,
     fwd: &OnBehalf<'_>,
 ) -> DescribeConfigsResponse {
-    let names: Vec<String> = req
-        .resources
-        .iter()
-        .filter(|r| r.resource_type == RESOURCE_TOPIC)
-        .map(|r| r.resource_name.to_string())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
+    let names = topic_names(
+        req.resources
+            .iter()
+            .map(|r| (r.resource_type, &r.resource_name)),
+    );
     let batch = Batch::<pb::DescribeTopicsResponse>::send(
         fwd,
         names,
@@ -789,23 +850,18 @@ pub async fn describe_configs(
         DEFAULT_FORWARD_TIMEOUT,
     )
     .await;
-    let by_name: BTreeMap<&str, &pb::TopicDescription> = batch
-        .reply()
-        .map(|r| r.topics.iter().map(|t| (t.name.as_str(), t)).collect())
-        .unwrap_or_default();
+    let by_name: BTreeMap<&str, &pb::TopicDescription> = batch.by_name(|r| &r.topics);
     let topic_defaults: &[pb::ConfigEntry] =
         batch.reply().map_or(&[], |r| r.cluster_defaults.as_slice());
     // Brokers list the cluster-wide defaults (Keel keeps no config of one
     // broker): one DescribeClusterConfigs call if any broker is asked.
-    let defaults = if req
-        .resources
-        .iter()
-        .any(|r| r.resource_type == RESOURCE_BROKER)
-    {
-        cluster_defaults(fwd).await
-    } else {
-        Ok(Vec::new())
-    };
+    let defaults = cluster_defaults_if(
+        req.resources
+            .iter()
+            .any(|r| r.resource_type == RESOURCE_BROKER),
+        fwd,
+    )
+    .await;
     let results = req
         .resources
         .iter()
@@ -854,6 +910,23 @@ pub async fn describe_configs(
 }
 
 // ---- IncrementalAlterConfigs and AlterConfigs -------------------------------
+
+/// The answer to each resource of an (Incremental)AlterConfigs request
+/// (what [`alter_topic_configs`] gives), as responses of type `$item`.
+macro_rules! config_responses {
+    ($answered:expr, $item:ty) => {
+        $answered
+            .into_iter()
+            .map(|(ty, name, e)| {
+                <$item>::default()
+                    .with_resource_type(ty)
+                    .with_resource_name(s(name))
+                    .with_error_code(e.code)
+                    .with_error_message(e.msg())
+            })
+            .collect()
+    };
+}
 
 /// Sends the topic changes of an (Incremental)AlterConfigs request as one
 /// IncrementalAlterConfigs call, and a change of the default broker
@@ -1012,18 +1085,8 @@ pub async fn incremental_alter_configs(
         })
         .collect();
     let answered = alter_topic_configs(resources, req.validate_only, fwd).await;
-    IncrementalAlterConfigsResponse::default().with_responses(
-        answered
-            .into_iter()
-            .map(|(ty, name, e)| {
-                IncrementalResult::default()
-                    .with_resource_type(ty)
-                    .with_resource_name(s(name))
-                    .with_error_code(e.code)
-                    .with_error_message(e.msg())
-            })
-            .collect(),
-    )
+    IncrementalAlterConfigsResponse::default()
+        .with_responses(config_responses!(answered, IncrementalResult))
 }
 
 /// AlterConfigs (v0-2): a topic's configs (or the cluster-wide defaults, on
@@ -1033,15 +1096,40 @@ pub async fn incremental_alter_configs(
 /// change made between the two by someone else may be undone, as with
 /// Kafka's own non-incremental AlterConfigs.
 pub async fn alter_configs(req: AlterConfigsRequest, fwd: &OnBehalf<'_>) -> AlterConfigsResponse {
-    let names: Vec<String> = req
+    let names = topic_names(
+        req.resources
+            .iter()
+            .map(|r| (r.resource_type, &r.resource_name)),
+    );
+    let current = current_topics(names, fwd).await;
+    let defaults = cluster_defaults_if(
+        req.resources
+            .iter()
+            .any(|r| r.resource_type == RESOURCE_BROKER && r.resource_name.is_empty()),
+        fwd,
+    )
+    .await;
+    let resources = req
         .resources
         .iter()
-        .filter(|r| r.resource_type == RESOURCE_TOPIC)
-        .map(|r| r.resource_name.to_string())
-        .collect::<BTreeSet<_>>()
-        .into_iter()
+        .map(|r| {
+            let name = r.resource_name.to_string();
+            let ops = replacing_ops(r, &name, &current, &defaults);
+            (r.resource_type, name, ops)
+        })
         .collect();
-    let current = if names.is_empty() {
+    let answered = alter_topic_configs(resources, req.validate_only, fwd).await;
+    AlterConfigsResponse::default()
+        .with_responses(config_responses!(answered, AlterConfigsResourceResponse))
+}
+
+/// The topics named, as they stand now with their configs, by name (one
+/// DescribeTopics call, none when no topic is named).
+async fn current_topics(
+    names: Vec<String>,
+    fwd: &OnBehalf<'_>,
+) -> Result<BTreeMap<String, pb::TopicDescription>, KafkaError> {
+    if names.is_empty() {
         Ok(BTreeMap::new())
     } else {
         let c = AdminCall::DescribeTopics(pb::DescribeTopicsRequest { names });
@@ -1053,94 +1141,73 @@ pub async fn alter_configs(req: AlterConfigsRequest, fwd: &OnBehalf<'_>) -> Alte
                     .map(|t| (t.name.clone(), t))
                     .collect::<BTreeMap<_, _>>()
             })
+    }
+}
+
+/// The ops that make resource `r` (named `name`) of an AlterConfigs
+/// request hold exactly the configs given: set each given one, delete
+/// every other one set now (of the topic in `current`, or of the
+/// cluster-wide `defaults` for the default broker resource).
+fn replacing_ops(
+    r: &kafka_protocol::messages::alter_configs_request::AlterConfigsResource,
+    name: &str,
+    current: &Result<BTreeMap<String, pb::TopicDescription>, KafkaError>,
+    defaults: &Result<Vec<pb::ConfigEntry>, KafkaError>,
+) -> Result<Vec<pb::AlterConfigOp>, KafkaError> {
+    let mut ops = Vec::new();
+    let mut given = BTreeSet::new();
+    for c in &r.configs {
+        let Some(v) = &c.value else {
+            return Err(KafkaError::new(
+                ResponseError::InvalidRequest,
+                format!("Null value not supported for : {}", c.name.as_str()),
+            ));
+        };
+        given.insert(c.name.to_string());
+        ops.push(pb::AlterConfigOp {
+            key: c.name.to_string(),
+            value: v.to_string(),
+            op: pb::ConfigOp::Set as i32,
+        });
+    }
+    if r.resource_type == RESOURCE_BROKER && name.is_empty() {
+        // Every default not given goes (given names may be
+        // Kafka's broker names of topic configs).
+        let given: BTreeSet<&str> = given
+            .iter()
+            .map(|k| keel_metadata::topic_config::default_key(k).unwrap_or(k))
+            .collect();
+        let set = defaults.as_ref().map_err(Clone::clone)?;
+        let unset = set.iter().filter(|c| !given.contains(c.key.as_str()));
+        ops.extend(unset.map(deletion));
+        return Ok(ops);
+    }
+    if r.resource_type != RESOURCE_TOPIC {
+        return Ok(ops);
+    }
+    let current = current.as_ref().map_err(Clone::clone)?;
+    let Some(t) = current.get(name) else {
+        return Err(KafkaError::new(
+            ResponseError::UnknownTopicOrPartition,
+            "This server does not host this topic-partition.",
+        ));
     };
-    let defaults = if req
-        .resources
-        .iter()
-        .any(|r| r.resource_type == RESOURCE_BROKER && r.resource_name.is_empty())
-    {
-        cluster_defaults(fwd).await
-    } else {
-        Ok(Vec::new())
-    };
-    let resources = req
-        .resources
-        .iter()
-        .map(|r| {
-            let name = r.resource_name.to_string();
-            let ops = (|| {
-                let mut ops = Vec::new();
-                let mut given = BTreeSet::new();
-                for c in &r.configs {
-                    let Some(v) = &c.value else {
-                        return Err(KafkaError::new(
-                            ResponseError::InvalidRequest,
-                            format!("Null value not supported for : {}", c.name.as_str()),
-                        ));
-                    };
-                    given.insert(c.name.to_string());
-                    ops.push(pb::AlterConfigOp {
-                        key: c.name.to_string(),
-                        value: v.to_string(),
-                        op: pb::ConfigOp::Set as i32,
-                    });
-                }
-                if r.resource_type == RESOURCE_BROKER && name.is_empty() {
-                    // Every default not given goes (given names may be
-                    // Kafka's broker names of topic configs).
-                    let given: BTreeSet<&str> = given
-                        .iter()
-                        .map(|k| keel_metadata::topic_config::default_key(k).unwrap_or(k))
-                        .collect();
-                    let set = defaults.as_ref().map_err(Clone::clone)?;
-                    for c in set.iter().filter(|c| !given.contains(c.key.as_str())) {
-                        ops.push(pb::AlterConfigOp {
-                            key: c.key.clone(),
-                            value: String::new(),
-                            op: pb::ConfigOp::Delete as i32,
-                        });
-                    }
-                    return Ok(ops);
-                }
-                if r.resource_type != RESOURCE_TOPIC {
-                    return Ok(ops);
-                }
-                let current = current.as_ref().map_err(Clone::clone)?;
-                let Some(t) = current.get(&name) else {
-                    return Err(KafkaError::new(
-                        ResponseError::UnknownTopicOrPartition,
-                        "This server does not host this topic-partition.",
-                    ));
-                };
-                let e = from_pb(t.error.as_ref());
-                if e.code != 0 {
-                    return Err(e);
-                }
-                for c in t.configs.iter().filter(|c| !given.contains(&c.key)) {
-                    ops.push(pb::AlterConfigOp {
-                        key: c.key.clone(),
-                        value: String::new(),
-                        op: pb::ConfigOp::Delete as i32,
-                    });
-                }
-                Ok(ops)
-            })();
-            (r.resource_type, name, ops)
-        })
-        .collect();
-    let answered = alter_topic_configs(resources, req.validate_only, fwd).await;
-    AlterConfigsResponse::default().with_responses(
-        answered
-            .into_iter()
-            .map(|(ty, name, e)| {
-                AlterConfigsResourceResponse::default()
-                    .with_resource_type(ty)
-                    .with_resource_name(s(name))
-                    .with_error_code(e.code)
-                    .with_error_message(e.msg())
-            })
-            .collect(),
-    )
+    let e = from_pb(t.error.as_ref());
+    if e.code != 0 {
+        return Err(e);
+    }
+    let unset = t.configs.iter().filter(|c| !given.contains(&c.key));
+    ops.extend(unset.map(deletion));
+    Ok(ops)
+}
+
+/// The op that deletes config `c`.
+fn deletion(c: &pb::ConfigEntry) -> pb::AlterConfigOp {
+    pb::AlterConfigOp {
+        key: c.key.clone(),
+        value: String::new(),
+        op: pb::ConfigOp::Delete as i32,
+    }
 }
 
 /// The cluster-wide defaults (one DescribeClusterConfigs call).
@@ -1149,6 +1216,18 @@ async fn cluster_defaults(fwd: &OnBehalf<'_>) -> Result<Vec<pb::ConfigEntry>, Ka
     ask::<pb::DescribeClusterConfigsResponse>(fwd, c, DEFAULT_FORWARD_TIMEOUT)
         .await
         .map(|r| r.configs)
+}
+
+/// The cluster-wide defaults when `wanted` (none, and no call, otherwise).
+async fn cluster_defaults_if(
+    wanted: bool,
+    fwd: &OnBehalf<'_>,
+) -> Result<Vec<pb::ConfigEntry>, KafkaError> {
+    if wanted {
+        cluster_defaults(fwd).await
+    } else {
+        Ok(Vec::new())
+    }
 }
 
 /// The ops of the default broker resource with each name as the topic
@@ -1177,27 +1256,7 @@ pub async fn elect_leaders(
     let election_type = match (version, req.election_type) {
         (0, _) | (_, 0) => pb::ElectionType::Preferred,
         (_, 1) => pb::ElectionType::Unclean,
-        (_, other) => {
-            return ElectLeadersResponse::default().with_error_code(ResponseError::InvalidRequest.code()).with_replica_election_results(
-                req.topic_partitions
-                    .iter()
-                    .flatten()
-                    .map(|t| {
-                        ReplicaElectionResult::default().with_topic(t.topic.clone()).with_partition_result(
-                            t.partitions
-                                .iter()
-                                .map(|p| {
-                                    PartitionResult::default()
-                                        .with_partition_id(*p)
-                                        .with_error_code(ResponseError::InvalidRequest.code())
-                                        .with_error_message(Some(s(format!("election type {other} is neither PREFERRED (0) nor UNCLEAN (1)"))))
-                                })
-                                .collect(),
-                        )
-                    })
-                    .collect(),
-            )
-        }
+        (_, other) => return unknown_election_type(&req, other),
     };
     let mut asked: Vec<(String, i32)> = Vec::new();
     for t in req.topic_partitions.iter().flatten() {
@@ -1229,39 +1288,16 @@ pub async fn elect_leaders(
             Ok(r) => {
                 for p in r.partitions {
                     let e = from_pb(p.error.as_ref());
-                    by_topic.entry(p.topic.clone()).or_default().push(
-                        PartitionResult::default()
-                            .with_partition_id(i32::try_from(p.partition).unwrap_or(i32::MAX))
-                            .with_error_code(e.code)
-                            .with_error_message(e.msg()),
-                    );
+                    let index = i32::try_from(p.partition).unwrap_or(i32::MAX);
+                    by_topic
+                        .entry(p.topic.clone())
+                        .or_default()
+                        .push(partition_result(index, &e));
                 }
             }
         }
     }
-    // Partitions asked for but not answered: a negative index, or the
-    // whole call failed.
-    for (topic, p) in &asked {
-        let answered = by_topic
-            .get(topic)
-            .is_some_and(|ps| ps.iter().any(|r| r.partition_id == *p));
-        if !answered {
-            let e = if top.code != 0 {
-                top.clone()
-            } else {
-                KafkaError::new(
-                    ResponseError::UnknownTopicOrPartition,
-                    "This server does not host this topic-partition.",
-                )
-            };
-            by_topic.entry(topic.clone()).or_default().push(
-                PartitionResult::default()
-                    .with_partition_id(*p)
-                    .with_error_code(e.code)
-                    .with_error_message(e.msg()),
-            );
-        }
-    }
+    answer_unanswered(&asked, &mut by_topic, &top);
     let results = by_topic
         .into_iter()
         .map(|(t, ps)| {
@@ -1277,6 +1313,67 @@ pub async fn elect_leaders(
     } else {
         out
     }
+}
+
+/// The answer to an ElectLeaders request of an election type Kafka does
+/// not define (`other`): INVALID_REQUEST, at the top and for every
+/// partition named.
+fn unknown_election_type(req: &ElectLeadersRequest, other: i8) -> ElectLeadersResponse {
+    ElectLeadersResponse::default().with_error_code(ResponseError::InvalidRequest.code()).with_replica_election_results(
+        req.topic_partitions
+            .iter()
+            .flatten()
+            .map(|t| {
+                ReplicaElectionResult::default().with_topic(t.topic.clone()).with_partition_result(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            PartitionResult::default()
+                                .with_partition_id(*p)
+                                .with_error_code(ResponseError::InvalidRequest.code())
+                                .with_error_message(Some(s(format!("election type {other} is neither PREFERRED (0) nor UNCLEAN (1)"))))
+                        })
+                        .collect(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// Answers the partitions asked for but not answered (a negative index,
+/// or the whole call failed, with `top`'s error then).
+fn answer_unanswered(
+    asked: &[(String, i32)],
+    by_topic: &mut BTreeMap<String, Vec<PartitionResult>>,
+    top: &KafkaError,
+) {
+    for (topic, p) in asked {
+        let answered = by_topic
+            .get(topic)
+            .is_some_and(|ps| ps.iter().any(|r| r.partition_id == *p));
+        if !answered {
+            let e = if top.code != 0 {
+                top.clone()
+            } else {
+                KafkaError::new(
+                    ResponseError::UnknownTopicOrPartition,
+                    "This server does not host this topic-partition.",
+                )
+            };
+            by_topic
+                .entry(topic.clone())
+                .or_default()
+                .push(partition_result(*p, &e));
+        }
+    }
+}
+
+/// One partition's answer to ElectLeaders.
+fn partition_result(index: i32, e: &KafkaError) -> PartitionResult {
+    PartitionResult::default()
+        .with_partition_id(index)
+        .with_error_code(e.code)
+        .with_error_message(e.msg())
 }
 
 // ---- Reassignments ----------------------------------------------------------

@@ -181,36 +181,10 @@ where
     V: Deref<Target = ClusterView>,
     F: FnOnce() -> V,
 {
-    let Some(fixed) = request.get(..8) else {
-        return Outcome::Close(format!(
-            "a request of {} bytes is shorter than any request header",
-            request.len()
-        ));
+    let (api, version) = match served_version(request, served) {
+        Ok(found) => found,
+        Err(outcome) => return outcome,
     };
-    // The first three header fields are the same in every header version.
-    let api_key = i16::from_be_bytes([fixed[0], fixed[1]]);
-    let version = i16::from_be_bytes([fixed[2], fixed[3]]);
-    let correlation_id = i32::from_be_bytes([fixed[4], fixed[5], fixed[6], fixed[7]]);
-    let Ok(api) = ApiKey::try_from(api_key) else {
-        return Outcome::Close(format!("unknown API key {api_key}"));
-    };
-    let Some((min, max)) = served
-        .iter()
-        .find(|(k, ..)| *k == api)
-        .map(|&(_, min, max)| (min, max))
-    else {
-        return Outcome::Close(format!(
-            "{api:?} (API key {api_key}) is not served by this listener"
-        ));
-    };
-    if !(min..=max).contains(&version) {
-        if api == ApiKey::ApiVersions {
-            return unsupported_api_versions(correlation_id, served);
-        }
-        return Outcome::Close(format!(
-            "{api:?} v{version} is not served (versions {min}-{max} are)"
-        ));
-    }
     let mut buf = Bytes::copy_from_slice(request);
     let header = match RequestHeader::decode(&mut buf, api.request_header_version(version)) {
         Ok(h) => h,
@@ -221,83 +195,23 @@ where
         }
     };
     let id = header.correlation_id;
-    let undecodable = |e: String| Outcome::Close(format!("{api:?} v{version}: {e}"));
     if !matches!(
         api,
         ApiKey::ApiVersions | ApiKey::Metadata | ApiKey::DescribeCluster | ApiKey::DescribeQuorum
     ) {
-        if request.len() > MAX_ADMIN_REQUEST_BYTES {
-            return undecodable(format!(
-                "an admin request of {} bytes is over {MAX_ADMIN_REQUEST_BYTES}",
-                request.len()
-            ));
-        }
-        // Before decoding: see `shape`.
-        if let Err(e) = crate::shape::check(api, version, &buf) {
-            return undecodable(e);
-        }
-        return match decode_admin(api, &mut buf, version) {
-            Ok(request) => Outcome::Forward(Box::new(Forwarded {
-                api,
-                version,
-                correlation_id: id,
-                request,
-            })),
-            Err(e) => undecodable(format!("undecodable request: {e}")),
-        };
+        return forward_admin(api, version, id, request.len(), buf);
     }
     // Bytes after the body are ignored, as Kafka does.
     let view = view();
     let view = &*view;
+    let said = Said { api, version, id };
     match api {
         ApiKey::ApiVersions => match ApiVersionsRequest::decode(&mut buf, version) {
             Ok(req) => respond(api, version, id, &apis::api_versions(&req, version, served)),
-            Err(e) => undecodable(format!("undecodable request: {e}")),
+            Err(e) => said.undecodable(format!("undecodable request: {e}")),
         },
-        ApiKey::Metadata => {
-            // The topics array comes first; its length is checked before
-            // the decoder reserves room for that many entries.
-            if let Err(e) = check_array_length(&buf, version >= 9) {
-                return undecodable(e);
-            }
-            // And what it would take decoded: see `budget`.
-            if let Err(e) = crate::budget::metadata(&buf, version, request.len()) {
-                return undecodable(e);
-            }
-            match MetadataRequest::decode(&mut buf, version) {
-                Ok(req) => respond(
-                    api,
-                    version,
-                    id,
-                    &apis::metadata(&req, version, view, &|t| asker.may_describe(t)),
-                ),
-                Err(e) => undecodable(format!("undecodable request: {e}")),
-            }
-        }
-        ApiKey::DescribeQuorum => {
-            let Some(q) = &view.quorum else {
-                return undecodable("not served by a broker".into());
-            };
-            if let Err(e) = crate::shape::check(api, version, &buf) {
-                return undecodable(e);
-            }
-            // As Kafka: describing the quorum needs DESCRIBE on the cluster.
-            if !asker
-                .access
-                .may(asker.principal, Operation::Describe, Resource::Cluster)
-            {
-                tracing::info!(principal = %asker.principal, operation = "describe", resource = "cluster", api = "DescribeQuorum", "refused");
-                let refused = kafka_protocol::messages::DescribeQuorumResponse::default()
-                    .with_error_code(
-                        kafka_protocol::ResponseError::ClusterAuthorizationFailed.code(),
-                    );
-                return respond(api, version, id, &refused);
-            }
-            match DescribeQuorumRequest::decode(&mut buf, version) {
-                Ok(req) => respond(api, version, id, &apis::describe_quorum(&req, version, q)),
-                Err(e) => undecodable(format!("undecodable request: {e}")),
-            }
-        }
+        ApiKey::Metadata => answer_metadata(said, buf, request.len(), view, asker),
+        ApiKey::DescribeQuorum => answer_describe_quorum(said, buf, view, asker),
         ApiKey::DescribeCluster => match DescribeClusterRequest::decode(&mut buf, version) {
             Ok(req) => respond(
                 api,
@@ -305,10 +219,159 @@ where
                 id,
                 &apis::describe_cluster(&req, version, view),
             ),
-            Err(e) => undecodable(format!("undecodable request: {e}")),
+            Err(e) => said.undecodable(format!("undecodable request: {e}")),
         },
         // The admin APIs were forwarded above.
         other => Outcome::Close(format!("{other:?} is not served by this listener")),
+    }
+}
+
+/// What a request asks for, once its header is read: the API, its version
+/// and the correlation id its answer carries.
+#[derive(Clone, Copy)]
+struct Said {
+    /// The API asked for.
+    api: ApiKey,
+    /// The version asked for, one that is served.
+    version: i16,
+    /// The correlation id from the decoded header.
+    id: i32,
+}
+
+impl Said {
+    /// The outcome for a request of this API and version that cannot be
+    /// decoded or is refused before decoding: the connection is closed.
+    fn undecodable(self, e: String) -> Outcome {
+        let Said { api, version, .. } = self;
+        Outcome::Close(format!("{api:?} v{version}: {e}"))
+    }
+}
+
+/// Reads the fixed start of the request header and finds its API and
+/// version among `served`; the outcome to give instead when the request is
+/// too short, names an unknown or unserved API, or a version not served.
+fn served_version(request: &[u8], served: &[(ApiKey, i16, i16)]) -> Result<(ApiKey, i16), Outcome> {
+    let Some(fixed) = request.get(..8) else {
+        return Err(Outcome::Close(format!(
+            "a request of {} bytes is shorter than any request header",
+            request.len()
+        )));
+    };
+    // The first three header fields are the same in every header version.
+    let api_key = i16::from_be_bytes([fixed[0], fixed[1]]);
+    let version = i16::from_be_bytes([fixed[2], fixed[3]]);
+    let correlation_id = i32::from_be_bytes([fixed[4], fixed[5], fixed[6], fixed[7]]);
+    let Ok(api) = ApiKey::try_from(api_key) else {
+        return Err(Outcome::Close(format!("unknown API key {api_key}")));
+    };
+    let Some((min, max)) = served
+        .iter()
+        .find(|(k, ..)| *k == api)
+        .map(|&(_, min, max)| (min, max))
+    else {
+        return Err(Outcome::Close(format!(
+            "{api:?} (API key {api_key}) is not served by this listener"
+        )));
+    };
+    if !(min..=max).contains(&version) {
+        if api == ApiKey::ApiVersions {
+            return Err(unsupported_api_versions(correlation_id, served));
+        }
+        return Err(Outcome::Close(format!(
+            "{api:?} v{version} is not served (versions {min}-{max} are)"
+        )));
+    }
+    Ok((api, version))
+}
+
+/// Checks and decodes an admin request (`buf` is its body, `request_len`
+/// the whole request's size) and hands it on to be forwarded.
+fn forward_admin(
+    api: ApiKey,
+    version: i16,
+    id: i32,
+    request_len: usize,
+    mut buf: Bytes,
+) -> Outcome {
+    let said = Said { api, version, id };
+    if request_len > MAX_ADMIN_REQUEST_BYTES {
+        return said.undecodable(format!(
+            "an admin request of {request_len} bytes is over {MAX_ADMIN_REQUEST_BYTES}"
+        ));
+    }
+    // Before decoding: see `shape`.
+    if let Err(e) = crate::shape::check(api, version, &buf) {
+        return said.undecodable(e);
+    }
+    match decode_admin(api, &mut buf, version) {
+        Ok(request) => Outcome::Forward(Box::new(Forwarded {
+            api,
+            version,
+            correlation_id: id,
+            request,
+        })),
+        Err(e) => said.undecodable(format!("undecodable request: {e}")),
+    }
+}
+
+/// Answers a Metadata request from `view`, after checking what decoding
+/// its body (`buf`, of a request of `request_len` bytes) would take.
+fn answer_metadata(
+    said: Said,
+    mut buf: Bytes,
+    request_len: usize,
+    view: &ClusterView,
+    asker: &Asker<'_>,
+) -> Outcome {
+    let Said { api, version, id } = said;
+    // The topics array comes first; its length is checked before
+    // the decoder reserves room for that many entries.
+    if let Err(e) = check_array_length(&buf, version >= 9) {
+        return said.undecodable(e);
+    }
+    // And what it would take decoded: see `budget`.
+    if let Err(e) = crate::budget::metadata(&buf, version, request_len) {
+        return said.undecodable(e);
+    }
+    match MetadataRequest::decode(&mut buf, version) {
+        Ok(req) => respond(
+            api,
+            version,
+            id,
+            &apis::metadata(&req, version, view, &|t| asker.may_describe(t)),
+        ),
+        Err(e) => said.undecodable(format!("undecodable request: {e}")),
+    }
+}
+
+/// Answers a DescribeQuorum request from the controller's quorum in
+/// `view`, refusing an asker without DESCRIBE on the cluster.
+fn answer_describe_quorum(
+    said: Said,
+    mut buf: Bytes,
+    view: &ClusterView,
+    asker: &Asker<'_>,
+) -> Outcome {
+    let Said { api, version, id } = said;
+    let Some(q) = &view.quorum else {
+        return said.undecodable("not served by a broker".into());
+    };
+    if let Err(e) = crate::shape::check(api, version, &buf) {
+        return said.undecodable(e);
+    }
+    // As Kafka: describing the quorum needs DESCRIBE on the cluster.
+    if !asker
+        .access
+        .may(asker.principal, Operation::Describe, Resource::Cluster)
+    {
+        tracing::info!(principal = %asker.principal, operation = "describe", resource = "cluster", api = "DescribeQuorum", "refused");
+        let refused = kafka_protocol::messages::DescribeQuorumResponse::default()
+            .with_error_code(kafka_protocol::ResponseError::ClusterAuthorizationFailed.code());
+        return respond(api, version, id, &refused);
+    }
+    match DescribeQuorumRequest::decode(&mut buf, version) {
+        Ok(req) => respond(api, version, id, &apis::describe_quorum(&req, version, q)),
+        Err(e) => said.undecodable(format!("undecodable request: {e}")),
     }
 }
 

@@ -432,6 +432,12 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     let mut sasl = SaslState::Idle;
     // A login begun with SaslHandshake v0: its tokens come raw.
     let mut legacy = false;
+    let side = LoginSide {
+        served,
+        offered,
+        source,
+        config,
+    };
     loop {
         let Some(len) = read_length(stream, config)
             .await
@@ -448,26 +454,7 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
             .await
             .map_err(|e| e.to_string())?;
         if legacy && matches!(sasl, SaslState::Chosen(_) | SaslState::Scram(_)) {
-            let access = source.access();
-            let nonce = nonce();
-            let login = crate::sasl::Login {
-                offered,
-                access: &access,
-                nonce: &nonce,
-            };
-            let (reply, step) = crate::sasl::raw_token(&request, &mut sasl, login);
-            if let Err(why) = took(step, &mut client) {
-                source.credentials_missed();
-                return Err(why);
-            }
-            let reply = reply.unwrap_or_default();
-            let mut frame = BytesMut::with_capacity(4 + reply.len());
-            frame.extend_from_slice(&(reply.len() as u32).to_be_bytes());
-            frame.extend_from_slice(&reply);
-            tokio::time::timeout(config.idle_timeout, stream.write_all(&frame))
-                .await
-                .map_err(|_| format!("the answer was not taken for {:?}", config.idle_timeout))?
-                .map_err(|e| e.to_string())?;
+            answer_raw_token(stream, &request, &mut sasl, &mut client, side).await?;
             continue;
         }
         let api = request
@@ -476,59 +463,166 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
         let outcome = if matches!(api, Some(ApiKey::SaslHandshake | ApiKey::SaslAuthenticate))
             && !offered.is_empty()
         {
-            let (outcome, step) = sasl_request(&request, served, &mut sasl, offered, source);
-            let v0_handshake =
-                api == Some(ApiKey::SaslHandshake) && request.get(2..4) == Some(&[0, 0][..]);
-            if step == Step::Continue {
-                legacy = v0_handshake && matches!(sasl, SaslState::Chosen(_));
-            }
-            if let Err(why) = took(step, &mut client) {
-                // The refusal is answered (SASL_AUTHENTICATION_FAILED), then
-                // the connection closed.
-                if let Outcome::Respond { frame, .. } = &outcome {
-                    let _ =
-                        tokio::time::timeout(config.idle_timeout, stream.write_all(frame)).await;
-                }
-                return Err(why);
-            }
-            outcome
+            sasl_turn(
+                stream,
+                &request,
+                api,
+                side,
+                &mut sasl,
+                &mut legacy,
+                &mut client,
+            )
+            .await?
         } else if matches!(sasl, SaslState::Chosen(_) | SaslState::Scram(_)) {
             return Err(format!("{api:?} in the middle of a SASL exchange"));
         } else {
-            let access = source.access();
-            let asker = Asker {
-                principal: &client.principal,
-                access: &access,
-            };
-            match route(&request, served, || source.view(), &asker) {
-                Outcome::Forward(f) => {
-                    let fwd = OnBehalf {
-                        forwarder: source.forwarder().unwrap_or(&NoForwarder),
-                        client: &client,
-                    };
-                    answer_with(*f, || source.view(), &fwd).await
-                }
-                other => other,
-            }
+            answer_request(&request, served, source, &client).await
         };
-        match outcome {
-            Outcome::Respond {
-                api,
-                version,
-                frame,
-            } => {
-                debug!(peer = ?client.address, ?api, version, bytes = frame.len(), "Kafka request answered");
-                tokio::time::timeout(config.idle_timeout, stream.write_all(&frame))
-                    .await
-                    .map_err(|_| format!("the answer was not taken for {:?}", config.idle_timeout))?
-                    .map_err(|e| e.to_string())?;
-            }
-            Outcome::Close(reason) => return Err(reason),
-            Outcome::Forward(f) => {
-                return Err(format!("{:?}: answered with another admin request", f.api))
-            }
-        }
+        send_outcome(stream, outcome, &client, config).await?;
     }
+}
+
+/// What a SASL login step is answered from: the listener's side.
+#[derive(Clone, Copy)]
+struct LoginSide<'a> {
+    /// The APIs and versions this listener serves.
+    served: &'a [(ApiKey, i16, i16)],
+    /// The SASL mechanisms this listener offers.
+    offered: &'a [Mechanism],
+    /// Where the access data (the credentials) comes from.
+    source: &'a dyn ViewSource,
+    /// The listener's limits (the write timeout).
+    config: &'a ListenerConfig,
+}
+
+/// Answers one raw token of a login begun with SaslHandshake v0, as a
+/// length-prefixed frame; `Err` (after counting a missed credential) when
+/// the login step refuses the client.
+async fn answer_raw_token<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    request: &[u8],
+    sasl: &mut SaslState,
+    client: &mut Client,
+    side: LoginSide<'_>,
+) -> Result<(), String> {
+    let LoginSide {
+        offered,
+        source,
+        config,
+        ..
+    } = side;
+    let access = source.access();
+    let nonce = nonce();
+    let login = crate::sasl::Login {
+        offered,
+        access: &access,
+        nonce: &nonce,
+    };
+    let (reply, step) = crate::sasl::raw_token(request, sasl, login);
+    if let Err(why) = took(step, client) {
+        source.credentials_missed();
+        return Err(why);
+    }
+    let reply = reply.unwrap_or_default();
+    let mut frame = BytesMut::with_capacity(4 + reply.len());
+    frame.extend_from_slice(&(reply.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&reply);
+    write_frame(stream, &frame, config).await
+}
+
+/// Takes one step of a SASL login (`api`: SaslHandshake or
+/// SaslAuthenticate): the outcome to send, or (after the
+/// refusal is answered) why the connection closes. Notes whether the
+/// tokens that follow come raw (a v0 SaslHandshake).
+async fn sasl_turn<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    request: &[u8],
+    api: Option<ApiKey>,
+    side: LoginSide<'_>,
+    sasl: &mut SaslState,
+    legacy: &mut bool,
+    client: &mut Client,
+) -> Result<Outcome, String> {
+    let LoginSide {
+        served,
+        offered,
+        source,
+        config,
+    } = side;
+    let (outcome, step) = sasl_request(request, served, sasl, offered, source);
+    let v0_handshake = api == Some(ApiKey::SaslHandshake) && request.get(2..4) == Some(&[0, 0][..]);
+    if step == Step::Continue {
+        *legacy = v0_handshake && matches!(sasl, SaslState::Chosen(_));
+    }
+    if let Err(why) = took(step, client) {
+        // The refusal is answered (SASL_AUTHENTICATION_FAILED), then
+        // the connection closed.
+        if let Outcome::Respond { frame, .. } = &outcome {
+            let _ = tokio::time::timeout(config.idle_timeout, stream.write_all(frame)).await;
+        }
+        return Err(why);
+    }
+    Ok(outcome)
+}
+
+/// Answers a request of a logged-in (or not logging-in) client: from the
+/// snapshot, or forwarded to the active controller on the client's behalf.
+async fn answer_request(
+    request: &[u8],
+    served: &[(ApiKey, i16, i16)],
+    source: &dyn ViewSource,
+    client: &Client,
+) -> Outcome {
+    let access = source.access();
+    let asker = Asker {
+        principal: &client.principal,
+        access: &access,
+    };
+    match route(request, served, || source.view(), &asker) {
+        Outcome::Forward(f) => {
+            let fwd = OnBehalf {
+                forwarder: source.forwarder().unwrap_or(&NoForwarder),
+                client,
+            };
+            answer_with(*f, || source.view(), &fwd).await
+        }
+        other => other,
+    }
+}
+
+/// Sends an answer to the client; `Err` says why the connection closes
+/// instead (a close outcome, a stuck write, or a forwarded answer that is
+/// itself a request).
+async fn send_outcome<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    outcome: Outcome,
+    client: &Client,
+    config: &ListenerConfig,
+) -> Result<(), String> {
+    match outcome {
+        Outcome::Respond {
+            api,
+            version,
+            frame,
+        } => {
+            debug!(peer = ?client.address, ?api, version, bytes = frame.len(), "Kafka request answered");
+            write_frame(stream, &frame, config).await
+        }
+        Outcome::Close(reason) => Err(reason),
+        Outcome::Forward(f) => Err(format!("{:?}: answered with another admin request", f.api)),
+    }
+}
+
+/// Writes one answer frame, giving up after the listener's idle timeout.
+async fn write_frame<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    frame: &[u8],
+    config: &ListenerConfig,
+) -> Result<(), String> {
+    tokio::time::timeout(config.idle_timeout, stream.write_all(frame))
+        .await
+        .map_err(|_| format!("the answer was not taken for {:?}", config.idle_timeout))?
+        .map_err(|e| e.to_string())
 }
 
 /// What a login step makes of the connection: a new principal (logged), or

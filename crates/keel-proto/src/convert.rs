@@ -157,11 +157,24 @@ pub trait HasError {
     fn error(&self) -> Option<&pb::Error>;
 }
 
+/// A response that carries only a top-level error: how a request refused
+/// before it was looked at is answered.
+pub trait Refused: Default {
+    /// The response with `e` as its top-level error and nothing else.
+    fn refused(e: pb::Error) -> Self;
+}
+
 macro_rules! has_error {
     ($($t:ty),* $(,)?) => {
         $(impl HasError for $t {
             fn error(&self) -> Option<&pb::Error> {
                 self.error.as_ref()
+            }
+        }
+        impl Refused for $t {
+            #[allow(clippy::needless_update)]
+            fn refused(e: pb::Error) -> Self {
+                Self { error: Some(e), ..Default::default() }
             }
         })*
     };

@@ -655,7 +655,30 @@ impl PeerClient {
         let payload = codec::encode(req)
             .map_err(|e| RPCError::Network(NetworkError::new(&TransportError::Codec(e))))?;
         let large = payload.len() > LARGE_APPEND_BYTES;
-        let request = RaftRequest {
+        let request = self.envelope(payload);
+        // openraft drops the call at the same moment (hard_ttl); either way
+        // a timed-out append's answer is skipped by the next call.
+        let ttl = option.hard_ttl();
+        let deadline = tokio::time::Instant::now() + ttl;
+        let outcome = self.send(channel, rpc, request, deadline, large).await;
+        let response: RaftResponse = match outcome {
+            Err(_elapsed) => {
+                return Err(RPCError::Timeout(Timeout {
+                    action: rpc.rpc_type(),
+                    id: self.from_node,
+                    target: self.target,
+                    timeout: ttl,
+                }))
+            }
+            Ok(Err(status)) => return Err(self.status_error(rpc, status, ttl)),
+            Ok(Ok(response)) => response,
+        };
+        self.take_response(response)
+    }
+
+    /// The envelope that carries `payload` to this peer.
+    fn envelope(&self, payload: Vec<u8>) -> RaftRequest {
+        RaftRequest {
             cluster_id: self.cluster_id.to_string(),
             from_node: self.from_node,
             payload,
@@ -663,11 +686,20 @@ impl PeerClient {
             to_node: self.target,
             from_directory: self.from_directory.to_string(),
             to_directory: self.to_directory.clone(),
-        };
-        // openraft drops the call at the same moment (hard_ttl); either way
-        // a timed-out append's answer is skipped by the next call.
-        let ttl = option.hard_ttl();
-        let deadline = tokio::time::Instant::now() + ttl;
+        }
+    }
+
+    /// Sends `request` by the append stream (an append to a peer that
+    /// serves one) or as a unary call, abandoned at `deadline`; drops a
+    /// stream that broke or just carried a `large` catch-up.
+    async fn send(
+        &mut self,
+        channel: Channel,
+        rpc: Rpc,
+        request: RaftRequest,
+        deadline: tokio::time::Instant,
+        large: bool,
+    ) -> Result<Result<RaftResponse, tonic::Status>, tokio::time::error::Elapsed> {
         // An open stream proves the peer serves it: no look-up then.
         let streamed =
             matches!(rpc, Rpc::Append) && (self.append_stream.is_some() || !self.is_unary_only());
@@ -706,18 +738,22 @@ impl PeerClient {
             // one that just carried a catch-up, to give back its buffers.
             self.append_stream = None;
         }
-        let response: RaftResponse = match outcome {
-            Err(_elapsed) => {
-                return Err(RPCError::Timeout(Timeout {
-                    action: rpc.rpc_type(),
-                    id: self.from_node,
-                    target: self.target,
-                    timeout: ttl,
-                }))
-            }
-            Ok(Err(status)) => return Err(self.status_error(rpc, status, ttl)),
-            Ok(Ok(response)) => response,
-        };
+        outcome
+    }
+
+    /// What the peer's answer says: its refusal of the envelope, or its
+    /// Raft answer decoded (recording that the peer is up).
+    // openraft's own error type, which `call` hands back as it is.
+    #[allow(clippy::result_large_err)]
+    fn take_response<Resp, E>(
+        &mut self,
+        response: RaftResponse,
+    ) -> Result<Resp, RPCError<NodeId, KeelNode, RaftError<NodeId, E>>>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+        RaftError<NodeId, E>: DeserializeOwned,
+    {
         self.contacts
             .record_directory(self.target, &response.directory);
         if !response.error.is_empty() {

@@ -204,6 +204,84 @@ fn random_timeout(min: Duration, max: Duration) -> Duration {
     rand::rng().random_range(min..=max)
 }
 
+/// Logs that this node stands for election after a won pre-vote `round`,
+/// the vote having last changed at `last_change` (`leader`: the silent
+/// leader it followed, if any).
+fn log_standing(
+    me: NodeId,
+    seen: &Seen,
+    leader: Option<NodeId>,
+    last_change: Instant,
+    round: &Round,
+) {
+    tracing::info!(
+        node = me,
+        term = seen.vote.leader_id().get_term() + 1,
+        silent_leader = ?leader.or(seen.vote.leader_id().voted_for()),
+        quiet_ms = last_change.elapsed().as_millis() as u64,
+        granted = ?round.granted,
+        "pre-vote won; standing for election"
+    );
+}
+
+/// What the watchdog remembers from one poll to the next.
+#[derive(Default)]
+struct Memory {
+    /// The random timeout drawn for the vote change it was drawn for.
+    drawn: Option<(Option<Instant>, Duration)>,
+    /// Not before this: set after a lost round.
+    next_try: Option<Instant>,
+    /// The last vote change a lost round was logged for (one line per episode).
+    logged_loss_for: Option<Option<Instant>>,
+}
+
+impl Memory {
+    /// How long after the last vote change this node waits before it
+    /// stands: its turn after the silent `leader` it follows, else a
+    /// random timeout in `[min, max]` drawn once per vote change.
+    fn wait(
+        &mut self,
+        me: NodeId,
+        seen: &Seen,
+        leader: Option<NodeId>,
+        lease: Duration,
+        (min, max): (Duration, Duration),
+    ) -> Duration {
+        match leader {
+            Some(l) => {
+                let voters: Vec<NodeId> = seen.voters().into_iter().collect();
+                election_delay(me, Some(l), &voters, lease)
+            }
+            None => match self.drawn {
+                Some((at, d)) if at == seen.last_change => d,
+                _ => {
+                    let d = random_timeout(min, max);
+                    self.drawn = Some((seen.last_change, d));
+                    d
+                }
+            },
+        }
+    }
+
+    /// After a lost pre-vote round: no new try before the refusals allow
+    /// (else `retry`), and one log line per vote change.
+    fn lost(&mut self, me: NodeId, seen: &Seen, round: &Round, retry: Duration) {
+        let refusals: Vec<PreVoteRefusal> = round.refusals.iter().map(|(_, r)| r.clone()).collect();
+        self.next_try = Some(Instant::now() + retry_after(&refusals, retry));
+        if self.logged_loss_for != Some(seen.last_change) {
+            self.logged_loss_for = Some(seen.last_change);
+            tracing::info!(
+                node = me,
+                term = seen.vote.leader_id().get_term() + 1,
+                granted = ?round.granted,
+                refused = ?round.refusals,
+                silent = ?round.silent,
+                "pre-vote lost; not standing for election"
+            );
+        }
+    }
+}
+
 /// Runs until `stop` turns true or Raft stops: stands this node for
 /// election when the rules of the module doc say so, after a won pre-vote.
 /// `network` is a clone of the one Raft sends through (it shares its
@@ -224,12 +302,7 @@ pub async fn election_watchdog(
     let max = Duration::from_millis(config.election_timeout_max);
     // An answer later than this counts as no answer.
     let ask_timeout = min / 2;
-    // The random timeout drawn for the vote change it was drawn for.
-    let mut drawn: Option<(Option<Instant>, Duration)> = None;
-    // Not before this: set after a lost round.
-    let mut next_try: Option<Instant> = None;
-    // The last vote change a lost round was logged for (one line per episode).
-    let mut logged_loss_for: Option<Option<Instant>> = None;
+    let mut memory = Memory::default();
     loop {
         tokio::select! {
             _ = stop.wait_for(|v| *v) => return,
@@ -241,7 +314,7 @@ pub async fn election_watchdog(
             state,
             ServerState::Leader | ServerState::Learner | ServerState::Shutdown
         ) {
-            next_try = None;
+            memory.next_try = None;
             continue;
         }
         let Some(seen) = observe(&raft, &clock).await else {
@@ -254,22 +327,9 @@ pub async fn election_watchdog(
             continue;
         };
         let leader = seen.follows_other(me);
-        let wait = match leader {
-            Some(l) => {
-                let voters: Vec<NodeId> = seen.voters().into_iter().collect();
-                election_delay(me, Some(l), &voters, lease)
-            }
-            None => match drawn {
-                Some((at, d)) if at == seen.last_change => d,
-                _ => {
-                    let d = random_timeout(min, max);
-                    drawn = Some((seen.last_change, d));
-                    d
-                }
-            },
-        };
+        let wait = memory.wait(me, &seen, leader, lease, (min, max));
         let now = Instant::now();
-        let due = (last_change + wait).max(next_try.unwrap_or(now));
+        let due = (last_change + wait).max(memory.next_try.unwrap_or(now));
         if now < due {
             continue;
         }
@@ -288,20 +348,7 @@ pub async fn election_watchdog(
         let round = pre_vote_round(&network, me, &seen, ask_timeout).await;
         let retry = random_timeout(min, max);
         if !round.won {
-            let refusals: Vec<PreVoteRefusal> =
-                round.refusals.iter().map(|(_, r)| r.clone()).collect();
-            next_try = Some(Instant::now() + retry_after(&refusals, retry));
-            if logged_loss_for != Some(seen.last_change) {
-                logged_loss_for = Some(seen.last_change);
-                tracing::info!(
-                    node = me,
-                    term = seen.vote.leader_id().get_term() + 1,
-                    granted = ?round.granted,
-                    refused = ?round.refusals,
-                    silent = ?round.silent,
-                    "pre-vote lost; not standing for election"
-                );
-            }
+            memory.lost(me, &seen, &round, retry);
             continue;
         }
         // Nothing changed while the round ran (a leader's AppendEntries
@@ -312,15 +359,8 @@ pub async fn election_watchdog(
         if after != seen {
             continue;
         }
-        next_try = Some(Instant::now() + retry);
-        tracing::info!(
-            node = me,
-            term = seen.vote.leader_id().get_term() + 1,
-            silent_leader = ?leader.or(seen.vote.leader_id().voted_for()),
-            quiet_ms = last_change.elapsed().as_millis() as u64,
-            granted = ?round.granted,
-            "pre-vote won; standing for election"
-        );
+        memory.next_try = Some(Instant::now() + retry);
+        log_standing(me, &seen, leader, last_change, &round);
         if raft.trigger().elect().await.is_err() {
             return;
         }

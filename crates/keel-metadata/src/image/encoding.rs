@@ -48,54 +48,69 @@ impl From<BrokerRegistrationV2> for BrokerRegistration {
     }
 }
 
-/// The image as format version 1 wrote it (before ACLs), read only to
+/// The fields every format version starts with, the registrations in
+/// shape `B`: version 1's whole image (before ACLs), read only to decode
+/// an old snapshot. bincode writes a struct as the sequence of its fields,
+/// so a later version's shape nests the earlier one and adds its own.
+#[derive(Deserialize)]
+#[serde(bound(deserialize = "B: Deserialize<'de> + Clone"))]
+struct LegacyImage<B> {
+    offset: u64,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    brokers: OrdMap<BrokerId, B>,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    topics: OrdMap<TopicId, Arc<TopicImage>>,
+    #[serde(deserialize_with = "sorted_map::deserialize")]
+    topic_names: OrdMap<String, TopicId>,
+    partitions: PartitionTable,
+}
+
+/// The image as format versions 2 (registrations without a Kafka
+/// listener) and 3 (no cluster config defaults) wrote it, read only to
 /// decode an old snapshot.
 #[derive(Deserialize)]
-struct ImageV1 {
-    offset: u64,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    brokers: OrdMap<BrokerId, BrokerRegistrationV2>,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    topics: OrdMap<TopicId, Arc<TopicImage>>,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    topic_names: OrdMap<String, TopicId>,
-    partitions: PartitionTable,
-}
-
-/// The image as format version 2 wrote it (registrations without a Kafka
-/// listener), read only to decode an old snapshot.
-#[derive(Deserialize)]
-struct ImageV2 {
-    offset: u64,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    brokers: OrdMap<BrokerId, BrokerRegistrationV2>,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    topics: OrdMap<TopicId, Arc<TopicImage>>,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    topic_names: OrdMap<String, TopicId>,
-    partitions: PartitionTable,
+#[serde(bound(deserialize = "B: Deserialize<'de> + Clone"))]
+struct LegacyImageWithAcls<B> {
+    base: LegacyImage<B>,
     #[serde(deserialize_with = "sorted_map::deserialize")]
     acls: OrdMap<AclBinding, ()>,
 }
 
-/// The image as format version 3 wrote it (no cluster config defaults),
-/// read only to decode an old snapshot.
+/// The image as format version 4 wrote it (no SCRAM credentials), read
+/// only to decode an old snapshot.
 #[derive(Deserialize)]
-struct ImageV3 {
-    offset: u64,
+struct ImageV4 {
+    v3: LegacyImageWithAcls<BrokerRegistration>,
     #[serde(deserialize_with = "sorted_map::deserialize")]
-    brokers: OrdMap<BrokerId, BrokerRegistration>,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    topics: OrdMap<TopicId, Arc<TopicImage>>,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    topic_names: OrdMap<String, TopicId>,
-    partitions: PartitionTable,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    acls: OrdMap<AclBinding, ()>,
+    cluster_configs: OrdMap<String, String>,
+}
+
+impl<B> LegacyImage<B> {
+    /// Today's image of this legacy one: its registrations through
+    /// `upgrade`, with `acls` and `cluster_configs`, and no credentials.
+    fn into_image(
+        self,
+        upgrade: impl FnOnce(OrdMap<BrokerId, B>) -> OrdMap<BrokerId, BrokerRegistration>,
+        acls: OrdMap<AclBinding, ()>,
+        cluster_configs: OrdMap<String, String>,
+    ) -> MetadataImage {
+        MetadataImage {
+            offset: self.offset,
+            brokers: upgrade(self.brokers),
+            topics: self.topics,
+            topic_names: self.topic_names,
+            partitions: self.partitions,
+            acls,
+            cluster_configs,
+            transaction: None,
+            access_version: 0,
+            scram: OrdMap::new(),
+        }
+    }
 }
 
 /// An image without cluster defaults and without SCRAM credentials in
-/// [`ImageV3`]'s shape, as it is written, so older releases can read it.
+/// version 3's shape, as it is written, so older releases can read it.
 #[derive(Serialize)]
 struct ImageV3Ref<'a> {
     offset: u64,
@@ -106,35 +121,12 @@ struct ImageV3Ref<'a> {
     acls: &'a OrdMap<AclBinding, ()>,
 }
 
-/// The image as format version 4 wrote it (no SCRAM credentials), read
-/// only to decode an old snapshot.
-#[derive(Deserialize)]
-struct ImageV4 {
-    offset: u64,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    brokers: OrdMap<BrokerId, BrokerRegistration>,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    topics: OrdMap<TopicId, Arc<TopicImage>>,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    topic_names: OrdMap<String, TopicId>,
-    partitions: PartitionTable,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    acls: OrdMap<AclBinding, ()>,
-    #[serde(deserialize_with = "sorted_map::deserialize")]
-    cluster_configs: OrdMap<String, String>,
-}
-
 /// An image with cluster defaults but without SCRAM credentials in
 /// [`ImageV4`]'s shape, as it is written, so the previous release can
 /// read it.
 #[derive(Serialize)]
 struct ImageV4Ref<'a> {
-    offset: u64,
-    brokers: &'a OrdMap<BrokerId, BrokerRegistration>,
-    topics: &'a OrdMap<TopicId, Arc<TopicImage>>,
-    topic_names: &'a OrdMap<String, TopicId>,
-    partitions: &'a PartitionTable,
-    acls: &'a OrdMap<AclBinding, ()>,
+    v3: ImageV3Ref<'a>,
     cluster_configs: &'a OrdMap<String, String>,
 }
 
@@ -165,18 +157,6 @@ impl MetadataImage {
         if !self.scram.is_empty() {
             return encode_versioned_into(self, out);
         }
-        if !self.cluster_configs.is_empty() {
-            let v4 = ImageV4Ref {
-                offset: self.offset,
-                brokers: &self.brokers,
-                topics: &self.topics,
-                topic_names: &self.topic_names,
-                partitions: &self.partitions,
-                acls: &self.acls,
-                cluster_configs: &self.cluster_configs,
-            };
-            return encode_as_into(4, &v4, out);
-        }
         let v3 = ImageV3Ref {
             offset: self.offset,
             brokers: &self.brokers,
@@ -185,6 +165,13 @@ impl MetadataImage {
             partitions: &self.partitions,
             acls: &self.acls,
         };
+        if !self.cluster_configs.is_empty() {
+            let v4 = ImageV4Ref {
+                v3,
+                cluster_configs: &self.cluster_configs,
+            };
+            return encode_as_into(4, &v4, out);
+        }
         encode_as_into(crate::records::BASE_RECORD_FORMAT_VERSION, &v3, out)
     }
 
@@ -192,61 +179,17 @@ impl MetadataImage {
     /// it. Its [`access_version`](Self::access_version) is its offset.
     pub fn decode(bytes: &[u8]) -> Result<Self, DecodeError> {
         let mut image: Self = if bytes.starts_with(&1u16.to_le_bytes()) {
-            let v1: ImageV1 = decode_versioned(bytes)?;
-            Self {
-                offset: v1.offset,
-                brokers: upgrade_brokers(v1.brokers),
-                topics: v1.topics,
-                topic_names: v1.topic_names,
-                partitions: v1.partitions,
-                acls: OrdMap::new(),
-                cluster_configs: OrdMap::new(),
-                transaction: None,
-                access_version: 0,
-                scram: OrdMap::new(),
-            }
+            let v1: LegacyImage<BrokerRegistrationV2> = decode_versioned(bytes)?;
+            v1.into_image(upgrade_brokers, OrdMap::new(), OrdMap::new())
         } else if bytes.starts_with(&2u16.to_le_bytes()) {
-            let v2: ImageV2 = decode_versioned(bytes)?;
-            Self {
-                offset: v2.offset,
-                brokers: upgrade_brokers(v2.brokers),
-                topics: v2.topics,
-                topic_names: v2.topic_names,
-                partitions: v2.partitions,
-                acls: v2.acls,
-                cluster_configs: OrdMap::new(),
-                transaction: None,
-                access_version: 0,
-                scram: OrdMap::new(),
-            }
+            let v2: LegacyImageWithAcls<BrokerRegistrationV2> = decode_versioned(bytes)?;
+            v2.base.into_image(upgrade_brokers, v2.acls, OrdMap::new())
         } else if bytes.starts_with(&3u16.to_le_bytes()) {
-            let v3: ImageV3 = decode_versioned(bytes)?;
-            Self {
-                offset: v3.offset,
-                brokers: v3.brokers,
-                topics: v3.topics,
-                topic_names: v3.topic_names,
-                partitions: v3.partitions,
-                acls: v3.acls,
-                cluster_configs: OrdMap::new(),
-                transaction: None,
-                access_version: 0,
-                scram: OrdMap::new(),
-            }
+            let v3: LegacyImageWithAcls<BrokerRegistration> = decode_versioned(bytes)?;
+            v3.base.into_image(|b| b, v3.acls, OrdMap::new())
         } else if bytes.starts_with(&4u16.to_le_bytes()) {
             let v4: ImageV4 = decode_versioned(bytes)?;
-            Self {
-                offset: v4.offset,
-                brokers: v4.brokers,
-                topics: v4.topics,
-                topic_names: v4.topic_names,
-                partitions: v4.partitions,
-                acls: v4.acls,
-                cluster_configs: v4.cluster_configs,
-                transaction: None,
-                access_version: 0,
-                scram: OrdMap::new(),
-            }
+            v4.v3.base.into_image(|b| b, v4.v3.acls, v4.cluster_configs)
         } else {
             decode_versioned(bytes)?
         };

@@ -249,13 +249,18 @@ impl MetadataImage {
         use MetadataRecord as R;
         match record {
             R::RegisterBroker(r) => self.replay_register(r, offset),
-            R::FenceBroker { broker, epoch } => self.replay_fence_broker(*broker, *epoch, offset),
+            R::FenceBroker { broker, epoch } => {
+                self.replay_broker_change(*broker, *epoch, offset, BrokerRegistration::fence)
+            }
             R::UnfenceBroker { broker, epoch } => {
-                self.replay_unfence_broker(*broker, *epoch, offset)
+                self.replay_broker_change(*broker, *epoch, offset, BrokerRegistration::unfence)
             }
-            R::BrokerShuttingDown { broker, epoch } => {
-                self.replay_broker_shutting_down(*broker, *epoch, offset)
-            }
+            R::BrokerShuttingDown { broker, epoch } => self.replay_broker_change(
+                *broker,
+                *epoch,
+                offset,
+                BrokerRegistration::begin_shutdown,
+            ),
             R::UnregisterBroker { broker, epoch } => {
                 self.replay_unregister_broker(*broker, *epoch, offset)
             }
@@ -263,7 +268,7 @@ impl MetadataImage {
                 broker,
                 epoch,
                 dirs,
-            } => self.replay_log_dirs_offline(*broker, *epoch, dirs, offset),
+            } => self.replay_broker_change(*broker, *epoch, offset, |b| b.take_dirs_offline(dirs)),
             R::BrokerKafkaListener { broker, address } => {
                 self.replay_kafka_listener(*broker, address, offset)
             }

@@ -57,6 +57,32 @@ impl BrokerRegistration {
             None => true,
         }
     }
+
+    /// Fenced: a fenced broker is gone, its shutdown (if any) is over.
+    pub(super) fn fence(&mut self) {
+        self.fenced = true;
+        self.shutting_down = false;
+    }
+
+    /// Unfenced: it may lead and join ISRs again.
+    pub(super) fn unfence(&mut self) {
+        self.fenced = false;
+    }
+
+    /// In controlled shutdown: it may no longer become leader or join an ISR.
+    pub(super) fn begin_shutdown(&mut self) {
+        self.shutting_down = true;
+    }
+
+    /// `dirs` added to the failed log dirs (kept sorted, each once).
+    pub(super) fn take_dirs_offline(&mut self, dirs: &[String]) {
+        for d in dirs {
+            if !self.offline_log_dirs.contains(d) {
+                self.offline_log_dirs.push(d.clone());
+            }
+        }
+        self.offline_log_dirs.sort();
+    }
 }
 
 impl MetadataImage {
@@ -109,39 +135,16 @@ impl MetadataImage {
         Ok(())
     }
 
-    /// Fences broker `broker` of `epoch`: a fenced broker is gone, its
-    /// shutdown (if any) is over.
-    pub(super) fn replay_fence_broker(
+    /// Applies `change` to the registration of `broker`, which must be of
+    /// `epoch`.
+    pub(super) fn replay_broker_change(
         &mut self,
         broker: BrokerId,
         epoch: BrokerEpoch,
         offset: u64,
+        change: impl FnOnce(&mut BrokerRegistration),
     ) -> Result<(), ReplayError> {
-        let b = self.broker_mut(broker, epoch, offset)?;
-        b.fenced = true;
-        b.shutting_down = false;
-        Ok(())
-    }
-
-    /// Unfences broker `broker` of `epoch`.
-    pub(super) fn replay_unfence_broker(
-        &mut self,
-        broker: BrokerId,
-        epoch: BrokerEpoch,
-        offset: u64,
-    ) -> Result<(), ReplayError> {
-        self.broker_mut(broker, epoch, offset)?.fenced = false;
-        Ok(())
-    }
-
-    /// Puts broker `broker` of `epoch` in controlled shutdown.
-    pub(super) fn replay_broker_shutting_down(
-        &mut self,
-        broker: BrokerId,
-        epoch: BrokerEpoch,
-        offset: u64,
-    ) -> Result<(), ReplayError> {
-        self.broker_mut(broker, epoch, offset)?.shutting_down = true;
+        change(self.broker_mut(broker, epoch, offset)?);
         Ok(())
     }
 
@@ -157,25 +160,6 @@ impl MetadataImage {
             return Err(err(offset, ReplayErrorKind::BrokerNotFenced(broker)));
         }
         self.brokers.remove(&broker);
-        Ok(())
-    }
-
-    /// Adds `dirs` to the failed log dirs of broker `broker` of `epoch`
-    /// (kept sorted, each once).
-    pub(super) fn replay_log_dirs_offline(
-        &mut self,
-        broker: BrokerId,
-        epoch: BrokerEpoch,
-        dirs: &[String],
-        offset: u64,
-    ) -> Result<(), ReplayError> {
-        let b = self.broker_mut(broker, epoch, offset)?;
-        for d in dirs {
-            if !b.offline_log_dirs.contains(d) {
-                b.offline_log_dirs.push(d.clone());
-            }
-        }
-        b.offline_log_dirs.sort();
         Ok(())
     }
 

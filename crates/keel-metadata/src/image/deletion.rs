@@ -19,10 +19,7 @@ impl MetadataImage {
         topic_id: TopicId,
         offset: u64,
     ) -> Result<(), ReplayError> {
-        let t = self
-            .topics
-            .get(&topic_id)
-            .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(topic_id)))?;
+        let t = self.known_topic(topic_id, offset)?;
         if t.deletion.is_some() {
             return Err(err(
                 offset,
@@ -62,9 +59,7 @@ impl MetadataImage {
                 | ReplicaState::DeletionIneligible
         );
         let del = self
-            .topics
-            .get(&topic_id)
-            .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(topic_id)))?
+            .known_topic(topic_id, offset)?
             .deletion
             .as_ref()
             .ok_or_else(|| err(offset, ReplayErrorKind::NotMarkedForDeletion(topic_id)))?;
@@ -115,10 +110,7 @@ impl MetadataImage {
         topic_id: TopicId,
         offset: u64,
     ) -> Result<(), ReplayError> {
-        let t = self
-            .topics
-            .get(&topic_id)
-            .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(topic_id)))?;
+        let t = self.known_topic(topic_id, offset)?;
         let del = t
             .deletion
             .as_ref()

@@ -135,15 +135,9 @@ impl MetadataImage {
         isr: &[BrokerId],
         offset: u64,
     ) -> Result<(), ReplayError> {
-        if !replicas.contains(&leader) || !isr.contains(&leader) {
-            return Err(err(
-                offset,
-                ReplayErrorKind::InvalidPartition {
-                    tp,
-                    reason: format!("leader {leader} not in replicas and ISR"),
-                },
-            ));
-        }
+        check_assigned_and_in_sync(tp, leader, replicas, isr, offset, || {
+            format!("leader {leader} not in replicas and ISR")
+        })?;
         if !self.can_lead(leader) {
             return Err(err(
                 offset,
@@ -205,11 +199,7 @@ impl MetadataImage {
             topic_id: r.topic_id,
             partition: r.partition,
         };
-        let count = self
-            .topics
-            .get(&r.topic_id)
-            .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(r.topic_id)))?
-            .partition_count;
+        let count = self.known_topic(r.topic_id, offset)?.partition_count;
         if self.partitions.contains_key(&tp) {
             return Err(err(offset, ReplayErrorKind::DuplicatePartition(tp)));
         }
@@ -323,7 +313,10 @@ impl MetadataImage {
                 self.check_new_leader(tp, l, replicas, isr, offset)?;
             }
         } else if let Some(l) = new_leader {
-            check_kept_leader(tp, l, replicas, isr, offset)?;
+            // Leader kept: it must still be assigned and in the ISR.
+            check_assigned_and_in_sync(tp, l, replicas, isr, offset, || {
+                format!("kept leader {l} left the replicas or ISR")
+            })?;
         }
         let state = next_state(cur, new_leader, leader_changed, offset)?;
         let leader_epoch = if leader_changed {
@@ -390,21 +383,21 @@ impl MetadataImage {
     }
 }
 
-/// Leader kept: it must still be assigned and in the ISR.
-fn check_kept_leader(
+/// Refuses `leader` of `tp` unless it is among `replicas` and in `isr`;
+/// `reason` says why (built only for a refusal).
+fn check_assigned_and_in_sync(
     tp: TopicPartition,
     leader: BrokerId,
     replicas: &[BrokerId],
     isr: &[BrokerId],
     offset: u64,
+    reason: impl FnOnce() -> String,
 ) -> Result<(), ReplayError> {
     if !replicas.contains(&leader) || !isr.contains(&leader) {
+        let reason = reason();
         return Err(err(
             offset,
-            ReplayErrorKind::InvalidPartition {
-                tp,
-                reason: format!("kept leader {leader} left the replicas or ISR"),
-            },
+            ReplayErrorKind::InvalidPartition { tp, reason },
         ));
     }
     Ok(())

@@ -56,6 +56,19 @@ impl MetadataImage {
         self.topics.len()
     }
 
+    /// Topic `topic_id`, which a record at `offset` names: unknown, it
+    /// contradicts the image.
+    pub(super) fn known_topic(
+        &self,
+        topic_id: TopicId,
+        offset: u64,
+    ) -> Result<&TopicImage, ReplayError> {
+        self.topics
+            .get(&topic_id)
+            .map(|t| &**t)
+            .ok_or_else(|| err(offset, ReplayErrorKind::UnknownTopic(topic_id)))
+    }
+
     /// A new topic, with its own configs and no partitions yet; its id and
     /// name must both be new.
     pub(super) fn replay_topic(&mut self, r: &TopicRecord, offset: u64) -> Result<(), ReplayError> {

@@ -346,10 +346,16 @@ proptest! {
     #[test]
     fn random_bytes_never_panic_as_a_batch(bytes in vec(any::<u8>(), 0..256)) {
         let _ = RecordBatch::decode(&bytes);
-        let mut versioned = RECORD_FORMAT_VERSION.to_le_bytes().to_vec();
-        versioned.extend_from_slice(&bytes);
+        let versioned = behind_current_version(&bytes);
         let _ = RecordBatch::decode(&versioned);
     }
+}
+
+/// `bytes` behind the current format version.
+fn behind_current_version(bytes: &[u8]) -> Vec<u8> {
+    let mut versioned = RECORD_FORMAT_VERSION.to_le_bytes().to_vec();
+    versioned.extend_from_slice(bytes);
+    versioned
 }
 
 /// A snapshot whose map number `which` (0 = brokers ... 3 = partitions)
@@ -382,8 +388,7 @@ proptest! {
     #[test]
     fn random_bytes_never_panic_as_a_snapshot(bytes in vec(any::<u8>(), 0..256)) {
         let _ = MetadataImage::decode(&bytes);
-        let mut versioned = RECORD_FORMAT_VERSION.to_le_bytes().to_vec();
-        versioned.extend_from_slice(&bytes);
+        let versioned = behind_current_version(&bytes);
         let _ = MetadataImage::decode(&versioned);
     }
 }

@@ -195,10 +195,7 @@ impl MetadataImage {
         r: &PartitionRecord,
         offset: u64,
     ) -> Result<(), ReplayError> {
-        let tp = TopicPartition {
-            topic_id: r.topic_id,
-            partition: r.partition,
-        };
+        let tp = TopicPartition::new(r.topic_id, r.partition.0);
         let count = self.known_topic(r.topic_id, offset)?.partition_count;
         if self.partitions.contains_key(&tp) {
             return Err(err(offset, ReplayErrorKind::DuplicatePartition(tp)));
@@ -259,10 +256,7 @@ impl MetadataImage {
         r: &PartitionChangeRecord,
         offset: u64,
     ) -> Result<(), ReplayError> {
-        let tp = TopicPartition {
-            topic_id: r.topic_id,
-            partition: r.partition,
-        };
+        let tp = TopicPartition::new(r.topic_id, r.partition.0);
         if r.is_noop() {
             return Err(err(
                 offset,

@@ -242,8 +242,6 @@ impl MetadataImage {
 
     /// Applies one record that takes effect now (no transaction is open,
     /// or its end marker was replayed): one arm per record type, each
-    /// Applies one record that takes effect now (no transaction is open,
-    /// or its end marker was replayed): one arm per record type, each
     /// handing it to the slice of the image it changes.
     fn apply(&mut self, record: &MetadataRecord, offset: u64) -> Result<(), ReplayError> {
         use MetadataRecord as R;

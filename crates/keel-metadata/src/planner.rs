@@ -278,6 +278,28 @@ mod tests {
         })
     }
 
+    /// Topic `t`, named "t", without configs of its own.
+    fn topic(t: TopicId) -> MetadataRecord {
+        MetadataRecord::Topic(TopicRecord {
+            topic_id: t,
+            name: "t".into(),
+            configs: Default::default(),
+        })
+    }
+
+    /// Partition `p` of topic `t` on `replicas`, all in sync, led by the
+    /// first.
+    fn partition(t: TopicId, p: u32, replicas: &[u32]) -> MetadataRecord {
+        let replicas: Vec<BrokerId> = replicas.iter().copied().map(BrokerId).collect();
+        MetadataRecord::Partition(PartitionRecord {
+            topic_id: t,
+            partition: PartitionId(p),
+            isr: replicas.clone(),
+            leader: replicas.first().copied(),
+            replicas,
+        })
+    }
+
     #[test]
     fn registration_opens_a_channel_and_fencing_closes_it() {
         let before = MetadataImage::new();
@@ -314,20 +336,7 @@ mod tests {
             }];
             replay(&mut image, &setup, 2);
         }
-        let recs = vec![
-            MetadataRecord::Topic(TopicRecord {
-                topic_id: t,
-                name: "t".into(),
-                configs: Default::default(),
-            }),
-            MetadataRecord::Partition(PartitionRecord {
-                topic_id: t,
-                partition: PartitionId(0),
-                replicas: vec![BrokerId(1), BrokerId(2), BrokerId(3)],
-                isr: vec![BrokerId(1), BrokerId(2), BrokerId(3)],
-                leader: Some(BrokerId(1)),
-            }),
-        ];
+        let recs = vec![topic(t), partition(t, 0, &[1, 2, 3])];
         let before = image.clone();
         replay(&mut image, &recs, 3);
         let p = plan(&before, &image, &recs);
@@ -414,21 +423,7 @@ mod tests {
             replay(&mut image, &[unfence], 2);
         }
         let t = TopicId(3);
-        let mut recs = vec![MetadataRecord::Topic(TopicRecord {
-            topic_id: t,
-            name: "t".into(),
-            configs: Default::default(),
-        })];
-        for (p, replicas) in [(0, vec![1, 2]), (1, vec![2])] {
-            let replicas: Vec<BrokerId> = replicas.into_iter().map(BrokerId).collect();
-            recs.push(MetadataRecord::Partition(PartitionRecord {
-                topic_id: t,
-                partition: PartitionId(p),
-                isr: replicas.clone(),
-                leader: replicas.first().copied(),
-                replicas,
-            }));
-        }
+        let recs = vec![topic(t), partition(t, 0, &[1, 2]), partition(t, 1, &[2])];
         replay(&mut image, &recs, 2);
         let r = BrokerRound::full(&image, BrokerId(1));
         assert!(r.full && r.metadata_due);
@@ -448,18 +443,8 @@ mod tests {
                 broker: BrokerId(1),
                 epoch: BrokerEpoch(1),
             },
-            MetadataRecord::Topic(TopicRecord {
-                topic_id: t,
-                name: "t".into(),
-                configs: Default::default(),
-            }),
-            MetadataRecord::Partition(PartitionRecord {
-                topic_id: t,
-                partition: PartitionId(0),
-                replicas: vec![BrokerId(1)],
-                isr: vec![BrokerId(1)],
-                leader: Some(BrokerId(1)),
-            }),
+            topic(t),
+            partition(t, 0, &[1]),
         ];
         replay(&mut image, &recs, 1);
         let tp = TopicPartition::new(t, 0);

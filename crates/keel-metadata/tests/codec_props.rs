@@ -346,10 +346,16 @@ proptest! {
     #[test]
     fn random_bytes_never_panic_as_a_batch(bytes in vec(any::<u8>(), 0..256)) {
         let _ = RecordBatch::decode(&bytes);
-        let mut versioned = RECORD_FORMAT_VERSION.to_le_bytes().to_vec();
-        versioned.extend_from_slice(&bytes);
+        let versioned = behind_current_version(&bytes);
         let _ = RecordBatch::decode(&versioned);
     }
+}
+
+/// `bytes` behind the current format version.
+fn behind_current_version(bytes: &[u8]) -> Vec<u8> {
+    let mut versioned = RECORD_FORMAT_VERSION.to_le_bytes().to_vec();
+    versioned.extend_from_slice(bytes);
+    versioned
 }
 
 /// A snapshot whose map number `which` (0 = brokers ... 3 = partitions)
@@ -382,8 +388,7 @@ proptest! {
     #[test]
     fn random_bytes_never_panic_as_a_snapshot(bytes in vec(any::<u8>(), 0..256)) {
         let _ = MetadataImage::decode(&bytes);
-        let mut versioned = RECORD_FORMAT_VERSION.to_le_bytes().to_vec();
-        versioned.extend_from_slice(&bytes);
+        let versioned = behind_current_version(&bytes);
         let _ = MetadataImage::decode(&versioned);
     }
 }
@@ -406,6 +411,23 @@ fn two_broker_image() -> MetadataImage {
     image
 }
 
+/// [`two_broker_image`] with `record` replayed as the entry at index 3.
+fn two_broker_image_and(record: MetadataRecord) -> MetadataImage {
+    let mut image = two_broker_image();
+    image
+        .replay_batch(&RecordBatch::new(vec![record]), 3)
+        .expect("replays");
+    image
+}
+
+/// The cluster default of `retention.ms` set to 1.
+fn retention_default() -> MetadataRecord {
+    MetadataRecord::ClusterConfig {
+        key: "retention.ms".into(),
+        value: Some("1".into()),
+    }
+}
+
 /// The snapshot layout written out by hand: the offset, then each map as a
 /// length and its entries in the order given (brokers, topics, topic
 /// names, partitions, ACLs), behind version 3: an image without cluster
@@ -413,44 +435,37 @@ fn two_broker_image() -> MetadataImage {
 /// sequence of pairs alike.)
 fn snapshot_of(offset: u64, brokers: &[(BrokerId, &BrokerRegistration)]) -> Vec<u8> {
     let empty: Vec<(u8, u8)> = Vec::new();
-    let body = (offset, brokers, &empty, &empty, &empty, &empty);
-    let mut bytes = keel_metadata::records::encode_versioned(&body).expect("plain data encodes");
-    bytes[..2].copy_from_slice(&3u16.to_le_bytes());
+    encoded_as(3, &(offset, brokers, &empty, &empty, &empty, &empty))
+}
+
+/// `body` behind format version `version` (in place of the one it is
+/// encoded with).
+fn encoded_as(version: u16, body: &impl serde::Serialize) -> Vec<u8> {
+    let mut bytes = keel_metadata::records::encode_versioned(body).expect("plain data encodes");
+    bytes[..2].copy_from_slice(&version.to_le_bytes());
     bytes
 }
 
 #[test]
 fn snapshot_layout_with_cluster_defaults_is_version_4_with_a_sixth_map() {
-    let mut image = two_broker_image();
-    let set = MetadataRecord::ClusterConfig {
-        key: "retention.ms".into(),
-        value: Some("1".into()),
-    };
-    image
-        .replay_batch(&RecordBatch::new(vec![set]), 3)
-        .expect("replays");
+    let image = two_broker_image_and(retention_default());
     let brokers: Vec<_> = image.brokers().map(|b| (b.id, b)).collect();
     let empty: Vec<(u8, u8)> = Vec::new();
     let defaults = vec![("retention.ms".to_string(), "1".to_string())];
     let body = (3u64, &brokers, &empty, &empty, &empty, &empty, &defaults);
-    let mut bytes = keel_metadata::records::encode_versioned(&body).expect("plain data encodes");
     // Behind version 4: an image without credentials keeps version 4's shape.
-    bytes[..2].copy_from_slice(&4u16.to_le_bytes());
+    let bytes = encoded_as(4, &body);
     assert_eq!(image.encode(), bytes);
     assert_eq!(MetadataImage::decode(&bytes).expect("decodes"), image);
 }
 
 #[test]
 fn snapshot_layout_with_credentials_is_version_5_with_a_seventh_map() {
-    let mut image = two_broker_image();
     let c = valid_credential(ScramMechanism::Sha512, 7);
-    let set = MetadataRecord::UserScramCredential {
+    let image = two_broker_image_and(MetadataRecord::UserScramCredential {
         user: "alice".into(),
         credential: c.clone(),
-    };
-    image
-        .replay_batch(&RecordBatch::new(vec![set]), 3)
-        .expect("replays");
+    });
     let brokers: Vec<_> = image.brokers().map(|b| (b.id, b)).collect();
     let empty: Vec<(u8, u8)> = Vec::new();
     let credentials = vec![(("alice".to_string(), ScramMechanism::Sha512), &c)];
@@ -502,10 +517,7 @@ fn an_image_whose_credentials_are_all_removed_encodes_as_before_them() {
     assert_eq!(&with.encode()[..2], &3u16.to_le_bytes());
     assert_eq!(with.hash(), at_3.hash());
 
-    let default = MetadataRecord::ClusterConfig {
-        key: "retention.ms".into(),
-        value: Some("1".into()),
-    };
+    let default = retention_default();
     with.replay(&default, 4).expect("replays");
     with.replay(&set, 4).expect("replays");
     assert_eq!(&with.encode()[..2], &5u16.to_le_bytes());
@@ -524,14 +536,7 @@ fn an_image_whose_credentials_are_all_removed_encodes_as_before_them() {
 
 #[test]
 fn a_version_4_snapshot_without_credentials_still_decodes_and_is_read_once() {
-    let mut image = two_broker_image();
-    let default = MetadataRecord::ClusterConfig {
-        key: "retention.ms".into(),
-        value: Some("1".into()),
-    };
-    image
-        .replay_batch(&RecordBatch::new(vec![default]), 3)
-        .expect("replays");
+    let image = two_broker_image_and(retention_default());
     let bytes = image.encode();
     assert_eq!(&bytes[..2], &4u16.to_le_bytes());
     let back = MetadataImage::decode(&bytes).expect("decodes");
@@ -557,20 +562,20 @@ fn snapshot_layout_is_the_offset_then_five_sorted_maps() {
 
 /// A registration as format versions 1 and 2 wrote it (no Kafka listener):
 /// bincode writes a struct as the tuple of its fields.
-#[allow(clippy::type_complexity)]
-fn legacy_registration(
-    b: &BrokerRegistration,
-) -> (
+type LegacyRegistration<'a> = (
     BrokerId,
     BrokerEpoch,
     IncarnationId,
-    &str,
-    &Option<String>,
-    &Vec<String>,
-    &Vec<String>,
+    &'a str,
+    &'a Option<String>,
+    &'a Vec<String>,
+    &'a Vec<String>,
     bool,
     bool,
-) {
+);
+
+/// `b` in the shape format versions 1 and 2 wrote.
+fn legacy_registration(b: &BrokerRegistration) -> LegacyRegistration<'_> {
     (
         b.id,
         b.epoch,
@@ -584,17 +589,20 @@ fn legacy_registration(
     )
 }
 
+/// `image`'s registrations by id, in the shape of versions 1 and 2.
+fn legacy_brokers(image: &MetadataImage) -> Vec<(BrokerId, LegacyRegistration<'_>)> {
+    image
+        .brokers()
+        .map(|b| (b.id, legacy_registration(b)))
+        .collect()
+}
+
 #[test]
 fn a_version_1_snapshot_without_acls_still_decodes() {
     let image = two_broker_image();
-    let brokers: Vec<_> = image
-        .brokers()
-        .map(|b| (b.id, legacy_registration(b)))
-        .collect();
+    let brokers = legacy_brokers(&image);
     let empty: Vec<(u8, u8)> = Vec::new();
-    let mut v1 = 1u16.to_le_bytes().to_vec();
-    let body = (2u64, &brokers, &empty, &empty, &empty);
-    v1.extend_from_slice(&keel_metadata::records::encode_versioned(&body).unwrap()[2..]);
+    let v1 = encoded_as(1, &(2u64, &brokers, &empty, &empty, &empty));
     assert_eq!(
         MetadataImage::decode(&v1).expect("a v1 snapshot decodes"),
         image
@@ -611,14 +619,9 @@ fn a_version_1_snapshot_without_acls_still_decodes() {
 #[test]
 fn a_version_2_snapshot_without_kafka_listeners_still_decodes() {
     let image = two_broker_image();
-    let brokers: Vec<_> = image
-        .brokers()
-        .map(|b| (b.id, legacy_registration(b)))
-        .collect();
+    let brokers = legacy_brokers(&image);
     let empty: Vec<(u8, u8)> = Vec::new();
-    let mut v2 = 2u16.to_le_bytes().to_vec();
-    let body = (2u64, &brokers, &empty, &empty, &empty, &empty);
-    v2.extend_from_slice(&keel_metadata::records::encode_versioned(&body).unwrap()[2..]);
+    let v2 = encoded_as(2, &(2u64, &brokers, &empty, &empty, &empty, &empty));
     assert_eq!(
         MetadataImage::decode(&v2).expect("a v2 snapshot decodes"),
         image

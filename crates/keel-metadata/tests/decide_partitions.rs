@@ -53,12 +53,8 @@ fn alter_partition_checks_broker_epochs_and_each_item() {
         ],
     );
     let replies = d.reply.as_ref().unwrap();
-    let codes: Vec<ErrorCode> = replies
-        .iter()
-        .map(|(_, r)| r.as_ref().err().map_or(ErrorCode::None, |e| e.code))
-        .collect();
     assert_eq!(
-        codes,
+        codes(replies),
         vec![
             ErrorCode::UnknownTopic,
             ErrorCode::UnknownPartition,

@@ -121,13 +121,8 @@ fn reassignment_refuses_bad_targets() {
         (tp, Some(bs(&[1, 9]))),
         (tp, Some(bs(&[2, 1]))),
     ]);
-    let codes: Vec<ErrorCode> = d
-        .reply
-        .iter()
-        .map(|(_, r)| r.as_ref().err().map_or(ErrorCode::None, |e| e.code))
-        .collect();
     assert_eq!(
-        codes,
+        codes(&d.reply),
         vec![
             ErrorCode::UnknownTopic,
             ErrorCode::UnknownPartition,

@@ -3,6 +3,7 @@
 //! would make an illegal move.
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 
 use keel_metadata::records::RecordBatch;
 use keel_metadata::{
@@ -46,74 +47,75 @@ const LEGAL_REPLICA: &[(ReplicaState, ReplicaState)] = &[
     (R::DeletionSuccessful, R::NonExistent),
 ];
 
-#[test]
-fn partition_state_machine_allows_exactly_the_legal_moves() {
-    assert_eq!(P::ALL.len(), 4);
-    let mut legal = 0;
-    for from in P::ALL {
-        for to in P::ALL {
-            let got = from.transition(to);
-            if LEGAL_PARTITION.contains(&(from, to)) {
-                legal += 1;
+/// Tries `transition` on every (from, to) pair of `all`: exactly the moves
+/// in `legal` succeed, and every other one is refused with `refusal(from,
+/// to)`.
+fn assert_exactly_the_legal_moves<S: Copy + PartialEq + Debug>(
+    all: &[S],
+    legal: &[(S, S)],
+    transition: impl Fn(S, S) -> Result<S, TransitionError>,
+    refusal: impl Fn(S, S) -> TransitionError,
+) {
+    let mut legal_count = 0;
+    for &from in all {
+        for &to in all {
+            let got = transition(from, to);
+            if legal.contains(&(from, to)) {
+                legal_count += 1;
                 assert_eq!(got, Ok(to), "{from:?} -> {to:?} must be legal");
             } else {
                 assert_eq!(
                     got,
-                    Err(TransitionError::Partition { from, to }),
+                    Err(refusal(from, to)),
                     "{from:?} -> {to:?} must be refused"
                 );
             }
         }
     }
-    assert_eq!(legal, LEGAL_PARTITION.len(), "table has duplicates");
+    assert_eq!(legal_count, legal.len(), "table has duplicates");
+}
+
+/// `valid_previous(to)` lists exactly the states `legal` moves from into
+/// `to`, for every `to` of `all`.
+fn assert_valid_previous_agrees<S: Copy + Ord + Debug + 'static>(
+    what: &str,
+    all: &[S],
+    legal: &[(S, S)],
+    valid_previous: impl Fn(S) -> &'static [S],
+) {
+    for &to in all {
+        let mut want: Vec<_> = legal
+            .iter()
+            .filter(|(_, t)| *t == to)
+            .map(|(f, _)| *f)
+            .collect();
+        let mut got = valid_previous(to).to_vec();
+        want.sort();
+        got.sort();
+        assert_eq!(got, want, "{what} valid_previous({to:?})");
+    }
+}
+
+#[test]
+fn partition_state_machine_allows_exactly_the_legal_moves() {
+    assert_eq!(P::ALL.len(), 4);
+    assert_exactly_the_legal_moves(&P::ALL, LEGAL_PARTITION, P::transition, |from, to| {
+        TransitionError::Partition { from, to }
+    });
 }
 
 #[test]
 fn replica_state_machine_allows_exactly_the_legal_moves() {
     assert_eq!(R::ALL.len(), 7);
-    let mut legal = 0;
-    for from in R::ALL {
-        for to in R::ALL {
-            let got = from.transition(to);
-            if LEGAL_REPLICA.contains(&(from, to)) {
-                legal += 1;
-                assert_eq!(got, Ok(to), "{from:?} -> {to:?} must be legal");
-            } else {
-                assert_eq!(
-                    got,
-                    Err(TransitionError::Replica { from, to }),
-                    "{from:?} -> {to:?} must be refused"
-                );
-            }
-        }
-    }
-    assert_eq!(legal, LEGAL_REPLICA.len(), "table has duplicates");
+    assert_exactly_the_legal_moves(&R::ALL, LEGAL_REPLICA, R::transition, |from, to| {
+        TransitionError::Replica { from, to }
+    });
 }
 
 #[test]
 fn valid_previous_agrees_with_the_tables() {
-    for to in P::ALL {
-        let mut want: Vec<_> = LEGAL_PARTITION
-            .iter()
-            .filter(|(_, t)| *t == to)
-            .map(|(f, _)| *f)
-            .collect();
-        let mut got = to.valid_previous().to_vec();
-        want.sort();
-        got.sort();
-        assert_eq!(got, want, "partition valid_previous({to:?})");
-    }
-    for to in R::ALL {
-        let mut want: Vec<_> = LEGAL_REPLICA
-            .iter()
-            .filter(|(_, t)| *t == to)
-            .map(|(f, _)| *f)
-            .collect();
-        let mut got = to.valid_previous().to_vec();
-        want.sort();
-        got.sort();
-        assert_eq!(got, want, "replica valid_previous({to:?})");
-    }
+    assert_valid_previous_agrees("partition", &P::ALL, LEGAL_PARTITION, P::valid_previous);
+    assert_valid_previous_agrees("replica", &R::ALL, LEGAL_REPLICA, R::valid_previous);
 }
 
 #[test]
@@ -183,16 +185,36 @@ fn cluster(partitions: u32) -> MetadataImage {
         configs: BTreeMap::new(),
     })];
     for p in 0..partitions {
-        records.push(MetadataRecord::Partition(PartitionRecord {
-            topic_id: TOPIC,
-            partition: PartitionId(p),
-            replicas: vec![b(1), b(2), b(3)],
-            isr: vec![b(1), b(2), b(3)],
-            leader: Some(b(1)),
-        }));
+        records.push(partition_record(
+            p,
+            vec![b(1), b(2), b(3)],
+            vec![b(1), b(2), b(3)],
+            Some(b(1)),
+        ));
     }
     apply(&mut image, 5, records);
     image
+}
+
+/// The record that marks `TOPIC` for deletion.
+fn mark_for_deletion() -> MetadataRecord {
+    MetadataRecord::MarkTopicForDeletion { topic_id: TOPIC }
+}
+
+/// The record that creates partition `p` of `TOPIC`.
+fn partition_record(
+    p: u32,
+    replicas: Vec<BrokerId>,
+    isr: Vec<BrokerId>,
+    leader: Option<BrokerId>,
+) -> MetadataRecord {
+    MetadataRecord::Partition(PartitionRecord {
+        topic_id: TOPIC,
+        partition: PartitionId(p),
+        replicas,
+        isr,
+        leader,
+    })
 }
 
 fn change(p: u32) -> PartitionChangeRecord {
@@ -239,6 +261,19 @@ fn refused(image: &mut MetadataImage, offset: u64, record: MetadataRecord) -> Re
     e
 }
 
+/// Replays `record` at `offset`, expects it refused as the illegal
+/// replica move `from -> to`, and the image left as it was.
+fn refused_replica_move(
+    image: &mut MetadataImage,
+    offset: u64,
+    record: MetadataRecord,
+    from: ReplicaState,
+    to: ReplicaState,
+) {
+    let e = refused(image, offset, record);
+    assert_eq!(*transition_kind(&e), TransitionError::Replica { from, to });
+}
+
 fn transition_kind(e: &ReplayError) -> &TransitionError {
     match &e.kind {
         ReplayErrorKind::Transition(t) => t,
@@ -257,7 +292,7 @@ fn remove_topic_while_a_partition_is_online_is_refused() {
         &mut image,
         7,
         vec![
-            MetadataRecord::MarkTopicForDeletion { topic_id: TOPIC },
+            mark_for_deletion(),
             deletion_state(&all_replicas(2), R::DeletionStarted),
             deletion_state(&all_replicas(2), R::DeletionSuccessful),
         ],
@@ -290,7 +325,7 @@ fn remove_topic_before_every_replica_is_deleted_is_refused() {
         6,
         vec![
             MetadataRecord::PartitionChange(off),
-            MetadataRecord::MarkTopicForDeletion { topic_id: TOPIC },
+            mark_for_deletion(),
             deletion_state(&all_replicas(1), R::DeletionStarted),
             deletion_state(&[(0, 1), (0, 3)], R::DeletionSuccessful),
         ],
@@ -324,23 +359,14 @@ fn remove_topic_not_marked_for_deletion_is_refused() {
 #[test]
 fn deletion_successful_straight_from_offline_is_refused() {
     let mut image = cluster(1);
-    apply(
-        &mut image,
-        6,
-        vec![MetadataRecord::MarkTopicForDeletion { topic_id: TOPIC }],
-    );
+    apply(&mut image, 6, vec![mark_for_deletion()]);
     assert_eq!(image.replica_state(&tp(0), b(2)), R::Offline);
-    let e = refused(
+    refused_replica_move(
         &mut image,
         7,
         deletion_state(&[(0, 2)], R::DeletionSuccessful),
-    );
-    assert_eq!(
-        *transition_kind(&e),
-        TransitionError::Replica {
-            from: R::Offline,
-            to: R::DeletionSuccessful
-        }
+        R::Offline,
+        R::DeletionSuccessful,
     );
     assert_eq!(image.replica_state(&tp(0), b(2)), R::Offline);
 }
@@ -373,7 +399,7 @@ fn every_illegal_replica_deletion_move_is_refused_by_replay() {
     for (from, path) in reach {
         for to in R::ALL {
             let mut image = cluster(1);
-            let mut records = vec![MetadataRecord::MarkTopicForDeletion { topic_id: TOPIC }];
+            let mut records = vec![mark_for_deletion()];
             records.extend(path.iter().map(|s| deletion_state(&[(0, 3)], *s)));
             apply(&mut image, 6, records);
             assert_eq!(image.replica_state(&tp(0), b(3)), *from);
@@ -383,11 +409,7 @@ fn every_illegal_replica_deletion_move_is_refused_by_replay() {
                 image.replay(&record, offset).expect("legal move replays");
                 assert_eq!(image.replica_state(&tp(0), b(3)), to);
             } else {
-                let e = refused(&mut image, offset, record);
-                assert_eq!(
-                    *transition_kind(&e),
-                    TransitionError::Replica { from: *from, to }
-                );
+                refused_replica_move(&mut image, offset, record, *from, to);
             }
         }
     }
@@ -403,11 +425,7 @@ fn deletion_state_for_an_unmarked_topic_is_refused() {
 #[test]
 fn deletion_state_for_an_unassigned_replica_is_refused() {
     let mut image = cluster(1);
-    apply(
-        &mut image,
-        6,
-        vec![MetadataRecord::MarkTopicForDeletion { topic_id: TOPIC }],
-    );
+    apply(&mut image, 6, vec![mark_for_deletion()]);
     let e = refused(&mut image, 7, deletion_state(&[(0, 9)], R::DeletionStarted));
     assert_eq!(
         e.kind,
@@ -425,7 +443,7 @@ fn deletion_state_record_with_one_illegal_replica_is_not_half_applied() {
         &mut image,
         6,
         vec![
-            MetadataRecord::MarkTopicForDeletion { topic_id: TOPIC },
+            mark_for_deletion(),
             deletion_state(&[(0, 1)], R::DeletionStarted),
         ],
     );
@@ -442,25 +460,16 @@ fn deletion_state_record_with_one_illegal_replica_is_not_half_applied() {
 #[test]
 fn deletion_state_record_listing_a_replica_twice_moves_it_twice() {
     let mut image = cluster(1);
-    apply(
-        &mut image,
-        6,
-        vec![MetadataRecord::MarkTopicForDeletion { topic_id: TOPIC }],
-    );
+    apply(&mut image, 6, vec![mark_for_deletion()]);
     // The second listing is checked from DeletionStarted, where the first
     // one left it: DeletionStarted -> DeletionStarted is illegal, and the
     // first move is not kept either.
-    let e = refused(
+    refused_replica_move(
         &mut image,
         7,
         deletion_state(&[(0, 1), (0, 1)], R::DeletionStarted),
-    );
-    assert_eq!(
-        e.kind,
-        ReplayErrorKind::Transition(TransitionError::Replica {
-            from: R::DeletionStarted,
-            to: R::DeletionStarted,
-        })
+        R::DeletionStarted,
+        R::DeletionStarted,
     );
     assert_eq!(image.replica_state(&tp(0), b(1)), R::Offline);
 }
@@ -468,20 +477,15 @@ fn deletion_state_record_listing_a_replica_twice_moves_it_twice() {
 #[test]
 fn deletion_state_record_only_moves_replicas_within_the_deletion_machine() {
     let mut image = cluster(1);
-    apply(
-        &mut image,
-        6,
-        vec![MetadataRecord::MarkTopicForDeletion { topic_id: TOPIC }],
-    );
+    apply(&mut image, 6, vec![mark_for_deletion()]);
     // Offline -> Online is a legal replica move, but not for a replica
     // being deleted.
-    let e = refused(&mut image, 7, deletion_state(&[(0, 1)], R::Online));
-    assert_eq!(
-        e.kind,
-        ReplayErrorKind::Transition(TransitionError::Replica {
-            from: R::Offline,
-            to: R::Online,
-        })
+    refused_replica_move(
+        &mut image,
+        7,
+        deletion_state(&[(0, 1)], R::Online),
+        R::Offline,
+        R::Online,
     );
     refused(&mut image, 7, deletion_state(&[(0, 1)], R::New));
 
@@ -495,13 +499,12 @@ fn deletion_state_record_only_moves_replicas_within_the_deletion_machine() {
             deletion_state(&[(0, 1)], R::DeletionSuccessful),
         ],
     );
-    let e = refused(&mut image, 8, deletion_state(&[(0, 1)], R::NonExistent));
-    assert_eq!(
-        e.kind,
-        ReplayErrorKind::Transition(TransitionError::Replica {
-            from: R::DeletionSuccessful,
-            to: R::NonExistent,
-        })
+    refused_replica_move(
+        &mut image,
+        8,
+        deletion_state(&[(0, 1)], R::NonExistent),
+        R::DeletionSuccessful,
+        R::NonExistent,
     );
     assert_eq!(image.replica_state(&tp(0), b(1)), R::DeletionSuccessful);
 }
@@ -515,13 +518,7 @@ fn duplicate_replicas_are_refused_in_short_and_long_lists() {
         let e = refused(
             &mut image,
             6,
-            MetadataRecord::Partition(PartitionRecord {
-                topic_id: TOPIC,
-                partition: PartitionId(0),
-                replicas: replicas.clone(),
-                isr: vec![b(1)],
-                leader: Some(b(1)),
-            }),
+            partition_record(0, replicas.clone(), vec![b(1)], Some(b(1))),
         );
         assert!(e.to_string().contains("duplicate replicas"), "{n}: {e}");
     }
@@ -534,13 +531,12 @@ fn partition_walks_its_whole_lifecycle_through_replay() {
     apply(
         &mut image,
         6,
-        vec![MetadataRecord::Partition(PartitionRecord {
-            topic_id: TOPIC,
-            partition: PartitionId(0),
-            replicas: vec![b(1), b(2), b(3)],
-            isr: vec![b(1), b(2), b(3)],
-            leader: None,
-        })],
+        vec![partition_record(
+            0,
+            vec![b(1), b(2), b(3)],
+            vec![b(1), b(2), b(3)],
+            None,
+        )],
     );
     let p = image.partition(&tp(0)).unwrap();
     assert_eq!(
@@ -610,11 +606,7 @@ fn partition_walks_its_whole_lifecycle_through_replay() {
     assert_eq!(image.partition(&tp(0)).unwrap().state, P::Offline);
     assert_eq!(image.replica_state(&tp(0), b(1)), R::Online);
 
-    apply(
-        &mut image,
-        12,
-        vec![MetadataRecord::MarkTopicForDeletion { topic_id: TOPIC }],
-    );
+    apply(&mut image, 12, vec![mark_for_deletion()]);
     assert_eq!(image.replica_state(&tp(0), b(1)), R::Offline);
     apply(
         &mut image,
@@ -656,14 +648,8 @@ fn new_partition_removed_without_ever_having_a_leader() {
         &mut image,
         6,
         vec![
-            MetadataRecord::Partition(PartitionRecord {
-                topic_id: TOPIC,
-                partition: PartitionId(0),
-                replicas: vec![b(1)],
-                isr: vec![b(1)],
-                leader: None,
-            }),
-            MetadataRecord::MarkTopicForDeletion { topic_id: TOPIC },
+            partition_record(0, vec![b(1)], vec![b(1)], None),
+            mark_for_deletion(),
             deletion_state(&[(0, 1)], R::DeletionStarted),
             deletion_state(&[(0, 1)], R::DeletionSuccessful),
             // New -> NonExistent.

@@ -40,6 +40,23 @@ fn api(code: ErrorCode, message: impl Into<String>) -> ApiError {
     ApiError::new(code, message)
 }
 
+/// Refuses with `code` a request about partition `name` made at the
+/// `kind` epoch `got` when the partition is at `current`.
+fn check_current_epoch(
+    code: ErrorCode,
+    name: &str,
+    kind: &str,
+    (got, current): (u32, u32),
+) -> Result<(), ApiError> {
+    if got != current {
+        return Err(api(
+            code,
+            format!("{name}: {kind} epoch {got} is not the current {current}"),
+        ));
+    }
+    Ok(())
+}
+
 /// The partition, or why it cannot be acted on (unknown, or its topic is
 /// being deleted).
 fn live_partition<'a>(
@@ -269,24 +286,15 @@ fn alter_one(
             },
         ));
     }
-    if item.leader_epoch != p.leader_epoch {
-        return Err(api(
-            ErrorCode::FencedLeaderEpoch,
-            format!(
-                "{name}: leader epoch {} is not the current {}",
-                item.leader_epoch.0, p.leader_epoch.0
-            ),
-        ));
-    }
-    if item.partition_epoch != p.partition_epoch {
-        return Err(api(
-            ErrorCode::InvalidPartitionEpoch,
-            format!(
-                "{name}: partition epoch {} is not the current {}",
-                item.partition_epoch.0, p.partition_epoch.0
-            ),
-        ));
-    }
+    let leader_epoch = (item.leader_epoch.0, p.leader_epoch.0);
+    check_current_epoch(ErrorCode::FencedLeaderEpoch, &name, "leader", leader_epoch)?;
+    let partition_epoch = (item.partition_epoch.0, p.partition_epoch.0);
+    check_current_epoch(
+        ErrorCode::InvalidPartitionEpoch,
+        &name,
+        "partition",
+        partition_epoch,
+    )?;
     let isr = &item.new_isr;
     if isr.is_empty()
         || has_duplicates(isr)

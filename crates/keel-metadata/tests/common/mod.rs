@@ -20,6 +20,15 @@ pub fn code<T: std::fmt::Debug>(r: &Result<T, ApiError>) -> ErrorCode {
     r.as_ref().expect_err("expected a refusal").code
 }
 
+/// The error code of each per-item reply, `ErrorCode::None` for an item
+/// that was accepted.
+pub fn codes<K, T>(replies: &[(K, Result<T, ApiError>)]) -> Vec<ErrorCode> {
+    replies
+        .iter()
+        .map(|(_, r)| r.as_ref().err().map_or(ErrorCode::None, |e| e.code))
+        .collect()
+}
+
 /// A controller's view: an image fed by committed entries.
 pub struct Cluster {
     pub image: MetadataImage,

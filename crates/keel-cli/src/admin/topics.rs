@@ -288,6 +288,24 @@ fn topic_json(t: &pb::TopicDescription, partitions: &[&pb::PartitionDescription]
     })
 }
 
+/// The ops `alter-config` sends: every `--set`, then every `--delete`.
+fn config_ops(set: Vec<(String, String)>, delete: Vec<String>) -> Vec<pb::AlterConfigOp> {
+    let mut ops: Vec<pb::AlterConfigOp> = set
+        .into_iter()
+        .map(|(key, value)| pb::AlterConfigOp {
+            key,
+            value,
+            op: pb::ConfigOp::Set as i32,
+        })
+        .collect();
+    ops.extend(delete.into_iter().map(|key| pb::AlterConfigOp {
+        key,
+        value: String::new(),
+        op: pb::ConfigOp::Delete as i32,
+    }));
+    ops
+}
+
 /// What `alter-config` would change: the keys whose value differs from
 /// the topic's current one (the last op on a key wins), as `KEY=VALUE` or
 /// `-KEY`.
@@ -625,19 +643,7 @@ async fn alter_config(
         Ok(s) => s,
         Err(e) => return usage(e),
     };
-    let mut ops: Vec<pb::AlterConfigOp> = set
-        .into_iter()
-        .map(|(key, value)| pb::AlterConfigOp {
-            key,
-            value,
-            op: pb::ConfigOp::Set as i32,
-        })
-        .collect();
-    ops.extend(delete.into_iter().map(|key| pb::AlterConfigOp {
-        key,
-        value: String::new(),
-        op: pb::ConfigOp::Delete as i32,
-    }));
+    let ops = config_ops(set, delete);
     // A refusal says, in its own message (so in JSON too), that
     // nothing was altered.
     let refused = |e: &keel_metadata::ApiError| {

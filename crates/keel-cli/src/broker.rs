@@ -308,39 +308,34 @@ fn kafka_listener(c: &mut BrokerConfig, a: &BrokerArgs, f: &BrokerFile) -> Resul
     Ok(())
 }
 
+/// `keel broker unregister`: a client of the controllers, not a broker.
+async fn unregister(id: u32, common: &Common) -> ExitCode {
+    let client = match common.client() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    crate::admin::cluster::unregister(&client, common.output, id).await
+}
+
+/// Runs a broker until SIGINT/SIGTERM (then shuts down in a controlled
+/// way) or until it fails; or `keel broker unregister`.
 pub async fn run(a: BrokerArgs) -> ExitCode {
     if let Some(BrokerCmd::Unregister { id, common }) = a.cmd {
-        let client = match common.client() {
-            Ok(c) => c,
-            Err(code) => return code,
-        };
-        return crate::admin::cluster::unregister(&client, common.output, id).await;
+        return unregister(id, &common).await;
     }
-    let (mut config, metrics, format) = match build(&a) {
+    let (mut config, metrics, format) = match crate::node::settings(build(&a)) {
         Ok(v) => v,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     if a.check {
-        println!(
-            "configuration of broker {} is valid (cluster {}, listen {})",
-            config.broker_id, config.cluster_id, config.listen
-        );
+        let c = &config;
+        crate::node::say_valid("broker", c.broker_id, &c.cluster_id, c.listen);
         return ExitCode::SUCCESS;
     }
     logging::init(format);
-    // Bound before anything starts: a taken port stops the broker at once.
-    let metrics = match metrics {
-        None => None,
-        Some(addr) => match logging::metrics_endpoint(addr).await {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "cannot serve metrics");
-                return ExitCode::from(EXIT_LOCAL);
-            }
-        },
+    let metrics = match crate::node::bind_endpoint(metrics, "metrics").await {
+        Ok(v) => v,
+        Err(code) => return code,
     };
     keel_broker::metrics::describe();
     logging::build_info("broker");

@@ -541,32 +541,19 @@ fn release_freed() {
 
 /// Runs until SIGINT/SIGTERM, or a fatal Raft error.
 pub async fn run(a: ControllerArgs) -> ExitCode {
-    let (mut config, http, format) = match build(&a) {
+    let (mut config, http, format) = match crate::node::settings(build(&a)) {
         Ok(v) => v,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     if a.check {
-        println!(
-            "configuration of controller {} is valid (cluster {}, listen {})",
-            config.node_id, config.cluster_id, config.listen
-        );
+        let c = &config;
+        crate::node::say_valid("controller", c.node_id, &c.cluster_id, c.listen);
         return ExitCode::SUCCESS;
     }
     logging::init(format);
-    // The HTTP endpoint is bound before anything starts, so a taken port
-    // stops the node at once with the reason.
-    let http = match http {
-        None => None,
-        Some(addr) => match logging::metrics_endpoint(addr).await {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "cannot serve HTTP");
-                return ExitCode::from(EXIT_LOCAL);
-            }
-        },
+    let http = match crate::node::bind_endpoint(http, "HTTP").await {
+        Ok(v) => v,
+        Err(code) => return code,
     };
     keel_controller::metric_names::describe();
     logging::build_info("controller");
@@ -596,6 +583,23 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
             http_stop_rx,
         ));
     }
+    if let Some(e) = wait_for_stop(&node).await {
+        tracing::error!(error = %e, "raft stopped; exiting");
+        logging::exit_if_stuck("the Raft core stopped", logging::SHUTDOWN_BOUND);
+        let _ = node.shutdown().await;
+        return ExitCode::from(EXIT_LOCAL);
+    }
+    tracing::info!("shutting down");
+    logging::exit_if_stuck("asked to stop", logging::SHUTDOWN_BOUND);
+    let _ = http_stop.send(true);
+    let _ = node.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+/// Waits until SIGINT/SIGTERM (`None`) or until the Raft core stops on a
+/// fatal error or the data dir is gone (`Some` of why), handing freed
+/// memory back to the OS now and then.
+async fn wait_for_stop(node: &ControllerNode) -> Option<String> {
     let stop = logging::shutdown_signal();
     tokio::pin!(stop);
     // Looked at now and then rather than on every change: openraft
@@ -607,7 +611,7 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     let mut checks = 0u32;
     loop {
         tokio::select! {
-            _ = &mut stop => break,
+            _ = &mut stop => return None,
             _ = check.tick() => {
                 checks = checks.wrapping_add(1);
                 if checks.is_multiple_of(RELEASE_EVERY_CHECKS) {
@@ -625,20 +629,12 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
                     }
                     Ok(()) => None,
                 };
-                if let Some(e) = stopped {
-                    tracing::error!(error = %e, "raft stopped; exiting");
-                    logging::exit_if_stuck("the Raft core stopped", logging::SHUTDOWN_BOUND);
-                    let _ = node.shutdown().await;
-                    return ExitCode::from(EXIT_LOCAL);
+                if stopped.is_some() {
+                    return stopped;
                 }
             }
         }
     }
-    tracing::info!("shutting down");
-    logging::exit_if_stuck("asked to stop", logging::SHUTDOWN_BOUND);
-    let _ = http_stop.send(true);
-    let _ = node.shutdown().await;
-    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

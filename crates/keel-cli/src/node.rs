@@ -1,14 +1,18 @@
 //! What `keel controller` and `keel broker` read alike: the optional TOML
 //! file, the checks on counts that must not be 0, and the Kafka listener's
-//! options (client authentication, SASL, connection limits).
+//! options (client authentication, SASL, connection limits); and the
+//! first steps of running either.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use keel_tls::admission::Limits;
 use keel_tls::KafkaClientAuth;
 use serde::de::DeserializeOwned;
 
 use crate::connections;
+use crate::EXIT_LOCAL;
 
 /// The TOML file `path` names, or every key absent without one.
 pub fn read_file<T: DeserializeOwned + Default>(path: Option<&PathBuf>) -> Result<T, String> {
@@ -75,4 +79,43 @@ pub fn kafka_listener(given: KafkaGiven) -> Result<KafkaListener, String> {
         connections,
         connections_max_idle_ms,
     })
+}
+
+/// The node's settings as `build` made them; bad options are printed and
+/// are exit code 2.
+pub fn settings<T>(built: Result<T, String>) -> Result<T, ExitCode> {
+    built.map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+/// What `--check` prints for a valid configuration of `kind` `id`.
+pub fn say_valid(kind: &str, id: impl std::fmt::Display, cluster_id: &str, listen: SocketAddr) {
+    println!("configuration of {kind} {id} is valid (cluster {cluster_id}, listen {listen})");
+}
+
+/// The HTTP endpoint at `addr`, bound before anything starts so that a
+/// taken port stops the node at once with the reason; a failure is
+/// logged as "cannot serve `what`".
+pub async fn bind_endpoint(
+    addr: Option<SocketAddr>,
+    what: &str,
+) -> Result<
+    Option<(
+        tokio::net::TcpListener,
+        keel_controller::console::RenderMetrics,
+    )>,
+    ExitCode,
+> {
+    match addr {
+        None => Ok(None),
+        Some(addr) => match crate::logging::metrics_endpoint(addr).await {
+            Ok(v) => Ok(Some(v)),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "cannot serve {what}");
+                Err(ExitCode::from(EXIT_LOCAL))
+            }
+        },
+    }
 }

@@ -400,38 +400,31 @@ async fn stop_running(dir: &std::path::Path) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `--exit-when-ready`: starts this same command again in the background
-/// (a session of its own, so a closed terminal does not end it; output in
-/// `<dir>/dev.log`), waits until it says its cluster is up, and exits 0;
-/// if it stops first, prints its output and exits with its code.
-async fn detach(a: &DevArgs) -> ExitCode {
-    if let Err(code) = wipe_if_fresh(a) {
-        return code;
-    }
-    if let Err(e) = std::fs::create_dir_all(&a.dir) {
-        eprintln!("error: cannot create {}: {e}", a.dir.display());
-        return ExitCode::from(EXIT_LOCAL);
-    }
-    let dir = std::fs::canonicalize(&a.dir).unwrap_or_else(|_| a.dir.clone());
-    let log = log_file(&dir);
-    let (out, err) = match std::fs::File::create(&log).and_then(|f| Ok((f.try_clone()?, f))) {
+/// Starts `keel dev` again in the background, in a session of its own,
+/// its output going to `log`.
+fn spawn_detached(
+    a: &DevArgs,
+    dir: &std::path::Path,
+    log: &std::path::Path,
+) -> Result<std::process::Child, ExitCode> {
+    let (out, err) = match std::fs::File::create(log).and_then(|f| Ok((f.try_clone()?, f))) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("error: cannot write {}: {e}", log.display());
-            return ExitCode::from(EXIT_LOCAL);
+            return Err(ExitCode::from(EXIT_LOCAL));
         }
     };
     let exe = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: cannot find the keel binary: {e}");
-            return ExitCode::from(EXIT_LOCAL);
+            return Err(ExitCode::from(EXIT_LOCAL));
         }
     };
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("dev")
         .arg("--dir")
-        .arg(&dir)
+        .arg(dir)
         .args(["--brokers", &a.brokers.to_string()])
         .args(["--cluster-id", &a.cluster_id])
         .arg("--exit-when-ready")
@@ -447,12 +440,32 @@ async fn detach(a: &DevArgs) -> ExitCode {
             Ok(())
         });
     }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    match cmd.spawn() {
+        Ok(c) => Ok(c),
         Err(e) => {
             eprintln!("error: cannot start keel dev in the background: {e}");
-            return ExitCode::from(EXIT_LOCAL);
+            Err(ExitCode::from(EXIT_LOCAL))
         }
+    }
+}
+
+/// `--exit-when-ready`: starts this same command again in the background
+/// (a session of its own, so a closed terminal does not end it; output in
+/// `<dir>/dev.log`), waits until it says its cluster is up, and exits 0;
+/// if it stops first, prints its output and exits with its code.
+async fn detach(a: &DevArgs) -> ExitCode {
+    if let Err(code) = wipe_if_fresh(a) {
+        return code;
+    }
+    if let Err(e) = std::fs::create_dir_all(&a.dir) {
+        eprintln!("error: cannot create {}: {e}", a.dir.display());
+        return ExitCode::from(EXIT_LOCAL);
+    }
+    let dir = std::fs::canonicalize(&a.dir).unwrap_or_else(|_| a.dir.clone());
+    let log = log_file(&dir);
+    let mut child = match spawn_detached(a, &dir, &log) {
+        Ok(c) => c,
+        Err(code) => return code,
     };
     let pid = child.id();
     use tokio::signal::unix::{signal, SignalKind};

@@ -214,7 +214,7 @@ async fn controller_row(
         });
     }
     // Its own answer: role, term, indexes, disk, version.
-    let node = describe_node(&transport, &v.address, timeout).await;
+    let node = describe_node(transport, &v.address, timeout).await;
     match node {
         Ok(n) => {
             e.role = n.role.clone();

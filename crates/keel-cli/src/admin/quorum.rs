@@ -235,19 +235,16 @@ fn restore(output: Output, cmd: SnapshotCmd) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `keel quorum snapshot save`: streams the node's image and writes it.
-async fn save(
+/// The node's whole image in one answer: the stream's chunks joined onto
+/// its first message (which carries the error or the header fields).
+async fn read_image(
     client: keel_proto::client::ControllerClient,
-    output: Output,
-    file: &std::path::Path,
-) -> ExitCode {
+) -> Result<pb::ReadSnapshotResponse, ExitCode> {
     // Encoding and hashing a large image (a million partitions) takes the
     // node seconds before the first chunk, and the whole stream is read
     // within one attempt: a budget like a snapshot build's.
     let budget = Duration::from_secs(120);
     let client = client.with_timeouts(budget, budget);
-    // The whole image in one answer: the stream's chunks joined onto its
-    // first message (which carries the error or the header fields).
     let answer = client
         .admin(|mut c| async move {
             let mut stream = c
@@ -264,14 +261,26 @@ async fn save(
             Ok(tonic::Response::new(first.unwrap_or_default()))
         })
         .await;
-    let r = match answer {
+    match answer {
         Ok(r) => {
             if let Err(e) = keel_proto::convert::check(&r.error) {
-                return output::refused(&e);
+                return Err(output::refused(&e));
             }
-            r
+            Ok(r)
         }
-        Err(e) => return output::unreachable(&e),
+        Err(e) => Err(output::unreachable(&e)),
+    }
+}
+
+/// `keel quorum snapshot save`: streams the node's image and writes it.
+async fn save(
+    client: keel_proto::client::ControllerClient,
+    output: Output,
+    file: &std::path::Path,
+) -> ExitCode {
+    let r = match read_image(client).await {
+        Ok(r) => r,
+        Err(code) => return code,
     };
     let body = r.chunk;
     if body.len() as u64 != r.image_bytes {

@@ -12,7 +12,7 @@ use keel_proto::client::ControllerClient;
 use keel_proto::pb;
 use serde_json::{json, Value};
 
-use super::{item_error, usage, Common};
+use super::{id_list, item_error, usage, Common};
 use crate::output::{self, Output};
 
 /// How long `reassign start --wait` waits without a `--timeout`.
@@ -148,12 +148,6 @@ async fn list(client: &ControllerClient, out: Output) -> ExitCode {
             })).collect::<Vec<_>>()
         })),
         Output::Table => {
-            let list = |v: &[u32]| {
-                v.iter()
-                    .map(|b| b.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
             let rows: Vec<Vec<String>> = r
                 .reassignments
                 .iter()
@@ -161,9 +155,9 @@ async fn list(client: &ControllerClient, out: Output) -> ExitCode {
                     vec![
                         x.topic.clone(),
                         x.partition.to_string(),
-                        list(&x.replicas),
-                        list(&x.adding),
-                        list(&x.removing),
+                        id_list(&x.replicas),
+                        id_list(&x.adding),
+                        id_list(&x.removing),
                     ]
                 })
                 .collect();
@@ -489,12 +483,6 @@ async fn verify(client: &ControllerClient, plan: &PathBuf, out: Output) -> ExitC
             })).collect::<Vec<_>>(),
         })),
         Output::Table => {
-            let list = |v: &[u32]| {
-                v.iter()
-                    .map(|b| b.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
             let table: Vec<Vec<String>> = rows
                 .iter()
                 .map(|(p, v, now)| {
@@ -502,8 +490,8 @@ async fn verify(client: &ControllerClient, plan: &PathBuf, out: Output) -> ExitC
                         p.topic.clone(),
                         p.partition.to_string(),
                         v.replace('_', " "),
-                        now.map_or_else(|| "-".into(), |r| list(r)),
-                        list(&p.replicas),
+                        now.map_or_else(|| "-".into(), |r| id_list(r)),
+                        id_list(&p.replicas),
                     ]
                 })
                 .collect();

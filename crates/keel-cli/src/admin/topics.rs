@@ -8,7 +8,7 @@ use clap::{Args, Subcommand};
 use keel_proto::pb;
 use serde_json::{json, Value};
 
-use super::{item_error, parse_kv, topic_id_text, usage, Common, TopicArg};
+use super::{id_list, item_error, parse_kv, topic_id_text, usage, Common, TopicArg};
 use crate::output::{self, Output};
 use keel_proto::client::ControllerClient;
 
@@ -594,21 +594,15 @@ fn print_topic(t: &pb::TopicDescription, parts: &[&pb::PartitionDescription]) {
         .iter()
         .filter_map(|p| {
             let s = p.state.as_ref()?;
-            let list = |v: &[u32]| {
-                v.iter()
-                    .map(|b| b.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
             Some(vec![
                 s.partition.to_string(),
                 s.leader
                     .map(|l| l.to_string())
                     .unwrap_or_else(|| "none".into()),
                 s.leader_epoch.to_string(),
-                list(&s.replicas),
-                list(&s.isr),
-                list(&p.offline_replicas),
+                id_list(&s.replicas),
+                id_list(&s.isr),
+                id_list(&p.offline_replicas),
                 p.partition_state.clone(),
             ])
         })

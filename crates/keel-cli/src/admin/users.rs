@@ -14,9 +14,7 @@ use std::process::ExitCode;
 use clap::{ArgGroup, Args, Subcommand};
 use keel_metadata::scram::{ScramCredential, ScramMechanism};
 use keel_proto::client::ControllerClient;
-use keel_proto::convert::{
-    check, scram_deletion_to_pb, scram_mechanism_from_pb, scram_upsertion_to_pb,
-};
+use keel_proto::convert::{scram_deletion_to_pb, scram_mechanism_from_pb, scram_upsertion_to_pb};
 use keel_proto::pb;
 use rand::TryRngCore;
 use serde_json::json;
@@ -176,14 +174,7 @@ async fn alter(
     client: &ControllerClient,
     req: pb::AlterUserScramCredentialsRequest,
 ) -> Result<(), ExitCode> {
-    let r = client
-        .admin_write(|mut c| {
-            let req = req.clone();
-            async move { c.alter_user_scram_credentials(req).await }
-        })
-        .await
-        .map_err(|e| output::unreachable(&e))?;
-    check(&r.error).map_err(|e| output::refused(&e))?;
+    let r = try_call!(client, admin_write, alter_user_scram_credentials, req)?;
     match r.results.first().and_then(|r| item_error(&r.error)) {
         Some(e) => Err(output::refused(&e)),
         None => Ok(()),
@@ -197,14 +188,7 @@ async fn describe(
     users: Vec<String>,
 ) -> Result<Vec<pb::UserScramCredentials>, ExitCode> {
     let req = pb::DescribeUserScramCredentialsRequest { users };
-    let r = client
-        .admin(|mut c| {
-            let req = req.clone();
-            async move { c.describe_user_scram_credentials(req).await }
-        })
-        .await
-        .map_err(|e| output::unreachable(&e))?;
-    check(&r.error).map_err(|e| output::refused(&e))?;
+    let r = try_call!(client, admin, describe_user_scram_credentials, req)?;
     match r.results.iter().find_map(|u| item_error(&u.error)) {
         Some(e) => Err(output::refused(&e)),
         None => Ok(r.results),

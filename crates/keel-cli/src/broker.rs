@@ -186,15 +186,30 @@ fn list(s: &str) -> Vec<String> {
         .collect()
 }
 
+/// The broker's configuration, metrics address and log format from the
+/// flags, the environment and the file; the first bad or missing option
+/// is the error.
 fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat), String> {
-    let f: BrokerFile = match &a.config {
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-            toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
-        }
-        None => BrokerFile::default(),
+    let f: BrokerFile = crate::node::read_file(a.config.as_ref())?;
+    let mut c = required(a, &f)?;
+    c.rack = a.rack.clone().or(f.rack.clone());
+    c.log_dirs = match a.log_dirs.clone().or(f.log_dirs.clone()) {
+        Some(s) => list(&s),
+        None => vec![c.data_dir.join("log").display().to_string()],
     };
+    timing_and_limits(&mut c, a, &f)?;
+    kafka_listener(&mut c, a, &f)?;
+    Ok((
+        c,
+        a.metrics_listen.or(f.metrics_listen),
+        a.log_format.or(f.log_format).unwrap_or_default(),
+    ))
+}
+
+/// A configuration with the options every broker must be given (id,
+/// listen address, controllers, cluster id, data dir) and its transport,
+/// defaults elsewhere.
+fn required(a: &BrokerArgs, f: &BrokerFile) -> Result<BrokerConfig, String> {
     let need = |n: &str| format!("--{n} is required (flag, env var or config file)");
     let id = a
         .broker_id
@@ -204,18 +219,18 @@ fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat)
     let controllers = list(
         &a.controllers
             .clone()
-            .or(f.controllers)
+            .or(f.controllers.clone())
             .ok_or_else(|| need("controllers"))?,
     );
     let cluster_id = a
         .cluster_id
         .clone()
-        .or(f.cluster_id)
+        .or(f.cluster_id.clone())
         .ok_or_else(|| need("cluster-id"))?;
     let data_dir = a
         .data_dir
         .clone()
-        .or(f.data_dir)
+        .or(f.data_dir.clone())
         .ok_or_else(|| need("data-dir"))?;
     let tls_keys = TlsKeys {
         tls_cert: f.tls_cert.clone(),
@@ -228,13 +243,15 @@ fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat)
         Some(&cluster_id),
         Some(&keel_tls::Identity::broker(&cluster_id, id)),
     )?;
-    let mut c = BrokerConfig::new(id, listen, controllers, cluster_id, data_dir.clone());
+    let mut c = BrokerConfig::new(id, listen, controllers, cluster_id, data_dir);
     c.transport = transport;
-    c.rack = a.rack.clone().or(f.rack);
-    c.log_dirs = match a.log_dirs.clone().or(f.log_dirs) {
-        Some(s) => list(&s),
-        None => vec![data_dir.join("log").display().to_string()],
-    };
+    Ok(c)
+}
+
+/// Heartbeats, sessions, replica lag, storage stalls and the limits of
+/// the broker's own listener.
+fn timing_and_limits(c: &mut BrokerConfig, a: &BrokerArgs, f: &BrokerFile) -> Result<(), String> {
+    use crate::node::at_least_one;
     if let Some(v) = a.heartbeat_interval_ms.or(f.heartbeat_interval_ms) {
         c.heartbeat_interval_ms = v;
     }
@@ -248,90 +265,77 @@ fn build(a: &BrokerArgs) -> Result<(BrokerConfig, Option<SocketAddr>, LogFormat)
         c.storage_stall_timeout_ms = v;
     }
     if let Some(v) = a.max_concurrent_streams.or(f.max_concurrent_streams) {
-        if v == 0 {
-            return Err("max_concurrent_streams must be at least 1".into());
-        }
-        c.max_concurrent_streams = v;
+        c.max_concurrent_streams = at_least_one("max_concurrent_streams", v)?;
     }
     if let Some(v) = a.request_timeout_ms.or(f.request_timeout_ms) {
-        if v == 0 {
-            return Err("request_timeout_ms must be at least 1".into());
-        }
-        c.request_timeout_ms = v;
+        c.request_timeout_ms = at_least_one("request_timeout_ms", v)?;
     }
     if let Some(v) = a.max_message_bytes.or(f.max_message_bytes) {
-        if v == 0 {
-            return Err("max_message_bytes must be at least 1".into());
-        }
-        c.max_message_bytes = v;
+        c.max_message_bytes = at_least_one("max_message_bytes", v)?;
     }
+    Ok(())
+}
+
+/// The Kafka listener: its address, request size, client authentication,
+/// SASL and connection limits.
+fn kafka_listener(c: &mut BrokerConfig, a: &BrokerArgs, f: &BrokerFile) -> Result<(), String> {
     c.kafka_listen = a.kafka_listen.or(f.kafka_listen);
     if let Some(v) = a.kafka_max_request_bytes.or(f.kafka_max_request_bytes) {
-        if v == 0 {
-            return Err("kafka_max_request_bytes must be at least 1".into());
-        }
-        c.kafka_max_request_bytes = v;
+        c.kafka_max_request_bytes = crate::node::at_least_one("kafka_max_request_bytes", v)?;
     }
     if a.kafka_admin || f.kafka_admin.unwrap_or(false) {
         eprintln!("keel broker: --kafka-admin is no longer used: every broker forwards Kafka admin requests, authorized as the client that sent them");
     }
-    if let Some(v) = a.kafka_ssl_client_auth {
-        c.kafka_client_auth = v;
-    } else if let Some(v) = &f.kafka_ssl_client_auth {
-        c.kafka_client_auth = v.parse()?;
-    }
-    c.kafka_sasl_plain = a.kafka_sasl_plain || f.kafka_sasl_plain.unwrap_or(false);
-    c.connections = crate::connections::limits(crate::connections::Given {
-        max_connections: a.max_connections.or(f.max_connections),
-        max_connections_per_ip: a.max_connections_per_ip.or(f.max_connections_per_ip),
-        tls_handshake_timeout_ms: a.tls_handshake_timeout_ms.or(f.tls_handshake_timeout_ms),
+    let k = crate::node::kafka_listener(crate::node::KafkaGiven {
+        ssl_client_auth: a.kafka_ssl_client_auth,
+        ssl_client_auth_file: f.kafka_ssl_client_auth.as_deref(),
+        sasl_plain: a.kafka_sasl_plain || f.kafka_sasl_plain.unwrap_or(false),
+        connections: crate::connections::Given {
+            max_connections: a.max_connections.or(f.max_connections),
+            max_connections_per_ip: a.max_connections_per_ip.or(f.max_connections_per_ip),
+            tls_handshake_timeout_ms: a.tls_handshake_timeout_ms.or(f.tls_handshake_timeout_ms),
+        },
+        connections_max_idle_ms: a.connections_max_idle_ms.or(f.connections_max_idle_ms),
     })?;
-    if let Some(v) = a.connections_max_idle_ms.or(f.connections_max_idle_ms) {
-        if v == 0 {
-            return Err("connections_max_idle_ms must be at least 1".into());
-        }
+    if let Some(v) = k.client_auth {
+        c.kafka_client_auth = v;
+    }
+    c.kafka_sasl_plain = k.sasl_plain;
+    c.connections = k.connections;
+    if let Some(v) = k.connections_max_idle_ms {
         c.kafka_connections_max_idle_ms = v;
     }
-    Ok((
-        c,
-        a.metrics_listen.or(f.metrics_listen),
-        a.log_format.or(f.log_format).unwrap_or_default(),
-    ))
+    Ok(())
 }
 
+/// `keel broker unregister`: a client of the controllers, not a broker.
+async fn unregister(id: u32, common: &Common) -> ExitCode {
+    let client = match common.client() {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    crate::admin::cluster::unregister(&client, common.output, id).await
+}
+
+/// Runs a broker until SIGINT/SIGTERM (then shuts down in a controlled
+/// way) or until it fails; or `keel broker unregister`.
 pub async fn run(a: BrokerArgs) -> ExitCode {
     if let Some(BrokerCmd::Unregister { id, common }) = a.cmd {
-        let client = match common.client() {
-            Ok(c) => c,
-            Err(code) => return code,
-        };
-        return crate::admin::cluster::unregister(&client, common.output, id).await;
+        return unregister(id, &common).await;
     }
-    let (mut config, metrics, format) = match build(&a) {
+    let (mut config, metrics, format) = match crate::node::settings(build(&a)) {
         Ok(v) => v,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     if a.check {
-        println!(
-            "configuration of broker {} is valid (cluster {}, listen {})",
-            config.broker_id, config.cluster_id, config.listen
-        );
+        let c = &config;
+        crate::node::say_valid("broker", c.broker_id, &c.cluster_id, c.listen);
         return ExitCode::SUCCESS;
     }
     logging::init(format);
-    // Bound before anything starts: a taken port stops the broker at once.
-    let metrics = match metrics {
-        None => None,
-        Some(addr) => match logging::metrics_endpoint(addr).await {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "cannot serve metrics");
-                return ExitCode::from(EXIT_LOCAL);
-            }
-        },
+    let metrics = match crate::node::bind_endpoint(metrics, "metrics").await {
+        Ok(v) => v,
+        Err(code) => return code,
     };
     keel_broker::metrics::describe();
     logging::build_info("broker");

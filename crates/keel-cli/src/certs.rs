@@ -80,6 +80,27 @@ enum CertsCmd {
     },
 }
 
+/// `certs init`: writes the CA and every identity's files into `dir`,
+/// naming each file written.
+fn init_dir(dir: &std::path::Path, spec: &InitSpec) -> ExitCode {
+    match certs::init(dir, spec) {
+        Ok(files) => {
+            for f in files {
+                println!("{}", f.display());
+            }
+            eprintln!(
+                "keep {} offline: whoever holds it can make identities of this cluster",
+                dir.join("ca-key.pem").display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(EXIT_LOCAL)
+        }
+    }
+}
+
 pub fn run(a: CertsArgs) -> ExitCode {
     match a.cmd {
         CertsCmd::Init {
@@ -99,22 +120,7 @@ pub fn run(a: CertsArgs) -> ExitCode {
                 ips,
                 dns,
             };
-            match certs::init(&dir, &spec) {
-                Ok(files) => {
-                    for f in files {
-                        println!("{}", f.display());
-                    }
-                    eprintln!(
-                        "keep {} offline: whoever holds it can make identities of this cluster",
-                        dir.join("ca-key.pem").display()
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    ExitCode::from(EXIT_LOCAL)
-                }
-            }
+            init_dir(&dir, &spec)
         }
         CertsCmd::Issue {
             dir,

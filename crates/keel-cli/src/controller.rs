@@ -256,51 +256,99 @@ pub fn worker_threads(a: &ControllerArgs) -> Option<usize> {
         .map(usize::from)
 }
 
+/// The node's configuration, HTTP address and log format from the flags,
+/// the environment and the file; the first bad or missing option is the
+/// error.
 fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, LogFormat), String> {
-    let file: ControllerFile = match &a.config {
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|e| format!("cannot read {}: {e}", p.display()))?;
-            toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
-        }
-        None => ControllerFile::default(),
-    };
+    let file: ControllerFile = crate::node::read_file(a.config.as_ref())?;
     if file.worker_threads == Some(0) {
         return Err("worker_threads must be at least 1".into());
     }
+    let mut c = required(a, &file)?;
+    c.transport = transport(a, &file, &c.cluster_id, c.node_id)?;
+    c.super_users = super_users(a, &file)?;
+    c.super_users_via_brokers =
+        a.super_users_via_brokers || file.super_users_via_brokers.unwrap_or(false);
+    c.join = a.join || file.join.unwrap_or(false);
+    raft_timing(&mut c, a, &file)?;
+    request_limits(&mut c, a, &file)?;
+    listener_limits(&mut c, a, &file)?;
+    if let Some(v) = a.disk_reserve_bytes.or(file.disk_reserve_bytes) {
+        c.disk_reserve_bytes = Some(v);
+    }
+    if let Some(v) = a.storage_stall_timeout_ms.or(file.storage_stall_timeout_ms) {
+        c.storage_stall_timeout_ms = v;
+    }
+    c.allow_unknown_topic_configs =
+        a.allow_unknown_topic_configs || file.allow_unknown_topic_configs.unwrap_or(false);
+    kafka_listener(&mut c, a, &file)?;
+    if c.election_timeout_min_ms >= c.election_timeout_max_ms
+        || c.raft_heartbeat_ms * 2 > c.election_timeout_min_ms
+    {
+        return Err("election timeouts must satisfy 2 * heartbeat <= min < max".into());
+    }
+    let http = http_endpoint(a, &file)?;
+    let format = a.log_format.or(file.log_format).unwrap_or_default();
+    Ok((c, http, format))
+}
+
+/// A configuration with the options every controller must be given
+/// (node id, listen address, voters, data dir, cluster id), defaults
+/// elsewhere.
+fn required(a: &ControllerArgs, file: &ControllerFile) -> Result<ControllerConfig, String> {
     let need = |name: &str| format!("--{name} is required (flag, KEEL_ env var or config file)");
     let node_id = a.node_id.or(file.node_id).ok_or_else(|| need("node-id"))?;
     let listen = a.listen.or(file.listen).ok_or_else(|| need("listen"))?;
     let voters = a
         .voters
         .clone()
-        .or(file.voters)
+        .or(file.voters.clone())
         .ok_or_else(|| need("voters"))?;
     let voters = parse_voters(&voters)?;
     let data_dir = a
         .data_dir
         .clone()
-        .or(file.data_dir)
+        .or(file.data_dir.clone())
         .ok_or_else(|| need("data-dir"))?;
     let cluster_id = a
         .cluster_id
         .clone()
-        .or(file.cluster_id)
+        .or(file.cluster_id.clone())
         .ok_or_else(|| need("cluster-id"))?;
     if cluster_id.is_empty() {
         return Err("--cluster-id must not be empty".into());
     }
+    Ok(ControllerConfig::new(
+        node_id, listen, voters, data_dir, cluster_id,
+    ))
+}
+
+/// The transport the TLS flags, else the file's keys, say; a peer must
+/// show controller `node_id`'s identity in `cluster_id`.
+fn transport(
+    a: &ControllerArgs,
+    file: &ControllerFile,
+    cluster_id: &str,
+    node_id: u64,
+) -> Result<keel_tls::Transport, String> {
     let tls_keys = TlsKeys {
         tls_cert: file.tls_cert.clone(),
         tls_key: file.tls_key.clone(),
         tls_ca: file.tls_ca.clone(),
         allow_plaintext: file.allow_plaintext,
     };
-    let transport = a.tls.node_transport(
+    a.tls.node_transport(
         &tls_keys,
-        Some(&cluster_id),
-        Some(&keel_tls::Identity::controller(&cluster_id, node_id)),
-    )?;
+        Some(cluster_id),
+        Some(&keel_tls::Identity::controller(cluster_id, node_id)),
+    )
+}
+
+/// The super users: the flag's comma-separated list, else the file's.
+fn super_users(
+    a: &ControllerArgs,
+    file: &ControllerFile,
+) -> Result<std::collections::BTreeSet<keel_metadata::acl::Principal>, String> {
     let super_users: Vec<String> = match &a.super_users {
         Some(list) => list
             .split(',')
@@ -310,17 +358,19 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
             .collect(),
         None => file.super_users.clone().unwrap_or_default(),
     };
-    let super_users = super_users
+    super_users
         .iter()
         .map(|s| s.parse::<keel_metadata::acl::Principal>())
         .collect::<Result<_, _>>()
-        .map_err(|e| format!("--super-users: {e}"))?;
-    let mut c = ControllerConfig::new(node_id, listen, voters, data_dir, cluster_id);
-    c.transport = transport;
-    c.super_users = super_users;
-    c.super_users_via_brokers =
-        a.super_users_via_brokers || file.super_users_via_brokers.unwrap_or(false);
-    c.join = a.join || file.join.unwrap_or(false);
+        .map_err(|e| format!("--super-users: {e}"))
+}
+
+/// Raft's timing, snapshots, rebalancing and the write budget.
+fn raft_timing(
+    c: &mut ControllerConfig,
+    a: &ControllerArgs,
+    file: &ControllerFile,
+) -> Result<(), String> {
     if let Some(v) = a.session_timeout_ms.or(file.session_timeout_ms) {
         c.session_timeout_ms = v;
     }
@@ -357,118 +407,107 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
         }
         c.write_budget_bytes = v << 20;
     }
+    Ok(())
+}
+
+/// The limits on one request and on the metadata as a whole.
+fn request_limits(
+    c: &mut ControllerConfig,
+    a: &ControllerArgs,
+    file: &ControllerFile,
+) -> Result<(), String> {
+    use crate::node::at_least_one;
     if let Some(v) = a.max_topics_per_request.or(file.max_topics_per_request) {
-        if v == 0 {
-            return Err("max_topics_per_request must be at least 1".into());
-        }
-        c.limits.max_topics_per_request = v;
+        c.limits.max_topics_per_request = at_least_one("max_topics_per_request", v)?;
     }
     if let Some(v) = a
         .max_partitions_per_request
         .or(file.max_partitions_per_request)
     {
-        if v == 0 {
-            return Err("max_partitions_per_request must be at least 1".into());
-        }
-        c.limits.max_partitions_per_request = v;
+        c.limits.max_partitions_per_request = at_least_one("max_partitions_per_request", v)?;
     }
     if let Some(v) = a.max_partitions.or(file.max_partitions) {
-        if v == 0 {
-            return Err("max_partitions must be at least 1".into());
-        }
-        c.limits.max_partitions = v;
+        c.limits.max_partitions = at_least_one("max_partitions", v)?;
     }
     if let Some(v) = a.max_configs_per_topic.or(file.max_configs_per_topic) {
-        if v == 0 {
-            return Err("max_configs_per_topic must be at least 1".into());
-        }
-        c.limits.max_configs_per_topic = v;
+        c.limits.max_configs_per_topic = at_least_one("max_configs_per_topic", v)?;
     }
     if let Some(v) = a.max_config_value_bytes.or(file.max_config_value_bytes) {
-        if v == 0 {
-            return Err("max_config_value_bytes must be at least 1".into());
-        }
-        c.limits.max_config_value_bytes = v;
+        c.limits.max_config_value_bytes = at_least_one("max_config_value_bytes", v)?;
     }
     if let Some(v) = a.max_partitions_per_plan.or(file.max_partitions_per_plan) {
-        if v == 0 {
-            return Err("max_partitions_per_plan must be at least 1".into());
-        }
-        c.limits.max_partitions_per_plan = v;
+        c.limits.max_partitions_per_plan = at_least_one("max_partitions_per_plan", v)?;
     }
     if let Some(v) = a.max_acls_per_request.or(file.max_acls_per_request) {
-        if v == 0 {
-            return Err("max_acls_per_request must be at least 1".into());
-        }
-        c.limits.max_acls_per_request = v;
+        c.limits.max_acls_per_request = at_least_one("max_acls_per_request", v)?;
     }
+    Ok(())
+}
+
+/// The limits of the controller's own listener.
+fn listener_limits(
+    c: &mut ControllerConfig,
+    a: &ControllerArgs,
+    file: &ControllerFile,
+) -> Result<(), String> {
+    use crate::node::at_least_one;
     if let Some(v) = a.max_message_bytes.or(file.max_message_bytes) {
-        if v == 0 {
-            return Err("max_message_bytes must be at least 1".into());
-        }
-        c.max_message_bytes = v;
+        c.max_message_bytes = at_least_one("max_message_bytes", v)?;
     }
     if let Some(v) = a.max_concurrent_streams.or(file.max_concurrent_streams) {
-        if v == 0 {
-            return Err("max_concurrent_streams must be at least 1".into());
-        }
-        c.max_concurrent_streams = v;
+        c.max_concurrent_streams = at_least_one("max_concurrent_streams", v)?;
     }
     if let Some(v) = a
         .max_concurrent_admin_requests
         .or(file.max_concurrent_admin_requests)
     {
-        if v == 0 {
-            return Err("max_concurrent_admin_requests must be at least 1".into());
-        }
-        c.max_concurrent_admin_requests = v;
+        c.max_concurrent_admin_requests = at_least_one("max_concurrent_admin_requests", v)?;
     }
     if let Some(v) = a.request_timeout_ms.or(file.request_timeout_ms) {
-        if v == 0 {
-            return Err("request_timeout_ms must be at least 1".into());
-        }
-        c.request_timeout_ms = v;
+        c.request_timeout_ms = at_least_one("request_timeout_ms", v)?;
     }
     if let Some(v) = a
         .max_linearizable_reads_per_sec
         .or(file.max_linearizable_reads_per_sec)
     {
-        if v == 0 {
-            return Err("max_linearizable_reads_per_sec must be at least 1".into());
-        }
-        c.max_linearizable_reads_per_sec = v;
+        c.max_linearizable_reads_per_sec = at_least_one("max_linearizable_reads_per_sec", v)?;
     }
-    if let Some(v) = a.disk_reserve_bytes.or(file.disk_reserve_bytes) {
-        c.disk_reserve_bytes = Some(v);
-    }
-    if let Some(v) = a.storage_stall_timeout_ms.or(file.storage_stall_timeout_ms) {
-        c.storage_stall_timeout_ms = v;
-    }
-    c.allow_unknown_topic_configs =
-        a.allow_unknown_topic_configs || file.allow_unknown_topic_configs.unwrap_or(false);
+    Ok(())
+}
+
+/// The Kafka listener: its address, client authentication, SASL and
+/// connection limits.
+fn kafka_listener(
+    c: &mut ControllerConfig,
+    a: &ControllerArgs,
+    file: &ControllerFile,
+) -> Result<(), String> {
     c.kafka_listen = a.kafka_listen.or(file.kafka_listen);
-    if let Some(v) = a.kafka_ssl_client_auth {
-        c.kafka_client_auth = v;
-    } else if let Some(v) = &file.kafka_ssl_client_auth {
-        c.kafka_client_auth = v.parse()?;
-    }
-    c.kafka_sasl_plain = a.kafka_sasl_plain || file.kafka_sasl_plain.unwrap_or(false);
-    c.connections = crate::connections::limits(crate::connections::Given {
-        max_connections: a.max_connections.or(file.max_connections),
-        max_connections_per_ip: a.max_connections_per_ip.or(file.max_connections_per_ip),
-        tls_handshake_timeout_ms: a.tls_handshake_timeout_ms.or(file.tls_handshake_timeout_ms),
+    let k = crate::node::kafka_listener(crate::node::KafkaGiven {
+        ssl_client_auth: a.kafka_ssl_client_auth,
+        ssl_client_auth_file: file.kafka_ssl_client_auth.as_deref(),
+        sasl_plain: a.kafka_sasl_plain || file.kafka_sasl_plain.unwrap_or(false),
+        connections: crate::connections::Given {
+            max_connections: a.max_connections.or(file.max_connections),
+            max_connections_per_ip: a.max_connections_per_ip.or(file.max_connections_per_ip),
+            tls_handshake_timeout_ms: a.tls_handshake_timeout_ms.or(file.tls_handshake_timeout_ms),
+        },
+        connections_max_idle_ms: a.connections_max_idle_ms.or(file.connections_max_idle_ms),
     })?;
-    if let Some(v) = a.connections_max_idle_ms.or(file.connections_max_idle_ms) {
-        if v == 0 {
-            return Err("connections_max_idle_ms must be at least 1".into());
-        }
+    if let Some(v) = k.client_auth {
+        c.kafka_client_auth = v;
+    }
+    c.kafka_sasl_plain = k.sasl_plain;
+    c.connections = k.connections;
+    if let Some(v) = k.connections_max_idle_ms {
         c.kafka_connections_max_idle_ms = v;
     }
-    if c.election_timeout_min_ms >= c.election_timeout_max_ms
-        || c.raft_heartbeat_ms * 2 > c.election_timeout_min_ms
-    {
-        return Err("election timeouts must satisfy 2 * heartbeat <= min < max".into());
-    }
+    Ok(())
+}
+
+/// The HTTP endpoint's address: `--http-listen`, or its older name
+/// `--metrics-listen`; both given must agree.
+fn http_endpoint(a: &ControllerArgs, file: &ControllerFile) -> Result<Option<SocketAddr>, String> {
     let metrics = a.metrics_listen.or(file.metrics_listen);
     let http = a.http_listen.or(file.http_listen);
     if let (Some(m), Some(h)) = (metrics, http) {
@@ -478,9 +517,7 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
             ));
         }
     }
-    let metrics = http.or(metrics);
-    let format = a.log_format.or(file.log_format).unwrap_or_default();
-    Ok((c, metrics, format))
+    Ok(http.or(metrics))
 }
 
 /// How often the node checks whether its Raft core stopped on a fatal error.
@@ -504,32 +541,19 @@ fn release_freed() {
 
 /// Runs until SIGINT/SIGTERM, or a fatal Raft error.
 pub async fn run(a: ControllerArgs) -> ExitCode {
-    let (mut config, http, format) = match build(&a) {
+    let (mut config, http, format) = match crate::node::settings(build(&a)) {
         Ok(v) => v,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
     if a.check {
-        println!(
-            "configuration of controller {} is valid (cluster {}, listen {})",
-            config.node_id, config.cluster_id, config.listen
-        );
+        let c = &config;
+        crate::node::say_valid("controller", c.node_id, &c.cluster_id, c.listen);
         return ExitCode::SUCCESS;
     }
     logging::init(format);
-    // The HTTP endpoint is bound before anything starts, so a taken port
-    // stops the node at once with the reason.
-    let http = match http {
-        None => None,
-        Some(addr) => match logging::metrics_endpoint(addr).await {
-            Ok(v) => Some(v),
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "cannot serve HTTP");
-                return ExitCode::from(EXIT_LOCAL);
-            }
-        },
+    let http = match crate::node::bind_endpoint(http, "HTTP").await {
+        Ok(v) => v,
+        Err(code) => return code,
     };
     keel_controller::metric_names::describe();
     logging::build_info("controller");
@@ -559,6 +583,23 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
             http_stop_rx,
         ));
     }
+    if let Some(e) = wait_for_stop(&node).await {
+        tracing::error!(error = %e, "raft stopped; exiting");
+        logging::exit_if_stuck("the Raft core stopped", logging::SHUTDOWN_BOUND);
+        let _ = node.shutdown().await;
+        return ExitCode::from(EXIT_LOCAL);
+    }
+    tracing::info!("shutting down");
+    logging::exit_if_stuck("asked to stop", logging::SHUTDOWN_BOUND);
+    let _ = http_stop.send(true);
+    let _ = node.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+/// Waits until SIGINT/SIGTERM (`None`) or until the Raft core stops on a
+/// fatal error or the data dir is gone (`Some` of why), handing freed
+/// memory back to the OS now and then.
+async fn wait_for_stop(node: &ControllerNode) -> Option<String> {
     let stop = logging::shutdown_signal();
     tokio::pin!(stop);
     // Looked at now and then rather than on every change: openraft
@@ -570,7 +611,7 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
     let mut checks = 0u32;
     loop {
         tokio::select! {
-            _ = &mut stop => break,
+            _ = &mut stop => return None,
             _ = check.tick() => {
                 checks = checks.wrapping_add(1);
                 if checks.is_multiple_of(RELEASE_EVERY_CHECKS) {
@@ -588,20 +629,12 @@ pub async fn run(a: ControllerArgs) -> ExitCode {
                     }
                     Ok(()) => None,
                 };
-                if let Some(e) = stopped {
-                    tracing::error!(error = %e, "raft stopped; exiting");
-                    logging::exit_if_stuck("the Raft core stopped", logging::SHUTDOWN_BOUND);
-                    let _ = node.shutdown().await;
-                    return ExitCode::from(EXIT_LOCAL);
+                if stopped.is_some() {
+                    return stopped;
                 }
             }
         }
     }
-    tracing::info!("shutting down");
-    logging::exit_if_stuck("asked to stop", logging::SHUTDOWN_BOUND);
-    let _ = http_stop.send(true);
-    let _ = node.shutdown().await;
-    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

@@ -400,38 +400,31 @@ async fn stop_running(dir: &std::path::Path) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `--exit-when-ready`: starts this same command again in the background
-/// (a session of its own, so a closed terminal does not end it; output in
-/// `<dir>/dev.log`), waits until it says its cluster is up, and exits 0;
-/// if it stops first, prints its output and exits with its code.
-async fn detach(a: &DevArgs) -> ExitCode {
-    if let Err(code) = wipe_if_fresh(a) {
-        return code;
-    }
-    if let Err(e) = std::fs::create_dir_all(&a.dir) {
-        eprintln!("error: cannot create {}: {e}", a.dir.display());
-        return ExitCode::from(EXIT_LOCAL);
-    }
-    let dir = std::fs::canonicalize(&a.dir).unwrap_or_else(|_| a.dir.clone());
-    let log = log_file(&dir);
-    let (out, err) = match std::fs::File::create(&log).and_then(|f| Ok((f.try_clone()?, f))) {
+/// Starts `keel dev` again in the background, in a session of its own,
+/// its output going to `log`.
+fn spawn_detached(
+    a: &DevArgs,
+    dir: &std::path::Path,
+    log: &std::path::Path,
+) -> Result<std::process::Child, ExitCode> {
+    let (out, err) = match std::fs::File::create(log).and_then(|f| Ok((f.try_clone()?, f))) {
         Ok(v) => v,
         Err(e) => {
             eprintln!("error: cannot write {}: {e}", log.display());
-            return ExitCode::from(EXIT_LOCAL);
+            return Err(ExitCode::from(EXIT_LOCAL));
         }
     };
     let exe = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: cannot find the keel binary: {e}");
-            return ExitCode::from(EXIT_LOCAL);
+            return Err(ExitCode::from(EXIT_LOCAL));
         }
     };
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("dev")
         .arg("--dir")
-        .arg(&dir)
+        .arg(dir)
         .args(["--brokers", &a.brokers.to_string()])
         .args(["--cluster-id", &a.cluster_id])
         .arg("--exit-when-ready")
@@ -447,12 +440,32 @@ async fn detach(a: &DevArgs) -> ExitCode {
             Ok(())
         });
     }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
+    match cmd.spawn() {
+        Ok(c) => Ok(c),
         Err(e) => {
             eprintln!("error: cannot start keel dev in the background: {e}");
-            return ExitCode::from(EXIT_LOCAL);
+            Err(ExitCode::from(EXIT_LOCAL))
         }
+    }
+}
+
+/// `--exit-when-ready`: starts this same command again in the background
+/// (a session of its own, so a closed terminal does not end it; output in
+/// `<dir>/dev.log`), waits until it says its cluster is up, and exits 0;
+/// if it stops first, prints its output and exits with its code.
+async fn detach(a: &DevArgs) -> ExitCode {
+    if let Err(code) = wipe_if_fresh(a) {
+        return code;
+    }
+    if let Err(e) = std::fs::create_dir_all(&a.dir) {
+        eprintln!("error: cannot create {}: {e}", a.dir.display());
+        return ExitCode::from(EXIT_LOCAL);
+    }
+    let dir = std::fs::canonicalize(&a.dir).unwrap_or_else(|_| a.dir.clone());
+    let log = log_file(&dir);
+    let mut child = match spawn_detached(a, &dir, &log) {
+        Ok(c) => c,
+        Err(code) => return code,
     };
     let pid = child.id();
     use tokio::signal::unix::{signal, SignalKind};
@@ -532,6 +545,8 @@ fn wipe_if_fresh(a: &DevArgs) -> Result<(), ExitCode> {
     Ok(())
 }
 
+/// Runs `keel dev`: starts the cluster, waits for it to be up, prints how
+/// to use it, then shows its status until a signal stops it.
 pub async fn run(a: DevArgs) -> ExitCode {
     if let Some(DevCmd::Stop { dir }) = &a.action {
         return stop_running(dir).await;
@@ -547,18 +562,67 @@ pub async fn run(a: DevArgs) -> ExitCode {
     if let Err(code) = wipe_if_fresh(&a) {
         return code;
     }
+    let (mut c, certs) = match prepare(&a) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    // Every way a terminal or a supervisor ends `keel dev` stops the
+    // cluster in order (Ctrl-C, SIGTERM, and SIGHUP when the terminal
+    // closes), from before the first node starts: no signal may leave
+    // nodes running behind it.
+    let mut signals = match Signals::new() {
+        Some(s) => s,
+        None => {
+            eprintln!("error: cannot handle signals");
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    };
+    if let Err(e) = c.start_all() {
+        eprintln!("error: {e:#}");
+        stop(&mut c, &a.dir);
+        return ExitCode::from(EXIT_LOCAL);
+    }
+    let client = c.client(Duration::from_secs(2), Duration::from_secs(3));
+    if let Err(code) = wait_until_up(&mut c, &client, &mut signals, &a).await {
+        return code;
+    }
+    let kafka_client = match write_kafka_client_configs(&certs, &a.cluster_id) {
+        Ok(k) => Some(k),
+        Err(e) => {
+            eprintln!("warning: no Kafka client configs written: {e:#}");
+            None
+        }
+    };
+    print_banner(&a, &c, &certs, kafka_client.as_ref());
+    if detached {
+        // The foreground `keel dev --exit-when-ready` waits for this.
+        if let Err(e) = std::fs::write(ready_file(&a.dir), std::process::id().to_string()) {
+            eprintln!("error: cannot write {}: {e}", ready_file(&a.dir).display());
+            stop(&mut c, &a.dir);
+            return ExitCode::from(EXIT_LOCAL);
+        }
+    }
+    show_status(&client, &mut signals).await;
+    stop(&mut c, &a.dir);
+    ExitCode::SUCCESS
+}
+
+/// The cluster `keel dev` is about to start, its certificates directory
+/// noted for the admin commands and this process's id for `keel dev
+/// stop`; refused when another cluster holds the addresses.
+fn prepare(a: &DevArgs) -> Result<(Cluster, PathBuf), ExitCode> {
     let exe = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("error: cannot find the keel binary: {e}");
-            return ExitCode::from(EXIT_LOCAL);
+            return Err(ExitCode::from(EXIT_LOCAL));
         }
     };
-    let mut c = match Cluster::new(spec(exe, &a)) {
+    let c = match Cluster::new(spec(exe, a)) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e:#}");
-            return ExitCode::from(EXIT_LOCAL);
+            return Err(ExitCode::from(EXIT_LOCAL));
         }
     };
     let certs = c
@@ -573,7 +637,7 @@ pub async fn run(a: DevArgs) -> ExitCode {
             eprintln!("error: {t}");
         }
         eprintln!("hint: is another `keel dev` running (stop it first), or another service on these ports (e.g. node_exporter on 9100)?");
-        return ExitCode::from(EXIT_LOCAL);
+        return Err(ExitCode::from(EXIT_LOCAL));
     }
     // Only now: a refused start must not redirect another dev cluster's
     // admin commands.
@@ -586,30 +650,52 @@ pub async fn run(a: DevArgs) -> ExitCode {
     if let Err(e) = std::fs::write(pid_file(&a.dir), std::process::id().to_string()) {
         eprintln!("warning: cannot write {}: {e}", pid_file(&a.dir).display());
     }
-    // Every way a terminal or a supervisor ends `keel dev` stops the
-    // cluster in order (Ctrl-C, SIGTERM, and SIGHUP when the terminal
-    // closes), from before the first node starts: no signal may leave
-    // nodes running behind it.
-    use tokio::signal::unix::{signal, SignalKind};
-    let (mut int, mut term, mut hup) = match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    ) {
-        (Ok(i), Ok(t), Ok(h)) => (i, t, h),
-        _ => {
-            eprintln!("error: cannot handle signals");
-            return ExitCode::from(EXIT_LOCAL);
+    Ok((c, certs))
+}
+
+/// The signals that stop `keel dev`: Ctrl-C, SIGTERM and SIGHUP.
+struct Signals {
+    /// SIGINT (Ctrl-C).
+    int: tokio::signal::unix::Signal,
+    /// SIGTERM (a supervisor).
+    term: tokio::signal::unix::Signal,
+    /// SIGHUP (the terminal closed).
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Listens for all three; `None` when one cannot be handled.
+    fn new() -> Option<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(int), Ok(term), Ok(hup)) => Some(Signals { int, term, hup }),
+            _ => None,
         }
-    };
-    if let Err(e) = c.start_all() {
-        eprintln!("error: {e:#}");
-        stop(&mut c, &a.dir);
-        return ExitCode::from(EXIT_LOCAL);
     }
+
+    /// Completes when any of them arrives.
+    async fn any(&mut self) {
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+            _ = self.hup.recv() => {}
+        }
+    }
+}
+
+/// Waits (up to 90 s) for a leader and every broker unfenced, a dot a
+/// try; on a signal, a dead node or the deadline, stops the cluster.
+async fn wait_until_up(
+    c: &mut Cluster,
+    client: &ControllerClient,
+    signals: &mut Signals,
+    a: &DevArgs,
+) -> Result<(), ExitCode> {
     let logs = a.dir.join("logs");
-    let controllers_list = c.controller_addrs().join(",");
-    let client = c.client(Duration::from_secs(2), Duration::from_secs(3));
     eprint!(
         "waiting for the quorum to elect a leader and {} to be unfenced ",
         keel_controller::console::count(usize::from(a.brokers), "broker")
@@ -617,48 +703,49 @@ pub async fn run(a: DevArgs) -> ExitCode {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let up = tokio::select! {
-            _ = int.recv() => None,
-            _ = term.recv() => None,
-            _ = hup.recv() => None,
-            s = status(&client) => Some(s),
+            _ = signals.any() => None,
+            s = status(client) => Some(s),
         };
         let Some(up) = up else {
             eprintln!("\nstopped while starting");
-            stop(&mut c, &a.dir);
-            return ExitCode::from(EXIT_LOCAL);
+            stop(c, &a.dir);
+            return Err(ExitCode::from(EXIT_LOCAL));
         };
         if let Some((_, _, active, _)) = up {
             if active >= a.brokers as usize {
-                break;
+                return Ok(());
             }
         }
         if let Err(e) = c.check_alive() {
             eprintln!("\nerror: {e:#}\nlogs are in {}", logs.display());
-            stop(&mut c, &a.dir);
-            return ExitCode::from(EXIT_LOCAL);
+            stop(c, &a.dir);
+            return Err(ExitCode::from(EXIT_LOCAL));
         }
         if Instant::now() >= deadline {
             eprintln!(
                 "\nerror: the cluster did not come up within 90 s; logs are in {}",
                 logs.display()
             );
-            stop(&mut c, &a.dir);
-            return ExitCode::from(EXIT_LOCAL);
+            stop(c, &a.dir);
+            return Err(ExitCode::from(EXIT_LOCAL));
         }
         eprint!(".");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    let kafka_client = match write_kafka_client_configs(&certs, &a.cluster_id) {
-        Ok(k) => Some(k),
-        Err(e) => {
-            eprintln!("warning: no Kafka client configs written: {e:#}");
-            None
-        }
-    };
+}
+
+/// What `keel dev` prints once the cluster is up: its addresses and
+/// commands to try.
+fn print_banner(
+    a: &DevArgs,
+    c: &Cluster,
+    certs: &std::path::Path,
+    kafka_client: Option<&KafkaClientConfigs>,
+) {
     println!();
     println!("Keel dev cluster '{}' is up.", a.cluster_id);
     println!();
-    println!("  controllers  {}", controllers_list);
+    println!("  controllers  {}", c.controller_addrs().join(","));
     println!("  brokers      {}", c.broker_addrs().join(","));
     println!(
         "  Kafka        {} (brokers, TLS; metadata and admin APIs, as the client's user)",
@@ -684,7 +771,7 @@ pub async fn run(a: DevArgs) -> ExitCode {
     println!("  keel topics describe orders");
     println!("  keel elect-leaders --preferred --all");
     let first_kafka = c.kafka_addrs().first().cloned().unwrap_or_default();
-    match &kafka_client {
+    match kafka_client {
         Some(k) => {
             // kcat sets its own host name check after reading -F: off here.
             println!(
@@ -700,24 +787,19 @@ pub async fn run(a: DevArgs) -> ExitCode {
     }
     println!("(`cargo run --release --` in place of `keel` from the source tree.)");
     println!();
-    if detached {
-        // The foreground `keel dev --exit-when-ready` waits for this.
-        if let Err(e) = std::fs::write(ready_file(&a.dir), std::process::id().to_string()) {
-            eprintln!("error: cannot write {}: {e}", ready_file(&a.dir).display());
-            stop(&mut c, &a.dir);
-            return ExitCode::from(EXIT_LOCAL);
-        }
-    }
+}
+
+/// The cluster's status line until a signal arrives: rewritten in place
+/// on a terminal, a line per change elsewhere.
+async fn show_status(client: &ControllerClient, signals: &mut Signals) {
     // The streams existed before the loop: a signal that arrives while a
     // status query is in flight is kept, not lost.
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let mut last_line: Option<String> = None;
     loop {
         let line = tokio::select! {
-            _ = int.recv() => break,
-            _ = term.recv() => break,
-            _ = hup.recv() => break,
-            s = status(&client) => match s {
+            _ = signals.any() => break,
+            s = status(client) => match s {
                 Some((leader, term, active, total)) => {
                     format!("leader: controller {leader}  term: {term}  brokers up: {active}/{total}")
                 }
@@ -735,12 +817,8 @@ pub async fn run(a: DevArgs) -> ExitCode {
         last_line = Some(line);
         let _ = std::io::stderr().flush();
         tokio::select! {
-            _ = int.recv() => break,
-            _ = term.recv() => break,
-            _ = hup.recv() => break,
+            _ = signals.any() => break,
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
-    stop(&mut c, &a.dir);
-    ExitCode::SUCCESS
 }

@@ -19,6 +19,7 @@ mod dev;
 mod lab;
 mod log;
 mod logging;
+mod node;
 mod output;
 mod tls;
 

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{ArgGroup, Args, Subcommand};
 use keel_metadata::acl::{AclBinding, Operation, Permission, Principal, ResourcePattern};
 use keel_metadata::decide::AclFilter;
+use keel_proto::client::ControllerClient;
 use keel_proto::convert::{acl_binding_from_pb, acl_binding_to_pb, acl_filter_to_pb};
 use keel_proto::pb;
 use serde_json::json;
@@ -98,36 +99,39 @@ enum AclsCmd {
     #[command(
         after_help = "Example:\n  keel acls remove --principal User:alice --topic-prefix orders-"
     )]
-    Remove {
-        /// Only bindings of this principal (User:NAME, Broker:ID or
-        /// Controller:ID).
-        #[arg(long)]
-        principal: Option<Principal>,
-        /// Only bindings for this operation (all, describe, create, delete,
-        /// alter, describe-configs, alter-configs or cluster-action).
-        #[arg(long)]
-        operation: Option<Operation>,
-        #[command(flatten)]
-        resource: ResourceArgs,
-        #[command(flatten)]
-        permission: PermissionArgs,
-    },
+    Remove(FilterArgs),
     /// List bindings, all or those matching the options given.
     #[command(after_help = "Example:\n  keel acls list --principal User:alice -o json")]
-    List {
-        /// Only bindings of this principal (User:NAME, Broker:ID or
-        /// Controller:ID).
-        #[arg(long)]
-        principal: Option<Principal>,
-        /// Only bindings for this operation (all, describe, create, delete,
-        /// alter, describe-configs, alter-configs or cluster-action).
-        #[arg(long)]
-        operation: Option<Operation>,
-        #[command(flatten)]
-        resource: ResourceArgs,
-        #[command(flatten)]
-        permission: PermissionArgs,
-    },
+    List(FilterArgs),
+}
+
+/// The options that pick bindings, for `remove` and `list`.
+#[derive(Args, Debug)]
+struct FilterArgs {
+    /// Only bindings of this principal (User:NAME, Broker:ID or
+    /// Controller:ID).
+    #[arg(long)]
+    principal: Option<Principal>,
+    /// Only bindings for this operation (all, describe, create, delete,
+    /// alter, describe-configs, alter-configs or cluster-action).
+    #[arg(long)]
+    operation: Option<Operation>,
+    #[command(flatten)]
+    resource: ResourceArgs,
+    #[command(flatten)]
+    permission: PermissionArgs,
+}
+
+impl FilterArgs {
+    /// The bindings these options match: those of every option given.
+    fn filter(self) -> AclFilter {
+        AclFilter {
+            principal: self.principal,
+            pattern: self.resource.pattern(),
+            operation: self.operation,
+            permission: self.permission.permission(),
+        }
+    }
 }
 
 fn binding_json(b: &AclBinding) -> serde_json::Value {
@@ -176,102 +180,99 @@ fn print_bindings(out: Output, key: &str, bindings: &[AclBinding]) {
     }
 }
 
+/// Runs `keel acls`: add, remove or list bindings.
 pub async fn acls(a: AclsArgs) -> ExitCode {
     let client = match a.common.client() {
         Ok(c) => c,
         Err(code) => return code,
     };
+    let out = a.common.output;
     match a.cmd {
         AclsCmd::Add {
             principal,
             operation,
             resource,
             permission,
-        } => {
-            let Some(pattern) = resource.pattern() else {
-                return usage("name the resource: --topic, --topic-prefix or --cluster");
-            };
-            let Some(permission) = permission.permission() else {
-                return usage("say --allow or --deny");
-            };
-            let binding = AclBinding {
-                principal,
-                pattern,
-                operation,
-                permission,
-            };
-            if let Err(why) = binding.validate() {
-                return usage(why);
+        } => add(&client, out, principal, operation, &resource, &permission).await,
+        AclsCmd::Remove(f) => remove(&client, out, f.filter()).await,
+        AclsCmd::List(f) => list(&client, out, f.filter()).await,
+    }
+}
+
+/// `acls add`: adds one binding.
+async fn add(
+    client: &ControllerClient,
+    out: Output,
+    principal: Principal,
+    operation: Operation,
+    resource: &ResourceArgs,
+    permission: &PermissionArgs,
+) -> ExitCode {
+    let Some(pattern) = resource.pattern() else {
+        return usage("name the resource: --topic, --topic-prefix or --cluster");
+    };
+    let Some(permission) = permission.permission() else {
+        return usage("say --allow or --deny");
+    };
+    let binding = AclBinding {
+        principal,
+        pattern,
+        operation,
+        permission,
+    };
+    if let Err(why) = binding.validate() {
+        return usage(why);
+    }
+    let req = pb::CreateAclsRequest {
+        bindings: vec![acl_binding_to_pb(&binding)],
+    };
+    let r = call!(client, admin_write, create_acls, req);
+    if let Some(e) = r.results.first().and_then(|r| item_error(&r.error)) {
+        return output::refused(&e);
+    }
+    match out {
+        Output::Json => output::json(&json!({ "added": binding_json(&binding) })),
+        Output::Table => crate::outln!("Added: {binding}"),
+    }
+    ExitCode::SUCCESS
+}
+
+/// `acls remove`: removes every binding `filter` matches (it must name
+/// something).
+async fn remove(client: &ControllerClient, out: Output, filter: AclFilter) -> ExitCode {
+    if filter == AclFilter::default() {
+        return usage(
+            "name at least one of --principal, --operation, --topic, --topic-prefix, \
+             --cluster, --allow, --deny",
+        );
+    }
+    let req = pb::DeleteAclsRequest {
+        filters: vec![acl_filter_to_pb(&filter)],
+    };
+    let r = call!(client, admin_write, delete_acls, req);
+    let removed = r
+        .results
+        .first()
+        .map(|r| bindings_from(&r.removed))
+        .unwrap_or_default();
+    match out {
+        Output::Json => print_bindings(Output::Json, "removed", &removed),
+        Output::Table => {
+            crate::outln!("Removed {} binding(s).", removed.len());
+            if !removed.is_empty() {
+                print_bindings(Output::Table, "removed", &removed);
             }
-            let req = pb::CreateAclsRequest {
-                bindings: vec![acl_binding_to_pb(&binding)],
-            };
-            let r = call!(client, admin_write, create_acls, req);
-            if let Some(e) = r.results.first().and_then(|r| item_error(&r.error)) {
-                return output::refused(&e);
-            }
-            match a.common.output {
-                Output::Json => output::json(&json!({ "added": binding_json(&binding) })),
-                Output::Table => crate::outln!("Added: {binding}"),
-            }
-            ExitCode::SUCCESS
-        }
-        AclsCmd::Remove {
-            principal,
-            operation,
-            resource,
-            permission,
-        } => {
-            let filter = AclFilter {
-                principal,
-                pattern: resource.pattern(),
-                operation,
-                permission: permission.permission(),
-            };
-            if filter == AclFilter::default() {
-                return usage(
-                    "name at least one of --principal, --operation, --topic, --topic-prefix, \
-                     --cluster, --allow, --deny",
-                );
-            }
-            let req = pb::DeleteAclsRequest {
-                filters: vec![acl_filter_to_pb(&filter)],
-            };
-            let r = call!(client, admin_write, delete_acls, req);
-            let removed = r
-                .results
-                .first()
-                .map(|r| bindings_from(&r.removed))
-                .unwrap_or_default();
-            match a.common.output {
-                Output::Json => print_bindings(Output::Json, "removed", &removed),
-                Output::Table => {
-                    crate::outln!("Removed {} binding(s).", removed.len());
-                    if !removed.is_empty() {
-                        print_bindings(Output::Table, "removed", &removed);
-                    }
-                }
-            }
-            ExitCode::SUCCESS
-        }
-        AclsCmd::List {
-            principal,
-            operation,
-            resource,
-            permission,
-        } => {
-            let filter = AclFilter {
-                principal,
-                pattern: resource.pattern(),
-                operation,
-                permission: permission.permission(),
-            };
-            let req = pb::DescribeAclsRequest {
-                filter: Some(acl_filter_to_pb(&filter)),
-            };
-            let r = call!(client, admin, describe_acls, req);
-            print_bindings(a.common.output, "acls", &bindings_from(&r.bindings));
-            ExitCode::SUCCESS
         }
     }
+    ExitCode::SUCCESS
+}
+
+/// `acls list`: the bindings `filter` matches.
+async fn list(client: &ControllerClient, out: Output, filter: AclFilter) -> ExitCode {
+    let req = pb::DescribeAclsRequest {
+        filter: Some(acl_filter_to_pb(&filter)),
+    };
+    let r = call!(client, admin, describe_acls, req);
+    print_bindings(out, "acls", &bindings_from(&r.bindings));
+    ExitCode::SUCCESS
 }

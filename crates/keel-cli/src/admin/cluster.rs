@@ -4,6 +4,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use keel_proto::client::ControllerClient;
 use keel_proto::pb;
 use serde_json::json;
 
@@ -50,126 +51,146 @@ fn broker_state(b: &pb::BrokerInfo) -> &'static str {
     }
 }
 
+/// Runs `keel cluster`: describe, or unregister a broker.
 pub async fn cluster(a: ClusterArgs) -> ExitCode {
     let client = match a.common.client() {
         Ok(c) => c,
         Err(code) => return code,
     };
     match a.cmd {
-        ClusterCmd::Describe => {
-            let r = call!(
-                client,
-                admin,
-                describe_cluster,
-                pb::DescribeClusterRequest::default()
-            );
-            let quorum = call!(
-                client,
-                admin,
-                describe_quorum,
-                pb::DescribeQuorumRequest::default()
-            );
-            let transport = match a.common.transport() {
-                Ok(t) => t,
-                Err(code) => return code,
-            };
-            let controllers = controllers(&transport, &quorum).await;
-            match a.common.output {
-                Output::Json => output::json(&json!({
-                    "cluster_id": r.cluster_id,
-                    "controller_id": r.controller_id,
-                    "controller_epoch": r.controller_epoch,
-                    "controllers": controllers.iter().map(|c| json!({
-                        "id": c.id,
-                        "address": c.address,
-                        "status": c.status,
-                        "kafka_address": c.kafka_address,
-                        "error": c.error,
-                    })).collect::<Vec<_>>(),
-                    "brokers": r.brokers.iter().filter_map(|d| {
-                        let b = d.broker.as_ref()?;
-                        Some(json!({
-                            "id": b.broker_id,
-                            "epoch": b.broker_epoch,
-                            "address": b.address,
-                            "kafka_address": b.kafka_address,
-                            "rack": b.rack,
-                            "state": broker_state(b),
-                            "last_heartbeat_ms": d.last_heartbeat_ms,
-                            "log_dirs": d.log_dirs,
-                            "offline_log_dirs": d.offline_log_dirs,
-                            "disks": d.disks.iter().map(|s| json!({
-                                "path": s.path,
-                                "free_bytes": s.free_bytes,
-                                "total_bytes": s.total_bytes,
-                            })).collect::<Vec<_>>(),
-                        }))
-                    }).collect::<Vec<_>>(),
-                })),
-                Output::Table => {
-                    crate::outln!(
-                        "Cluster {}  active controller {}  epoch {}",
-                        r.cluster_id,
-                        r.controller_id,
-                        r.controller_epoch
-                    );
-                    let rows: Vec<Vec<String>> = r
-                        .brokers
-                        .iter()
-                        .filter_map(|d| {
-                            let b = d.broker.as_ref()?;
-                            Some(vec![
-                                b.broker_id.to_string(),
-                                b.broker_epoch.to_string(),
-                                b.address.clone(),
-                                b.kafka_address.clone().unwrap_or_else(|| "-".into()),
-                                b.rack.clone().unwrap_or_else(|| "-".into()),
-                                broker_state(b).to_string(),
-                                d.last_heartbeat_ms
-                                    .map(|m| format!("{m} ms ago"))
-                                    .unwrap_or_else(|| "-".into()),
-                                least_free(&d.disks),
-                            ])
-                        })
-                        .collect();
-                    output::table(
-                        &[
-                            "ID",
-                            "EPOCH",
-                            "ADDRESS",
-                            "KAFKA",
-                            "RACK",
-                            "STATE",
-                            "LAST HEARTBEAT",
-                            "DISK FREE",
-                        ],
-                        &rows,
-                    );
-                    crate::outln!("");
-                    let rows: Vec<Vec<String>> = controllers
-                        .iter()
-                        .map(|c| {
-                            vec![
-                                c.id.to_string(),
-                                c.address.clone(),
-                                match (&c.kafka_address, &c.error) {
-                                    (Some(k), _) => k.clone(),
-                                    (None, Some(e)) => format!("? ({e})"),
-                                    (None, None) => "-".into(),
-                                },
-                                c.status.clone(),
-                            ]
-                        })
-                        .collect();
-                    output::table(&["CONTROLLER", "ADDRESS", "KAFKA", "STATUS"], &rows);
-                }
-            }
-            ExitCode::SUCCESS
-        }
+        ClusterCmd::Describe => describe(&client, &a.common).await,
         ClusterCmd::UnregisterBroker { id, force } => {
             unregister_forced(&client, a.common.output, id, force).await
         }
     }
+}
+
+/// `cluster describe`: the brokers, then every controller with where its
+/// Kafka listener is.
+async fn describe(client: &ControllerClient, common: &Common) -> ExitCode {
+    let r = call!(
+        client,
+        admin,
+        describe_cluster,
+        pb::DescribeClusterRequest::default()
+    );
+    let quorum = call!(
+        client,
+        admin,
+        describe_quorum,
+        pb::DescribeQuorumRequest::default()
+    );
+    let transport = match common.transport() {
+        Ok(t) => t,
+        Err(code) => return code,
+    };
+    let controllers = controllers(&transport, &quorum).await;
+    match common.output {
+        Output::Json => output::json(&describe_json(&r, &controllers)),
+        Output::Table => {
+            print_brokers(&r);
+            crate::outln!("");
+            print_controllers(&controllers);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// The `cluster describe` JSON (stable field names).
+fn describe_json(r: &pb::DescribeClusterResponse, controllers: &[Controller]) -> serde_json::Value {
+    json!({
+    "cluster_id": r.cluster_id,
+    "controller_id": r.controller_id,
+    "controller_epoch": r.controller_epoch,
+    "controllers": controllers.iter().map(|c| json!({
+        "id": c.id,
+        "address": c.address,
+        "status": c.status,
+        "kafka_address": c.kafka_address,
+        "error": c.error,
+    })).collect::<Vec<_>>(),
+    "brokers": r.brokers.iter().filter_map(|d| {
+        let b = d.broker.as_ref()?;
+        Some(json!({
+            "id": b.broker_id,
+            "epoch": b.broker_epoch,
+            "address": b.address,
+            "kafka_address": b.kafka_address,
+            "rack": b.rack,
+            "state": broker_state(b),
+            "last_heartbeat_ms": d.last_heartbeat_ms,
+            "log_dirs": d.log_dirs,
+            "offline_log_dirs": d.offline_log_dirs,
+            "disks": d.disks.iter().map(|s| json!({
+                "path": s.path,
+                "free_bytes": s.free_bytes,
+                "total_bytes": s.total_bytes,
+            })).collect::<Vec<_>>(),
+        }))
+    }).collect::<Vec<_>>(),
+    })
+}
+
+/// The `cluster describe` header line and broker table.
+fn print_brokers(r: &pb::DescribeClusterResponse) {
+    crate::outln!(
+        "Cluster {}  active controller {}  epoch {}",
+        r.cluster_id,
+        r.controller_id,
+        r.controller_epoch
+    );
+    let rows: Vec<Vec<String>> = r
+        .brokers
+        .iter()
+        .filter_map(|d| {
+            let b = d.broker.as_ref()?;
+            Some(vec![
+                b.broker_id.to_string(),
+                b.broker_epoch.to_string(),
+                b.address.clone(),
+                b.kafka_address.clone().unwrap_or_else(|| "-".into()),
+                b.rack.clone().unwrap_or_else(|| "-".into()),
+                broker_state(b).to_string(),
+                d.last_heartbeat_ms
+                    .map(|m| format!("{m} ms ago"))
+                    .unwrap_or_else(|| "-".into()),
+                least_free(&d.disks),
+            ])
+        })
+        .collect();
+    output::table(
+        &[
+            "ID",
+            "EPOCH",
+            "ADDRESS",
+            "KAFKA",
+            "RACK",
+            "STATE",
+            "LAST HEARTBEAT",
+            "DISK FREE",
+        ],
+        &rows,
+    );
+}
+
+/// The `cluster describe` controller table.
+fn print_controllers(controllers: &[Controller]) {
+    let rows: Vec<Vec<String>> = controllers
+        .iter()
+        .map(|c| {
+            vec![
+                c.id.to_string(),
+                c.address.clone(),
+                match (&c.kafka_address, &c.error) {
+                    (Some(k), _) => k.clone(),
+                    (None, Some(e)) => format!("? ({e})"),
+                    (None, None) => "-".into(),
+                },
+                c.status.clone(),
+            ]
+        })
+        .collect();
+    output::table(&["CONTROLLER", "ADDRESS", "KAFKA", "STATUS"], &rows);
 }
 
 /// How long each controller has to say where its Kafka listener is.

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::{ArgGroup, Args, Subcommand, ValueEnum};
 use keel_metadata::topic_config::{self, ConfigSource};
+use keel_proto::client::ControllerClient;
 use keel_proto::pb;
 use serde_json::json;
 
@@ -220,6 +221,8 @@ fn described_rows(rows: Vec<Row>, all: bool) -> Vec<Row> {
         .collect()
 }
 
+/// Runs `keel configs`: describe or alter a topic's configs or the
+/// cluster-wide defaults.
 pub async fn configs(a: ConfigsArgs) -> ExitCode {
     let client = match a.common.client() {
         Ok(c) => c,
@@ -233,80 +236,8 @@ pub async fn configs(a: ConfigsArgs) -> ExitCode {
             all,
         } => match entity.target() {
             Err(e) => usage(e),
-            Ok(Target::Topic(name)) => {
-                let d = call!(
-                    client,
-                    admin,
-                    describe_topics,
-                    pb::DescribeTopicsRequest {
-                        names: vec![name.clone()]
-                    }
-                );
-                let Some(t) = d.topics.first() else {
-                    return usage(format!("the controller did not describe topic {name}"));
-                };
-                if let Some(e) = item_error(&t.error) {
-                    return output::refused(&e);
-                }
-                let rows = described_rows(topic_rows(&t.configs, &d.cluster_defaults), all);
-                match out {
-                    Output::Json => output::json(&json!({
-                        "topic": name,
-                        "configs": rows.iter().map(|r| json!({
-                            "name": r.name,
-                            "value": r.value,
-                            "source": r.source.kafka_name(),
-                        })).collect::<Vec<_>>(),
-                    })),
-                    Output::Table if rows.is_empty() => crate::outln!(
-                        "No config is set on topic {name} or as a cluster-wide default; every config takes Kafka's default (see them with --all)."
-                    ),
-                    Output::Table => output::table(
-                        &["KEY", "VALUE", "SOURCE"],
-                        &rows
-                            .iter()
-                            .map(|r| {
-                                vec![
-                                    r.name.clone(),
-                                    r.value.clone(),
-                                    r.source.kafka_name().to_string(),
-                                ]
-                            })
-                            .collect::<Vec<_>>(),
-                    ),
-                }
-                ExitCode::SUCCESS
-            }
-            Ok(Target::Defaults) => {
-                let d = call!(
-                    client,
-                    admin,
-                    describe_cluster_configs,
-                    pb::DescribeClusterConfigsRequest {}
-                );
-                let synonym = |k: &str| topic_config::broker_synonym(k).unwrap_or("").to_string();
-                match out {
-                    Output::Json => output::json(&json!({
-                        "cluster_defaults": d.configs.iter().map(|c| json!({
-                            "name": c.key,
-                            "value": c.value,
-                            "broker_config": topic_config::broker_synonym(&c.key),
-                            "source": ConfigSource::ClusterDefault.kafka_name(),
-                        })).collect::<Vec<_>>(),
-                    })),
-                    Output::Table if d.configs.is_empty() => {
-                        crate::outln!("No cluster-wide defaults are set; every topic without its own value takes Kafka's default.")
-                    }
-                    Output::Table => output::table(
-                        &["KEY", "VALUE", "KAFKA BROKER CONFIG"],
-                        &d.configs
-                            .iter()
-                            .map(|c| vec![c.key.clone(), c.value.clone(), synonym(&c.key)])
-                            .collect::<Vec<_>>(),
-                    ),
-                }
-                ExitCode::SUCCESS
-            }
+            Ok(Target::Topic(name)) => describe_topic(&client, out, name, all).await,
+            Ok(Target::Defaults) => describe_defaults(&client, out).await,
         },
         ConfigsCmd::Alter {
             entity,
@@ -318,47 +249,152 @@ pub async fn configs(a: ConfigsArgs) -> ExitCode {
                 Ok(t) => t,
                 Err(e) => return usage(e),
             };
-            let defaults = matches!(target, Target::Defaults);
-            let ops = match alter_ops(&add_config, &delete_config, defaults) {
-                Ok(ops) => ops,
-                Err(e) => return usage(e),
-            };
-            let keys: Vec<String> = ops.iter().map(|o| o.key.clone()).collect();
-            let what = match &target {
-                Target::Topic(name) => {
-                    let req = pb::IncrementalAlterConfigsRequest {
-                        topics: vec![pb::AlterTopicConfig {
-                            topic: name.clone(),
-                            ops,
-                        }],
-                        validate_only,
-                    };
-                    let r = call!(client, admin_write, incremental_alter_configs, req);
-                    if let Some(e) = r.topics.first().and_then(|t| item_error(&t.error)) {
-                        return output::refused(&e);
-                    }
-                    format!("topic {name}")
-                }
-                Target::Defaults => {
-                    let req = pb::AlterClusterConfigsRequest { ops, validate_only };
-                    call!(client, admin_write, alter_cluster_configs, req);
-                    "the cluster-wide defaults".to_string()
-                }
-            };
-            match out {
-                Output::Json => output::json(&json!({
-                    "altered": !validate_only,
-                    "validated": true,
-                    "keys": keys,
-                })),
-                Output::Table if validate_only => {
-                    crate::outln!("Valid; nothing changed: {} of {what}.", keys.join(", "))
-                }
-                Output::Table => crate::outln!("Altered {} of {what}.", keys.join(", ")),
-            }
-            ExitCode::SUCCESS
+            alter(
+                &client,
+                out,
+                target,
+                &add_config,
+                &delete_config,
+                validate_only,
+            )
+            .await
         }
     }
+}
+
+/// `configs describe` of topic `name`: its configs set (or with `all`
+/// every one), with their sources.
+async fn describe_topic(
+    client: &ControllerClient,
+    out: Output,
+    name: String,
+    all: bool,
+) -> ExitCode {
+    let d = call!(
+        client,
+        admin,
+        describe_topics,
+        pb::DescribeTopicsRequest {
+            names: vec![name.clone()]
+        }
+    );
+    let Some(t) = d.topics.first() else {
+        return usage(format!("the controller did not describe topic {name}"));
+    };
+    if let Some(e) = item_error(&t.error) {
+        return output::refused(&e);
+    }
+    let rows = described_rows(topic_rows(&t.configs, &d.cluster_defaults), all);
+    match out {
+        Output::Json => output::json(&json!({
+            "topic": name,
+            "configs": rows.iter().map(|r| json!({
+                "name": r.name,
+                "value": r.value,
+                "source": r.source.kafka_name(),
+            })).collect::<Vec<_>>(),
+        })),
+        Output::Table if rows.is_empty() => crate::outln!(
+            "No config is set on topic {name} or as a cluster-wide default; every config takes Kafka's default (see them with --all)."
+        ),
+        Output::Table => output::table(
+            &["KEY", "VALUE", "SOURCE"],
+            &rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.name.clone(),
+                        r.value.clone(),
+                        r.source.kafka_name().to_string(),
+                    ]
+                })
+                .collect::<Vec<_>>(),
+        ),
+    }
+    ExitCode::SUCCESS
+}
+
+/// `configs describe --entity-default`: the cluster-wide defaults.
+async fn describe_defaults(client: &ControllerClient, out: Output) -> ExitCode {
+    let d = call!(
+        client,
+        admin,
+        describe_cluster_configs,
+        pb::DescribeClusterConfigsRequest {}
+    );
+    let synonym = |k: &str| topic_config::broker_synonym(k).unwrap_or("").to_string();
+    match out {
+        Output::Json => output::json(&json!({
+            "cluster_defaults": d.configs.iter().map(|c| json!({
+                "name": c.key,
+                "value": c.value,
+                "broker_config": topic_config::broker_synonym(&c.key),
+                "source": ConfigSource::ClusterDefault.kafka_name(),
+            })).collect::<Vec<_>>(),
+        })),
+        Output::Table if d.configs.is_empty() => {
+            crate::outln!("No cluster-wide defaults are set; every topic without its own value takes Kafka's default.")
+        }
+        Output::Table => output::table(
+            &["KEY", "VALUE", "KAFKA BROKER CONFIG"],
+            &d.configs
+                .iter()
+                .map(|c| vec![c.key.clone(), c.value.clone(), synonym(&c.key)])
+                .collect::<Vec<_>>(),
+        ),
+    }
+    ExitCode::SUCCESS
+}
+
+/// `configs alter`: sets and deletes configs of a topic or of the
+/// cluster-wide defaults.
+async fn alter(
+    client: &ControllerClient,
+    out: Output,
+    target: Target,
+    add_config: &[String],
+    delete_config: &[String],
+    validate_only: bool,
+) -> ExitCode {
+    let defaults = matches!(target, Target::Defaults);
+    let ops = match alter_ops(add_config, delete_config, defaults) {
+        Ok(ops) => ops,
+        Err(e) => return usage(e),
+    };
+    let keys: Vec<String> = ops.iter().map(|o| o.key.clone()).collect();
+    let what = match &target {
+        Target::Topic(name) => {
+            let req = pb::IncrementalAlterConfigsRequest {
+                topics: vec![pb::AlterTopicConfig {
+                    topic: name.clone(),
+                    ops,
+                }],
+                validate_only,
+            };
+            let r = call!(client, admin_write, incremental_alter_configs, req);
+            if let Some(e) = r.topics.first().and_then(|t| item_error(&t.error)) {
+                return output::refused(&e);
+            }
+            format!("topic {name}")
+        }
+        Target::Defaults => {
+            let req = pb::AlterClusterConfigsRequest { ops, validate_only };
+            call!(client, admin_write, alter_cluster_configs, req);
+            "the cluster-wide defaults".to_string()
+        }
+    };
+    match out {
+        Output::Json => output::json(&json!({
+            "altered": !validate_only,
+            "validated": true,
+            "keys": keys,
+        })),
+        Output::Table if validate_only => {
+            crate::outln!("Valid; nothing changed: {} of {what}.", keys.join(", "))
+        }
+        Output::Table => crate::outln!("Altered {} of {what}.", keys.join(", ")),
+    }
+    ExitCode::SUCCESS
 }
 
 #[cfg(test)]

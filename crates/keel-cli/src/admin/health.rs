@@ -142,6 +142,8 @@ pub(super) async fn describe_node(
         .unwrap_or_else(|_| Err(format!("no answer within {} ms", timeout.as_millis())))
 }
 
+/// Runs `keel health`: every controller and broker, with what is wrong
+/// with each; exits non-zero when anything is.
 pub async fn health(a: HealthArgs) -> ExitCode {
     let client = match a.common.client() {
         Ok(c) => c,
@@ -168,95 +170,126 @@ pub async fn health(a: HealthArgs) -> ExitCode {
         cluster_problems.push("the quorum has no leader".to_string());
     }
     let mut rows = Vec::new();
+    let timeout = a.common.timeout_or(NODE_ANSWER);
     for v in &quorum.voters {
-        let mut e = Endpoint {
-            kind: "controller",
-            id: v.id,
-            address: v.address.clone(),
-            role: v.status.clone(),
-            epoch: None,
-            applied: None,
-            log_end: v.last_log_index,
-            lag: Some(v.lag),
-            last_contact_ms: v.last_contact_ms,
-            disk_free_bytes: None,
-            disk_total_bytes: None,
-            version: None,
-            problems: Vec::new(),
-        };
-        if v.status == "unreachable" {
-            e.problems.push(match v.last_contact_ms {
-                Some(ms) => format!("the leader has not heard from it for {ms} ms"),
-                None => "the leader has not heard from it since it took over".into(),
-            });
-        }
-        // Its own answer: role, term, indexes, disk, version.
-        let node = describe_node(&transport, &v.address, a.common.timeout_or(NODE_ANSWER)).await;
-        match node {
-            Ok(n) => {
-                e.role = n.role.clone();
-                e.epoch = Some(n.term);
-                e.applied = Some(n.last_applied_index);
-                e.log_end = n.last_log_index.or(e.log_end);
-                if let Some(d) = &n.disk {
-                    e.disk_free_bytes = Some(d.free_bytes);
-                    e.disk_total_bytes = Some(d.total_bytes);
-                    if d.reserve_bytes > 0 && d.free_bytes < d.reserve_bytes {
-                        e.problems.push(format!(
-                            "disk below its reserve ({} MiB free, reserve {} MiB)",
-                            d.free_bytes >> 20,
-                            d.reserve_bytes >> 20
-                        ));
-                    }
-                }
-                e.version = (!n.version.is_empty()).then(|| n.version.clone());
-                if n.term != quorum.term && quorum.leader_id != 0 {
-                    e.problems
-                        .push(format!("at term {}, the leader at {}", n.term, quorum.term));
+        rows.push(controller_row(&transport, v, &quorum, timeout).await);
+    }
+    rows.extend(cluster.brokers.iter().filter_map(broker_row));
+    let healthy = cluster_problems.is_empty() && rows.iter().all(|e| e.problems.is_empty());
+    print_health(a.common.output, healthy, &quorum, &cluster_problems, &rows);
+    if healthy {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(crate::EXIT_REFUSED)
+    }
+}
+
+/// The row of voter `v`: as the leader sees it, then as it answers for
+/// itself (asked directly, within `timeout`).
+async fn controller_row(
+    transport: &keel_tls::Transport,
+    v: &pb::VoterDescription,
+    quorum: &pb::DescribeQuorumResponse,
+    timeout: Duration,
+) -> Endpoint {
+    let mut e = Endpoint {
+        kind: "controller",
+        id: v.id,
+        address: v.address.clone(),
+        role: v.status.clone(),
+        epoch: None,
+        applied: None,
+        log_end: v.last_log_index,
+        lag: Some(v.lag),
+        last_contact_ms: v.last_contact_ms,
+        disk_free_bytes: None,
+        disk_total_bytes: None,
+        version: None,
+        problems: Vec::new(),
+    };
+    if v.status == "unreachable" {
+        e.problems.push(match v.last_contact_ms {
+            Some(ms) => format!("the leader has not heard from it for {ms} ms"),
+            None => "the leader has not heard from it since it took over".into(),
+        });
+    }
+    // Its own answer: role, term, indexes, disk, version.
+    let node = describe_node(transport, &v.address, timeout).await;
+    match node {
+        Ok(n) => {
+            e.role = n.role.clone();
+            e.epoch = Some(n.term);
+            e.applied = Some(n.last_applied_index);
+            e.log_end = n.last_log_index.or(e.log_end);
+            if let Some(d) = &n.disk {
+                e.disk_free_bytes = Some(d.free_bytes);
+                e.disk_total_bytes = Some(d.total_bytes);
+                if d.reserve_bytes > 0 && d.free_bytes < d.reserve_bytes {
+                    e.problems.push(format!(
+                        "disk below its reserve ({} MiB free, reserve {} MiB)",
+                        d.free_bytes >> 20,
+                        d.reserve_bytes >> 20
+                    ));
                 }
             }
-            Err(why) => e.problems.push(format!("no answer: {why}")),
+            e.version = (!n.version.is_empty()).then(|| n.version.clone());
+            if n.term != quorum.term && quorum.leader_id != 0 {
+                e.problems
+                    .push(format!("at term {}, the leader at {}", n.term, quorum.term));
+            }
         }
-        rows.push(e);
+        Err(why) => e.problems.push(format!("no answer: {why}")),
     }
-    for d in &cluster.brokers {
-        let Some(b) = d.broker.as_ref() else { continue };
-        let state = if b.fenced {
-            "fenced"
-        } else if b.shutting_down {
-            "shutting_down"
-        } else {
-            "active"
-        };
-        let disk = fullest(&d.disks);
-        let mut e = Endpoint {
-            kind: "broker",
-            id: u64::from(b.broker_id),
-            address: b.address.clone(),
-            role: state.to_string(),
-            epoch: Some(b.broker_epoch),
-            applied: None,
-            log_end: None,
-            lag: None,
-            last_contact_ms: d.last_heartbeat_ms,
-            disk_free_bytes: disk.map(|d| d.0),
-            disk_total_bytes: disk.map(|d| d.1),
-            version: (!d.version.is_empty()).then(|| d.version.clone()),
-            problems: Vec::new(),
-        };
-        if state != "active" {
-            e.problems.push(format!("{state}: it serves no partition"));
-        }
-        if !d.offline_log_dirs.is_empty() {
-            e.problems.push(format!(
-                "offline log dirs: {}",
-                d.offline_log_dirs.join(", ")
-            ));
-        }
-        rows.push(e);
+    e
+}
+
+/// The row of broker `d`; `None` for a description without a broker.
+fn broker_row(d: &pb::BrokerDescription) -> Option<Endpoint> {
+    let b = d.broker.as_ref()?;
+    let state = if b.fenced {
+        "fenced"
+    } else if b.shutting_down {
+        "shutting_down"
+    } else {
+        "active"
+    };
+    let disk = fullest(&d.disks);
+    let mut e = Endpoint {
+        kind: "broker",
+        id: u64::from(b.broker_id),
+        address: b.address.clone(),
+        role: state.to_string(),
+        epoch: Some(b.broker_epoch),
+        applied: None,
+        log_end: None,
+        lag: None,
+        last_contact_ms: d.last_heartbeat_ms,
+        disk_free_bytes: disk.map(|d| d.0),
+        disk_total_bytes: disk.map(|d| d.1),
+        version: (!d.version.is_empty()).then(|| d.version.clone()),
+        problems: Vec::new(),
+    };
+    if state != "active" {
+        e.problems.push(format!("{state}: it serves no partition"));
     }
-    let healthy = cluster_problems.is_empty() && rows.iter().all(|e| e.problems.is_empty());
-    match a.common.output {
+    if !d.offline_log_dirs.is_empty() {
+        e.problems.push(format!(
+            "offline log dirs: {}",
+            d.offline_log_dirs.join(", ")
+        ));
+    }
+    Some(e)
+}
+
+/// Prints the health rows and the cluster's own problems, as `out` says.
+fn print_health(
+    out: Output,
+    healthy: bool,
+    quorum: &pb::DescribeQuorumResponse,
+    cluster_problems: &[String],
+    rows: &[Endpoint],
+) {
+    match out {
         Output::Json => output::json(&json!({
             "healthy": healthy,
             "cluster_id": quorum.cluster_id,
@@ -284,14 +317,9 @@ pub async fn health(a: HealthArgs) -> ExitCode {
                 ],
                 &rows.iter().map(Endpoint::row).collect::<Vec<_>>(),
             );
-            for p in &cluster_problems {
+            for p in cluster_problems {
                 crate::outln!("cluster: {p}");
             }
         }
-    }
-    if healthy {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(crate::EXIT_REFUSED)
     }
 }

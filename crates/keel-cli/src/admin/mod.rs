@@ -233,8 +233,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("{s:?} is too long"))
 }
 
-/// Runs a call; on transport failure prints and returns the exit code.
-macro_rules! call {
+/// Runs a call; a transport failure or a refusal of the whole call is
+/// printed and is `Err` with the exit code.
+macro_rules! try_call {
     ($client:expr, $svc:ident, $method:ident, $req:expr) => {
         match $client
             .$svc(|mut c| {
@@ -243,13 +244,21 @@ macro_rules! call {
             })
             .await
         {
-            Ok(r) => {
-                if let Err(e) = ::keel_proto::convert::check(&r.error) {
-                    return $crate::output::refused(&e);
-                }
-                r
-            }
-            Err(e) => return $crate::output::unreachable(&e),
+            Ok(r) => match ::keel_proto::convert::check(&r.error) {
+                Ok(()) => Ok(r),
+                Err(e) => Err($crate::output::refused(&e)),
+            },
+            Err(e) => Err($crate::output::unreachable(&e)),
+        }
+    };
+}
+
+/// Runs a call; on transport failure prints and returns the exit code.
+macro_rules! call {
+    ($client:expr, $svc:ident, $method:ident, $req:expr) => {
+        match try_call!($client, $svc, $method, $req) {
+            Ok(r) => r,
+            Err(code) => return code,
         }
     };
 }
@@ -280,6 +289,14 @@ fn topic_id_text(b: &[u8]) -> String {
     TopicId::from_bytes(b)
         .map(|t| t.to_string())
         .unwrap_or_default()
+}
+
+/// Broker ids as the tables show them: `1,2,3`.
+fn id_list(v: &[u32]) -> String {
+    v.iter()
+        .map(|b| b.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn item_error(e: &Option<pb::Error>) -> Option<ApiError> {

@@ -10,6 +10,7 @@ use serde_json::json;
 
 use super::Common;
 use crate::output::{self, Output};
+use keel_proto::client::ControllerClient;
 
 /// How long `quorum snapshot` waits for the snapshot without a `--timeout`.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(60);
@@ -234,19 +235,16 @@ fn restore(output: Output, cmd: SnapshotCmd) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `keel quorum snapshot save`: streams the node's image and writes it.
-async fn save(
+/// The node's whole image in one answer: the stream's chunks joined onto
+/// its first message (which carries the error or the header fields).
+async fn read_image(
     client: keel_proto::client::ControllerClient,
-    output: Output,
-    file: &std::path::Path,
-) -> ExitCode {
+) -> Result<pb::ReadSnapshotResponse, ExitCode> {
     // Encoding and hashing a large image (a million partitions) takes the
     // node seconds before the first chunk, and the whole stream is read
     // within one attempt: a budget like a snapshot build's.
     let budget = Duration::from_secs(120);
     let client = client.with_timeouts(budget, budget);
-    // The whole image in one answer: the stream's chunks joined onto its
-    // first message (which carries the error or the header fields).
     let answer = client
         .admin(|mut c| async move {
             let mut stream = c
@@ -263,14 +261,26 @@ async fn save(
             Ok(tonic::Response::new(first.unwrap_or_default()))
         })
         .await;
-    let r = match answer {
+    match answer {
         Ok(r) => {
             if let Err(e) = keel_proto::convert::check(&r.error) {
-                return output::refused(&e);
+                return Err(output::refused(&e));
             }
-            r
+            Ok(r)
         }
-        Err(e) => return output::unreachable(&e),
+        Err(e) => Err(output::unreachable(&e)),
+    }
+}
+
+/// `keel quorum snapshot save`: streams the node's image and writes it.
+async fn save(
+    client: keel_proto::client::ControllerClient,
+    output: Output,
+    file: &std::path::Path,
+) -> ExitCode {
+    let r = match read_image(client).await {
+        Ok(r) => r,
+        Err(code) => return code,
     };
     let body = r.chunk;
     if body.len() as u64 != r.image_bytes {
@@ -454,6 +464,7 @@ impl<'a> QuorumStatus<'a> {
     }
 }
 
+/// Runs `keel quorum`: one function per subcommand.
 pub async fn quorum(a: QuorumArgs) -> ExitCode {
     if let QuorumCmd::Snapshot {
         action: Some(cmd @ SnapshotCmd::Restore { .. }),
@@ -466,184 +477,30 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
+    let out = a.common.output;
     match a.cmd {
         QuorumCmd::Describe {
             replication,
             status,
-        } => {
-            let r = call!(
-                client,
-                admin,
-                describe_quorum,
-                pb::DescribeQuorumRequest::default()
-            );
-            let st = QuorumStatus::of(&r);
-            match a.common.output {
-                Output::Json => output::json(&with_status(
-                    status.then(|| st.json()),
-                    json!({
-                        "cluster_id": r.cluster_id,
-                        "leader_id": r.leader_id,
-                        "term": r.term,
-                        "commit_index": r.commit_index,
-                        "leader_disk": r.leader_disk.as_ref().map(|d| json!({
-                            "free_bytes": d.free_bytes,
-                            "total_bytes": d.total_bytes,
-                            "reserve_bytes": d.reserve_bytes,
-                            "path": d.path,
-                        })),
-                        "voters": r.voters.iter().map(|v| json!({
-                            "id": v.id,
-                            "address": v.address,
-                            "last_log_index": v.last_log_index,
-                            "lag": v.lag,
-                            "last_contact_ms": v.last_contact_ms,
-                            "status": v.status,
-                            "directory_id": (!v.directory_id.is_empty()).then_some(&v.directory_id),
-                        })).collect::<Vec<_>>(),
-                    }),
-                )),
-                Output::Table if status => st.print(),
-                Output::Table => {
-                    crate::outln!("ClusterId:    {}", r.cluster_id);
-                    crate::outln!("LeaderId:     {}", r.leader_id);
-                    crate::outln!("Term:         {}", r.term);
-                    crate::outln!("CommitIndex:  {}", r.commit_index);
-                    if let Some(d) = &r.leader_disk {
-                        crate::outln!(
-                            "LeaderDisk:   {} MiB free of {} MiB (reserve {} MiB)",
-                            d.free_bytes >> 20,
-                            d.total_bytes >> 20,
-                            d.reserve_bytes >> 20
-                        );
-                    }
-                    crate::outln!("Voters:       {}", ids(&st.voters));
-                    crate::outln!(
-                        "DirectoryIds: {}",
-                        r.voters
-                            .iter()
-                            .map(|v| format!(
-                                "{}={}",
-                                v.id,
-                                if v.directory_id.is_empty() {
-                                    "unbound"
-                                } else {
-                                    v.directory_id.as_str()
-                                }
-                            ))
-                            .collect::<Vec<_>>()
-                            .join(" ")
-                    );
-                    if replication {
-                        let rows: Vec<Vec<String>> = r
-                            .voters
-                            .iter()
-                            .map(|v| {
-                                vec![
-                                    v.id.to_string(),
-                                    v.address.clone(),
-                                    v.last_log_index
-                                        .map(|i| i.to_string())
-                                        .unwrap_or_else(|| "-".into()),
-                                    v.lag.to_string(),
-                                    v.last_contact_ms
-                                        .map(|m| format!("{m} ms"))
-                                        .unwrap_or_else(|| "-".into()),
-                                    v.status.clone(),
-                                    if v.directory_id.is_empty() {
-                                        "unbound".into()
-                                    } else {
-                                        v.directory_id.clone()
-                                    },
-                                ]
-                            })
-                            .collect();
-                        output::table(
-                            &[
-                                "NODE",
-                                "ADDRESS",
-                                "LOG END",
-                                "LAG",
-                                "LAST CONTACT",
-                                "STATUS",
-                                "DIRECTORY",
-                            ],
-                            &rows,
-                        );
-                    }
-                }
-            }
-            ExitCode::SUCCESS
-        }
+        } => describe(&client, out, replication, status).await,
         QuorumCmd::AddVoter {
             node_id,
             address,
             directory_id,
             learner_only,
         } => {
-            let wait = a.common.timeout_or(CATCH_UP_WAIT);
-            let req = pb::AddVoterRequest {
+            let voter = NewVoter {
                 node_id,
                 address,
-                directory_id: directory_id.clone().unwrap_or_default(),
-                timeout_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1),
+                directory_id,
                 learner_only,
             };
-            // The active controller waits up to --timeout for the new
-            // node to catch up before it promotes it (or says it has not).
-            let budget = wait + Duration::from_secs(15);
-            let client = client.with_timeouts(budget, budget + Duration::from_secs(15));
-            // Progress for people while it catches up; JSON gets only the
-            // final object.
-            let progress = match (a.common.output, a.common.client()) {
-                (Output::Table, Ok(watcher)) if !learner_only => {
-                    Some(tokio::spawn(show_progress(watcher, node_id)))
-                }
-                _ => None,
-            };
-            let r = {
-                let answer = client
-                    .admin_write(|mut c| {
-                        let req = req.clone();
-                        async move { c.add_voter(req).await }
-                    })
-                    .await;
-                if let Some(p) = &progress {
-                    p.abort();
-                }
-                match answer {
-                    Ok(r) => {
-                        if let Err(e) = keel_proto::convert::check(&r.error) {
-                            return output::refused(&e);
-                        }
-                        r
-                    }
-                    Err(e) => return output::unreachable(&e),
-                }
-            };
-            let bound = (!r.directory_id.is_empty()).then_some(r.directory_id.clone());
-            match a.common.output {
-                Output::Json => output::json(&json!({
-                    "node_id": node_id,
-                    "added": true,
-                    "learner": r.learner,
-                    "directory_id": bound.or(directory_id),
-                })),
-                Output::Table if r.learner => crate::outln!(
-                    "Node {node_id} is a learner (directory id {}).",
-                    r.directory_id
-                ),
-                Output::Table => crate::outln!(
-                    "Node {node_id} is now a voter (directory id {}).",
-                    r.directory_id
-                ),
-            }
-            ExitCode::SUCCESS
+            add_voter(client, &a.common, voter).await
         }
         QuorumCmd::Snapshot {
             action: Some(SnapshotCmd::Save { file }),
             ..
-        } => save(client, a.common.output, &file).await,
+        } => save(client, out, &file).await,
         QuorumCmd::Snapshot {
             action: Some(SnapshotCmd::Restore { .. }),
             ..
@@ -652,80 +509,302 @@ pub async fn quorum(a: QuorumArgs) -> ExitCode {
             action: None,
             purge_log,
             timeout_ms,
-        } => {
-            let timeout_ms =
-                timeout_ms.unwrap_or(a.common.timeout_or(SNAPSHOT_WAIT).as_millis() as u64);
-            let req = pb::TriggerSnapshotRequest {
-                purge_log,
-                timeout_ms,
-            };
-            // Not retried on another node after a timeout (that would build
-            // a second snapshot elsewhere); the attempt may take the whole
-            // snapshot timeout.
-            let budget = Duration::from_millis(timeout_ms.saturating_add(5_000));
-            let client = client.with_timeouts(budget, budget);
-            let r = call!(client, admin_write, trigger_snapshot, req);
-            let snap = r.snapshot.unwrap_or_default();
-            match a.common.output {
-                Output::Json => output::json(&json!({
-                    "last_index": snap.last_index,
-                    "size_bytes": snap.size_bytes,
-                    "image_bytes": snap.image_bytes,
-                    "build_ms": snap.build_ms,
-                    "purged_index": r.purged_index,
-                    "wait_ms": r.wait_ms,
-                })),
-                Output::Table => {
-                    crate::outln!("SnapshotIndex: {}", snap.last_index);
-                    crate::outln!("SizeBytes:     {}", snap.size_bytes);
-                    crate::outln!("ImageBytes:    {}", snap.image_bytes);
-                    if let Some(ms) = snap.build_ms {
-                        crate::outln!("BuildMs:       {ms:.1}");
-                    }
-                    crate::outln!("PurgedIndex:   {}", r.purged_index);
-                    crate::outln!("WaitMs:        {:.1}", r.wait_ms);
-                }
-            }
-            ExitCode::SUCCESS
-        }
+        } => snapshot(client, &a.common, purge_log, timeout_ms).await,
         QuorumCmd::RemoveVoter { node_id, force } => {
-            let r = call!(
-                client,
-                admin,
-                remove_voter,
-                pb::RemoveVoterRequest {
-                    node_id,
-                    force,
-                    learner_only: false,
-                }
-            );
-            match a.common.output {
-                Output::Json => output::json(
-                    &json!({"node_id": node_id, "removed": true, "was_learner": r.was_learner}),
-                ),
-                Output::Table if r.was_learner => {
-                    crate::outln!("Node {node_id} was a learner, not a voter; it is removed.")
-                }
-                Output::Table => crate::outln!("Node {node_id} is no longer a voter."),
-            }
-            ExitCode::SUCCESS
+            remove_voter(&client, out, node_id, force).await
         }
-        QuorumCmd::RemoveLearner { node_id } => {
-            let _ = call!(
-                client,
-                admin,
-                remove_voter,
-                pb::RemoveVoterRequest {
-                    node_id,
-                    force: false,
-                    learner_only: true,
+        QuorumCmd::RemoveLearner { node_id } => remove_learner(&client, out, node_id).await,
+    }
+}
+
+/// `quorum describe`: leader, term, commit index and the voters.
+async fn describe(
+    client: &ControllerClient,
+    out: Output,
+    replication: bool,
+    status: bool,
+) -> ExitCode {
+    let r = call!(
+        client,
+        admin,
+        describe_quorum,
+        pb::DescribeQuorumRequest::default()
+    );
+    let st = QuorumStatus::of(&r);
+    match out {
+        Output::Json => output::json(&with_status(
+            status.then(|| st.json()),
+            json!({
+                "cluster_id": r.cluster_id,
+                "leader_id": r.leader_id,
+                "term": r.term,
+                "commit_index": r.commit_index,
+                "leader_disk": r.leader_disk.as_ref().map(|d| json!({
+                    "free_bytes": d.free_bytes,
+                    "total_bytes": d.total_bytes,
+                    "reserve_bytes": d.reserve_bytes,
+                    "path": d.path,
+                })),
+                "voters": r.voters.iter().map(|v| json!({
+                    "id": v.id,
+                    "address": v.address,
+                    "last_log_index": v.last_log_index,
+                    "lag": v.lag,
+                    "last_contact_ms": v.last_contact_ms,
+                    "status": v.status,
+                    "directory_id": (!v.directory_id.is_empty()).then_some(&v.directory_id),
+                })).collect::<Vec<_>>(),
+            }),
+        )),
+        Output::Table if status => st.print(),
+        Output::Table => print_describe(&r, &st, replication),
+    }
+    ExitCode::SUCCESS
+}
+
+/// The `quorum describe` table view (without `--status`).
+fn print_describe(r: &pb::DescribeQuorumResponse, st: &QuorumStatus, replication: bool) {
+    crate::outln!("ClusterId:    {}", r.cluster_id);
+    crate::outln!("LeaderId:     {}", r.leader_id);
+    crate::outln!("Term:         {}", r.term);
+    crate::outln!("CommitIndex:  {}", r.commit_index);
+    if let Some(d) = &r.leader_disk {
+        crate::outln!(
+            "LeaderDisk:   {} MiB free of {} MiB (reserve {} MiB)",
+            d.free_bytes >> 20,
+            d.total_bytes >> 20,
+            d.reserve_bytes >> 20
+        );
+    }
+    crate::outln!("Voters:       {}", ids(&st.voters));
+    crate::outln!(
+        "DirectoryIds: {}",
+        r.voters
+            .iter()
+            .map(|v| format!(
+                "{}={}",
+                v.id,
+                if v.directory_id.is_empty() {
+                    "unbound"
+                } else {
+                    v.directory_id.as_str()
                 }
-            );
-            match a.common.output {
-                Output::Json => output::json(&json!({"node_id": node_id, "removed": true})),
-                Output::Table => crate::outln!("Learner {node_id} is removed."),
+            ))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    if replication {
+        print_replication(r);
+    }
+}
+
+/// The per-voter replication table of `quorum describe --replication`.
+fn print_replication(r: &pb::DescribeQuorumResponse) {
+    let rows: Vec<Vec<String>> = r
+        .voters
+        .iter()
+        .map(|v| {
+            vec![
+                v.id.to_string(),
+                v.address.clone(),
+                v.last_log_index
+                    .map(|i| i.to_string())
+                    .unwrap_or_else(|| "-".into()),
+                v.lag.to_string(),
+                v.last_contact_ms
+                    .map(|m| format!("{m} ms"))
+                    .unwrap_or_else(|| "-".into()),
+                v.status.clone(),
+                if v.directory_id.is_empty() {
+                    "unbound".into()
+                } else {
+                    v.directory_id.clone()
+                },
+            ]
+        })
+        .collect();
+    output::table(
+        &[
+            "NODE",
+            "ADDRESS",
+            "LOG END",
+            "LAG",
+            "LAST CONTACT",
+            "STATUS",
+            "DIRECTORY",
+        ],
+        &rows,
+    );
+}
+
+/// The voter `quorum add-voter` adds, as given on the command line.
+struct NewVoter {
+    /// Its node id.
+    node_id: u64,
+    /// Its HOST:PORT.
+    address: String,
+    /// Its data dir's directory id, when given.
+    directory_id: Option<String>,
+    /// Add it as a learner only.
+    learner_only: bool,
+}
+
+/// `quorum add-voter`: adds the node as a learner and waits for it to be
+/// promoted, showing its progress to people.
+async fn add_voter(client: ControllerClient, common: &Common, voter: NewVoter) -> ExitCode {
+    let NewVoter {
+        node_id,
+        address,
+        directory_id,
+        learner_only,
+    } = voter;
+    let wait = common.timeout_or(CATCH_UP_WAIT);
+    let req = pb::AddVoterRequest {
+        node_id,
+        address,
+        directory_id: directory_id.clone().unwrap_or_default(),
+        timeout_ms: u64::try_from(wait.as_millis()).unwrap_or(u64::MAX).max(1),
+        learner_only,
+    };
+    // The active controller waits up to --timeout for the new
+    // node to catch up before it promotes it (or says it has not).
+    let budget = wait + Duration::from_secs(15);
+    let client = client.with_timeouts(budget, budget + Duration::from_secs(15));
+    // Progress for people while it catches up; JSON gets only the
+    // final object.
+    let progress = match (common.output, common.client()) {
+        (Output::Table, Ok(watcher)) if !learner_only => {
+            Some(tokio::spawn(show_progress(watcher, node_id)))
+        }
+        _ => None,
+    };
+    let r = {
+        let answer = client
+            .admin_write(|mut c| {
+                let req = req.clone();
+                async move { c.add_voter(req).await }
+            })
+            .await;
+        if let Some(p) = &progress {
+            p.abort();
+        }
+        match answer {
+            Ok(r) => {
+                if let Err(e) = keel_proto::convert::check(&r.error) {
+                    return output::refused(&e);
+                }
+                r
             }
-            ExitCode::SUCCESS
+            Err(e) => return output::unreachable(&e),
+        }
+    };
+    let bound = (!r.directory_id.is_empty()).then_some(r.directory_id.clone());
+    match common.output {
+        Output::Json => output::json(&json!({
+            "node_id": node_id,
+            "added": true,
+            "learner": r.learner,
+            "directory_id": bound.or(directory_id),
+        })),
+        Output::Table if r.learner => crate::outln!(
+            "Node {node_id} is a learner (directory id {}).",
+            r.directory_id
+        ),
+        Output::Table => crate::outln!(
+            "Node {node_id} is now a voter (directory id {}).",
+            r.directory_id
+        ),
+    }
+    ExitCode::SUCCESS
+}
+
+/// `quorum snapshot` without an action: builds a snapshot on the node,
+/// optionally purging the log it covers.
+async fn snapshot(
+    client: ControllerClient,
+    common: &Common,
+    purge_log: bool,
+    timeout_ms: Option<u64>,
+) -> ExitCode {
+    let timeout_ms = timeout_ms.unwrap_or(common.timeout_or(SNAPSHOT_WAIT).as_millis() as u64);
+    let req = pb::TriggerSnapshotRequest {
+        purge_log,
+        timeout_ms,
+    };
+    // Not retried on another node after a timeout (that would build
+    // a second snapshot elsewhere); the attempt may take the whole
+    // snapshot timeout.
+    let budget = Duration::from_millis(timeout_ms.saturating_add(5_000));
+    let client = client.with_timeouts(budget, budget);
+    let r = call!(client, admin_write, trigger_snapshot, req);
+    let snap = r.snapshot.unwrap_or_default();
+    match common.output {
+        Output::Json => output::json(&json!({
+            "last_index": snap.last_index,
+            "size_bytes": snap.size_bytes,
+            "image_bytes": snap.image_bytes,
+            "build_ms": snap.build_ms,
+            "purged_index": r.purged_index,
+            "wait_ms": r.wait_ms,
+        })),
+        Output::Table => {
+            crate::outln!("SnapshotIndex: {}", snap.last_index);
+            crate::outln!("SizeBytes:     {}", snap.size_bytes);
+            crate::outln!("ImageBytes:    {}", snap.image_bytes);
+            if let Some(ms) = snap.build_ms {
+                crate::outln!("BuildMs:       {ms:.1}");
+            }
+            crate::outln!("PurgedIndex:   {}", r.purged_index);
+            crate::outln!("WaitMs:        {:.1}", r.wait_ms);
         }
     }
+    ExitCode::SUCCESS
+}
+
+/// `quorum remove-voter`: removes the voter (or a learner, saying so).
+async fn remove_voter(
+    client: &ControllerClient,
+    out: Output,
+    node_id: u64,
+    force: bool,
+) -> ExitCode {
+    let r = call!(
+        client,
+        admin,
+        remove_voter,
+        pb::RemoveVoterRequest {
+            node_id,
+            force,
+            learner_only: false,
+        }
+    );
+    match out {
+        Output::Json => output::json(
+            &json!({"node_id": node_id, "removed": true, "was_learner": r.was_learner}),
+        ),
+        Output::Table if r.was_learner => {
+            crate::outln!("Node {node_id} was a learner, not a voter; it is removed.")
+        }
+        Output::Table => crate::outln!("Node {node_id} is no longer a voter."),
+    }
+    ExitCode::SUCCESS
+}
+
+/// `quorum remove-learner`: removes the learner.
+async fn remove_learner(client: &ControllerClient, out: Output, node_id: u64) -> ExitCode {
+    let _ = call!(
+        client,
+        admin,
+        remove_voter,
+        pb::RemoveVoterRequest {
+            node_id,
+            force: false,
+            learner_only: true,
+        }
+    );
+    match out {
+        Output::Json => output::json(&json!({"node_id": node_id, "removed": true})),
+        Output::Table => crate::outln!("Learner {node_id} is removed."),
+    }
+    ExitCode::SUCCESS
 }

@@ -12,7 +12,7 @@ use keel_proto::client::ControllerClient;
 use keel_proto::pb;
 use serde_json::{json, Value};
 
-use super::{item_error, usage, Common};
+use super::{id_list, item_error, usage, Common};
 use crate::output::{self, Output};
 
 /// How long `reassign start --wait` waits without a `--timeout`.
@@ -105,76 +105,81 @@ fn read_plan(p: &PathBuf) -> Result<Plan, String> {
         .map_err(|e| format!("{}: not a reassignment plan: {e}", p.display()))
 }
 
+/// Runs `keel reassign`: one function per subcommand.
 pub async fn reassign(a: ReassignArgs) -> ExitCode {
     let client = match a.common.client() {
         Ok(c) => c,
         Err(code) => return code,
     };
-    let (plan, cancel) = match &a.cmd {
-        ReassignCmd::List => {
-            let r = call!(
-                client,
-                admin,
-                list_partition_reassignments,
-                pb::ListPartitionReassignmentsRequest::default()
-            );
-            match a.common.output {
-                Output::Json => output::json(&json!({
-                    "reassignments": r.reassignments.iter().map(|x| json!({
-                        "topic": x.topic, "partition": x.partition, "replicas": x.replicas,
-                        "adding": x.adding, "removing": x.removing,
-                    })).collect::<Vec<_>>()
-                })),
-                Output::Table => {
-                    let list = |v: &[u32]| {
-                        v.iter()
-                            .map(|b| b.to_string())
-                            .collect::<Vec<_>>()
-                            .join(",")
-                    };
-                    let rows: Vec<Vec<String>> = r
-                        .reassignments
-                        .iter()
-                        .map(|x| {
-                            vec![
-                                x.topic.clone(),
-                                x.partition.to_string(),
-                                list(&x.replicas),
-                                list(&x.adding),
-                                list(&x.removing),
-                            ]
-                        })
-                        .collect();
-                    output::table(
-                        &["TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"],
-                        &rows,
-                    );
-                }
-            }
-            return ExitCode::SUCCESS;
-        }
+    let out = a.common.output;
+    match &a.cmd {
+        ReassignCmd::List => list(&client, out).await,
         ReassignCmd::Generate {
             topics,
             brokers,
             seed,
-        } => {
-            return generate(&client, topics, brokers, *seed, a.common.output).await;
-        }
-        ReassignCmd::Verify { plan } => {
-            return verify(&client, plan, a.common.output).await;
-        }
-        ReassignCmd::Start { plan, .. } => (plan, false),
-        ReassignCmd::Cancel { plan } => (plan, true),
-    };
-    let (wait, timeout) = match &a.cmd {
+        } => generate(&client, topics, brokers, *seed, out).await,
+        ReassignCmd::Verify { plan } => verify(&client, plan, out).await,
         ReassignCmd::Start {
-            wait, timeout_s, ..
-        } => (
-            *wait,
-            timeout_s.map_or(a.common.timeout_or(START_WAIT), Duration::from_secs),
-        ),
-        _ => (false, Duration::ZERO),
-    };
+            plan,
+            wait,
+            timeout_s,
+        } => {
+            let timeout = timeout_s.map_or(a.common.timeout_or(START_WAIT), Duration::from_secs);
+            apply(&client, out, plan, false, wait.then_some(timeout)).await
+        }
+        ReassignCmd::Cancel { plan } => apply(&client, out, plan, true, None).await,
+    }
+}
+
+/// `reassign list`: the reassignments in flight.
+async fn list(client: &ControllerClient, out: Output) -> ExitCode {
+    let r = call!(
+        client,
+        admin,
+        list_partition_reassignments,
+        pb::ListPartitionReassignmentsRequest::default()
+    );
+    match out {
+        Output::Json => output::json(&json!({
+            "reassignments": r.reassignments.iter().map(|x| json!({
+                "topic": x.topic, "partition": x.partition, "replicas": x.replicas,
+                "adding": x.adding, "removing": x.removing,
+            })).collect::<Vec<_>>()
+        })),
+        Output::Table => {
+            let rows: Vec<Vec<String>> = r
+                .reassignments
+                .iter()
+                .map(|x| {
+                    vec![
+                        x.topic.clone(),
+                        x.partition.to_string(),
+                        id_list(&x.replicas),
+                        id_list(&x.adding),
+                        id_list(&x.removing),
+                    ]
+                })
+                .collect();
+            output::table(
+                &["TOPIC", "PARTITION", "REPLICAS", "ADDING", "REMOVING"],
+                &rows,
+            );
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `reassign start` and `reassign cancel`: sends the plan's partitions
+/// (to move, or with `cancel` to stop moving) and, given `wait`, waits
+/// that long for them to complete.
+async fn apply(
+    client: &ControllerClient,
+    out: Output,
+    plan: &PathBuf,
+    cancel: bool,
+    wait: Option<Duration>,
+) -> ExitCode {
     let plan = match read_plan(plan) {
         Ok(p) => p,
         Err(e) => return usage(e),
@@ -216,62 +221,69 @@ pub async fn reassign(a: ReassignArgs) -> ExitCode {
     });
     if failed.is_some() {
         return output::answer(
-            a.common.output,
+            out,
             v,
             || output::table(&["TOPIC", "PARTITION", "RESULT"], &rows),
             failed.as_ref(),
         );
     }
-    match a.common.output {
+    match out {
         Output::Json => output::json(&v),
         Output::Table => output::table(&["TOPIC", "PARTITION", "RESULT"], &rows),
     }
-    if wait {
-        let wanted: std::collections::BTreeSet<(String, u32)> = plan
-            .partitions
-            .iter()
-            .map(|p| (p.topic.clone(), p.partition))
-            .collect();
-        let bar = indicatif::ProgressBar::new(wanted.len() as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{spinner} reassigning [{bar:40}] {pos}/{len} partitions ({elapsed})",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    match wait {
+        Some(timeout) => wait_for(client, &plan, timeout).await,
+        None => ExitCode::SUCCESS,
+    }
+}
+
+/// Waits, with a progress bar, until no partition of `plan` is being
+/// reassigned; after `timeout`, says how many still are.
+async fn wait_for(client: &ControllerClient, plan: &Plan, timeout: Duration) -> ExitCode {
+    let wanted: std::collections::BTreeSet<(String, u32)> = plan
+        .partitions
+        .iter()
+        .map(|p| (p.topic.clone(), p.partition))
+        .collect();
+    let bar = indicatif::ProgressBar::new(wanted.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} reassigning [{bar:40}] {pos}/{len} partitions ({elapsed})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let deadline = Instant::now() + timeout;
+    loop {
+        let r = call!(
+            client,
+            admin,
+            list_partition_reassignments,
+            pb::ListPartitionReassignmentsRequest::default()
         );
-        let deadline = Instant::now() + timeout;
-        loop {
-            let r = call!(
-                client,
-                admin,
-                list_partition_reassignments,
-                pb::ListPartitionReassignmentsRequest::default()
-            );
-            let pending = r
-                .reassignments
-                .iter()
-                .filter(|x| wanted.contains(&(x.topic.clone(), x.partition)))
-                .count();
-            bar.set_position((wanted.len() - pending) as u64);
-            if pending == 0 {
-                bar.finish();
-                break;
-            }
-            if Instant::now() >= deadline {
-                bar.abandon();
-                output::error(
-                    "",
-                    &format!(
-                        "{} still in flight after {} s",
-                        keel_controller::console::count(pending, "reassignment"),
-                        timeout.as_secs()
-                    ),
-                    "new replicas must catch up and join the ISR; check `keel reassign list` and broker health",
-                );
-                return ExitCode::from(crate::EXIT_REFUSED);
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
+        let pending = r
+            .reassignments
+            .iter()
+            .filter(|x| wanted.contains(&(x.topic.clone(), x.partition)))
+            .count();
+        bar.set_position((wanted.len() - pending) as u64);
+        if pending == 0 {
+            bar.finish();
+            break;
         }
+        if Instant::now() >= deadline {
+            bar.abandon();
+            output::error(
+                "",
+                &format!(
+                    "{} still in flight after {} s",
+                    keel_controller::console::count(pending, "reassignment"),
+                    timeout.as_secs()
+                ),
+                "new replicas must catch up and join the ISR; check `keel reassign list` and broker health",
+            );
+            return ExitCode::from(crate::EXIT_REFUSED);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
     ExitCode::SUCCESS
 }
@@ -316,13 +328,7 @@ async fn generate(
             format!("broker {unknown} is not registered"),
         ));
     }
-    let placement: Vec<keel_metadata::placement::PlacementBroker> = ids
-        .iter()
-        .map(|b| keel_metadata::placement::PlacementBroker {
-            id: keel_metadata::BrokerId(*b),
-            rack: racks.get(b).cloned().flatten(),
-        })
-        .collect();
+    let placement = placement_brokers(&ids, &racks);
     let req = pb::DescribeTopicsRequest {
         names: names.clone(),
     };
@@ -349,14 +355,7 @@ async fn generate(
             Ok(a) => a,
             Err(e) => return output::refused(&e),
         };
-        current.extend(t.partitions.iter().filter_map(|p| {
-            let s = p.state.as_ref()?;
-            Some(PlanItem {
-                topic: t.name.clone(),
-                partition: s.partition,
-                replicas: s.replicas.clone(),
-            })
-        }));
+        current.extend(current_items(t));
         for (i, replicas) in assignment.into_iter().enumerate() {
             items.push(PlanItem {
                 topic: t.name.clone(),
@@ -365,7 +364,42 @@ async fn generate(
             });
         }
     }
-    let proposed = serde_json::to_value(Plan { partitions: items }).unwrap_or(Value::Null);
+    print_plans(out, items, current);
+    ExitCode::SUCCESS
+}
+
+/// Brokers `ids` with their racks, as replica placement takes them.
+fn placement_brokers(
+    ids: &[u32],
+    racks: &BTreeMap<u32, Option<String>>,
+) -> Vec<keel_metadata::placement::PlacementBroker> {
+    ids.iter()
+        .map(|b| keel_metadata::placement::PlacementBroker {
+            id: keel_metadata::BrokerId(*b),
+            rack: racks.get(b).cloned().flatten(),
+        })
+        .collect()
+}
+
+/// Topic `t`'s partitions as they are placed now, as plan items.
+fn current_items(t: &pb::TopicDescription) -> impl Iterator<Item = PlanItem> + '_ {
+    t.partitions.iter().filter_map(|p| {
+        let s = p.state.as_ref()?;
+        Some(PlanItem {
+            topic: t.name.clone(),
+            partition: s.partition,
+            replicas: s.replicas.clone(),
+        })
+    })
+}
+
+/// What `reassign generate` prints: the current assignment (as a plan, it
+/// rolls the move back) and the proposed one.
+fn print_plans(out: Output, proposed: Vec<PlanItem>, current: Vec<PlanItem>) {
+    let proposed = serde_json::to_value(Plan {
+        partitions: proposed,
+    })
+    .unwrap_or(Value::Null);
     let current = serde_json::to_value(Plan {
         partitions: current,
     })
@@ -386,7 +420,6 @@ async fn generate(
             crate::outln!("{proposed}");
         }
     }
-    ExitCode::SUCCESS
 }
 
 /// Where one partition of a plan stands.
@@ -450,12 +483,6 @@ async fn verify(client: &ControllerClient, plan: &PathBuf, out: Output) -> ExitC
             })).collect::<Vec<_>>(),
         })),
         Output::Table => {
-            let list = |v: &[u32]| {
-                v.iter()
-                    .map(|b| b.to_string())
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
             let table: Vec<Vec<String>> = rows
                 .iter()
                 .map(|(p, v, now)| {
@@ -463,8 +490,8 @@ async fn verify(client: &ControllerClient, plan: &PathBuf, out: Output) -> ExitC
                         p.topic.clone(),
                         p.partition.to_string(),
                         v.replace('_', " "),
-                        now.map_or_else(|| "-".into(), |r| list(r)),
-                        list(&p.replicas),
+                        now.map_or_else(|| "-".into(), |r| id_list(r)),
+                        id_list(&p.replicas),
                     ]
                 })
                 .collect();

@@ -14,9 +14,7 @@ use std::process::ExitCode;
 use clap::{ArgGroup, Args, Subcommand};
 use keel_metadata::scram::{ScramCredential, ScramMechanism};
 use keel_proto::client::ControllerClient;
-use keel_proto::convert::{
-    check, scram_deletion_to_pb, scram_mechanism_from_pb, scram_upsertion_to_pb,
-};
+use keel_proto::convert::{scram_deletion_to_pb, scram_mechanism_from_pb, scram_upsertion_to_pb};
 use keel_proto::pb;
 use rand::TryRngCore;
 use serde_json::json;
@@ -176,14 +174,7 @@ async fn alter(
     client: &ControllerClient,
     req: pb::AlterUserScramCredentialsRequest,
 ) -> Result<(), ExitCode> {
-    let r = client
-        .admin_write(|mut c| {
-            let req = req.clone();
-            async move { c.alter_user_scram_credentials(req).await }
-        })
-        .await
-        .map_err(|e| output::unreachable(&e))?;
-    check(&r.error).map_err(|e| output::refused(&e))?;
+    let r = try_call!(client, admin_write, alter_user_scram_credentials, req)?;
     match r.results.first().and_then(|r| item_error(&r.error)) {
         Some(e) => Err(output::refused(&e)),
         None => Ok(()),
@@ -197,20 +188,14 @@ async fn describe(
     users: Vec<String>,
 ) -> Result<Vec<pb::UserScramCredentials>, ExitCode> {
     let req = pb::DescribeUserScramCredentialsRequest { users };
-    let r = client
-        .admin(|mut c| {
-            let req = req.clone();
-            async move { c.describe_user_scram_credentials(req).await }
-        })
-        .await
-        .map_err(|e| output::unreachable(&e))?;
-    check(&r.error).map_err(|e| output::refused(&e))?;
+    let r = try_call!(client, admin, describe_user_scram_credentials, req)?;
     match r.results.iter().find_map(|u| item_error(&u.error)) {
         Some(e) => Err(output::refused(&e)),
         None => Ok(r.results),
     }
 }
 
+/// Runs `keel users`: create, delete or list SCRAM credentials.
 pub async fn users(a: UsersArgs) -> ExitCode {
     let client = match a.common.client() {
         Ok(c) => c,
@@ -223,123 +208,144 @@ pub async fn users(a: UsersArgs) -> ExitCode {
             mechanism,
             iterations,
             password,
-        } => {
-            let mechanisms = mechanisms(&mechanism).unwrap_or(vec![ScramMechanism::Sha512]);
-            // Checked here: PBKDF2 with a huge count would run for hours.
-            let (min, max) = (4096, ScramMechanism::MAX_ITERATIONS);
-            if !(min..=max).contains(&iterations) {
-                return usage(format!(
-                    "--iterations {iterations} is out of range: {min} to {max}"
-                ));
-            }
-            let password = match password.read() {
-                Ok(p) => p,
-                Err(why) => return usage(why),
-            };
-            let mut set = Vec::new();
-            for m in mechanisms {
-                let salt = match fresh_salt() {
-                    Ok(s) => s,
-                    Err(why) => {
-                        output::error("LOCAL", &why.to_string(), "");
-                        return ExitCode::from(crate::EXIT_LOCAL);
-                    }
-                };
-                let salted = match ScramCredential::salted_password(
-                    m,
-                    password.as_bytes(),
-                    &salt,
-                    iterations,
-                ) {
-                    Ok(s) => s,
-                    Err(e) => return usage(e),
-                };
-                let req = pb::AlterUserScramCredentialsRequest {
-                    upsertions: vec![scram_upsertion_to_pb(&user, m, iterations, &salt, &salted)],
-                    deletions: vec![],
-                };
-                if let Err(code) = alter(&client, req).await {
-                    return code;
-                }
-                if out == Output::Table {
-                    crate::outln!(
-                        "Set the {} credential of user {user} ({iterations} iterations).",
-                        m.name()
-                    );
-                }
-                set.push(json!({ "mechanism": m.name(), "iterations": iterations }));
-            }
-            if out == Output::Json {
-                output::json(&json!({ "user": user, "set": set }));
-            }
-            ExitCode::SUCCESS
-        }
-        UsersCmd::Delete { user, mechanism } => {
-            let chosen = match mechanisms(&mechanism) {
-                Some(m) => m,
-                // Every one the user has (RESOURCE_NOT_FOUND if none).
-                None => match describe(&client, vec![user.clone()]).await {
-                    Ok(found) => found
-                        .iter()
-                        .flat_map(|u| &u.credentials)
-                        .filter_map(|c| scram_mechanism_from_pb(c.mechanism).ok())
-                        .collect(),
-                    Err(code) => return code,
-                },
-            };
-            let mut deleted = Vec::new();
-            for m in chosen {
-                let req = pb::AlterUserScramCredentialsRequest {
-                    upsertions: vec![],
-                    deletions: vec![scram_deletion_to_pb(&user, m)],
-                };
-                if let Err(code) = alter(&client, req).await {
-                    return code;
-                }
-                if out == Output::Table {
-                    crate::outln!("Deleted the {} credential of user {user}.", m.name());
-                }
-                deleted.push(m.name());
-            }
-            if out == Output::Json {
-                output::json(&json!({ "user": user, "deleted": deleted }));
-            }
-            ExitCode::SUCCESS
-        }
-        UsersCmd::List { user } => {
-            let found = match describe(&client, user).await {
-                Ok(f) => f,
-                Err(code) => return code,
-            };
-            match out {
-                Output::Json => output::json(&json!({
-                    "users": found.iter().map(|u| json!({
-                        "user": u.user,
-                        "credentials": u.credentials.iter().map(|c| json!({
-                            "mechanism": mechanism_name(c.mechanism),
-                            "iterations": c.iterations,
-                        })).collect::<Vec<_>>(),
-                    })).collect::<Vec<_>>(),
-                })),
-                Output::Table => {
-                    let rows: Vec<Vec<String>> = found
-                        .iter()
-                        .flat_map(|u| {
-                            u.credentials.iter().map(|c| {
-                                vec![
-                                    u.user.clone(),
-                                    mechanism_name(c.mechanism),
-                                    c.iterations.to_string(),
-                                ]
-                            })
-                        })
-                        .collect();
-                    output::table(&["USER", "MECHANISM", "ITERATIONS"], &rows);
-                }
-            }
-            ExitCode::SUCCESS
-        }
+        } => create(&client, out, user, &mechanism, iterations, password).await,
+        UsersCmd::Delete { user, mechanism } => delete(&client, out, user, &mechanism).await,
+        UsersCmd::List { user } => list(&client, out, user).await,
     }
+}
+
+/// `users create`: sets the user's credential, one request per mechanism.
+async fn create(
+    client: &ControllerClient,
+    out: Output,
+    user: String,
+    mechanism: &[MechanismChoice],
+    iterations: u32,
+    password: PasswordArgs,
+) -> ExitCode {
+    let mechanisms = mechanisms(mechanism).unwrap_or(vec![ScramMechanism::Sha512]);
+    // Checked here: PBKDF2 with a huge count would run for hours.
+    let (min, max) = (4096, ScramMechanism::MAX_ITERATIONS);
+    if !(min..=max).contains(&iterations) {
+        return usage(format!(
+            "--iterations {iterations} is out of range: {min} to {max}"
+        ));
+    }
+    let password = match password.read() {
+        Ok(p) => p,
+        Err(why) => return usage(why),
+    };
+    let mut set = Vec::new();
+    for m in mechanisms {
+        let salt = match fresh_salt() {
+            Ok(s) => s,
+            Err(why) => {
+                output::error("LOCAL", &why.to_string(), "");
+                return ExitCode::from(crate::EXIT_LOCAL);
+            }
+        };
+        let salted =
+            match ScramCredential::salted_password(m, password.as_bytes(), &salt, iterations) {
+                Ok(s) => s,
+                Err(e) => return usage(e),
+            };
+        let req = pb::AlterUserScramCredentialsRequest {
+            upsertions: vec![scram_upsertion_to_pb(&user, m, iterations, &salt, &salted)],
+            deletions: vec![],
+        };
+        if let Err(code) = alter(client, req).await {
+            return code;
+        }
+        if out == Output::Table {
+            crate::outln!(
+                "Set the {} credential of user {user} ({iterations} iterations).",
+                m.name()
+            );
+        }
+        set.push(json!({ "mechanism": m.name(), "iterations": iterations }));
+    }
+    if out == Output::Json {
+        output::json(&json!({ "user": user, "set": set }));
+    }
+    ExitCode::SUCCESS
+}
+
+/// `users delete`: removes the credentials of the mechanisms named, or
+/// every one the user has.
+async fn delete(
+    client: &ControllerClient,
+    out: Output,
+    user: String,
+    mechanism: &[MechanismChoice],
+) -> ExitCode {
+    let chosen = match mechanisms(mechanism) {
+        Some(m) => m,
+        // Every one the user has (RESOURCE_NOT_FOUND if none).
+        None => match describe(client, vec![user.clone()]).await {
+            Ok(found) => found
+                .iter()
+                .flat_map(|u| &u.credentials)
+                .filter_map(|c| scram_mechanism_from_pb(c.mechanism).ok())
+                .collect(),
+            Err(code) => return code,
+        },
+    };
+    let mut deleted = Vec::new();
+    for m in chosen {
+        let req = pb::AlterUserScramCredentialsRequest {
+            upsertions: vec![],
+            deletions: vec![scram_deletion_to_pb(&user, m)],
+        };
+        if let Err(code) = alter(client, req).await {
+            return code;
+        }
+        if out == Output::Table {
+            crate::outln!("Deleted the {} credential of user {user}.", m.name());
+        }
+        deleted.push(m.name());
+    }
+    if out == Output::Json {
+        output::json(&json!({ "user": user, "deleted": deleted }));
+    }
+    ExitCode::SUCCESS
+}
+
+/// `users list`: the credentials of `user` (every user when empty).
+async fn list(client: &ControllerClient, out: Output, user: Vec<String>) -> ExitCode {
+    let found = match describe(client, user).await {
+        Ok(f) => f,
+        Err(code) => return code,
+    };
+    match out {
+        Output::Json => output::json(&json!({
+            "users": found.iter().map(|u| json!({
+                "user": u.user,
+                "credentials": u.credentials.iter().map(|c| json!({
+                    "mechanism": mechanism_name(c.mechanism),
+                    "iterations": c.iterations,
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })),
+        Output::Table => print_credentials(&found),
+    }
+    ExitCode::SUCCESS
+}
+
+/// The `users list` table: a row per user and mechanism.
+fn print_credentials(found: &[pb::UserScramCredentials]) {
+    let rows: Vec<Vec<String>> = found
+        .iter()
+        .flat_map(|u| {
+            u.credentials.iter().map(|c| {
+                vec![
+                    u.user.clone(),
+                    mechanism_name(c.mechanism),
+                    c.iterations.to_string(),
+                ]
+            })
+        })
+        .collect();
+    output::table(&["USER", "MECHANISM", "ITERATIONS"], &rows);
 }
 
 #[cfg(test)]

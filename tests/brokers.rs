@@ -287,3 +287,60 @@ async fn bad_registrations_and_heartbeats_get_typed_errors_and_write_nothing() {
         "refused requests must not write anything: {written:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_off_broker_gives_its_session_up_on_the_controllers_timeout_not_its_own() {
+    // The controllers fence a silent broker after 2 s; the broker's own
+    // flag says ten minutes. Registration tells the broker the
+    // controllers' timeout, so once no controller answers it gives its
+    // session up about when they would fence it, instead of leading on
+    // beside a successor for ten minutes.
+    let mut c = Cluster::start(
+        Spec::new(keel_bin(), CLUSTER_ID)
+            .brokers(1)
+            .controller_flags(&["--session-timeout-ms", "2000"])
+            .broker_flags(&[
+                "--heartbeat-interval-ms",
+                "300",
+                "--session-timeout-ms",
+                "600000",
+            ]),
+    )
+    .expect("start a cluster");
+    c.wait_active(LONG).await.unwrap();
+    c.wait_all_brokers_active(LONG).await.unwrap();
+    assert!(
+        c.broker(0)
+            .process
+            .log_tail(400)
+            .contains("session timeout set by the controllers"),
+        "{}",
+        c.broker(0).process.log_tail(40)
+    );
+
+    for i in 0..3 {
+        c.controller_mut(i).process.pause();
+    }
+    let paused = std::time::Instant::now();
+    let bound = Duration::from_secs(30);
+    let lost = loop {
+        if c.broker(0).process.log_tail(400).contains("session lost") {
+            break true;
+        }
+        if paused.elapsed() > bound {
+            break false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let waited = paused.elapsed();
+    for i in 0..3 {
+        c.controller_mut(i).process.resume();
+    }
+    assert!(
+        lost,
+        "the broker kept its session for {waited:?} without an answered heartbeat: {}",
+        c.broker(0).process.log_tail(40)
+    );
+    // Once the controllers answer again it registers again.
+    c.wait_all_brokers_active(LONG).await.unwrap();
+}

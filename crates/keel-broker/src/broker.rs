@@ -92,6 +92,7 @@ fn new_shared(
             config.transport,
             keel_tls::Transport::Plaintext
         )),
+        session_timeout_ms: std::sync::atomic::AtomicU64::new(config.session_timeout_ms),
         config,
     })
 }

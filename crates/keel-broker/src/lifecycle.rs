@@ -90,6 +90,7 @@ async fn register(
                         Ok(()) => {
                             let epoch = BrokerEpoch(resp.broker_epoch);
                             lock(&shared.data_dir).set_last_broker_epoch(epoch)?;
+                            shared.adopt_session_timeout(resp.session_timeout_ms);
                             let controller = (resp.controller_epoch > 0).then_some((
                                 resp.controller_id,
                                 ControllerEpoch(resp.controller_epoch),
@@ -291,9 +292,10 @@ const SHUTDOWN_POLL: Duration = Duration::from_millis(100);
 /// timeout: the controller has fenced us (or will), so leading on would
 /// risk two leaders.
 pub(crate) async fn run_watchdog(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let timeout_ms = shared.config.session_timeout_ms;
-    let period = Duration::from_millis((timeout_ms / 10).clamp(10, 100));
     loop {
+        // The controllers' timeout once registration said it.
+        let timeout_ms = shared.session_timeout_ms();
+        let period = Duration::from_millis((timeout_ms / 10).clamp(10, 100));
         if sleep_or_stop(period, &mut stop).await {
             return;
         }

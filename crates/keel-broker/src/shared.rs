@@ -1,7 +1,7 @@
 //! State shared by the broker's tasks and gRPC handlers.
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -40,11 +40,46 @@ pub(crate) struct Shared {
     pub shutdown_allowed: watch::Sender<bool>,
     /// Who may do what, for the Kafka listener (see [`crate::access`]).
     pub access: crate::access::AccessCache,
+    /// The session timeout in force: the controllers' (sent at
+    /// registration), or `--session-timeout-ms` until one says.
+    pub session_timeout_ms: AtomicU64,
 }
 
 impl Shared {
     pub(crate) fn state(&self) -> MutexGuard<'_, BrokerState> {
         lock(&self.state)
+    }
+
+    /// How long the session lasts without an answered heartbeat.
+    pub(crate) fn session_timeout_ms(&self) -> u64 {
+        self.session_timeout_ms.load(Ordering::Relaxed)
+    }
+
+    /// Takes the controllers' session timeout from a registration answer
+    /// (0: they did not say; ours stays). The controllers fence a silent
+    /// broker after their timeout, so a longer one of ours would let it
+    /// lead on beside its successor.
+    pub(crate) fn adopt_session_timeout(&self, controllers_ms: u64) {
+        if controllers_ms == 0 {
+            return;
+        }
+        let before = self
+            .session_timeout_ms
+            .swap(controllers_ms, Ordering::Relaxed);
+        if before != controllers_ms {
+            tracing::info!(
+                own_ms = self.config.session_timeout_ms,
+                controllers_ms,
+                "session timeout set by the controllers"
+            );
+        }
+        if controllers_ms <= self.config.heartbeat_interval_ms {
+            tracing::warn!(
+                controllers_ms,
+                heartbeat_interval_ms = self.config.heartbeat_interval_ms,
+                "the controllers' session timeout is not longer than the heartbeat interval; the session will be lost between heartbeats"
+            );
+        }
     }
 
     /// Whether `ip` is the address of one of the cluster's own nodes: a

@@ -47,7 +47,9 @@ pub struct BrokerArgs {
     /// Heartbeat interval in ms [default: 2000].
     #[arg(long, env = "KEEL_HEARTBEAT_INTERVAL_MS")]
     heartbeat_interval_ms: Option<u64>,
-    /// Session timeout in ms [default: 9000].
+    /// Session timeout in ms until the controllers give theirs at
+    /// registration (theirs then holds: the controllers' --session-timeout-ms
+    /// is the one knob) [default: 9000].
     #[arg(long, env = "KEEL_SESSION_TIMEOUT_MS")]
     session_timeout_ms: Option<u64>,
     /// replica.lag.time.max.ms [default: 30000].

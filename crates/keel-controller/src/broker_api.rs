@@ -257,6 +257,7 @@ impl BrokerService for BrokerApi {
                     broker_epoch: epoch.0,
                     controller_epoch,
                     controller_id: self.shared.config.node_id as u32,
+                    session_timeout_ms: self.shared.config.session_timeout_ms,
                 }))
             }
             Err(e) => reply(self.error(e), 0),

@@ -176,6 +176,8 @@ impl BrokerService for FakeController {
             broker_epoch: FIRST_EPOCH + earlier,
             controller_epoch: self.epoch(),
             controller_id: 1,
+            // Says nothing: the broker keeps its own session timeout.
+            session_timeout_ms: 0,
         }))
     }
 

@@ -511,6 +511,65 @@ pub fn kcat_brokers_and_topics(v: &serde_json::Value) -> (Vec<u64>, Vec<String>)
     (brokers, topics)
 }
 
+/// The Python the tests drive: `$KEEL_TEST_PYTHON`, else the venv
+/// `scripts/test-deps.sh` makes.
+pub fn python() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("KEEL_TEST_PYTHON") {
+        return std::path::PathBuf::from(p);
+    }
+    let venv = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python");
+    assert!(
+        venv.exists(),
+        "{} is missing: run scripts/test-deps.sh (it installs confluent-kafka and kafka-python), or set KEEL_TEST_PYTHON",
+        venv.display()
+    );
+    venv
+}
+
+/// The command that runs `tests/python/<script>` with `args` and the
+/// client settings `config` (in `$KEEL_KAFKA_CONFIG`), killed by
+/// timeout(1) after `timeout_s`.
+pub fn python_script(
+    script: &str,
+    timeout_s: u32,
+    args: &[&str],
+    config: &serde_json::Value,
+) -> std::process::Command {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.arg(timeout_s.to_string())
+        .arg(python())
+        .arg(&path)
+        .args(args)
+        .env("KEEL_KAFKA_CONFIG", config.to_string());
+    cmd
+}
+
+/// Panics, with its stderr, unless `script` exited 0.
+pub fn assert_script_ok(script: &str, out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{script} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `tests/python/<script>` with `args` and the client settings
+/// `config` (in `$KEEL_KAFKA_CONFIG`; bounded: 180 s); its JSON.
+pub fn run_python(script: &str, args: &[&str], config: &serde_json::Value) -> serde_json::Value {
+    let out = python_script(script, 180, args, config)
+        .output()
+        .expect("run timeout(1)");
+    assert_script_ok(script, &out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last)
+        .unwrap_or_else(|e| panic!("{script} printed no JSON ({e}): {stdout}"))
+}
+
 /// What a `keel` command printed and how it ended.
 pub struct Ran {
     pub code: i32,

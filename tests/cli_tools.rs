@@ -19,16 +19,11 @@ const LONG: Duration = Duration::from_secs(60);
 
 /// `keel <args>` against `bootstrap`: (exit code, stdout, stderr).
 fn keel_raw(bootstrap: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(keel_bin())
-        .args(args)
-        .args(["--allow-plaintext", "-b", bootstrap])
-        .env_remove("KEEL_BOOTSTRAP")
-        .output()
-        .expect("run keel");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    run_text(
+        Command::new(keel_bin())
+            .args(args)
+            .args(["--allow-plaintext", "-b", bootstrap])
+            .env_remove("KEEL_BOOTSTRAP"),
     )
 }
 
@@ -496,15 +491,10 @@ async fn kafka_style_admin_commands_on_a_real_cluster() {
 #[test]
 fn version_completions_and_usage_errors_need_no_cluster() {
     let run = |args: &[&str]| {
-        let out = Command::new(keel_bin())
-            .args(args)
-            .env_remove("KEEL_BOOTSTRAP")
-            .output()
-            .expect("run keel");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
+        run_text(
+            Command::new(keel_bin())
+                .args(args)
+                .env_remove("KEEL_BOOTSTRAP"),
         )
     };
     let (code, v, _) = run(&["--version"]);

@@ -511,6 +511,18 @@ pub fn kcat_brokers_and_topics(v: &serde_json::Value) -> (Vec<u64>, Vec<String>)
     (brokers, topics)
 }
 
+/// Runs `cmd` to its end; panics, naming `what` and showing its stderr,
+/// unless it exited 0. Its output.
+pub fn output_ok(cmd: &mut std::process::Command, what: &str) -> std::process::Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// The Python the tests drive: `$KEEL_TEST_PYTHON`, else the venv
 /// `scripts/test-deps.sh` makes.
 pub fn python() -> std::path::PathBuf {
@@ -568,6 +580,30 @@ pub fn run_python(script: &str, args: &[&str], config: &serde_json::Value) -> se
     let last = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(last)
         .unwrap_or_else(|e| panic!("{script} printed no JSON ({e}): {stdout}"))
+}
+
+/// Runs `cmd` (a `keel` command) to its end: its exit code (-1 when a
+/// signal ended it), stdout and stderr.
+pub fn run_text(cmd: &mut std::process::Command) -> (i32, String, String) {
+    let out = cmd.output().expect("run keel");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The lines `out` (a child's piped output) prints, as it prints them,
+/// read on a thread of their own.
+pub fn lines_of(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
 }
 
 /// What a `keel` command printed and how it ended.

@@ -231,6 +231,56 @@ pub async fn topic_names(client: &ControllerClient) -> Vec<String> {
     admin::topic_names(client).await.expect("topics described")
 }
 
+/// Every controller snapshots its applied state and purges the log it
+/// covers.
+pub async fn snapshot_all(c: &Cluster) {
+    for addr in c.controller_addrs() {
+        let single = ControllerClient::new(vec![addr])
+            .with_timeouts(Duration::from_secs(30), Duration::from_secs(60))
+            .with_transport(c.transport().clone());
+        let r = single
+            .admin(|mut cl| async move {
+                cl.trigger_snapshot(keel_proto::pb::TriggerSnapshotRequest {
+                    purge_log: true,
+                    timeout_ms: 30_000,
+                })
+                .await
+            })
+            .await
+            .expect("snapshot answered");
+        assert_eq!(
+            error_code(&r.error),
+            keel_metadata::ErrorCode::None,
+            "{:?}",
+            r.error
+        );
+    }
+}
+
+/// Scrapes `addr` until `ok` holds for the text, for at most `within`;
+/// returns it.
+pub async fn scrape_within(
+    addr: std::net::SocketAddr,
+    within: Duration,
+    what: &str,
+    ok: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let text = keel_testkit::probe::scrape_metrics(addr)
+            .await
+            .unwrap_or_default();
+        if ok(&text) {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}; last scrape:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// The leadership history broker `i` wrote (one JSON object per line).
 pub fn history(c: &Cluster, i: usize) -> Vec<serde_json::Value> {
     std::fs::read_to_string(c.broker(i).history_path())

@@ -451,8 +451,7 @@ fn dev_cluster_and_every_admin_command() {
         "--add-config",
         "log.retention.ms=1",
     ]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--entity-default"), "{err}");
+    common::assert_refused(code, &err, 2, &["--entity-default"]);
     ok(&[
         "configs",
         "alter",
@@ -603,39 +602,30 @@ fn dev_cluster_and_every_admin_command() {
     assert!(left.is_empty(), "processes left behind: {left:?}");
 
     // The log of a stopped controller shows what this test did.
-    let out = Command::new(keel_bin())
-        .args([
+    let out = common::output_ok(
+        Command::new(keel_bin()).args([
             "log",
             "dump",
             "--data-dir",
             &format!("{data_s}/controller-1"),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ]),
+        "keel log dump",
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("clicks"), "log dump shows the topic record");
     assert!(text.contains("RemoveTopic"), "log dump shows the deletion");
 
     // The same log as data, only the topic's creation and removal.
-    let out = Command::new(keel_bin())
-        .args([
-            "log",
-            "dump",
-            "--data-dir",
-            &format!("{data_s}/controller-1"),
-        ])
-        .args(["-o", "json", "--record-type", "Topic,RemoveTopic"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::output_ok(
+        Command::new(keel_bin())
+            .args([
+                "log",
+                "dump",
+                "--data-dir",
+                &format!("{data_s}/controller-1"),
+            ])
+            .args(["-o", "json", "--record-type", "Topic,RemoveTopic"]),
+        "keel",
     );
     let d: Value = serde_json::from_slice(&out.stdout).expect("log dump JSON");
     let entries = d["entries"].as_array().expect("entries");

@@ -2,6 +2,7 @@
 //! cluster kit with the tests' settings, and unwrapping admin helpers.
 #![allow(dead_code, unused_imports)]
 
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use keel_proto::client::ControllerClient;
@@ -199,6 +200,44 @@ pub async fn register_fake_broker(client: &ControllerClient, cluster_id: &str, i
         .expect("stand-in broker registered and unfenced")
 }
 
+/// Waits, each within `within`, for an active controller and then for
+/// every broker to be active; the active controller's index.
+pub async fn wait_ready(c: &mut Cluster, within: Duration) -> usize {
+    let active = c.wait_active(within).await.unwrap();
+    c.wait_all_brokers_active(within).await.unwrap();
+    active
+}
+
+/// [`wait_ready`], then creates topic `name` through a new admin client
+/// of `c`; that client.
+pub async fn ready_with_topic(
+    c: &mut Cluster,
+    within: Duration,
+    name: &str,
+    partitions: u32,
+    rf: u32,
+) -> ControllerClient {
+    wait_ready(c, within).await;
+    let admin = client(c);
+    create_topic(&admin, name, partitions, rf).await;
+    admin
+}
+
+/// Creates topic `name` with one partition placed on `replicas` through
+/// `client`; panics unless the topic was created.
+pub async fn create_placed_topic(client: &ControllerClient, name: &str, replicas: &[u32]) {
+    let req = admin::create_topics_request(vec![keel_proto::pb::CreatableTopic {
+        name: name.into(),
+        assignments: vec![keel_proto::pb::ReplicaAssignment {
+            partition: 0,
+            replicas: replicas.to_vec(),
+        }],
+        ..Default::default()
+    }]);
+    let r = admin::create_topics(client, &req).await.unwrap();
+    assert!(r.topics[0].error.is_none(), "{r:?}");
+}
+
 /// Creates a topic; panics on refusal. Returns its id.
 pub async fn create_topic(
     client: &ControllerClient,
@@ -214,13 +253,14 @@ pub async fn create_topic(
 /// Names of all topics, through the active controller.
 /// Deletes topic `name`, which must be accepted.
 pub async fn delete_topic(client: &ControllerClient, name: &str) {
-    let req = keel_proto::pb::DeleteTopicsRequest {
-        names: vec![name.into()],
-    };
+    let names = vec![name.to_string()];
     let r = client
         .admin(|mut x| {
-            let req = req.clone();
-            async move { x.delete_topics(req).await }
+            let names = names.clone();
+            async move {
+                x.delete_topics(keel_proto::pb::DeleteTopicsRequest { names })
+                    .await
+            }
         })
         .await
         .unwrap();
@@ -316,12 +356,7 @@ pub fn set_flag(args: &mut [String], flag: &str, value: impl Into<String>) {
 }
 
 /// Waits (bounded) for controller `i` to exit on its own.
-pub async fn wait_exit(
-    c: &mut Cluster,
-    i: usize,
-    within: Duration,
-    when: &str,
-) -> std::process::ExitStatus {
+pub async fn wait_exit(c: &mut Cluster, i: usize, within: Duration, when: &str) -> ExitStatus {
     wait_node_exit(c.controller_mut(i), within, when).await
 }
 
@@ -331,7 +366,7 @@ pub async fn wait_broker_exit(
     b: usize,
     within: Duration,
     when: &str,
-) -> std::process::ExitStatus {
+) -> ExitStatus {
     wait_node_exit(c.broker_mut(b), within, when).await
 }
 
@@ -654,6 +689,15 @@ pub fn lines_of(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Re
         }
     });
     rx
+}
+
+/// Asserts that a `keel` run exited with `want` and that its error text
+/// `err` says each of `words`.
+pub fn assert_refused(code: i32, err: &str, want: i32, words: &[&str]) {
+    assert_eq!(code, want, "{err}");
+    for w in words {
+        assert!(err.contains(w), "{err}");
+    }
 }
 
 /// What a `keel` command printed and how it ended.

@@ -23,15 +23,10 @@ const LONG: Duration = Duration::from_secs(60);
 
 /// `keel <args>`: (exit code, stdout, stderr).
 fn keel(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(keel_bin())
-        .args(args)
-        .env_remove("KEEL_BOOTSTRAP")
-        .output()
-        .expect("run keel");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+    run_text(
+        Command::new(keel_bin())
+            .args(args)
+            .env_remove("KEEL_BOOTSTRAP"),
     )
 }
 

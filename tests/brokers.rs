@@ -24,21 +24,16 @@ async fn three_brokers_register_and_are_unfenced() {
     assert_eq!(ids, vec![1, 2, 3]);
 
     // The CLI shows them too, with the JSON contract's field names.
-    let out = std::process::Command::new(keel_bin())
-        .args([
+    let out = output_ok(
+        std::process::Command::new(keel_bin()).args([
             "cluster",
             "describe",
             "--output",
             "json",
             "--bootstrap",
             &c.controller_addrs().join(","),
-        ])
-        .output()
-        .expect("run keel cluster describe");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ]),
+        "keel cluster describe",
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let brokers = v["brokers"].as_array().expect("brokers array");

@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -140,12 +139,7 @@ fn dev_cluster_and_every_admin_command() {
         dir: data_s.clone(),
     };
     let stdout = dev.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = common::lines_of(stdout);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         match rx.recv_timeout(Duration::from_secs(1)) {
@@ -457,8 +451,7 @@ fn dev_cluster_and_every_admin_command() {
         "--add-config",
         "log.retention.ms=1",
     ]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--entity-default"), "{err}");
+    common::assert_refused(code, &err, 2, &["--entity-default"]);
     ok(&[
         "configs",
         "alter",
@@ -609,39 +602,30 @@ fn dev_cluster_and_every_admin_command() {
     assert!(left.is_empty(), "processes left behind: {left:?}");
 
     // The log of a stopped controller shows what this test did.
-    let out = Command::new(keel_bin())
-        .args([
+    let out = common::output_ok(
+        Command::new(keel_bin()).args([
             "log",
             "dump",
             "--data-dir",
             &format!("{data_s}/controller-1"),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ]),
+        "keel log dump",
     );
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("clicks"), "log dump shows the topic record");
     assert!(text.contains("RemoveTopic"), "log dump shows the deletion");
 
     // The same log as data, only the topic's creation and removal.
-    let out = Command::new(keel_bin())
-        .args([
-            "log",
-            "dump",
-            "--data-dir",
-            &format!("{data_s}/controller-1"),
-        ])
-        .args(["-o", "json", "--record-type", "Topic,RemoveTopic"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::output_ok(
+        Command::new(keel_bin())
+            .args([
+                "log",
+                "dump",
+                "--data-dir",
+                &format!("{data_s}/controller-1"),
+            ])
+            .args(["-o", "json", "--record-type", "Topic,RemoveTopic"]),
+        "keel",
     );
     let d: Value = serde_json::from_slice(&out.stdout).expect("log dump JSON");
     let entries = d["entries"].as_array().expect("entries");
@@ -658,36 +642,39 @@ fn dev_cluster_and_every_admin_command() {
     assert!(created["term"].as_u64().unwrap() >= 1, "{d}");
 }
 
+/// Runs `keel bench commit <args>` (the lab built first) into a fresh
+/// directory; panics unless it succeeds. The `commit.json` it wrote and
+/// the table it printed.
+fn bench_commit(args: &[&str]) -> (Value, String) {
+    common::keel_lab();
+    let out_dir = tempfile::tempdir().expect("tempdir");
+    let out = common::output_ok(
+        Command::new(keel_bin())
+            .args(["bench", "commit"])
+            .args(args)
+            .arg("--out-dir")
+            .arg(out_dir.path()),
+        "keel bench",
+    );
+    let j = serde_json::from_slice(
+        &std::fs::read(out_dir.path().join("commit.json")).expect("commit.json"),
+    )
+    .expect("commit.json parses");
+    (j, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// `keel bench commit` with every writer on one shared write session: a
 /// short real run against its own quorum, every op answered.
 #[test]
 fn bench_commit_runs_its_writers_on_one_shared_session() {
-    common::keel_lab();
-    let out_dir = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(keel_bin())
-        .args([
-            "bench",
-            "commit",
-            "--writers",
-            "1,8",
-            "--level-secs",
-            "1",
-            "--connections",
-            "shared",
-            "--out-dir",
-        ])
-        .arg(out_dir.path())
-        .output()
-        .expect("run keel bench");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: Value = serde_json::from_slice(
-        &std::fs::read(out_dir.path().join("commit.json")).expect("commit.json"),
-    )
-    .expect("commit.json parses");
+    let (j, _) = bench_commit(&[
+        "--writers",
+        "1,8",
+        "--level-secs",
+        "1",
+        "--connections",
+        "shared",
+    ]);
     assert_eq!(j["parameters"]["connections"], "shared");
     assert_eq!(j["parameters"]["keel_api"], "session");
     // `commit` runs its load generator on one runtime thread by default.
@@ -738,35 +725,17 @@ fn an_unreachable_bootstrap_is_reported_at_once_with_the_os_reason() {
 /// finite positive TLS ÷ plaintext ratio of each.
 #[test]
 fn bench_commit_with_tls_reports_plaintext_and_tls_side_by_side() {
-    common::keel_lab();
-    let out_dir = tempfile::tempdir().expect("tempdir");
-    let out = Command::new(keel_bin())
-        .args([
-            "bench",
-            "commit",
-            "--tls",
-            "--writers",
-            "4",
-            "--level-secs",
-            "1",
-            "--trials",
-            "1",
-            "--storage-ceiling-secs",
-            "0",
-            "--out-dir",
-        ])
-        .arg(out_dir.path())
-        .output()
-        .expect("run keel bench");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let j: Value = serde_json::from_slice(
-        &std::fs::read(out_dir.path().join("commit.json")).expect("commit.json"),
-    )
-    .expect("commit.json parses");
+    let (j, table) = bench_commit(&[
+        "--tls",
+        "--writers",
+        "4",
+        "--level-secs",
+        "1",
+        "--trials",
+        "1",
+        "--storage-ceiling-secs",
+        "0",
+    ]);
     assert_eq!(j["parameters"]["tls"], true);
     let levels = j["levels"].as_array().expect("levels");
     assert_eq!(levels.len(), 1);
@@ -789,7 +758,6 @@ fn bench_commit_with_tls_reports_plaintext_and_tls_side_by_side() {
         assert!(r.is_finite() && r > 0.0, "{ratio}: {t}");
     }
     assert_eq!(j["tls"]["rounds"], 1, "{}", j["tls"]);
-    let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("TLS vs plaintext"), "{table}");
 }
 

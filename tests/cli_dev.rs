@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -70,16 +69,14 @@ fn signal_and_wait(dev: &mut Child, signal: &str, group: bool) -> std::process::
     }
 }
 
+/// Runs `keel <args>` (with no bootstrap from the environment); panics
+/// unless it exits 0.
 fn keel_ok(args: &[&str]) {
-    let out = Command::new(keel_bin())
-        .args(args)
-        .env_remove("KEEL_BOOTSTRAP")
-        .output()
-        .expect("run keel");
-    assert!(
-        out.status.success(),
-        "keel {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    common::output_ok(
+        Command::new(keel_bin())
+            .args(args)
+            .env_remove("KEEL_BOOTSTRAP"),
+        &format!("keel {args:?}"),
     );
 }
 
@@ -98,12 +95,7 @@ fn start_dev(dir: &Path) -> Child {
         .spawn()
         .expect("start keel dev");
     let stdout = dev.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = common::lines_of(stdout);
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         match rx.recv_timeout(Duration::from_secs(1)) {

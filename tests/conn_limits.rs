@@ -149,17 +149,7 @@ fn sample(text: &str, name: &str, labels: &[&str]) -> f64 {
 
 /// Scrapes `addr` until `ok` holds for the text (bounded by [`LONG`]).
 async fn scrape_until(addr: SocketAddr, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + LONG;
-    loop {
-        let text = keel_testkit::probe::scrape_metrics(addr)
-            .await
-            .unwrap_or_default();
-        if ok(&text) {
-            return text;
-        }
-        assert!(Instant::now() < deadline, "{what}; last scrape:\n{text}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    scrape_within(addr, LONG, what, ok).await
 }
 
 /// More than a listener's TLS handshakes in progress at once

@@ -360,15 +360,14 @@ async fn voters_can_be_added_and_removed_one_at_a_time() {
 
     let bootstrap = q.controller_addrs()[..3].join(",");
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(keel_bin())
-            .args(args)
-            .args(["--bootstrap", &bootstrap, "--output", "json"])
-            .output()
-            .expect("run keel");
-        assert!(
-            out.status.success(),
-            "keel {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = output_ok(
+            std::process::Command::new(keel_bin()).args(args).args([
+                "--bootstrap",
+                &bootstrap,
+                "--output",
+                "json",
+            ]),
+            &format!("keel {args:?}"),
         );
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or(serde_json::Value::Null)
     };

@@ -302,39 +302,6 @@ async fn kafka_clients_create_describe_and_delete_acls_and_scram_credentials() {
     assert_eq!(r.results[0].credential_infos.len(), 1, "still there");
 }
 
-/// Runs `tests/python/<script>` with `args` and the client settings
-/// `config` (in `$KEEL_KAFKA_CONFIG`; bounded: 180 s) with the venv
-/// `scripts/test-deps.sh` makes (or `$KEEL_TEST_PYTHON`); its JSON.
-fn run_python(script: &str, args: &[&str], config: &serde_json::Value) -> serde_json::Value {
-    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let python = std::env::var_os("KEEL_TEST_PYTHON")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| root.join("target/venv/bin/python"));
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/test-deps.sh, or set KEEL_TEST_PYTHON",
-        python.display()
-    );
-    let out = std::process::Command::new("timeout")
-        .arg("180")
-        .arg(&python)
-        .arg(root.join("tests/python").join(script))
-        .args(args)
-        .env("KEEL_KAFKA_CONFIG", config.to_string())
-        .output()
-        .expect("run timeout(1)");
-    assert!(
-        out.status.success(),
-        "{script} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last)
-        .unwrap_or_else(|e| panic!("{script} printed no JSON ({e}): {stdout}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confluent_kafka_manages_acls_and_scram_credentials_through_a_broker() {
     use serde_json::{json, Value};

@@ -16,8 +16,6 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -28,47 +26,6 @@ use serde_json::{json, Value};
 /// Brokers' `--kafka-ssl-client-auth`: a client without a certificate may
 /// log in with SASL (or is `User:ANONYMOUS`).
 const CLIENT_AUTH_REQUESTED: [&str; 2] = ["--kafka-ssl-client-auth", "requested"];
-
-/// The Python the tests drive: `$KEEL_TEST_PYTHON`, else the venv
-/// `scripts/test-deps.sh` makes.
-fn python() -> PathBuf {
-    if let Some(p) = std::env::var_os("KEEL_TEST_PYTHON") {
-        return PathBuf::from(p);
-    }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python");
-    assert!(
-        venv.exists(),
-        "{} is missing: run scripts/test-deps.sh (it installs confluent-kafka and kafka-python), or set KEEL_TEST_PYTHON",
-        venv.display()
-    );
-    venv
-}
-
-/// Runs `tests/python/<script>` with `args` and the client settings
-/// `config` (in `$KEEL_KAFKA_CONFIG`; bounded: 180 s); its JSON.
-pub fn run_python(script: &str, args: &[&str], config: &Value) -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python")
-        .join(script);
-    let out = Command::new("timeout")
-        .arg("180")
-        .arg(python())
-        .arg(&path)
-        .args(args)
-        .env("KEEL_KAFKA_CONFIG", config.to_string())
-        .output()
-        .expect("run timeout(1)");
-    assert!(
-        out.status.success(),
-        "{script} failed: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last)
-        .unwrap_or_else(|e| panic!("{script} printed no JSON ({e}): {stdout}"))
-}
 
 /// Three controllers, three brokers with Kafka listeners, mutual TLS;
 /// returned once every broker is active and `bootstrap`'s cache lists all
@@ -603,20 +560,16 @@ async fn a_create_sent_while_the_active_controller_fails_over_is_applied_once_or
         .await
         .expect("an active controller");
     let n = 60;
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/python/failover_creates.py");
-    let child = Command::new("timeout")
-        .arg("300")
-        .arg(python())
-        .arg(&script)
-        .args([bootstrap.as_str(), "fo-", &n.to_string()])
-        .env(
-            "KEEL_KAFKA_CONFIG",
-            KafkaSecurity::admin(&c).librdkafka_json().to_string(),
-        )
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start failover_creates.py");
+    let child = python_script(
+        "failover_creates.py",
+        300,
+        &[bootstrap.as_str(), "fo-", &n.to_string()],
+        &KafkaSecurity::admin(&c).librdkafka_json(),
+    )
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .expect("start failover_creates.py");
     // Kill the active controller once some creates went through.
     for _ in 0..600 {
         if keel_topics(&c, "fo-").await.len() >= 10 {
@@ -630,12 +583,7 @@ async fn a_create_sent_while_the_active_controller_fails_over_is_applied_once_or
         .await
         .unwrap()
         .expect("failover_creates.py ran");
-    assert!(
-        out.status.success(),
-        "failover_creates.py: {}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_script_ok("failover_creates.py", &out);
     let answers: Vec<(String, Option<String>)> =
         serde_json::from_slice(&out.stdout).expect("JSON answers");
     eprintln!("{answers:?}");

@@ -28,24 +28,20 @@ const LAB_NEEDLES: [&str; 9] = [
 
 /// The packages `package` depends on in normal builds, one name each.
 fn normal_dependencies(package: &str) -> Vec<String> {
-    let out = Command::new(env!("CARGO"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args([
-            "tree",
-            "-p",
-            package,
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-            "--offline",
-        ])
-        .output()
-        .expect("run cargo tree");
-    assert!(
-        out.status.success(),
-        "cargo tree -p {package}: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::output_ok(
+        Command::new(env!("CARGO"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args([
+                "tree",
+                "-p",
+                package,
+                "-e",
+                "normal",
+                "--prefix",
+                "none",
+                "--offline",
+            ]),
+        &format!("cargo tree -p {package}"),
     );
     let mut names: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .lines()

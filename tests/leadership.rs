@@ -76,10 +76,7 @@ async fn set_config(c: &Cluster, topic: &str, key: &str, value: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killing_a_leading_broker_moves_its_leaderships_and_survivors_accept_them() {
     let mut c = cluster(3);
-    c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
-    let client = client(&c);
-    create_topic(&client, "orders", 12, 3).await;
+    ready_with_topic(&mut c, LONG, "orders", 12, 3).await;
     let before = c
         .wait_topic("orders", "every partition led", LONG, |t| {
             leaders_of(t).iter().all(|l| l.is_some())
@@ -158,8 +155,7 @@ async fn killing_a_leading_broker_moves_its_leaderships_and_survivors_accept_the
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controlled_shutdown_moves_leaderships_before_the_broker_exits() {
     let mut c = cluster(3);
-    c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
+    wait_ready(&mut c, LONG).await;
     create_topic(&client(&c), "payments", 9, 3).await;
     c.wait_topic("payments", "every partition led", LONG, |t| {
         leaders_of(t).iter().all(|l| l.is_some())
@@ -194,31 +190,12 @@ async fn controlled_shutdown_moves_leaderships_before_the_broker_exits() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unclean_election_only_when_the_topic_allows_it() {
     let mut c = cluster(2);
-    c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
+    wait_ready(&mut c, LONG).await;
     // Replicas [1, 2] with broker 2 out of the ISR: kill 2, let the ISR
     // shrink to [1], bring 2 back stopped-before-catching-up is not
     // possible with real fetches, so shrink by killing 2 first.
-    let req = pb::CreateTopicsRequest {
-        topics: vec![pb::CreatableTopic {
-            name: "u".into(),
-            assignments: vec![pb::ReplicaAssignment {
-                partition: 0,
-                replicas: vec![1, 2],
-            }],
-            ..Default::default()
-        }],
-        validate_only: false,
-    };
     let client = client(&c);
-    let r = client
-        .admin(|mut x| {
-            let req = req.clone();
-            async move { x.create_topics(req).await }
-        })
-        .await
-        .unwrap();
-    assert!(r.topics[0].error.is_none(), "{r:?}");
+    create_placed_topic(&client, "u", &[1, 2]).await;
     c.wait_topic("u", "led by 1", LONG, |t| leaders_of(t) == vec![Some(1)])
         .await
         .unwrap();
@@ -269,8 +246,7 @@ async fn unclean_election_only_when_the_topic_allows_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_from_an_older_controller_epoch_is_rejected_by_the_broker() {
     let mut c = cluster(1);
-    let active = c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
+    let active = wait_ready(&mut c, LONG).await;
     let d = c
         .describe_node(active, Duration::from_secs(2))
         .await

@@ -94,8 +94,7 @@ async fn alter(client: &ControllerClient, topic: &str, key: &str, value: &str) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_limit_holds_at_its_value_and_refuses_past_it_writing_nothing() {
     let mut c = cluster_with(1, LIMITS);
-    let active = c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
+    let active = wait_ready(&mut c, LONG).await;
     let client = client(&c);
     let pv = ErrorCode::PolicyViolation;
 
@@ -324,8 +323,7 @@ async fn a_brokers_listener_limits_are_options_and_zero_is_refused() {
         "16",
     ]))
     .expect("start a cluster");
-    c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
+    wait_ready(&mut c, LONG).await;
 
     // The controller's requests fit: a new topic's leadership reaches the
     // broker.

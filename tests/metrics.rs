@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 
@@ -13,17 +13,7 @@ const LONG: Duration = Duration::from_secs(90);
 
 /// Scrapes `addr` until `ok` holds for the text (bounded); returns it.
 async fn scrape_until(addr: std::net::SocketAddr, what: &str, ok: impl Fn(&str) -> bool) -> String {
-    let deadline = Instant::now() + LONG;
-    loop {
-        let text = keel_testkit::probe::scrape_metrics(addr)
-            .await
-            .unwrap_or_default();
-        if ok(&text) {
-            return text;
-        }
-        assert!(Instant::now() < deadline, "{what}; last scrape:\n{text}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    scrape_within(addr, LONG, what, ok).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -70,10 +70,7 @@ async fn describe_topics(client: &ControllerClient) -> Result<pb::DescribeTopics
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_clients_with_a_certificate_of_this_cluster_and_ca_are_served() {
     let mut c = tls_cluster(1);
-    c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
-    let admin_client = client(&c);
-    create_topic(&admin_client, "orders", 3, 1).await;
+    let admin_client = ready_with_topic(&mut c, LONG, "orders", 3, 1).await;
     let t = c
         .wait_topic("orders", "orders described with 3 partitions", LONG, |t| {
             t.partitions.len() == 3
@@ -216,8 +213,7 @@ async fn a_rotated_controller_certificate_serves_new_connections_and_no_request_
     // late heartbeat would fail creates for reasons other than TLS.
     let mut c = Cluster::start(Spec::new(keel_bin(), CLUSTER_ID).brokers(1).tls(true))
         .expect("start a TLS cluster");
-    let active = c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
+    let active = wait_ready(&mut c, LONG).await;
     let id = active as u64 + 1;
     let me = Identity::controller(CLUSTER_ID, id);
     let addr = c.controller(active).address();
@@ -321,8 +317,7 @@ async fn a_rotated_controller_certificate_serves_new_connections_and_no_request_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn brokers_and_controllers_accept_requests_only_from_the_certificate_they_name() {
     let mut c = tls_cluster(1);
-    let active = c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
+    let active = wait_ready(&mut c, LONG).await;
     let controller = c.controller(active).address();
 
     // Broker 2's certificate cannot register or heartbeat as broker 1.
@@ -396,8 +391,7 @@ fn keel_cli(args: &[&str], env: &[(&str, String)]) -> (i32, serde_json::Value, S
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_speaks_tls_from_flags_or_environment_and_survives_a_failover() {
     let mut c = tls_cluster(1);
-    let active = c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
+    let active = wait_ready(&mut c, LONG).await;
     let certs = c.certs_dir().unwrap().to_path_buf();
     let admin = Identity::user(CLUSTER_ID, "admin");
     let (cert, key) = keel_tls::certs::paths(&certs, &admin);
@@ -509,8 +503,7 @@ async fn a_broker_reloads_its_certificate_on_sighup_and_keeps_it_when_the_new_on
             .metrics(true),
     )
     .expect("start a TLS cluster with a Kafka listener");
-    c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
+    wait_ready(&mut c, LONG).await;
     let me = Identity::broker(CLUSTER_ID, 1);
     let addr = c.broker(0).address();
     let certs = c.certs_dir().unwrap().to_path_buf();
@@ -805,15 +798,11 @@ fn a_node_with_a_certificate_its_peers_would_refuse_does_not_start() {
         );
         // Put right, the same command line passes its check.
         overwrite_issued(&certs, who, &ca.issue(who, &[], &[]).unwrap());
-        let out = std::process::Command::new(keel_bin())
-            .args(&args)
-            .arg("--check")
-            .output()
-            .expect("run keel --check");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        output_ok(
+            std::process::Command::new(keel_bin())
+                .args(&args)
+                .arg("--check"),
+            "keel --check",
         );
     }
 }

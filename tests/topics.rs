@@ -27,6 +27,25 @@ fn keel(c: &Cluster, args: &[&str]) -> (i32, serde_json::Value, String) {
     (out.status.code().unwrap_or(-1), v, said)
 }
 
+/// `keel topics create events <flags>` against `c`, which must succeed;
+/// its JSON answer.
+fn create_events(c: &Cluster, flags: &[&str]) -> serde_json::Value {
+    let (code, v, err) = keel(c, &[&["topics", "create", "events"], flags].concat());
+    assert_eq!(code, 0, "{err}");
+    v
+}
+
+/// Kills broker 3 and waits (bounded by [`LONG`]) until the controllers
+/// have fenced it.
+async fn kill_broker_3(c: &mut Cluster) {
+    c.broker_mut(2).kill();
+    c.wait_cluster("broker 3 fenced", LONG, |r| {
+        broker_info(r, 3).is_some_and(|b| b.fenced)
+    })
+    .await
+    .unwrap();
+}
+
 async fn topic_gone(c: &Cluster, name: &str) {
     let client = client(c);
     let deadline = std::time::Instant::now() + LONG;
@@ -46,15 +65,11 @@ async fn topic_gone(c: &Cluster, name: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_describe_delete_and_recreate_through_the_cli() {
     let mut c = cluster(3);
-    c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
+    wait_ready(&mut c, LONG).await;
 
-    let (code, v, err) = keel(
+    let v = create_events(
         &c,
         &[
-            "topics",
-            "create",
-            "events",
             "--partitions",
             "4",
             "--replication-factor",
@@ -63,7 +78,6 @@ async fn create_describe_delete_and_recreate_through_the_cli() {
             "min.insync.replicas=2",
         ],
     );
-    assert_eq!(code, 0, "{err}");
     let first_id = v["topic_id"].as_str().unwrap().to_string();
 
     let (code, v, err) = keel(&c, &["topics", "describe", "--topic", "events"]);
@@ -100,19 +114,7 @@ async fn create_describe_delete_and_recreate_through_the_cli() {
     assert_eq!(v["topics"], serde_json::json!([]));
 
     // Re-created: a new topic id.
-    let (code, v, err) = keel(
-        &c,
-        &[
-            "topics",
-            "create",
-            "events",
-            "--partitions",
-            "2",
-            "--replication-factor",
-            "2",
-        ],
-    );
-    assert_eq!(code, 0, "{err}");
+    let v = create_events(&c, &["--partitions", "2", "--replication-factor", "2"]);
     assert_ne!(
         v["topic_id"].as_str().unwrap(),
         first_id,
@@ -134,17 +136,9 @@ async fn create_describe_delete_and_recreate_through_the_cli() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletion_waits_for_a_down_broker_and_finishes_when_it_returns() {
     let mut c = cluster(3);
-    c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
-    let client = client(&c);
-    create_topic(&client, "logs", 3, 3).await;
+    let client = ready_with_topic(&mut c, LONG, "logs", 3, 3).await;
 
-    c.broker_mut(2).kill();
-    c.wait_cluster("broker 3 fenced", LONG, |r| {
-        broker_info(r, 3).is_some_and(|b| b.fenced)
-    })
-    .await
-    .unwrap();
+    kill_broker_3(&mut c).await;
 
     delete_topic(&client, "logs").await;
 
@@ -163,28 +157,9 @@ async fn deletion_waits_for_a_down_broker_and_finishes_when_it_returns() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reassignment_that_removes_the_leader_moves_leadership_and_completes() {
     let mut c = cluster(3);
-    c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
+    wait_ready(&mut c, LONG).await;
     let client = client(&c);
-    let req = pb::CreateTopicsRequest {
-        topics: vec![pb::CreatableTopic {
-            name: "r".into(),
-            assignments: vec![pb::ReplicaAssignment {
-                partition: 0,
-                replicas: vec![1, 2],
-            }],
-            ..Default::default()
-        }],
-        validate_only: false,
-    };
-    let r = client
-        .admin(|mut x| {
-            let req = req.clone();
-            async move { x.create_topics(req).await }
-        })
-        .await
-        .unwrap();
-    assert!(r.topics[0].error.is_none(), "{r:?}");
+    create_placed_topic(&client, "r", &[1, 2]).await;
     c.wait_topic("r", "led by 1", LONG, |t| {
         t.partitions[0].state.as_ref().unwrap().leader == Some(1)
     })
@@ -216,37 +191,11 @@ async fn reassignment_that_removes_the_leader_moves_leadership_and_completes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_failover_mid_deletion_and_mid_reassignment_completes_both() {
     let mut c = cluster(3);
-    c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
-    let client = client(&c);
-    create_topic(&client, "gone", 3, 3).await;
-    let req = pb::CreateTopicsRequest {
-        topics: vec![pb::CreatableTopic {
-            name: "moving".into(),
-            assignments: vec![pb::ReplicaAssignment {
-                partition: 0,
-                replicas: vec![1],
-            }],
-            ..Default::default()
-        }],
-        validate_only: false,
-    };
-    let r = client
-        .admin(|mut x| {
-            let req = req.clone();
-            async move { x.create_topics(req).await }
-        })
-        .await
-        .unwrap();
-    assert!(r.topics[0].error.is_none());
+    let client = ready_with_topic(&mut c, LONG, "gone", 3, 3).await;
+    create_placed_topic(&client, "moving", &[1]).await;
 
     // Broker 3 down: the deletion pauses and the reassignment onto 3 waits.
-    c.broker_mut(2).kill();
-    c.wait_cluster("broker 3 fenced", LONG, |r| {
-        broker_info(r, 3).is_some_and(|b| b.fenced)
-    })
-    .await
-    .unwrap();
+    kill_broker_3(&mut c).await;
     let del = pb::DeleteTopicsRequest {
         names: vec!["gone".into()],
     };
@@ -298,10 +247,7 @@ async fn controller_failover_mid_deletion_and_mid_reassignment_completes_both() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn preferred_election_after_a_broker_returns_restores_preferred_leaders() {
     let mut c = cluster(3);
-    c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
-    let client = client(&c);
-    create_topic(&client, "pref", 6, 3).await;
+    ready_with_topic(&mut c, LONG, "pref", 6, 3).await;
     let preferred_of = |t: &pb::TopicDescription| -> Vec<(Option<u32>, u32)> {
         t.partitions
             .iter()
@@ -334,8 +280,8 @@ async fn preferred_election_after_a_broker_returns_restores_preferred_leaders() 
     .await
     .unwrap();
 
-    let out = std::process::Command::new(keel_bin())
-        .args([
+    output_ok(
+        std::process::Command::new(keel_bin()).args([
             "elect-leaders",
             "--preferred",
             "--all",
@@ -343,13 +289,8 @@ async fn preferred_election_after_a_broker_returns_restores_preferred_leaders() 
             &c.controller_addrs().join(","),
             "--output",
             "json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ]),
+        "keel elect-leaders",
     );
     let t = c
         .wait_topic("pref", "preferred leaders restored", LONG, |t| {
@@ -363,8 +304,7 @@ async fn preferred_election_after_a_broker_returns_restores_preferred_leaders() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auto_rebalance_restores_preferred_leaders_on_its_own() {
     let mut c = cluster_with(3, &["--auto-rebalance-interval-ms", "1000"]);
-    c.wait_active(LONG).await.unwrap();
-    c.wait_all_brokers_active(LONG).await.unwrap();
+    wait_ready(&mut c, LONG).await;
     create_topic(&client(&c), "auto", 6, 3).await;
     let on_preferred = |t: &pb::TopicDescription| {
         t.partitions.iter().all(|p| {

@@ -103,27 +103,6 @@ async fn describe(
         .expect("describe answered")
 }
 
-/// Every controller snapshots its applied state and purges the log it
-/// covers.
-async fn snapshot_all(c: &Cluster) {
-    for addr in c.controller_addrs() {
-        let single = ControllerClient::new(vec![addr])
-            .with_timeouts(Duration::from_secs(30), Duration::from_secs(60))
-            .with_transport(c.transport().clone());
-        let r = single
-            .admin(|mut cl| async move {
-                cl.trigger_snapshot(pb::TriggerSnapshotRequest {
-                    purge_log: true,
-                    timeout_ms: 30_000,
-                })
-                .await
-            })
-            .await
-            .expect("snapshot answered");
-        assert_eq!(code(&r.error), ErrorCode::None, "{:?}", r.error);
-    }
-}
-
 /// `keel log dump` of controller `i` (stopped), as text and as JSON.
 fn log_dump(c: &Cluster, i: usize) -> (String, String) {
     let dir = c.controller(i).data_dir.clone();

@@ -2,6 +2,7 @@
 //! cluster kit with the tests' settings, and unwrapping admin helpers.
 #![allow(dead_code, unused_imports)]
 
+use std::process::ExitStatus;
 use std::time::Duration;
 
 use keel_proto::client::ControllerClient;
@@ -199,6 +200,44 @@ pub async fn register_fake_broker(client: &ControllerClient, cluster_id: &str, i
         .expect("stand-in broker registered and unfenced")
 }
 
+/// Waits, each within `within`, for an active controller and then for
+/// every broker to be active; the active controller's index.
+pub async fn wait_ready(c: &mut Cluster, within: Duration) -> usize {
+    let active = c.wait_active(within).await.unwrap();
+    c.wait_all_brokers_active(within).await.unwrap();
+    active
+}
+
+/// [`wait_ready`], then creates topic `name` through a new admin client
+/// of `c`; that client.
+pub async fn ready_with_topic(
+    c: &mut Cluster,
+    within: Duration,
+    name: &str,
+    partitions: u32,
+    rf: u32,
+) -> ControllerClient {
+    wait_ready(c, within).await;
+    let admin = client(c);
+    create_topic(&admin, name, partitions, rf).await;
+    admin
+}
+
+/// Creates topic `name` with one partition placed on `replicas` through
+/// `client`; panics unless the topic was created.
+pub async fn create_placed_topic(client: &ControllerClient, name: &str, replicas: &[u32]) {
+    let req = admin::create_topics_request(vec![keel_proto::pb::CreatableTopic {
+        name: name.into(),
+        assignments: vec![keel_proto::pb::ReplicaAssignment {
+            partition: 0,
+            replicas: replicas.to_vec(),
+        }],
+        ..Default::default()
+    }]);
+    let r = admin::create_topics(client, &req).await.unwrap();
+    assert!(r.topics[0].error.is_none(), "{r:?}");
+}
+
 /// Creates a topic; panics on refusal. Returns its id.
 pub async fn create_topic(
     client: &ControllerClient,
@@ -214,13 +253,14 @@ pub async fn create_topic(
 /// Names of all topics, through the active controller.
 /// Deletes topic `name`, which must be accepted.
 pub async fn delete_topic(client: &ControllerClient, name: &str) {
-    let req = keel_proto::pb::DeleteTopicsRequest {
-        names: vec![name.into()],
-    };
+    let names = vec![name.to_string()];
     let r = client
         .admin(|mut x| {
-            let req = req.clone();
-            async move { x.delete_topics(req).await }
+            let names = names.clone();
+            async move {
+                x.delete_topics(keel_proto::pb::DeleteTopicsRequest { names })
+                    .await
+            }
         })
         .await
         .unwrap();
@@ -229,6 +269,56 @@ pub async fn delete_topic(client: &ControllerClient, name: &str) {
 
 pub async fn topic_names(client: &ControllerClient) -> Vec<String> {
     admin::topic_names(client).await.expect("topics described")
+}
+
+/// Every controller snapshots its applied state and purges the log it
+/// covers.
+pub async fn snapshot_all(c: &Cluster) {
+    for addr in c.controller_addrs() {
+        let single = ControllerClient::new(vec![addr])
+            .with_timeouts(Duration::from_secs(30), Duration::from_secs(60))
+            .with_transport(c.transport().clone());
+        let r = single
+            .admin(|mut cl| async move {
+                cl.trigger_snapshot(keel_proto::pb::TriggerSnapshotRequest {
+                    purge_log: true,
+                    timeout_ms: 30_000,
+                })
+                .await
+            })
+            .await
+            .expect("snapshot answered");
+        assert_eq!(
+            error_code(&r.error),
+            keel_metadata::ErrorCode::None,
+            "{:?}",
+            r.error
+        );
+    }
+}
+
+/// Scrapes `addr` until `ok` holds for the text, for at most `within`;
+/// returns it.
+pub async fn scrape_within(
+    addr: std::net::SocketAddr,
+    within: Duration,
+    what: &str,
+    ok: impl Fn(&str) -> bool,
+) -> String {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let text = keel_testkit::probe::scrape_metrics(addr)
+            .await
+            .unwrap_or_default();
+        if ok(&text) {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}; last scrape:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// The leadership history broker `i` wrote (one JSON object per line).
@@ -266,12 +356,7 @@ pub fn set_flag(args: &mut [String], flag: &str, value: impl Into<String>) {
 }
 
 /// Waits (bounded) for controller `i` to exit on its own.
-pub async fn wait_exit(
-    c: &mut Cluster,
-    i: usize,
-    within: Duration,
-    when: &str,
-) -> std::process::ExitStatus {
+pub async fn wait_exit(c: &mut Cluster, i: usize, within: Duration, when: &str) -> ExitStatus {
     wait_node_exit(c.controller_mut(i), within, when).await
 }
 
@@ -281,7 +366,7 @@ pub async fn wait_broker_exit(
     b: usize,
     within: Duration,
     when: &str,
-) -> std::process::ExitStatus {
+) -> ExitStatus {
     wait_node_exit(c.broker_mut(b), within, when).await
 }
 
@@ -509,6 +594,110 @@ pub fn kcat_brokers_and_topics(v: &serde_json::Value) -> (Vec<u64>, Vec<String>)
     brokers.sort_unstable();
     topics.sort();
     (brokers, topics)
+}
+
+/// Runs `cmd` to its end; panics, naming `what` and showing its stderr,
+/// unless it exited 0. Its output.
+pub fn output_ok(cmd: &mut std::process::Command, what: &str) -> std::process::Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The Python the tests drive: `$KEEL_TEST_PYTHON`, else the venv
+/// `scripts/test-deps.sh` makes.
+pub fn python() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("KEEL_TEST_PYTHON") {
+        return std::path::PathBuf::from(p);
+    }
+    let venv = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/venv/bin/python");
+    assert!(
+        venv.exists(),
+        "{} is missing: run scripts/test-deps.sh (it installs confluent-kafka and kafka-python), or set KEEL_TEST_PYTHON",
+        venv.display()
+    );
+    venv
+}
+
+/// The command that runs `tests/python/<script>` with `args` and the
+/// client settings `config` (in `$KEEL_KAFKA_CONFIG`), killed by
+/// timeout(1) after `timeout_s`.
+pub fn python_script(
+    script: &str,
+    timeout_s: u32,
+    args: &[&str],
+    config: &serde_json::Value,
+) -> std::process::Command {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(script);
+    let mut cmd = std::process::Command::new("timeout");
+    cmd.arg(timeout_s.to_string())
+        .arg(python())
+        .arg(&path)
+        .args(args)
+        .env("KEEL_KAFKA_CONFIG", config.to_string());
+    cmd
+}
+
+/// Panics, with its stderr, unless `script` exited 0.
+pub fn assert_script_ok(script: &str, out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "{script} failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs `tests/python/<script>` with `args` and the client settings
+/// `config` (in `$KEEL_KAFKA_CONFIG`; bounded: 180 s); its JSON.
+pub fn run_python(script: &str, args: &[&str], config: &serde_json::Value) -> serde_json::Value {
+    let out = python_script(script, 180, args, config)
+        .output()
+        .expect("run timeout(1)");
+    assert_script_ok(script, &out);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last)
+        .unwrap_or_else(|e| panic!("{script} printed no JSON ({e}): {stdout}"))
+}
+
+/// Runs `cmd` (a `keel` command) to its end: its exit code (-1 when a
+/// signal ended it), stdout and stderr.
+pub fn run_text(cmd: &mut std::process::Command) -> (i32, String, String) {
+    let out = cmd.output().expect("run keel");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The lines `out` (a child's piped output) prints, as it prints them,
+/// read on a thread of their own.
+pub fn lines_of(out: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    rx
+}
+
+/// Asserts that a `keel` run exited with `want` and that its error text
+/// `err` says each of `words`.
+pub fn assert_refused(code: i32, err: &str, want: i32, words: &[&str]) {
+    assert_eq!(code, want, "{err}");
+    for w in words {
+        assert!(err.contains(w), "{err}");
+    }
 }
 
 /// What a `keel` command printed and how it ended.

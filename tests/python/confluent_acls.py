@@ -10,43 +10,17 @@ Prints one JSON object: each step's error as NAME(code) (null on success)
 or what was read back. Asserted on by tests/kafka_admin.rs."""
 
 import json
-import os
 import sys
-import time
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
-                                   ConfigResource, NewPartitions, NewTopic)
+from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource,
+                                   NewPartitions, NewTopic)
+
+from kafka_clients import confluent_admin, error_of, name, settled
 
 bootstrap, prefix, forbidden, hidden = sys.argv[1:5]
-conf = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 20000}
-conf.update(json.loads(os.environ.get("KEEL_KAFKA_CONFIG", "{}")))
-admin = AdminClient(conf)
+admin = confluent_admin(bootstrap)
 out = {}
-
-
-def name(err):
-    return f"{err.name()}({err.code()})"
-
-
-def error_of(future):
-    try:
-        future.result(timeout=30)
-        return None
-    except KafkaException as e:
-        return name(e.args[0])
-
-
-def settled(f, want, tries=100):
-    """f() once it returns `want` (brokers learn of a change a moment
-    after the controller answered it), else its last answer."""
-    got = f()
-    for _ in range(tries):
-        if got == want:
-            break
-        time.sleep(0.1)
-        got = f()
-    return got
 
 
 def visible():

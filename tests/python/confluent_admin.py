@@ -9,36 +9,18 @@ error name librdkafka reports (null on success) and what was read back.
 The Rust test (tests/kafka_admin.rs) asserts on it."""
 
 import json
-import os
 import sys
-import time
 
 from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
-                                   ConfigResource, NewPartitions, NewTopic)
+from confluent_kafka.admin import (AlterConfigOpType, ConfigEntry, ConfigResource,
+                                   NewPartitions, NewTopic)
 from confluent_kafka import ElectionType
 
+from kafka_clients import confluent_admin, error_of, name, settled
+
 bootstrap, prefix = sys.argv[1], sys.argv[2]
-# elect_leaders takes no keyword arguments in 2.6.1 (its C binding's
-# format string is wrong), so it runs with the client's defaults.
-conf = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 20000}
-conf.update(json.loads(os.environ.get("KEEL_KAFKA_CONFIG", "{}")))
-admin = AdminClient(conf)
+admin = confluent_admin(bootstrap)
 out = {}
-
-
-def name(err):
-    """librdkafka's name of a Kafka error and its code: TOPIC_EXCEPTION(17)."""
-    return f"{err.name()}({err.code()})"
-
-
-def error_of(future):
-    """None on success, else the Kafka error."""
-    try:
-        future.result(timeout=30)
-        return None
-    except KafkaException as e:
-        return name(e.args[0])
 
 
 def create(step, topic, **kw):
@@ -63,18 +45,6 @@ create("create_bad_name", NewTopic(prefix + "bad/name", num_partitions=1, replic
 create("create_rf_too_large", NewTopic(prefix + "rf", num_partitions=1, replication_factor=10))
 create("create_bad_config", NewTopic(prefix + "badcfg", num_partitions=1, replication_factor=1,
                                      config={"retention.ms": "soon"}))
-
-def settled(f, want, tries=100):
-    """f() once it returns `want` (brokers learn of a change a moment
-    after the controller answered it), else its last answer."""
-    got = f()
-    for _ in range(tries):
-        if got == want:
-            break
-        time.sleep(0.1)
-        got = f()
-    return got
-
 
 def ours():
     return sorted(n for n in admin.list_topics(timeout=20).topics if n.startswith(prefix))
@@ -141,18 +111,22 @@ out["describe_cluster"] = {
     "nodes": sorted(n.id for n in cl.nodes),
 }
 
-try:
-    r = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(plain, 0)]).result(timeout=30)
-    out["elect_leaders_preferred"] = {
-        f"{tp.topic}-{tp.partition}": (name(err) if err else None) for tp, err in r.items()}
-except KafkaException as e:
-    out["elect_leaders_preferred"] = name(e.args[0])
-try:
-    r = admin.elect_leaders(ElectionType.UNCLEAN, [TopicPartition(plain, 1)]).result(timeout=30)
-    out["elect_leaders_unclean"] = {
-        f"{tp.topic}-{tp.partition}": (name(err) if err else None) for tp, err in r.items()}
-except KafkaException as e:
-    out["elect_leaders_unclean"] = name(e.args[0])
+
+
+def elected(election, partition):
+    """An `election` of plain's `partition`: {topic-partition: its error
+    as NAME(code), null when elected}, or the request's error."""
+    # elect_leaders takes no keyword arguments in 2.6.1 (its C binding's
+    # format string is wrong), so it runs with the client's defaults.
+    try:
+        r = admin.elect_leaders(election, [TopicPartition(plain, partition)]).result(timeout=30)
+        return {f"{tp.topic}-{tp.partition}": (name(err) if err else None) for tp, err in r.items()}
+    except KafkaException as e:
+        return name(e.args[0])
+
+
+out["elect_leaders_preferred"] = elected(ElectionType.PREFERRED, 0)
+out["elect_leaders_unclean"] = elected(ElectionType.UNCLEAN, 1)
 
 fs = admin.delete_topics([plain, configs], request_timeout=30)
 out["delete_topics"] = {n: error_of(f) for n, f in fs.items()}

@@ -11,44 +11,22 @@ name or Kafka error code, or what was read back. Asserted on by
 tests/kafka_admin.rs."""
 
 import json
-import os
 import sys
-import time
 
-from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
-from kafka.errors import KafkaError
+
+import kafka_clients
+from kafka_clients import errors, kafka_python_admin, settled
 
 bootstrap, prefix, forbidden, hidden = sys.argv[1:5]
-admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="keel-test",
-                         request_timeout_ms=30000,
-                         **json.loads(os.environ.get("KEEL_KAFKA_CONFIG", "{}")))
+admin = kafka_python_admin(bootstrap)
 out = {}
 T = ConfigResourceType.TOPIC
 
 
 def attempt(step, f):
-    try:
-        out[step] = f()
-    except KafkaError as e:
-        out[step] = type(e).__name__
-
-
-def settled(f, want, tries=100):
-    """f() once it returns `want` (brokers learn of a change a moment
-    after the controller answered it), else its last answer."""
-    got = f()
-    for _ in range(tries):
-        if got == want:
-            break
-        time.sleep(0.1)
-        got = f()
-    return got
-
-
-def errors(resp, field="topic_errors"):
-    """{name: error code} of a CreateTopics/DeleteTopics response."""
-    return {t[0]: t[1] for t in getattr(resp, field)}
+    """out[step] = f(), or the name of the error it raised."""
+    kafka_clients.attempt(out, step, f)
 
 
 def configs(topic):

@@ -23,10 +23,11 @@ use keel_proto::pb::admin_service_server::AdminService;
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::authz::{decide_permitted, Caller, Checker};
+use crate::authz::{Caller, Checker};
 use crate::budget::{admit_each, Admitted};
 use crate::command::{CommandKind, DecideEnv, Proposal};
 use crate::shared::{now_ms, Shared};
+use keel_metadata::decide::decide_permitted;
 
 /// The admin gRPC service of one controller node.
 #[derive(Clone)]

@@ -15,6 +15,7 @@ mod brokers;
 mod chain;
 mod deletion;
 mod partitions;
+mod permitted;
 mod reassign;
 mod scram;
 mod topics;
@@ -24,6 +25,7 @@ pub use brokers::{Heartbeat, HeartbeatReply, RegisterBroker, RegisterReply};
 pub use chain::{Chain, ReplayMismatch, Replayed};
 pub use deletion::DeletionStep;
 pub use partitions::{AlterPartitionItem, ElectionKind};
+pub use permitted::decide_permitted;
 pub use scram::{duplicate_user, duplicated_users, MAX_SCRAM_CREDENTIALS};
 pub use topics::{ConfigOp, CreatePartitions, CreateTopic, CreatedTopic};
 

@@ -91,8 +91,116 @@ async fn run_phases(
         shared.clone(),
         big_rx,
     ));
-    let nemesis = Nemesis {
-        big_create: Some(big_tx),
+    let mut nemesis = new_nemesis(cfg, cluster, &up, &shared, (net, netem), lengths, clock_dir);
+    nemesis.big_create = Some(big_tx);
+    let watched = Watched::of(&nemesis);
+    let mut intruding = start_intruder(cfg, &up, &shared, intruder_setup);
+    create_placed_topic(cfg, &up, &shared).await;
+    let (mut nemesis, crashes) = load_under_faults(
+        cfg,
+        cluster,
+        &up,
+        kafka_security,
+        &shared,
+        &watched,
+        &intruding,
+        nemesis,
+    )
+    .await?;
+    if let Some(t) = intruding.task.take() {
+        let _ = t.await;
+    }
+    // The nemesis holds the only sender: the big-create worker ends once it
+    // finished what it started.
+    nemesis.big_create = None;
+    let _ = big_task.await;
+    let after = heal_and_read(cfg, &up, &shared, &mut nemesis).await;
+
+    Ok(judge_run(
+        cfg, run_dir, cluster, &shared, &watched, intruding, nemesis, crashes, after,
+    ))
+}
+
+/// Stops every node, gathers the histories (operations, faults, the
+/// brokers' own, the intruder's attempts), runs every checker and writes
+/// the report; whether the run is valid.
+#[allow(clippy::too_many_arguments)]
+fn judge_run(
+    cfg: &Config,
+    run_dir: &Path,
+    cluster: &Arc<Mutex<Cluster>>,
+    shared: &Shared,
+    watched: &Watched,
+    intruding: Intruding,
+    mut nemesis: Nemesis,
+    mut crashes: Vec<Value>,
+    after: AfterHeal,
+) -> bool {
+    crashes.extend(stop_every_node(cluster));
+    drop(nemesis.net.take()); // removes the chain
+    drop(nemesis.netem.take()); // removes the slow network
+    let (broker_hist, unparsable) = broker_histories(cluster, run_dir);
+
+    let ops = shared.ops.lock().unwrap().clone();
+    let attempts = intruding.attempts.lock().unwrap().clone();
+    if cfg.families.contains(&Family::Intruder) {
+        let _ = intruder::write_attempts(&run_dir.join("intruder.jsonl"), &attempts);
+    }
+    let intruder_result = cfg.families.contains(&Family::Intruder).then(|| {
+        intruder::check_with_kafka(
+            &attempts,
+            intruding.before.as_ref(),
+            after.intruder.as_ref(),
+            &broker_hist,
+            intruding.kafka_on,
+        )
+    });
+    let faults_v = watched.faults.lock().unwrap().clone();
+    let zombie_probes = watched.probes.lock().unwrap().clone();
+    let disk_stops = watched.disk_stops.lock().unwrap().clone();
+    let mut checkers = judge(
+        cfg,
+        &ops,
+        &after.fin,
+        &after.placement,
+        &broker_hist,
+        unparsable,
+        &zombie_probes,
+        &disk_stops,
+        &faults_v,
+        &nemesis,
+    );
+    if let Some((v, detail)) = intruder_result {
+        put(&mut checkers, "intruder", json!(v), detail);
+    }
+    put(
+        &mut checkers,
+        "no_process_crashes",
+        json!(crashes.is_empty()),
+        json!({"unexpected_exits": crashes}),
+    );
+    let times = Times {
+        healed_ms: after.healed_ms,
+        end_ms: after.end_ms,
+        power_cuts: nemesis.restarts.len(),
+        intruder_attempts: attempts.len(),
+    };
+    write_report(cfg, run_dir, &ops, &faults_v, &nemesis, checkers, times)
+}
+
+/// The run's nemesis, on the host's fault machinery (the iptables chain
+/// and the slow network), seeded by the run's seed.
+fn new_nemesis(
+    cfg: &Config,
+    cluster: &Arc<Mutex<Cluster>>,
+    up: &Started,
+    shared: &Shared,
+    (net, netem): (Option<net::Net>, Option<netem::Netem>),
+    lengths: timing::Lengths,
+    clock_dir: Option<PathBuf>,
+) -> Nemesis {
+    Nemesis {
+        big_create: None,
         killed_mid_decision: false,
         cut_all_controllers: false,
         restarts: Vec::new(),
@@ -116,38 +224,70 @@ async fn run_phases(
         kill_all_windows: 0,
         clock_dir,
         voters_missing: Vec::new(),
+    }
+}
+
+/// The intruder while it runs: how to stop it, what it tried, and what
+/// the cluster looked like before it started.
+struct Intruding {
+    stop: Arc<AtomicBool>,
+    attempts: Arc<Mutex<Vec<intruder::Attempt>>>,
+    /// `None`: the run has no intruder.
+    task: Option<tokio::task::JoinHandle<()>>,
+    before: Option<intruder::State>,
+    /// Whether it also attacks through the Kafka listener.
+    kafka_on: bool,
+}
+
+/// Starts the intruder, when the run has one, for the run's time limit.
+fn start_intruder(
+    cfg: &Config,
+    up: &Started,
+    shared: &Shared,
+    setup: Option<IntruderSetup>,
+) -> Intruding {
+    let mut intruding = Intruding {
+        stop: Arc::new(AtomicBool::new(false)),
+        attempts: Arc::new(Mutex::new(Vec::new())),
+        task: None,
+        before: None,
+        kafka_on: false,
     };
-    let watched = Watched {
-        faults: nemesis.faults.clone(),
-        current: nemesis.current.clone(),
-        probes: nemesis.probes.clone(),
-        disk_faulted: nemesis.disk_faulted.clone(),
-        disk_stops: nemesis.disk_stops.clone(),
-    };
-    let intruder_stop = Arc::new(AtomicBool::new(false));
-    let intruder_attempts = Arc::new(Mutex::new(Vec::new()));
-    let (intruder_task, intruder_before, intruder_kafka_on) = match intruder_setup {
-        Some(s) => {
-            let kafka_on = s.kafka.is_some();
-            let i = intruder::Intruder {
-                ctrl: up.ctrl.clone(),
-                brokers: up.broker_addrs.clone(),
-                cluster_id: up.cluster_id.clone(),
-                admin: up.transport.clone(),
-                creds: s.creds,
-                names: cfg.names,
-                start: shared.start,
-                attempts: intruder_attempts.clone(),
-                kafka: s.kafka,
-            };
-            let task = tokio::spawn(i.run(intruder_stop.clone(), cfg.time_limit));
-            (Some(task), s.before, kafka_on)
-        }
-        None => (None, None, false),
-    };
-    create_placed_topic(cfg, &up, &shared).await;
+    if let Some(s) = setup {
+        intruding.kafka_on = s.kafka.is_some();
+        intruding.before = s.before;
+        let i = intruder::Intruder {
+            ctrl: up.ctrl.clone(),
+            brokers: up.broker_addrs.clone(),
+            cluster_id: up.cluster_id.clone(),
+            admin: up.transport.clone(),
+            creds: s.creds,
+            names: cfg.names,
+            start: shared.start,
+            attempts: intruding.attempts.clone(),
+            kafka: s.kafka,
+        };
+        intruding.task = Some(tokio::spawn(i.run(intruding.stop.clone(), cfg.time_limit)));
+    }
+    intruding
+}
+
+/// The workload and the nemesis until the time limit, under the crash
+/// watch; then the workers and the intruder are told to stop and the
+/// workers are awaited. Returns the nemesis (back from its task) and the
+/// nodes that exited by themselves.
+#[allow(clippy::too_many_arguments)]
+async fn load_under_faults(
+    cfg: &Config,
+    cluster: &Arc<Mutex<Cluster>>,
+    up: &Started,
+    kafka_security: kafka_client::KafkaSecurity,
+    shared: &Arc<Shared>,
+    watched: &Watched,
+    intruding: &Intruding,
+    mut nemesis: Nemesis,
+) -> Result<(Nemesis, Vec<Value>), Stop> {
     let (time_limit, heal) = (cfg.time_limit, cfg.heal);
-    let mut nemesis = nemesis;
     let nemesis_task = tokio::spawn(async move {
         nemesis.run(time_limit, heal).await;
         nemesis
@@ -165,22 +305,41 @@ async fn run_phases(
             ))
         })
         .collect();
-    let mut crashes = watch(cfg, cluster, &shared, &watched).await;
+    let crashes = watch(cfg, cluster, shared, watched).await;
     shared.stop.store(true, Ordering::SeqCst);
-    intruder_stop.store(true, Ordering::SeqCst);
+    intruding.stop.store(true, Ordering::SeqCst);
     for w in workers {
         let _ = w.await;
     }
-    if let Some(t) = intruder_task {
-        let _ = t.await;
-    }
-    let mut nemesis = nemesis_task
+    let nemesis = nemesis_task
         .await
         .map_err(|e| stop(EXIT_LOCAL, format!("nemesis task failed: {e}")))?;
-    // The nemesis holds the only sender: the big-create worker ends once it
-    // finished what it started.
-    nemesis.big_create = None;
-    let _ = big_task.await;
+    Ok((nemesis, crashes))
+}
+
+/// What the run reads once every fault is healed.
+struct AfterHeal {
+    /// When the final heal came, in ms since the start.
+    healed_ms: f64,
+    /// When the reads below were done.
+    end_ms: f64,
+    /// Recovery, the final reads and convergence.
+    fin: Final,
+    /// The cluster's state as the intruder's checker compares it (when
+    /// the run has an intruder and it could be read).
+    intruder: Option<intruder::State>,
+    /// Where reassignments landed (or why it could not be read).
+    placement: Result<reassign::Placement, String>,
+}
+
+/// Heals every fault, then checks recovery and reads the final state:
+/// the names, the cluster as the intruder sees it, the placement.
+async fn heal_and_read(
+    cfg: &Config,
+    up: &Started,
+    shared: &Shared,
+    nemesis: &mut Nemesis,
+) -> AfterHeal {
     let heal_notes = nemesis.heal_all();
     let healed_ms = shared.ms();
     let healed_at = Instant::now();
@@ -189,8 +348,8 @@ async fn run_phases(
         healed_ms / 1000.0,
         heal_notes.join(", ")
     );
-    let fin = after_heal(cfg, &up, &shared, healed_at, healed_ms).await;
-    let intruder_after = if cfg.families.contains(&Family::Intruder) {
+    let fin = after_heal(cfg, up, shared, healed_at, healed_ms).await;
+    let intruder = if cfg.families.contains(&Family::Intruder) {
         match intruder::observe(
             &up.transport,
             &up.ctrl,
@@ -212,60 +371,13 @@ async fn run_phases(
     eprintln!("keel jepsen: checking reassignments");
     let placement =
         reassign::read_placement(&up.transport, &up.ctrl, Duration::from_secs(30)).await;
-    let end_ms = shared.ms();
-
-    crashes.extend(stop_every_node(cluster));
-    drop(nemesis.net.take()); // removes the chain
-    drop(nemesis.netem.take()); // removes the slow network
-    let (broker_hist, unparsable) = broker_histories(cluster, run_dir);
-
-    let ops = shared.ops.lock().unwrap().clone();
-    let attempts = intruder_attempts.lock().unwrap().clone();
-    if cfg.families.contains(&Family::Intruder) {
-        let _ = intruder::write_attempts(&run_dir.join("intruder.jsonl"), &attempts);
-    }
-    let intruder_result = cfg.families.contains(&Family::Intruder).then(|| {
-        intruder::check_with_kafka(
-            &attempts,
-            intruder_before.as_ref(),
-            intruder_after.as_ref(),
-            &broker_hist,
-            intruder_kafka_on,
-        )
-    });
-    let faults_v = watched.faults.lock().unwrap().clone();
-    let zombie_probes = watched.probes.lock().unwrap().clone();
-    let disk_stops = watched.disk_stops.lock().unwrap().clone();
-    let mut checkers = judge(
-        cfg,
-        &ops,
-        &fin,
-        &placement,
-        &broker_hist,
-        unparsable,
-        &zombie_probes,
-        &disk_stops,
-        &faults_v,
-        &nemesis,
-    );
-    if let Some((v, detail)) = intruder_result {
-        put(&mut checkers, "intruder", json!(v), detail);
-    }
-    put(
-        &mut checkers,
-        "no_process_crashes",
-        json!(crashes.is_empty()),
-        json!({"unexpected_exits": crashes}),
-    );
-    let times = Times {
+    AfterHeal {
         healed_ms,
-        end_ms,
-        power_cuts: nemesis.restarts.len(),
-        intruder_attempts: attempts.len(),
-    };
-    Ok(write_report(
-        cfg, run_dir, &ops, &faults_v, &nemesis, checkers, times,
-    ))
+        end_ms: shared.ms(),
+        fin,
+        intruder,
+        placement,
+    }
 }
 
 /// The host's fault machinery the run's families need: the iptables chain
@@ -511,6 +623,19 @@ struct Watched {
     probes: Arc<Mutex<Vec<ZombieProbe>>>,
     disk_faulted: Arc<Mutex<nemesis::DiskFaulted>>,
     disk_stops: Arc<Mutex<Vec<nemesis::DiskStop>>>,
+}
+
+impl Watched {
+    /// The nemesis's shared parts, before it moves into its task.
+    fn of(n: &Nemesis) -> Self {
+        Watched {
+            faults: n.faults.clone(),
+            current: n.current.clone(),
+            probes: n.probes.clone(),
+            disk_faulted: n.disk_faulted.clone(),
+            disk_stops: n.disk_stops.clone(),
+        }
+    }
 }
 
 /// The progress line and the crash watch until the time limit; the nodes

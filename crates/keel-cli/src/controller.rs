@@ -282,11 +282,7 @@ fn build(a: &ControllerArgs) -> Result<(ControllerConfig, Option<SocketAddr>, Lo
     c.allow_unknown_topic_configs =
         a.allow_unknown_topic_configs || file.allow_unknown_topic_configs.unwrap_or(false);
     kafka_listener(&mut c, a, &file)?;
-    if c.election_timeout_min_ms >= c.election_timeout_max_ms
-        || c.raft_heartbeat_ms * 2 > c.election_timeout_min_ms
-    {
-        return Err("election timeouts must satisfy 2 * heartbeat <= min < max".into());
-    }
+    c.validate()?;
     let http = http_endpoint(a, &file)?;
     let format = a.log_format.or(file.log_format).unwrap_or_default();
     Ok((c, http, format))
@@ -416,30 +412,29 @@ fn request_limits(
     a: &ControllerArgs,
     file: &ControllerFile,
 ) -> Result<(), String> {
-    use crate::node::at_least_one;
     if let Some(v) = a.max_topics_per_request.or(file.max_topics_per_request) {
-        c.limits.max_topics_per_request = at_least_one("max_topics_per_request", v)?;
+        c.limits.max_topics_per_request = v;
     }
     if let Some(v) = a
         .max_partitions_per_request
         .or(file.max_partitions_per_request)
     {
-        c.limits.max_partitions_per_request = at_least_one("max_partitions_per_request", v)?;
+        c.limits.max_partitions_per_request = v;
     }
     if let Some(v) = a.max_partitions.or(file.max_partitions) {
-        c.limits.max_partitions = at_least_one("max_partitions", v)?;
+        c.limits.max_partitions = v;
     }
     if let Some(v) = a.max_configs_per_topic.or(file.max_configs_per_topic) {
-        c.limits.max_configs_per_topic = at_least_one("max_configs_per_topic", v)?;
+        c.limits.max_configs_per_topic = v;
     }
     if let Some(v) = a.max_config_value_bytes.or(file.max_config_value_bytes) {
-        c.limits.max_config_value_bytes = at_least_one("max_config_value_bytes", v)?;
+        c.limits.max_config_value_bytes = v;
     }
     if let Some(v) = a.max_partitions_per_plan.or(file.max_partitions_per_plan) {
-        c.limits.max_partitions_per_plan = at_least_one("max_partitions_per_plan", v)?;
+        c.limits.max_partitions_per_plan = v;
     }
     if let Some(v) = a.max_acls_per_request.or(file.max_acls_per_request) {
-        c.limits.max_acls_per_request = at_least_one("max_acls_per_request", v)?;
+        c.limits.max_acls_per_request = v;
     }
     Ok(())
 }
@@ -450,27 +445,26 @@ fn listener_limits(
     a: &ControllerArgs,
     file: &ControllerFile,
 ) -> Result<(), String> {
-    use crate::node::at_least_one;
     if let Some(v) = a.max_message_bytes.or(file.max_message_bytes) {
-        c.max_message_bytes = at_least_one("max_message_bytes", v)?;
+        c.max_message_bytes = v;
     }
     if let Some(v) = a.max_concurrent_streams.or(file.max_concurrent_streams) {
-        c.max_concurrent_streams = at_least_one("max_concurrent_streams", v)?;
+        c.max_concurrent_streams = v;
     }
     if let Some(v) = a
         .max_concurrent_admin_requests
         .or(file.max_concurrent_admin_requests)
     {
-        c.max_concurrent_admin_requests = at_least_one("max_concurrent_admin_requests", v)?;
+        c.max_concurrent_admin_requests = v;
     }
     if let Some(v) = a.request_timeout_ms.or(file.request_timeout_ms) {
-        c.request_timeout_ms = at_least_one("request_timeout_ms", v)?;
+        c.request_timeout_ms = v;
     }
     if let Some(v) = a
         .max_linearizable_reads_per_sec
         .or(file.max_linearizable_reads_per_sec)
     {
-        c.max_linearizable_reads_per_sec = at_least_one("max_linearizable_reads_per_sec", v)?;
+        c.max_linearizable_reads_per_sec = v;
     }
     Ok(())
 }

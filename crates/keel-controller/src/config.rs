@@ -137,6 +137,53 @@ impl ControllerConfig {
         }
     }
 
+    /// Refuses settings that can never work, naming the first one found
+    /// (the cluster id, the request limits, the listener's limits, then
+    /// the Raft timings): what `keel controller` checks before it starts.
+    pub fn validate(&self) -> Result<(), String> {
+        fn at_least_one(name: &str, v: u64) -> Result<(), String> {
+            if v == 0 {
+                return Err(format!("{name} must be at least 1"));
+            }
+            Ok(())
+        }
+        if self.cluster_id.is_empty() {
+            return Err("--cluster-id must not be empty".into());
+        }
+        let l = &self.limits;
+        for (name, v) in [
+            ("max_topics_per_request", l.max_topics_per_request as u64),
+            ("max_partitions_per_request", l.max_partitions_per_request),
+            ("max_partitions", l.max_partitions),
+            ("max_configs_per_topic", l.max_configs_per_topic as u64),
+            ("max_config_value_bytes", l.max_config_value_bytes as u64),
+            ("max_partitions_per_plan", l.max_partitions_per_plan as u64),
+            ("max_acls_per_request", l.max_acls_per_request as u64),
+            ("max_message_bytes", self.max_message_bytes as u64),
+            (
+                "max_concurrent_streams",
+                u64::from(self.max_concurrent_streams),
+            ),
+            (
+                "max_concurrent_admin_requests",
+                self.max_concurrent_admin_requests as u64,
+            ),
+            ("request_timeout_ms", self.request_timeout_ms),
+            (
+                "max_linearizable_reads_per_sec",
+                u64::from(self.max_linearizable_reads_per_sec),
+            ),
+        ] {
+            at_least_one(name, v)?;
+        }
+        if self.election_timeout_min_ms >= self.election_timeout_max_ms
+            || self.raft_heartbeat_ms * 2 > self.election_timeout_min_ms
+        {
+            return Err("election timeouts must satisfy 2 * heartbeat <= min < max".into());
+        }
+        Ok(())
+    }
+
     /// How long quorum contact stays valid for acting as active controller
     /// ([`keel_raft::timing::lease_ms`] of this node's timings).
     pub fn lease_ms(&self) -> u64 {
@@ -195,5 +242,33 @@ mod tests {
         );
         assert!(c.lease_ms() < c.election_timeout_max_ms);
         assert!(c.lease_ms() >= c.raft_heartbeat_ms);
+    }
+
+    #[test]
+    fn validate_names_the_first_setting_that_can_never_work() {
+        let ok = ControllerConfig::new(
+            1,
+            std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+            vec![],
+            "d".into(),
+            "keel".into(),
+        );
+        assert_eq!(ok.validate(), Ok(()));
+        let mut c = ok.clone();
+        c.limits.max_acls_per_request = 0;
+        c.request_timeout_ms = 0;
+        assert_eq!(
+            c.validate(),
+            Err("max_acls_per_request must be at least 1".into())
+        );
+        let mut c = ok.clone();
+        c.election_timeout_min_ms = c.election_timeout_max_ms;
+        assert_eq!(
+            c.validate(),
+            Err("election timeouts must satisfy 2 * heartbeat <= min < max".into())
+        );
+        let mut c = ok;
+        c.cluster_id.clear();
+        assert!(c.validate().unwrap_err().contains("--cluster-id"));
     }
 }

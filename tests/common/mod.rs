@@ -250,7 +250,6 @@ pub async fn create_topic(
         .expect("topic created")
 }
 
-/// Names of all topics, through the active controller.
 /// Deletes topic `name`, which must be accepted.
 pub async fn delete_topic(client: &ControllerClient, name: &str) {
     let names = vec![name.to_string()];
@@ -267,6 +266,7 @@ pub async fn delete_topic(client: &ControllerClient, name: &str) {
     assert!(r.error.is_none() && r.topics[0].error.is_none(), "{r:?}");
 }
 
+/// Names of all topics, through the active controller.
 pub async fn topic_names(client: &ControllerClient) -> Vec<String> {
     admin::topic_names(client).await.expect("topics described")
 }

@@ -251,14 +251,11 @@ async fn remove_for_readmission(
         new_directory = %found,
         "re-admitting a voter with a new data dir: removing it, then adding it back as a learner"
     );
-    shared
-        .raft
-        .change_membership(
-            ChangeMembers::RemoveVoters([id].into_iter().collect()),
-            false,
-        )
-        .await
-        .map_err(raft_error)?;
+    change_one(
+        shared,
+        ChangeMembers::RemoveVoters([id].into_iter().collect()),
+    )
+    .await?;
     Ok(())
 }
 
@@ -332,14 +329,11 @@ pub(crate) async fn add_voter(
         });
     }
     wait_caught_up(shared, id, added_at, options.catch_up_wait).await?;
-    shared
-        .raft
-        .change_membership(
-            ChangeMembers::AddVoterIds([id].into_iter().collect()),
-            false,
-        )
-        .await
-        .map_err(raft_error)?;
+    change_one(
+        shared,
+        ChangeMembers::AddVoterIds([id].into_iter().collect()),
+    )
+    .await?;
     tracing::info!(
         node = shared.config.node_id,
         voter = id,
@@ -606,16 +600,24 @@ pub(crate) async fn remove_voter(
             )));
         }
     }
-    shared
-        .raft
-        .change_membership(
-            ChangeMembers::RemoveVoters([id].into_iter().collect()),
-            false,
-        )
-        .await
-        .map_err(raft_error)?;
+    change_one(
+        shared,
+        ChangeMembers::RemoveVoters([id].into_iter().collect()),
+    )
+    .await?;
     tracing::info!(node = shared.config.node_id, voter = id, "voter removed");
     Ok(Removed::Voter)
+}
+
+/// Commits one membership change (without keeping removed voters as
+/// learners); a refusal or a lost leadership is the typed error.
+async fn change_one(shared: &Shared, change: ChangeMembers<u64, KeelNode>) -> Result<(), ApiError> {
+    shared
+        .raft
+        .change_membership(change, false)
+        .await
+        .map_err(raft_error)?;
+    Ok(())
 }
 
 #[cfg(test)]

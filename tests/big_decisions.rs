@@ -188,7 +188,11 @@ async fn big_decisions_under_cpu_and_sync_pressure_change_no_leader() {
         .wait_active(Duration::from_secs(120))
         .await
         .expect("an active controller");
-    let client = c.client(Duration::from_secs(10), Duration::from_secs(300));
+    // One attempt may take as long as the whole operation: the admin
+    // helpers retry a request that timed out, and a retried create of a
+    // topic whose first attempt committed late (a loaded host) would be
+    // answered TOPIC_ALREADY_EXISTS.
+    let client = c.client(OP_TIMEOUT, OP_TIMEOUT);
     let mut epochs = Vec::new();
     for id in 1..=3 {
         epochs.push(register_fake_broker(&client, CLUSTER_ID, id).await);

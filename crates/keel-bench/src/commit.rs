@@ -423,12 +423,7 @@ async fn tls_comparison(env: &Env, p: &CommitParams) -> anyhow::Result<(Vec<Valu
         progress!(
             "commit: TLS comparison: starting a 3-controller {name} quorum on 127.0.{subnet}.11-13"
         );
-        let mut c = cluster::start(cluster::spec(env, subnet, &FLAGS).tls(tls))?;
-        c.wait_active(Duration::from_secs(60)).await?;
-        let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
-        cluster::register_stand_in(&c, 1).await?;
-        admin::create_topic(&client, TOPIC, 1, 1).await?;
-        c.wait_converged(0, Duration::from_secs(30)).await?;
+        let c = cluster::start_with_topic(env, subnet, &FLAGS, tls, TOPIC).await?;
         sides.push((name, c));
     }
     let most = p.writers.iter().max().copied().unwrap_or(1);

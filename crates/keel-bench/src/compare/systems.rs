@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use keel_testkit::admin::{self, set_config};
+use keel_testkit::admin::set_config;
 use keel_testkit::Cluster;
 use serde_json::{json, Value};
 
@@ -107,12 +107,7 @@ impl Keel {
             (KEEL_SUBNET, "plaintext")
         };
         progress!("compare: starting a 3-controller Keel quorum ({over}) on 127.0.{subnet}.11-13");
-        let mut c = cluster::start(cluster::spec(env, subnet, &KEEL_FLAGS).tls(tls))?;
-        c.wait_active(Duration::from_secs(60)).await?;
-        let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
-        cluster::register_stand_in(&c, 1).await?;
-        admin::create_topic(&client, TOPIC, 1, 1).await?;
-        c.wait_converged(0, Duration::from_secs(30)).await?;
+        let c = cluster::start_with_topic(env, subnet, &KEEL_FLAGS, tls, TOPIC).await?;
         Ok(Self {
             tls,
             leadership: cluster::Leadership::start(&c).await,

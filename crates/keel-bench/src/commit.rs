@@ -712,27 +712,25 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         "{:>10} {:>12} {:>10} {:>10} {:>8} {:>14} {:>14}\n",
         "writers", "records/s", "p50 ms", "p99 ms", "errors", "server µs/rec", "client µs/rec"
     );
-    for l in &level_json {
-        table += &format!(
-            "{:>10} {:>12} {:>10} {:>10} {:>8} {:>14} {:>14}\n",
-            cell(&l["writers"]),
+    // A row: `first`, then the throughput, latency, error and CPU cells of `l`.
+    let row = |first: String, l: &Value| {
+        format!(
+            "{first:>10} {:>12} {:>10} {:>10} {:>8} {:>14} {:>14}",
             cell(&l["records_per_s"]),
             cell(&l["p50_ms"]),
             cell(&l["p99_ms"]),
             cell(&l["errors"]),
             cell(&l["server_cpu_us_per_record"]),
             cell(&l["client_cpu_us_per_record"])
-        );
+        )
+    };
+    for l in &level_json {
+        table += &row(cell(&l["writers"]), l);
+        table += "\n";
     }
     table += &format!(
-        "{:>10} {:>12} {:>10} {:>10} {:>8} {:>14} {:>14}   ({} batches/s of {keys} records)\n",
-        "bulk",
-        cell(&bulk_json["records_per_s"]),
-        cell(&bulk_json["p50_ms"]),
-        cell(&bulk_json["p99_ms"]),
-        cell(&bulk_json["errors"]),
-        cell(&bulk_json["server_cpu_us_per_record"]),
-        cell(&bulk_json["client_cpu_us_per_record"]),
+        "{}   ({} batches/s of {keys} records)\n",
+        row("bulk".into(), &bulk_json),
         cell(&bulk_json["batches_per_s"])
     );
     table += &format!(

@@ -77,6 +77,46 @@ pub fn listener_pids(addrs: &[String]) -> Vec<u32> {
         .collect()
 }
 
+/// An ensemble started outside this process (ZooKeeper, etcd), as found
+/// when the comparison set it up.
+pub struct Ensemble {
+    /// The addresses given on the command line.
+    pub endpoints: Vec<String>,
+    /// Server version, as the leader reports it.
+    pub version: String,
+    /// The leader when it was set up.
+    pub leader_at_start: String,
+    /// Pids of the processes listening on `endpoints`.
+    pub pids: Vec<u32>,
+}
+
+impl Ensemble {
+    /// `endpoints`, led by `leader` running `version`.
+    pub fn found(endpoints: &[String], leader: String, version: String) -> Self {
+        Self {
+            endpoints: endpoints.to_vec(),
+            version,
+            leader_at_start: leader,
+            pids: listener_pids(endpoints),
+        }
+    }
+
+    /// Its `setup` JSON: where it runs, and the `op`, `connection` and
+    /// `durability` the writers see.
+    pub fn setup(&self, op: String, connection: String, durability: &str) -> Value {
+        json!({
+            "skipped": false,
+            "endpoints": self.endpoints,
+            "leader_at_start": self.leader_at_start,
+            "version": self.version,
+            "server_pids": self.pids,
+            "op": op,
+            "connection": connection,
+            "durability": durability,
+        })
+    }
+}
+
 /// Keel topic the `commit` op writes to.
 const TOPIC: &str = "bench-compare";
 /// Flags of every Keel controller (as in `commit`).

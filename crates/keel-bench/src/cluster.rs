@@ -90,6 +90,25 @@ pub fn start(spec: Spec) -> anyhow::Result<Cluster> {
     Ok(c)
 }
 
+/// Starts a quorum of `spec` (plaintext, or mutual TLS with `tls`), registers
+/// stand-in broker 1 and creates `topic` (1 partition, RF 1), then waits
+/// until every controller has applied it: the setup of a `commit` op load.
+pub async fn start_with_topic(
+    env: &Env,
+    subnet: u8,
+    flags: &[&str],
+    tls: bool,
+    topic: &str,
+) -> anyhow::Result<Cluster> {
+    let mut c = start(spec(env, subnet, flags).tls(tls))?;
+    c.wait_active(Duration::from_secs(60)).await?;
+    let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
+    register_stand_in(&c, 1).await?;
+    admin::create_topic(&client, topic, 1, 1).await?;
+    c.wait_converged(0, Duration::from_secs(30)).await?;
+    Ok(c)
+}
+
 /// Counts leadership changes over part of a scenario: the growth of the
 /// highest Raft term the controllers report between [`Leadership::start`]
 /// and [`Leadership::changes`]. Every election (won or not) raises the

@@ -423,12 +423,7 @@ async fn tls_comparison(env: &Env, p: &CommitParams) -> anyhow::Result<(Vec<Valu
         progress!(
             "commit: TLS comparison: starting a 3-controller {name} quorum on 127.0.{subnet}.11-13"
         );
-        let mut c = cluster::start(cluster::spec(env, subnet, &FLAGS).tls(tls))?;
-        c.wait_active(Duration::from_secs(60)).await?;
-        let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
-        cluster::register_stand_in(&c, 1).await?;
-        admin::create_topic(&client, TOPIC, 1, 1).await?;
-        c.wait_converged(0, Duration::from_secs(30)).await?;
+        let c = cluster::start_with_topic(env, subnet, &FLAGS, tls, TOPIC).await?;
         sides.push((name, c));
     }
     let most = p.writers.iter().max().copied().unwrap_or(1);
@@ -717,27 +712,25 @@ pub async fn run(env: &Env, p: &CommitParams) -> anyhow::Result<Report> {
         "{:>10} {:>12} {:>10} {:>10} {:>8} {:>14} {:>14}\n",
         "writers", "records/s", "p50 ms", "p99 ms", "errors", "server µs/rec", "client µs/rec"
     );
-    for l in &level_json {
-        table += &format!(
-            "{:>10} {:>12} {:>10} {:>10} {:>8} {:>14} {:>14}\n",
-            cell(&l["writers"]),
+    // A row: `first`, then the throughput, latency, error and CPU cells of `l`.
+    let row = |first: String, l: &Value| {
+        format!(
+            "{first:>10} {:>12} {:>10} {:>10} {:>8} {:>14} {:>14}",
             cell(&l["records_per_s"]),
             cell(&l["p50_ms"]),
             cell(&l["p99_ms"]),
             cell(&l["errors"]),
             cell(&l["server_cpu_us_per_record"]),
             cell(&l["client_cpu_us_per_record"])
-        );
+        )
+    };
+    for l in &level_json {
+        table += &row(cell(&l["writers"]), l);
+        table += "\n";
     }
     table += &format!(
-        "{:>10} {:>12} {:>10} {:>10} {:>8} {:>14} {:>14}   ({} batches/s of {keys} records)\n",
-        "bulk",
-        cell(&bulk_json["records_per_s"]),
-        cell(&bulk_json["p50_ms"]),
-        cell(&bulk_json["p99_ms"]),
-        cell(&bulk_json["errors"]),
-        cell(&bulk_json["server_cpu_us_per_record"]),
-        cell(&bulk_json["client_cpu_us_per_record"]),
+        "{}   ({} batches/s of {keys} records)\n",
+        row("bulk".into(), &bulk_json),
         cell(&bulk_json["batches_per_s"])
     );
     table += &format!(

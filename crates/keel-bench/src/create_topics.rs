@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use keel_testkit::Cluster;
 
 use crate::cluster::{self, ImageSpec};
-use crate::stats::{cell, machine, median, percentile, r1, r3, unix_now};
+use crate::stats::{cell, leadership_changes_total, machine, median, percentile, r1, r3, unix_now};
 use crate::{progress, Env, Report};
 
 /// Parameters of the `create-topics` scenario.
@@ -300,10 +300,7 @@ pub async fn run(env: &Env, p: &CreateTopicsParams) -> anyhow::Result<Report> {
             "broker_heartbeat_interval_ms": HEARTBEAT_INTERVAL_MS,
             "measured": "create: first CreateTopics call -> last answer; delete: first DeleteTopics call -> last answer, and -> first DescribeTopics (all topics) showing none of them",
         },
-        "leadership_changes": trials
-            .iter()
-            .filter_map(|t| t["leadership_changes"].as_u64())
-            .sum::<u64>(),
+        "leadership_changes": leadership_changes_total(&trials),
         "trials": trials,
         "failures": failures,
         "median": {

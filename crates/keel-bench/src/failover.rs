@@ -14,7 +14,7 @@ use keel_testkit::admin::{self, alter_ok, set_config};
 use keel_testkit::Cluster;
 
 use crate::cluster::{self, value, ImageSpec};
-use crate::stats::{cell, machine, median, percentile, r1, r3, unix_now};
+use crate::stats::{cell, leadership_changes_total, machine, median, percentile, r1, r3, unix_now};
 use crate::{progress, Env, Report};
 
 /// Parameters of the `failover` scenario.
@@ -256,10 +256,7 @@ pub async fn run(env: &Env, p: &FailoverParams) -> anyhow::Result<Report> {
             "measured": "SIGKILL of the active controller -> first acknowledged IncrementalAlterConfigs through a client bootstrapped with the two survivors",
             "tls": p.tls,
         },
-        "leadership_changes": sizes
-            .iter()
-            .filter_map(|s| s["leadership_changes"].as_u64())
-            .sum::<u64>(),
+        "leadership_changes": leadership_changes_total(&sizes),
         "sizes": sizes,
         "machine": machine(),
     });

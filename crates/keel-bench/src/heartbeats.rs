@@ -21,7 +21,7 @@ use tonic::transport::Channel;
 use keel_testkit::{probe, Cluster};
 
 use crate::cluster::{self, connect, CLUSTER_ID, STAND_IN_BROKER_ADDRESS};
-use crate::stats::{cell, machine, percentile_sorted, r1, r3, unix_now};
+use crate::stats::{cell, leadership_changes_total, machine, percentile_sorted, r1, r3, unix_now};
 use crate::{progress, Env, Report};
 
 /// Parameters of the `heartbeats` scenario.
@@ -437,10 +437,7 @@ pub async fn run(env: &Env, p: &HeartbeatParams) -> anyhow::Result<Report> {
             "stand_in_broker_address": STAND_IN_BROKER_ADDRESS,
             "note": "latency is measured from send to answer; generator_lag is how late the load generator sent vs. schedule",
         },
-        "leadership_changes": levels
-            .iter()
-            .filter_map(|l| l["leadership_changes"].as_u64())
-            .sum::<u64>(),
+        "leadership_changes": leadership_changes_total(&levels),
         "levels": levels,
         "max_brokers_ok": max_ok,
         "machine": machine(),

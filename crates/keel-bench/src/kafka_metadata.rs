@@ -36,7 +36,6 @@ use kafka_protocol::ResponseError;
 use keel_metadata::acl::Operation;
 use keel_metadata::scram::ScramMechanism;
 use keel_metadata::ErrorCode;
-use keel_proto::pb;
 use keel_testkit::kafka::{KafkaConn, KafkaSecurity, ScramLogin};
 use keel_testkit::{admin, Cluster, KafkaPorts};
 use rand::Rng;
@@ -226,131 +225,138 @@ fn verdict(retriable: bool, exists: bool, retried: bool) -> Option<Verdict> {
     }
 }
 
-/// Creates `names` (CREATED_PARTITIONS partitions, RF 3 each) in one
-/// CreateTopics v7 request on `conn`, sending the retriable ones again.
-async fn kafka_create(
-    conn: &tokio::sync::Mutex<KafkaConn>,
+/// Creates `names` with `attempt` (one CreateTopics request of the names
+/// given, told whether it is a retry, answering the names to send again)
+/// until none is left: at most 20 tries, 100 ms apart. Returns the retries
+/// it took; `via` names the API in the error.
+async fn create_retrying<F, Fut>(
+    via: &str,
     mut names: Vec<String>,
-) -> anyhow::Result<u32> {
+    mut attempt: F,
+) -> anyhow::Result<u32>
+where
+    F: FnMut(Vec<String>, bool) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Vec<String>>>,
+{
     let mut retried = false;
     for tries in 0..20 {
-        let req = CreateTopicsRequest::default()
-            .with_timeout_ms(60_000)
-            .with_topics(
-                names
-                    .iter()
-                    .map(|n| {
-                        CreatableTopic::default()
-                            .with_name(TopicName(StrBytes::from_string(n.clone())))
-                            .with_num_partitions(CREATED_PARTITIONS)
-                            .with_replication_factor(3)
-                    })
-                    .collect(),
-            );
-        let r: CreateTopicsResponse = conn
-            .lock()
-            .await
-            .call(ApiKey::CreateTopics, 7, &req)
-            .await?;
-        if r.topics.len() != names.len() {
-            bail!(
-                "CreateTopics through the broker: {} topics answered of {}",
-                r.topics.len(),
-                names.len()
-            );
-        }
-        let mut again = Vec::new();
-        for t in &r.topics {
-            let Some(e) = ResponseError::try_from_code(t.error_code) else {
-                continue;
-            };
-            let exists = e == ResponseError::TopicAlreadyExists;
-            match verdict(e.is_retriable(), exists, retried) {
-                Some(Verdict::Made) => {}
-                Some(Verdict::Again) => again.push(t.name.0.to_string()),
-                None => bail!(
-                    "CreateTopics through the broker: {e:?}: {:?}",
-                    t.error_message
-                ),
-            }
-        }
-        if again.is_empty() {
+        names = attempt(names, retried).await?;
+        if names.is_empty() {
             return Ok(tries);
         }
-        names = again;
         retried = true;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    bail!("CreateTopics through the broker: still retriable after 20 tries")
+    bail!("CreateTopics through {via}: still retriable after 20 tries")
+}
+
+/// Creates `names` (CREATED_PARTITIONS partitions, RF 3 each) in one
+/// CreateTopics v7 request on `conn`; the retriable ones, to send again.
+async fn kafka_create(
+    conn: &tokio::sync::Mutex<KafkaConn>,
+    names: Vec<String>,
+    retried: bool,
+) -> anyhow::Result<Vec<String>> {
+    let req = CreateTopicsRequest::default()
+        .with_timeout_ms(60_000)
+        .with_topics(
+            names
+                .iter()
+                .map(|n| {
+                    CreatableTopic::default()
+                        .with_name(TopicName(StrBytes::from_string(n.clone())))
+                        .with_num_partitions(CREATED_PARTITIONS)
+                        .with_replication_factor(3)
+                })
+                .collect(),
+        );
+    let r: CreateTopicsResponse = conn
+        .lock()
+        .await
+        .call(ApiKey::CreateTopics, 7, &req)
+        .await?;
+    if r.topics.len() != names.len() {
+        bail!(
+            "CreateTopics through the broker: {} topics answered of {}",
+            r.topics.len(),
+            names.len()
+        );
+    }
+    let mut again = Vec::new();
+    for t in &r.topics {
+        let Some(e) = ResponseError::try_from_code(t.error_code) else {
+            continue;
+        };
+        let exists = e == ResponseError::TopicAlreadyExists;
+        match verdict(e.is_retriable(), exists, retried) {
+            Some(Verdict::Made) => {}
+            Some(Verdict::Again) => again.push(t.name.0.to_string()),
+            None => bail!(
+                "CreateTopics through the broker: {e:?}: {:?}",
+                t.error_message
+            ),
+        }
+    }
+    Ok(again)
 }
 
 /// Creates `names` as [`kafka_create`] does, through Keel's gRPC API.
 async fn grpc_create(
     client: &keel_proto::client::ControllerClient,
-    mut names: Vec<String>,
-) -> anyhow::Result<u32> {
-    let mut retried = false;
-    for tries in 0..20 {
-        let req = pb::CreateTopicsRequest {
-            topics: names
-                .iter()
-                .map(|n| admin::creatable(n, CREATED_PARTITIONS as u32, 3))
-                .collect(),
-            validate_only: false,
-        };
-        let r = client
-            .admin_write(|mut a| {
-                let req = req.clone();
-                async move { a.create_topics(req).await }
-            })
-            .await;
-        let retriable = |c: Option<ErrorCode>| {
-            matches!(
-                c,
-                Some(ErrorCode::NotController | ErrorCode::RequestTimedOut)
-            )
-        };
-        let again = match r {
-            // An outcome lost: every topic sent again.
-            Err(keel_proto::client::ClientError::OutcomeUnknown { .. }) => names.clone(),
-            Err(e) => return Err(e.into()),
-            Ok(r) => {
-                let whole = r.error.as_ref().map(|e| ErrorCode::from_i32(e.code));
-                match whole {
-                    Some(c) if c != Some(ErrorCode::None) => {
-                        if !retriable(c) {
-                            bail!("CreateTopics through gRPC: {c:?}");
-                        }
-                        names.clone()
+    names: Vec<String>,
+    retried: bool,
+) -> anyhow::Result<Vec<String>> {
+    let req = admin::create_topics_request(
+        names
+            .iter()
+            .map(|n| admin::creatable(n, CREATED_PARTITIONS as u32, 3))
+            .collect(),
+    );
+    let r = client
+        .admin_write(|mut a| {
+            let req = req.clone();
+            async move { a.create_topics(req).await }
+        })
+        .await;
+    let retriable = |c: Option<ErrorCode>| {
+        matches!(
+            c,
+            Some(ErrorCode::NotController | ErrorCode::RequestTimedOut)
+        )
+    };
+    match r {
+        // An outcome lost: every topic sent again.
+        Err(keel_proto::client::ClientError::OutcomeUnknown { .. }) => Ok(names),
+        Err(e) => Err(e.into()),
+        Ok(r) => {
+            let whole = r.error.as_ref().map(|e| ErrorCode::from_i32(e.code));
+            match whole {
+                Some(c) if c != Some(ErrorCode::None) => {
+                    if !retriable(c) {
+                        bail!("CreateTopics through gRPC: {c:?}");
                     }
-                    _ => {
-                        let mut again = Vec::new();
-                        for t in &r.topics {
-                            let Some(e) = &t.error else { continue };
-                            let c = ErrorCode::from_i32(e.code);
-                            if c == Some(ErrorCode::None) {
-                                continue;
-                            }
-                            let exists = c == Some(ErrorCode::TopicAlreadyExists);
-                            match verdict(retriable(c), exists, retried) {
-                                Some(Verdict::Made) => {}
-                                Some(Verdict::Again) => again.push(t.name.clone()),
-                                None => bail!("CreateTopics through gRPC: {c:?}: {}", e.message),
-                            }
+                    Ok(names)
+                }
+                _ => {
+                    let mut again = Vec::new();
+                    for t in &r.topics {
+                        let Some(e) = &t.error else { continue };
+                        let c = ErrorCode::from_i32(e.code);
+                        if c == Some(ErrorCode::None) {
+                            continue;
                         }
-                        again
+                        let exists = c == Some(ErrorCode::TopicAlreadyExists);
+                        match verdict(retriable(c), exists, retried) {
+                            Some(Verdict::Made) => {}
+                            Some(Verdict::Again) => again.push(t.name.clone()),
+                            None => bail!("CreateTopics through gRPC: {c:?}: {}", e.message),
+                        }
                     }
+                    Ok(again)
                 }
             }
-        };
-        if again.is_empty() {
-            return Ok(tries);
         }
-        names = again;
-        retried = true;
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    bail!("CreateTopics through gRPC: still retriable after 20 tries")
 }
 
 /// Runs the scenario.
@@ -496,7 +502,12 @@ pub async fn run(env: &Env, p: &KafkaMetadataParams) -> anyhow::Result<Report> {
                 create_all(api, topics, per_request, workers, move |w, range| {
                     let conn = conns[w].clone();
                     let names = names(KAFKA_PREFIX, first, range);
-                    async move { kafka_create(&conn, names).await }
+                    async move {
+                        create_retrying("the broker", names, |names, retried| {
+                            kafka_create(&conn, names, retried)
+                        })
+                        .await
+                    }
                 })
                 .await?
             }
@@ -505,7 +516,12 @@ pub async fn run(env: &Env, p: &KafkaMetadataParams) -> anyhow::Result<Report> {
                 create_all(api, topics, per_request, workers, move |w, range| {
                     let clients = clients.clone();
                     let names = names("kg-", first, range);
-                    async move { grpc_create(&clients[w], names).await }
+                    async move {
+                        create_retrying("gRPC", names, |names, retried| {
+                            grpc_create(&clients[w], names, retried)
+                        })
+                        .await
+                    }
                 })
                 .await?
             }

@@ -56,6 +56,15 @@ pub fn r1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 
+/// The `leadership_changes` of every part (trial, level, size) added up;
+/// a part whose count is unknown (`null`) adds nothing.
+pub fn leadership_changes_total(parts: &[Value]) -> u64 {
+    parts
+        .iter()
+        .filter_map(|p| p["leadership_changes"].as_u64())
+        .sum()
+}
+
 /// Latency summary of samples in milliseconds.
 pub fn latency_json(ms: &[f64]) -> Value {
     let mut v = ms.to_vec();

@@ -158,6 +158,36 @@ async fn load(
     Ok((create_secs, setup_secs))
 }
 
+/// Up to `p.trials` trials of one kind, the state restored after each;
+/// stops at the first that fails. Returns the trials and the failure's
+/// text; `kind` names them in the progress lines, `figures` says what a
+/// trial measured.
+async fn run_trials<T>(
+    c: &mut Cluster,
+    w: &mut Watch,
+    p: &BrokerFailureParams,
+    kind: &str,
+    trial: impl AsyncFn(&mut Cluster, &mut Watch, &BrokerFailureParams) -> anyhow::Result<T>,
+    figures: impl Fn(&T) -> String,
+) -> anyhow::Result<(Vec<T>, Vec<String>)> {
+    let (mut done, mut errors) = (Vec::new(), Vec::new());
+    for n in 0..p.trials {
+        match trial(c, w, p).await {
+            Ok(tr) => {
+                progress!("broker-failure: {kind} trial {}: {}", n + 1, figures(&tr));
+                done.push(tr);
+            }
+            Err(e) => {
+                progress!("broker-failure: {kind} trial {} failed: {e:#}", n + 1);
+                errors.push(format!("{e:#}"));
+                break;
+            }
+        }
+        trials::restore(c, w, p).await?;
+    }
+    Ok((done, errors))
+}
+
 /// Runs the scenario.
 pub async fn run(env: &Env, p: &BrokerFailureParams) -> anyhow::Result<Report> {
     if p.partitions == 0 || p.trials == 0 {
@@ -172,56 +202,31 @@ pub async fn run(env: &Env, p: &BrokerFailureParams) -> anyhow::Result<Report> {
     };
     let (create_secs, setup_secs) = load(&mut c, &mut w, p).await?;
 
-    let (mut failure, mut failure_errors) = (Vec::new(), Vec::new());
-    for n in 0..p.trials {
-        match trials::failure(&mut c, &mut w, p).await {
-            Ok(tr) => {
-                progress!(
-                    "broker-failure: failure trial {}: {:.1} ms from fence log to last acceptance, {:.1} ms from session expiry (expiry -> fence log {:.1} ms, kill -> fence {:.0} ms, first acceptance +{:.1} ms, {} Raft entries, queue p99 {:?} ms)",
-                    n + 1,
-                    tr.ms,
-                    tr.expiry_ms,
-                    tr.expiry_to_fence_ms,
-                    tr.detect_ms,
-                    tr.first_accept_ms,
-                    tr.raft_entries,
-                    tr.queue_p99_ms.map(r3)
-                );
-                failure.push(tr);
-            }
-            Err(e) => {
-                progress!("broker-failure: failure trial {} failed: {e:#}", n + 1);
-                failure_errors.push(format!("{e:#}"));
-                break;
-            }
-        }
-        trials::restore(&mut c, &mut w, p).await?;
-    }
-    let (mut shutdown, mut shutdown_errors) = (Vec::new(), Vec::new());
-    for n in 0..p.trials {
-        match trials::shutdown(&mut c, &mut w, p).await {
-            Ok(tr) => {
-                progress!(
-                    "broker-failure: controlled-shutdown trial {}: {:.1} ms from SIGTERM to last acceptance (shutdown record +{:?} ms, first acceptance +{:.1} ms, exit +{:?} ms)",
-                    n + 1,
-                    tr.ms,
-                    tr.to_shutdown_record_ms.map(r1),
-                    tr.first_accept_ms,
-                    tr.exit_ms
-                );
-                shutdown.push(tr);
-            }
-            Err(e) => {
-                progress!(
-                    "broker-failure: controlled-shutdown trial {} failed: {e:#}",
-                    n + 1
-                );
-                shutdown_errors.push(format!("{e:#}"));
-                break;
-            }
-        }
-        trials::restore(&mut c, &mut w, p).await?;
-    }
+    let (failure, failure_errors) =
+        run_trials(&mut c, &mut w, p, "failure", trials::failure, |tr| {
+            format!(
+                "{:.1} ms from fence log to last acceptance, {:.1} ms from session expiry (expiry -> fence log {:.1} ms, kill -> fence {:.0} ms, first acceptance +{:.1} ms, {} Raft entries, queue p99 {:?} ms)",
+                tr.ms,
+                tr.expiry_ms,
+                tr.expiry_to_fence_ms,
+                tr.detect_ms,
+                tr.first_accept_ms,
+                tr.raft_entries,
+                tr.queue_p99_ms.map(r3)
+            )
+        })
+        .await?;
+    let (shutdown, shutdown_errors) =
+        run_trials(&mut c, &mut w, p, "controlled-shutdown", trials::shutdown, |tr| {
+            format!(
+                "{:.1} ms from SIGTERM to last acceptance (shutdown record +{:?} ms, first acceptance +{:.1} ms, exit +{:?} ms)",
+                tr.ms,
+                tr.to_shutdown_record_ms.map(r1),
+                tr.first_accept_ms,
+                tr.exit_ms
+            )
+        })
+        .await?;
     let leadership_changes = leadership.changes(&c).await;
     drop(c);
     report::report(

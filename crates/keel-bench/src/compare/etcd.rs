@@ -15,10 +15,10 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tonic::transport::Channel;
 
-use super::systems::{listener_pids, Load, System};
+use super::systems::{Ensemble, Load, System};
 use super::{CompareParams, Kind, ZK_ROOT};
 use crate::cluster::{connect, value};
 use crate::load::{run_writers_on, Level, Writer};
@@ -102,10 +102,7 @@ async fn find_leader(endpoints: &[String], timeout: Duration) -> anyhow::Result<
 
 /// A 3-member cluster started by `scripts/bench-compare.sh`.
 pub struct Etcd {
-    endpoints: Vec<String>,
-    version: String,
-    leader_at_start: String,
-    pids: Vec<u32>,
+    ensemble: Ensemble,
     load: Load,
 }
 
@@ -114,10 +111,7 @@ impl Etcd {
         let m = find_leader(&p.etcd, Duration::from_secs(60)).await?;
         progress!("compare: etcd {} leader {}", m.version, m.endpoint);
         Ok(Self {
-            endpoints: p.etcd.clone(),
-            version: m.version,
-            leader_at_start: m.endpoint,
-            pids: listener_pids(&p.etcd),
+            ensemble: Ensemble::found(&p.etcd, m.endpoint, m.version),
             load: Load::of(p),
         })
     }
@@ -153,13 +147,15 @@ impl System for Etcd {
     }
 
     fn pids(&self) -> &[u32] {
-        &self.pids
+        &self.ensemble.pids
     }
 
     async fn leader(&mut self) -> anyhow::Result<String> {
-        Ok(find_leader(&self.endpoints, Duration::from_secs(30))
-            .await?
-            .endpoint)
+        Ok(
+            find_leader(&self.ensemble.endpoints, Duration::from_secs(30))
+                .await?
+                .endpoint,
+        )
     }
 
     async fn level(&mut self, leader: &str, writers: usize, secs: f64) -> anyhow::Result<Level> {
@@ -182,14 +178,9 @@ impl System for Etcd {
     }
 
     fn setup(&self) -> Value {
-        json!({
-            "skipped": false,
-            "endpoints": self.endpoints,
-            "leader_at_start": self.leader_at_start,
-            "version": self.version,
-            "server_pids": self.pids,
-            "op": format!("KV.Put of {ZK_ROOT}/w<writer> with a {}-byte value (one Raft entry, a new revision per op)", self.load.value_bytes),
-            "connection": format!(
+        self.ensemble.setup(
+            format!("KV.Put of {ZK_ROOT}/w<writer> with a {}-byte value (one Raft entry, a new revision per op)", self.load.value_bytes),
+            format!(
                 "{} to the leader's client URL, found with Maintenance.Status (leader == header.member_id); client: tonic with the etcdserverpb messages in proto/etcd.proto",
                 if self.load.shared() {
                     "one gRPC (HTTP/2) connection shared by all writers (each Put its own HTTP/2 stream on it)"
@@ -197,8 +188,8 @@ impl System for Etcd {
                     "one gRPC (HTTP/2) connection per writer"
                 }
             ),
-            "durability": "server defaults: the WAL is fsynced before a Raft entry is acknowledged, a quorum of 2 acknowledges each write",
-        })
+            "server defaults: the WAL is fsynced before a Raft entry is acknowledged, a quorum of 2 acknowledges each write",
+        )
     }
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use keel_testkit::admin::{self, set_config};
+use keel_testkit::admin::set_config;
 use keel_testkit::Cluster;
 use serde_json::{json, Value};
 
@@ -77,6 +77,46 @@ pub fn listener_pids(addrs: &[String]) -> Vec<u32> {
         .collect()
 }
 
+/// An ensemble started outside this process (ZooKeeper, etcd), as found
+/// when the comparison set it up.
+pub struct Ensemble {
+    /// The addresses given on the command line.
+    pub endpoints: Vec<String>,
+    /// Server version, as the leader reports it.
+    pub version: String,
+    /// The leader when it was set up.
+    pub leader_at_start: String,
+    /// Pids of the processes listening on `endpoints`.
+    pub pids: Vec<u32>,
+}
+
+impl Ensemble {
+    /// `endpoints`, led by `leader` running `version`.
+    pub fn found(endpoints: &[String], leader: String, version: String) -> Self {
+        Self {
+            endpoints: endpoints.to_vec(),
+            version,
+            leader_at_start: leader,
+            pids: listener_pids(endpoints),
+        }
+    }
+
+    /// Its `setup` JSON: where it runs, and the `op`, `connection` and
+    /// `durability` the writers see.
+    pub fn setup(&self, op: String, connection: String, durability: &str) -> Value {
+        json!({
+            "skipped": false,
+            "endpoints": self.endpoints,
+            "leader_at_start": self.leader_at_start,
+            "version": self.version,
+            "server_pids": self.pids,
+            "op": op,
+            "connection": connection,
+            "durability": durability,
+        })
+    }
+}
+
 /// Keel topic the `commit` op writes to.
 const TOPIC: &str = "bench-compare";
 /// Flags of every Keel controller (as in `commit`).
@@ -107,12 +147,7 @@ impl Keel {
             (KEEL_SUBNET, "plaintext")
         };
         progress!("compare: starting a 3-controller Keel quorum ({over}) on 127.0.{subnet}.11-13");
-        let mut c = cluster::start(cluster::spec(env, subnet, &KEEL_FLAGS).tls(tls))?;
-        c.wait_active(Duration::from_secs(60)).await?;
-        let client = c.client(Duration::from_secs(10), Duration::from_secs(30));
-        cluster::register_stand_in(&c, 1).await?;
-        admin::create_topic(&client, TOPIC, 1, 1).await?;
-        c.wait_converged(0, Duration::from_secs(30)).await?;
+        let c = cluster::start_with_topic(env, subnet, &KEEL_FLAGS, tls, TOPIC).await?;
         Ok(Self {
             tls,
             leadership: cluster::Leadership::start(&c).await,

@@ -12,11 +12,11 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use zookeeper_client::{Acls, Client, CreateMode, CreateOptions};
 
-use super::systems::{listener_pids, Load, System};
+use super::systems::{Ensemble, Load, System};
 use super::{CompareError, CompareParams, Kind, ZK_ROOT};
 use crate::cluster::value;
 use crate::load::{run_writers_on, Level, Writer};
@@ -31,11 +31,8 @@ const MAX_SRVR_BYTES: u64 = 64 << 10;
 
 /// A 3-server ensemble started by `scripts/bench-compare.sh`.
 pub struct Zookeeper {
-    endpoints: Vec<String>,
-    /// `Zookeeper version:` of the leader's `srvr`.
-    version: String,
-    leader_at_start: String,
-    pids: Vec<u32>,
+    /// Its `version` is `Zookeeper version:` of the leader's `srvr`.
+    ensemble: Ensemble,
     /// Next free sequence number (znode names never repeat in a run).
     seq_next: u64,
     load: Load,
@@ -72,10 +69,7 @@ impl Zookeeper {
         }
         progress!("compare: ZooKeeper {version} leader {leader}");
         Ok(Self {
-            endpoints: p.zookeeper.clone(),
-            version,
-            leader_at_start: leader,
-            pids: listener_pids(&p.zookeeper),
+            ensemble: Ensemble::found(&p.zookeeper, leader, version),
             seq_next: 0,
             load,
         })
@@ -117,13 +111,15 @@ impl System for Zookeeper {
     }
 
     fn pids(&self) -> &[u32] {
-        &self.pids
+        &self.ensemble.pids
     }
 
     async fn leader(&mut self) -> anyhow::Result<String> {
-        Ok(find_leader(&self.endpoints, Duration::from_secs(30))
-            .await?
-            .0)
+        Ok(
+            find_leader(&self.ensemble.endpoints, Duration::from_secs(30))
+                .await?
+                .0,
+        )
     }
 
     async fn level(&mut self, leader: &str, writers: usize, secs: f64) -> anyhow::Result<Level> {
@@ -151,14 +147,9 @@ impl System for Zookeeper {
     }
 
     fn setup(&self) -> Value {
-        json!({
-            "skipped": false,
-            "endpoints": self.endpoints,
-            "leader_at_start": self.leader_at_start,
-            "version": self.version,
-            "server_pids": self.pids,
-            "op": format!("create of the persistent znode {ZK_ROOT}/w<writer>-<seq> with a {}-byte value and the open ACL (one znode per partition state)", self.load.value_bytes),
-            "connection": format!(
+        self.ensemble.setup(
+            format!("create of the persistent znode {ZK_ROOT}/w<writer>-<seq> with a {}-byte value and the open ACL (one znode per partition state)", self.load.value_bytes),
+            format!(
                 "{}, to the leader found with `srvr` (Mode: leader); session timeout {} ms; client: the zookeeper-client crate on tokio",
                 if self.load.shared() {
                     "one ZooKeeper session (one TCP connection) shared by all writers, their requests pipelined in call order and matched to replies by xid"
@@ -167,8 +158,8 @@ impl System for Zookeeper {
                 },
                 SESSION_TIMEOUT.as_millis()
             ),
-            "durability": "server defaults: forceSync=yes, the transaction log is fsynced before a proposal is acknowledged, a quorum of 2 acknowledges each write",
-        })
+            "server defaults: forceSync=yes, the transaction log is fsynced before a proposal is acknowledged, a quorum of 2 acknowledges each write",
+        )
     }
 }
 

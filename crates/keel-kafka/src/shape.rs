@@ -11,6 +11,8 @@
 
 use kafka_protocol::messages::ApiKey;
 
+use crate::dispatch::unsigned_varint;
+
 /// What a field is on the wire.
 #[derive(Clone, Copy, Debug)]
 enum F {
@@ -66,18 +68,8 @@ impl Walk<'_> {
     }
 
     fn varint(&mut self) -> Result<u32, String> {
-        let mut value: u32 = 0;
-        for i in 0..5 {
-            let b = self.fixed(1)?[0];
-            value |= u32::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(format!(
-            "a varint longer than 5 bytes at offset {}",
-            self.at
-        ))
+        unsigned_varint(|| self.fixed(1).map(|b| b[0]))?
+            .ok_or_else(|| format!("a varint longer than 5 bytes at offset {}", self.at))
     }
 
     /// A length prefix: `None` for null.

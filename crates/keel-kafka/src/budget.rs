@@ -24,7 +24,7 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::dispatch::unsigned_varint;
+use crate::shape::unsigned_varint;
 
 /// How many times its frame a request may take decoded and answered. A
 /// Metadata v12 entry naming an 11-byte topic is 29 bytes on the wire and

@@ -566,24 +566,8 @@ fn check_array_length(body: &[u8], compact: bool) -> Result<(), String> {
 /// Kafka's unsigned varint (at most 5 bytes for a u32) and its length.
 fn read_unsigned_varint(bytes: &[u8]) -> Option<(u32, usize)> {
     let mut rest = bytes.iter();
-    let value = unsigned_varint(|| rest.next().copied().ok_or(())).ok()??;
+    let value = crate::shape::unsigned_varint(|| rest.next().copied().ok_or(())).ok()??;
     Some((value, bytes.len() - rest.len()))
-}
-
-/// Kafka's unsigned varint (at most 5 bytes for a u32), read a byte at a
-/// time from `next`; `Ok(None)` when five bytes do not end it.
-pub(crate) fn unsigned_varint<E>(
-    mut next: impl FnMut() -> Result<u8, E>,
-) -> Result<Option<u32>, E> {
-    let mut value: u32 = 0;
-    for i in 0..5 {
-        let b = next()?;
-        value |= u32::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Ok(Some(value));
-        }
-    }
-    Ok(None)
 }
 
 #[cfg(test)]

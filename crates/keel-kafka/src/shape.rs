@@ -11,8 +11,6 @@
 
 use kafka_protocol::messages::ApiKey;
 
-use crate::dispatch::unsigned_varint;
-
 /// What a field is on the wire.
 #[derive(Clone, Copy, Debug)]
 enum F {
@@ -33,6 +31,22 @@ enum F {
 }
 
 use F::*;
+
+/// Kafka's unsigned varint (at most 5 bytes for a u32), read a byte at a
+/// time from `next`; `Ok(None)` when five bytes do not end it.
+pub(crate) fn unsigned_varint<E>(
+    mut next: impl FnMut() -> Result<u8, E>,
+) -> Result<Option<u32>, E> {
+    let mut value: u32 = 0;
+    for i in 0..5 {
+        let b = next()?;
+        value |= u32::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok(Some(value));
+        }
+    }
+    Ok(None)
+}
 
 /// A cursor over the request body.
 struct Walk<'a> {

@@ -51,23 +51,29 @@ fn from_controller<T>(request: &Request<T>, what: &str) -> Result<Sender, Status
 }
 
 impl ControlService {
-    /// Runs `take` on the state for one controller request; a controller
-    /// epoch the quorum has not confirmed yet wakes the heartbeat at once:
-    /// its answer confirms the epoch if the quorum is in it, and the
-    /// controller's next try is accepted.
-    fn take<R>(
+    /// Runs `take` on the state for one controller request `what`, with
+    /// its body and which controller sent it (`Status` when the sender's
+    /// certificate is not a controller's); a controller epoch the quorum
+    /// has not confirmed yet wakes the heartbeat at once: its answer
+    /// confirms the epoch if the quorum is in it, and the controller's
+    /// next try is accepted.
+    #[allow(clippy::result_large_err)]
+    fn take<T, R>(
         &self,
-        request: &'static str,
-        take: impl FnOnce(&mut BrokerState) -> Result<R, ApiError>,
-    ) -> Result<R, ApiError> {
-        let r = take(&mut self.shared.state());
+        what: &'static str,
+        request: Request<T>,
+        take: impl FnOnce(&mut BrokerState, T, Sender) -> Result<R, ApiError>,
+    ) -> Result<Result<R, ApiError>, Status> {
+        let sender = from_controller(&request, what)?;
+        let req = request.into_inner();
+        let r = take(&mut self.shared.state(), req, sender);
         if let Err(e) = &r {
             if e.code == ErrorCode::UnconfirmedControllerEpoch {
                 self.shared.poke.notify_one();
             }
-            rejected(request, e);
+            rejected(what, e);
         }
-        r
+        Ok(r)
     }
 }
 
@@ -210,12 +216,10 @@ impl BrokerControlService for ControlService {
         &self,
         request: Request<pb::LeaderAndIsrRequest>,
     ) -> Result<Response<pb::LeaderAndIsrResponse>, Status> {
-        let sender = from_controller(&request, "LeaderAndIsr")?;
-        let req = request.into_inner();
         let now = now_ms();
-        let r = self.take("LeaderAndIsr", |st| {
+        let r = self.take("LeaderAndIsr", request, |st, req, sender| {
             take_leader_and_isr(st, req, sender, now)
-        });
+        })?;
         let (error, partitions) = answer(r);
         Ok(Response::new(pb::LeaderAndIsrResponse {
             error,
@@ -227,9 +231,7 @@ impl BrokerControlService for ControlService {
         &self,
         request: Request<pb::UpdateMetadataRequest>,
     ) -> Result<Response<pb::UpdateMetadataResponse>, Status> {
-        let sender = from_controller(&request, "UpdateMetadata")?;
-        let req = request.into_inner();
-        let r = self.take("UpdateMetadata", |st| take_update_metadata(st, req, sender));
+        let r = self.take("UpdateMetadata", request, take_update_metadata)?;
         Ok(Response::new(pb::UpdateMetadataResponse {
             error: convert::result_error(&r),
         }))
@@ -239,9 +241,7 @@ impl BrokerControlService for ControlService {
         &self,
         request: Request<pb::StopReplicaRequest>,
     ) -> Result<Response<pb::StopReplicaResponse>, Status> {
-        let sender = from_controller(&request, "StopReplica")?;
-        let req = request.into_inner();
-        let r = self.take("StopReplica", |st| take_stop_replica(st, req, sender));
+        let r = self.take("StopReplica", request, take_stop_replica)?;
         let (error, partitions) = answer(r);
         Ok(Response::new(pb::StopReplicaResponse { error, partitions }))
     }

@@ -356,6 +356,15 @@ mod tests {
         }
     }
 
+    /// The partitions of the history file's lines, in order.
+    fn partitions_in(path: &Path) -> Vec<u32> {
+        read_history(path)
+            .unwrap()
+            .iter()
+            .map(|e| e.partition)
+            .collect()
+    }
+
     #[test]
     fn a_line_is_written_as_serde_would_write_it() {
         let ids = [BrokerId(3), BrokerId(12), BrokerId(4_000_000_000)];
@@ -432,12 +441,7 @@ mod tests {
         assert!(read_history(&path).unwrap().is_empty());
         h.commit().unwrap();
         h.append(&line(2)).unwrap();
-        let got: Vec<u32> = read_history(&path)
-            .unwrap()
-            .iter()
-            .map(|e| e.partition)
-            .collect();
-        assert_eq!(got, vec![0, 1, 2]);
+        assert_eq!(partitions_in(&path), vec![0, 1, 2]);
     }
 
     #[test]
@@ -453,12 +457,7 @@ mod tests {
         assert!(read_history(&path).is_err());
         let mut h = HistoryLog::open(&path).unwrap();
         h.append(&line(1)).unwrap();
-        let got: Vec<u32> = read_history(&path)
-            .unwrap()
-            .iter()
-            .map(|e| e.partition)
-            .collect();
-        assert_eq!(got, vec![0, 1]);
+        assert_eq!(partitions_in(&path), vec![0, 1]);
         // Nothing but a torn line: nothing is left.
         std::fs::write(&path, b"{\"ev").unwrap();
         drop(HistoryLog::open(&path).unwrap());

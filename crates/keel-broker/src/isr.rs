@@ -12,22 +12,17 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 
 use crate::metrics;
-use crate::shared::{lock, now_ms, Shared};
+use crate::shared::{lock, now_ms, Shared, Ticker};
 
 /// How long to wait before retrying a partition the controller refused
 /// for a reason other than stale epochs.
 const RETRY_AFTER_MS: u64 = 2_000;
 
-pub(crate) async fn run_isr_manager(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn run_isr_manager(shared: Arc<Shared>, stop: watch::Receiver<bool>) {
     let lag_ms = shared.config.replica_lag_time_max_ms;
     let period = Duration::from_millis((lag_ms / 2).clamp(50, 1_000));
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
+    let mut rounds = Ticker::new(period, stop);
+    while rounds.next().await {
         let (items, epoch) = {
             let mut st = shared.state();
             st.publish_partition_gauges();

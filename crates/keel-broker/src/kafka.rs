@@ -159,68 +159,33 @@ fn on_behalf<T>(r: T, client: &Client) -> tonic::Request<T> {
 /// One attempt of `call` on `ch`, on behalf of `client`.
 async fn send(ch: Channel, call: AdminCall, client: &Client) -> Result<AdminReply, tonic::Status> {
     let mut c = AdminServiceClient::new(ch).max_decoding_message_size(MAX_ANSWER_BYTES);
-    Ok(match call {
-        AdminCall::CreateTopics(r) => {
-            AdminReply::CreateTopics(c.create_topics(on_behalf(r, client)).await?.into_inner())
-        }
-        AdminCall::DeleteTopics(r) => {
-            AdminReply::DeleteTopics(c.delete_topics(on_behalf(r, client)).await?.into_inner())
-        }
-        AdminCall::CreatePartitions(r) => AdminReply::CreatePartitions(
-            c.create_partitions(on_behalf(r, client))
-                .await?
-                .into_inner(),
-        ),
-        AdminCall::DescribeTopics(r) => {
-            AdminReply::DescribeTopics(c.describe_topics(on_behalf(r, client)).await?.into_inner())
-        }
-        AdminCall::IncrementalAlterConfigs(r) => AdminReply::IncrementalAlterConfigs(
-            c.incremental_alter_configs(on_behalf(r, client))
-                .await?
-                .into_inner(),
-        ),
-        AdminCall::ElectLeaders(r) => {
-            AdminReply::ElectLeaders(c.elect_leaders(on_behalf(r, client)).await?.into_inner())
-        }
-        AdminCall::AlterPartitionReassignments(r) => AdminReply::AlterPartitionReassignments(
-            c.alter_partition_reassignments(on_behalf(r, client))
-                .await?
-                .into_inner(),
-        ),
-        AdminCall::ListPartitionReassignments(r) => AdminReply::ListPartitionReassignments(
-            c.list_partition_reassignments(on_behalf(r, client))
-                .await?
-                .into_inner(),
-        ),
-        AdminCall::AlterClusterConfigs(r) => AdminReply::AlterClusterConfigs(
-            c.alter_cluster_configs(on_behalf(r, client))
-                .await?
-                .into_inner(),
-        ),
-        AdminCall::DescribeClusterConfigs(r) => AdminReply::DescribeClusterConfigs(
-            c.describe_cluster_configs(on_behalf(r, client))
-                .await?
-                .into_inner(),
-        ),
-        AdminCall::CreateAcls(r) => {
-            AdminReply::CreateAcls(c.create_acls(on_behalf(r, client)).await?.into_inner())
-        }
-        AdminCall::DeleteAcls(r) => {
-            AdminReply::DeleteAcls(c.delete_acls(on_behalf(r, client)).await?.into_inner())
-        }
-        AdminCall::DescribeAcls(r) => {
-            AdminReply::DescribeAcls(c.describe_acls(on_behalf(r, client)).await?.into_inner())
-        }
-        AdminCall::AlterUserScramCredentials(r) => AdminReply::AlterUserScramCredentials(
-            c.alter_user_scram_credentials(on_behalf(r, client))
-                .await?
-                .into_inner(),
-        ),
-        AdminCall::DescribeUserScramCredentials(r) => AdminReply::DescribeUserScramCredentials(
-            c.describe_user_scram_credentials(on_behalf(r, client))
-                .await?
-                .into_inner(),
-        ),
+    // Each call goes to the AdminService method of its name; the answer
+    // comes back as the reply of the same variant.
+    macro_rules! to_method {
+        ($($call:ident => $method:ident,)*) => {
+            match call {
+                $(AdminCall::$call(r) => {
+                    AdminReply::$call(c.$method(on_behalf(r, client)).await?.into_inner())
+                })*
+            }
+        };
+    }
+    Ok(to_method! {
+        CreateTopics => create_topics,
+        DeleteTopics => delete_topics,
+        CreatePartitions => create_partitions,
+        DescribeTopics => describe_topics,
+        IncrementalAlterConfigs => incremental_alter_configs,
+        ElectLeaders => elect_leaders,
+        AlterPartitionReassignments => alter_partition_reassignments,
+        ListPartitionReassignments => list_partition_reassignments,
+        AlterClusterConfigs => alter_cluster_configs,
+        DescribeClusterConfigs => describe_cluster_configs,
+        CreateAcls => create_acls,
+        DeleteAcls => delete_acls,
+        DescribeAcls => describe_acls,
+        AlterUserScramCredentials => alter_user_scram_credentials,
+        DescribeUserScramCredentials => describe_user_scram_credentials,
     })
 }
 

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 use tracing::debug;
 
-use crate::shared::{now_ms, Shared};
+use crate::shared::{now_ms, Shared, Ticker};
 
 /// The leader side.
 #[derive(Clone)]
@@ -63,15 +63,10 @@ impl ReplicaService for ReplicaHandler {
 
 /// The follower side: every fetch interval, one Fetch per leader broker
 /// covering all partitions followed from it.
-pub(crate) async fn run_fetcher(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn run_fetcher(shared: Arc<Shared>, stop: watch::Receiver<bool>) {
     let period = Duration::from_millis(shared.config.replica_fetch_interval_ms);
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
+    let mut rounds = Ticker::new(period, stop);
+    while rounds.next().await {
         let (targets, epoch) = {
             let st = shared.state();
             (st.fetch_targets(), st.broker_epoch().map_or(0, |e| e.0))

@@ -3,12 +3,13 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use keel_metadata::{BrokerId, IncarnationId};
 use keel_proto::pb::broker_service_client::BrokerServiceClient;
 use keel_proto::pb::replica_service_client::ReplicaServiceClient;
 use tokio::sync::{watch, Notify};
+use tokio::time::{Interval, MissedTickBehavior};
 use tonic::transport::Channel;
 
 use crate::controller_link::ControllerLink;
@@ -129,4 +130,29 @@ pub(crate) fn wall_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0)
+}
+
+/// The rounds of a periodic task: one every `period` (after a late round
+/// the next waits a whole period rather than bunching up) until `stop`.
+pub(crate) struct Ticker {
+    /// When the next round is due.
+    tick: Interval,
+    /// Set to true when the broker stops.
+    stop: watch::Receiver<bool>,
+}
+
+impl Ticker {
+    pub(crate) fn new(period: Duration, stop: watch::Receiver<bool>) -> Self {
+        let mut tick = tokio::time::interval(period);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        Self { tick, stop }
+    }
+
+    /// Waits for the next round: false once the broker stops.
+    pub(crate) async fn next(&mut self) -> bool {
+        tokio::select! {
+            _ = self.tick.tick() => true,
+            _ = self.stop.wait_for(|s| *s) => false,
+        }
+    }
 }

@@ -288,6 +288,33 @@ fn partition(p: &PartitionView, version: i16, view: &ClusterView) -> MetadataRes
 
 // ---- DescribeCluster ------------------------------------------------------
 
+/// The start of a DescribeCluster answer from an endpoint of type
+/// `endpoint` (`name`: the type as Kafka's message spells it); `Err`: the
+/// whole answer, MISMATCHED_ENDPOINT_TYPE, when the request (v1 on) asks
+/// for endpoints of another type.
+// Both sides are the same answer type, so there is nothing to box apart.
+#[allow(clippy::result_large_err)]
+fn cluster_answer(
+    req: &DescribeClusterRequest,
+    version: i16,
+    view: &ClusterView,
+    endpoint: i8,
+    name: &str,
+) -> Result<DescribeClusterResponse, DescribeClusterResponse> {
+    let base = DescribeClusterResponse::default()
+        .with_endpoint_type(endpoint)
+        .with_cluster_id(s(view.cluster_id.clone()));
+    if version >= 1 && req.endpoint_type != endpoint {
+        return Err(base
+            .with_error_code(ResponseError::MismatchedEndpointType.code())
+            .with_error_message(Some(s(format!(
+                "The request was sent to an endpoint of type {name}, but it wanted endpoint type {}",
+                req.endpoint_type
+            )))));
+    }
+    Ok(base)
+}
+
 /// DescribeCluster: the live brokers (and, when asked from v2 on, the
 /// fenced ones marked so), the cluster id and a live broker as the
 /// controller. A request for the controllers' endpoints gets
@@ -300,17 +327,10 @@ pub(crate) fn describe_cluster(
     if let Some(q) = &view.quorum {
         return describe_controllers(req, version, view, q);
     }
-    let base = DescribeClusterResponse::default()
-        .with_endpoint_type(ENDPOINT_BROKER)
-        .with_cluster_id(s(view.cluster_id.clone()));
-    if version >= 1 && req.endpoint_type != ENDPOINT_BROKER {
-        return base
-            .with_error_code(ResponseError::MismatchedEndpointType.code())
-            .with_error_message(Some(s(format!(
-                "The request was sent to an endpoint of type BROKER, but it wanted endpoint type {}",
-                req.endpoint_type
-            ))));
-    }
+    let base = match cluster_answer(req, version, view, ENDPOINT_BROKER, "BROKER") {
+        Ok(base) => base,
+        Err(mismatched) => return mismatched,
+    };
     let with_fenced = version >= 2 && req.include_fenced_brokers;
     let brokers = view
         .brokers
@@ -346,17 +366,10 @@ fn describe_controllers(
     view: &ClusterView,
     q: &QuorumView,
 ) -> DescribeClusterResponse {
-    let base = DescribeClusterResponse::default()
-        .with_endpoint_type(ENDPOINT_CONTROLLER)
-        .with_cluster_id(s(view.cluster_id.clone()));
-    if version >= 1 && req.endpoint_type != ENDPOINT_CONTROLLER {
-        return base
-            .with_error_code(ResponseError::MismatchedEndpointType.code())
-            .with_error_message(Some(s(format!(
-                "The request was sent to an endpoint of type CONTROLLER, but it wanted endpoint type {}",
-                req.endpoint_type
-            ))));
-    }
+    let base = match cluster_answer(req, version, view, ENDPOINT_CONTROLLER, "CONTROLLER") {
+        Ok(base) => base,
+        Err(mismatched) => return mismatched,
+    };
     let brokers = q
         .listeners
         .iter()

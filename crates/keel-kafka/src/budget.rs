@@ -24,6 +24,8 @@ use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::shape::unsigned_varint;
+
 /// How many times its frame a request may take decoded and answered. A
 /// Metadata v12 entry naming an 11-byte topic is 29 bytes on the wire and
 /// ~265 bytes decoded and answered (9x): 8 would refuse 100,000 real topic
@@ -251,18 +253,12 @@ impl Cursor<'_> {
 
     /// Kafka's unsigned varint (at most 5 bytes).
     fn varint(&mut self) -> Result<u32, Refusal> {
-        let mut value: u32 = 0;
-        for i in 0..5 {
-            let b = self.take(1)?[0];
-            value |= u32::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(Refusal::Truncated(format!(
-            "a varint longer than 5 bytes at offset {}",
-            self.at
-        )))
+        unsigned_varint(|| self.take(1).map(|b| b[0]))?.ok_or_else(|| {
+            Refusal::Truncated(format!(
+                "a varint longer than 5 bytes at offset {}",
+                self.at
+            ))
+        })
     }
 
     /// Skips a tagged-field section; returns how many fields it holds.
@@ -465,6 +461,19 @@ mod tests {
         ));
     }
 
+    /// Asserts that a Metadata request naming `names` passes the estimate
+    /// at each of `versions`.
+    fn estimate_passes(names: &[String], versions: impl IntoIterator<Item = i16>) {
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        for version in versions {
+            let b = body(&names, version);
+            assert!(
+                estimate_metadata(&b, version, frame_of(&b)).is_ok(),
+                "v{version}"
+            );
+        }
+    }
+
     #[test]
     fn a_hundred_thousand_real_topic_names_are_answered() {
         let names: Vec<String> = (0..100_000).map(|i| format!("topic-{i:05}")).collect();
@@ -478,14 +487,7 @@ mod tests {
         let names: Vec<String> = (0..100_000)
             .map(|i| format!("service.events.{i:06}"))
             .collect();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        for version in [1, 4, 9] {
-            let b = body(&names, version);
-            assert!(
-                estimate_metadata(&b, version, frame_of(&b)).is_ok(),
-                "v{version}"
-            );
-        }
+        estimate_passes(&names, [1, 4, 9]);
     }
 
     #[test]
@@ -493,14 +495,7 @@ mod tests {
         let names: Vec<String> = (0..1000)
             .map(|i| ((b'a' + (i % 26) as u8) as char).to_string())
             .collect();
-        let names: Vec<&str> = names.iter().map(String::as_str).collect();
-        for version in 0..=13 {
-            let b = body(&names, version);
-            assert!(
-                estimate_metadata(&b, version, frame_of(&b)).is_ok(),
-                "v{version}"
-            );
-        }
+        estimate_passes(&names, 0..=13);
     }
 
     #[test]

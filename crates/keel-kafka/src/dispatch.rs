@@ -380,50 +380,31 @@ fn decode_admin(api: ApiKey, buf: &mut Bytes, version: i16) -> Result<AdminReque
     fn e(e: impl std::fmt::Display) -> String {
         e.to_string()
     }
-    Ok(match api {
-        ApiKey::CreateTopics => {
-            AdminRequest::CreateTopics(CreateTopicsRequest::decode(buf, version).map_err(e)?)
-        }
-        ApiKey::DeleteTopics => {
-            AdminRequest::DeleteTopics(DeleteTopicsRequest::decode(buf, version).map_err(e)?)
-        }
-        ApiKey::CreatePartitions => AdminRequest::CreatePartitions(
-            CreatePartitionsRequest::decode(buf, version).map_err(e)?,
-        ),
-        ApiKey::DescribeConfigs => {
-            AdminRequest::DescribeConfigs(DescribeConfigsRequest::decode(buf, version).map_err(e)?)
-        }
-        ApiKey::AlterConfigs => {
-            AdminRequest::AlterConfigs(AlterConfigsRequest::decode(buf, version).map_err(e)?)
-        }
-        ApiKey::IncrementalAlterConfigs => AdminRequest::IncrementalAlterConfigs(
-            IncrementalAlterConfigsRequest::decode(buf, version).map_err(e)?,
-        ),
-        ApiKey::ElectLeaders => {
-            AdminRequest::ElectLeaders(ElectLeadersRequest::decode(buf, version).map_err(e)?)
-        }
-        ApiKey::AlterPartitionReassignments => AdminRequest::AlterPartitionReassignments(
-            AlterPartitionReassignmentsRequest::decode(buf, version).map_err(e)?,
-        ),
-        ApiKey::ListPartitionReassignments => AdminRequest::ListPartitionReassignments(
-            ListPartitionReassignmentsRequest::decode(buf, version).map_err(e)?,
-        ),
-        ApiKey::DescribeAcls => {
-            AdminRequest::DescribeAcls(DescribeAclsRequest::decode(buf, version).map_err(e)?)
-        }
-        ApiKey::CreateAcls => {
-            AdminRequest::CreateAcls(CreateAclsRequest::decode(buf, version).map_err(e)?)
-        }
-        ApiKey::DeleteAcls => {
-            AdminRequest::DeleteAcls(DeleteAclsRequest::decode(buf, version).map_err(e)?)
-        }
-        ApiKey::DescribeUserScramCredentials => AdminRequest::DescribeUserScramCredentials(
-            DescribeUserScramCredentialsRequest::decode(buf, version).map_err(e)?,
-        ),
-        ApiKey::AlterUserScramCredentials => AdminRequest::AlterUserScramCredentials(
-            AlterUserScramCredentialsRequest::decode(buf, version).map_err(e)?,
-        ),
-        other => return Err(format!("{other:?} is not an admin request forwarded here")),
+    // Each admin API's body decodes as its request type, into the
+    // variant of the same name.
+    macro_rules! decode {
+        ($($api:ident => $request:ident,)*) => {
+            match api {
+                $(ApiKey::$api => AdminRequest::$api($request::decode(buf, version).map_err(e)?),)*
+                other => return Err(format!("{other:?} is not an admin request forwarded here")),
+            }
+        };
+    }
+    Ok(decode! {
+        CreateTopics => CreateTopicsRequest,
+        DeleteTopics => DeleteTopicsRequest,
+        CreatePartitions => CreatePartitionsRequest,
+        DescribeConfigs => DescribeConfigsRequest,
+        AlterConfigs => AlterConfigsRequest,
+        IncrementalAlterConfigs => IncrementalAlterConfigsRequest,
+        ElectLeaders => ElectLeadersRequest,
+        AlterPartitionReassignments => AlterPartitionReassignmentsRequest,
+        ListPartitionReassignments => ListPartitionReassignmentsRequest,
+        DescribeAcls => DescribeAclsRequest,
+        CreateAcls => CreateAclsRequest,
+        DeleteAcls => DeleteAclsRequest,
+        DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
+        AlterUserScramCredentials => AlterUserScramCredentialsRequest,
     })
 }
 
@@ -584,14 +565,9 @@ fn check_array_length(body: &[u8], compact: bool) -> Result<(), String> {
 
 /// Kafka's unsigned varint (at most 5 bytes for a u32) and its length.
 fn read_unsigned_varint(bytes: &[u8]) -> Option<(u32, usize)> {
-    let mut value: u32 = 0;
-    for (i, b) in bytes.iter().take(5).enumerate() {
-        value |= u32::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Some((value, i + 1));
-        }
-    }
-    None
+    let mut rest = bytes.iter();
+    let value = crate::shape::unsigned_varint(|| rest.next().copied().ok_or(())).ok()??;
+    Some((value, bytes.len() - rest.len()))
 }
 
 #[cfg(test)]

@@ -419,6 +419,22 @@ fn nonce() -> String {
     Alphanumeric.sample_string(&mut rand::rng(), 24)
 }
 
+/// Takes one login step against the credentials as they stand now, with a
+/// fresh SCRAM server nonce.
+fn login_step<R>(
+    offered: &[Mechanism],
+    source: &dyn ViewSource,
+    step: impl FnOnce(crate::sasl::Login<'_>) -> R,
+) -> R {
+    let access = source.access();
+    let nonce = nonce();
+    step(crate::sasl::Login {
+        offered,
+        access: &access,
+        nonce: &nonce,
+    })
+}
+
 /// The request/answer loop of one connection; `Err` says why it closes.
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
@@ -511,14 +527,9 @@ async fn answer_raw_token<S: AsyncWrite + Unpin>(
         config,
         ..
     } = side;
-    let access = source.access();
-    let nonce = nonce();
-    let login = crate::sasl::Login {
-        offered,
-        access: &access,
-        nonce: &nonce,
-    };
-    let (reply, step) = crate::sasl::raw_token(request, sasl, login);
+    let (reply, step) = login_step(offered, source, |login| {
+        crate::sasl::raw_token(request, sasl, login)
+    });
     if let Err(why) = took(step, client) {
         source.credentials_missed();
         return Err(why);
@@ -676,14 +687,9 @@ fn sasl_request(
             ))
         }
     };
-    let access = source.access();
-    let nonce = nonce();
-    let login = crate::sasl::Login {
-        offered,
-        access: &access,
-        nonce: &nonce,
-    };
-    let step = crate::sasl::handle(api, version, header.correlation_id, buf, state, login);
+    let step = login_step(offered, source, |login| {
+        crate::sasl::handle(api, version, header.correlation_id, buf, state, login)
+    });
     if let (_, Step::Failed(_)) = &step {
         // Perhaps a user made a moment ago: the next login may find it.
         source.credentials_missed();

@@ -32,6 +32,22 @@ enum F {
 
 use F::*;
 
+/// Kafka's unsigned varint (at most 5 bytes for a u32), read a byte at a
+/// time from `next`; `Ok(None)` when five bytes do not end it.
+pub(crate) fn unsigned_varint<E>(
+    mut next: impl FnMut() -> Result<u8, E>,
+) -> Result<Option<u32>, E> {
+    let mut value: u32 = 0;
+    for i in 0..5 {
+        let b = next()?;
+        value |= u32::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok(Some(value));
+        }
+    }
+    Ok(None)
+}
+
 /// A cursor over the request body.
 struct Walk<'a> {
     bytes: &'a [u8],
@@ -66,18 +82,8 @@ impl Walk<'_> {
     }
 
     fn varint(&mut self) -> Result<u32, String> {
-        let mut value: u32 = 0;
-        for i in 0..5 {
-            let b = self.fixed(1)?[0];
-            value |= u32::from(b & 0x7f) << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(value);
-            }
-        }
-        Err(format!(
-            "a varint longer than 5 bytes at offset {}",
-            self.at
-        ))
+        unsigned_varint(|| self.fixed(1).map(|b| b[0]))?
+            .ok_or_else(|| format!("a varint longer than 5 bytes at offset {}", self.at))
     }
 
     /// A length prefix: `None` for null.

@@ -10,6 +10,7 @@
 //! is an ordinary Raft answer (`vote_granted: false` with this node's vote
 //! and last log id), which the candidate takes as any other.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -458,6 +459,23 @@ impl RaftGrpcService {
             Err(e) => Ok((refusal(e, &self.directory_text), false)),
         }
     }
+
+    /// Answers a candidate's request (a vote or a pre-vote) with `decide`,
+    /// once its sender is known to be a voter and its envelope is accepted;
+    /// a refused envelope is answered with the refusal.
+    async fn answer_candidate<T: DeserializeOwned, R: Serialize, F: Future<Output = R>>(
+        &self,
+        request: Request<RaftRequest>,
+        decide: impl FnOnce(T) -> F,
+    ) -> Result<Response<RaftResponse>, Status> {
+        check_request_sender(&request)?;
+        self.check_candidate(request.get_ref().from_node)?;
+        let req = match self.open_envelope(request.get_ref()) {
+            Ok(req) => req,
+            Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
+        };
+        answer(&decide(req).await, &self.directory_text).map(Response::new)
+    }
 }
 
 /// A payload above this many bytes is decoded off the runtime's workers.
@@ -523,26 +541,16 @@ impl RaftService for RaftGrpcService {
     }
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftResponse>, Status> {
-        check_request_sender(&request)?;
-        self.check_candidate(request.get_ref().from_node)?;
-        let req = match self.open_envelope(request.get_ref()) {
-            Ok(req) => req,
-            Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
-        };
-        answer(&self.answer_vote(req).await, &self.directory_text).map(Response::new)
+        self.answer_candidate(request, |req| self.answer_vote(req))
+            .await
     }
 
     async fn pre_vote(
         &self,
         request: Request<RaftRequest>,
     ) -> Result<Response<RaftResponse>, Status> {
-        check_request_sender(&request)?;
-        self.check_candidate(request.get_ref().from_node)?;
-        let req = match self.open_envelope(request.get_ref()) {
-            Ok(req) => req,
-            Err(e) => return Ok(Response::new(refusal(e, &self.directory_text))),
-        };
-        answer(&self.answer_pre_vote(req).await, &self.directory_text).map(Response::new)
+        self.answer_candidate(request, |req| self.answer_pre_vote(req))
+            .await
     }
 
     async fn lease(&self, request: Request<RaftRequest>) -> Result<Response<RaftResponse>, Status> {

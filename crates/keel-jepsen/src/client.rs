@@ -14,6 +14,7 @@ use keel_metadata::TopicId;
 use keel_proto::pb;
 use keel_proto::pb::admin_service_client::AdminServiceClient;
 use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
+use keel_testkit::admin;
 pub use keel_tls::{Expect, Transport};
 use tonic::transport::Channel;
 
@@ -34,6 +35,23 @@ pub fn channel(
         .connect_timeout(Duration::from_millis(700).min(timeout))
         .timeout(timeout);
     Some(transport.channel(ep, Some(bind), expect))
+}
+
+/// A [`channel`] from the address the harness's own clients connect from
+/// ([`crate::cluster::CLIENT_IP`]).
+pub fn client_channel(
+    transport: &Transport,
+    addr: &str,
+    timeout: Duration,
+    expect: Expect,
+) -> Option<Channel> {
+    channel(
+        transport,
+        addr,
+        crate::cluster::CLIENT_IP.into(),
+        timeout,
+        expect,
+    )
 }
 
 /// Error code name of a wire error.
@@ -283,15 +301,7 @@ impl AdminClient {
     }
 
     async fn create_inner(&mut self, name: &str, partitions: u32, rf: u32) -> OpResult {
-        let req = pb::CreateTopicsRequest {
-            topics: vec![pb::CreatableTopic {
-                name: name.to_string(),
-                partitions,
-                replication_factor: rf,
-                ..Default::default()
-            }],
-            validate_only: false,
-        };
+        let req = admin::create_topics_request(vec![admin::creatable(name, partitions, rf)]);
         self.run(|ch| {
             let req = req.clone();
             async move {
@@ -534,13 +544,7 @@ pub async fn describe_node(
     addr: &str,
     timeout: Duration,
 ) -> Option<pb::DescribeNodeResponse> {
-    let ch = channel(
-        transport,
-        addr,
-        crate::cluster::CLIENT_IP.into(),
-        timeout,
-        Expect::Controller,
-    )?;
+    let ch = client_channel(transport, addr, timeout, Expect::Controller)?;
     AdminServiceClient::new(ch)
         .describe_node(pb::DescribeNodeRequest::default())
         .await
@@ -554,13 +558,7 @@ pub async fn describe_broker(
     addr: &str,
     timeout: Duration,
 ) -> Option<pb::DescribeBrokerResponse> {
-    let ch = channel(
-        transport,
-        addr,
-        crate::cluster::CLIENT_IP.into(),
-        timeout,
-        Expect::Member,
-    )?;
+    let ch = client_channel(transport, addr, timeout, Expect::Member)?;
     BrokerControlServiceClient::new(ch)
         .describe_broker(pb::DescribeBrokerRequest {})
         .await
@@ -590,13 +588,7 @@ pub async fn describe_all(
     addr: &str,
     timeout: Duration,
 ) -> Option<pb::DescribeTopicsResponse> {
-    let ch = channel(
-        transport,
-        addr,
-        crate::cluster::CLIENT_IP.into(),
-        timeout,
-        Expect::Controller,
-    )?;
+    let ch = client_channel(transport, addr, timeout, Expect::Controller)?;
     let r = AdminServiceClient::new(ch)
         .describe_topics(pb::DescribeTopicsRequest::default())
         .await
@@ -611,13 +603,7 @@ pub async fn describe_cluster(
     addr: &str,
     timeout: Duration,
 ) -> Option<pb::DescribeClusterResponse> {
-    let ch = channel(
-        transport,
-        addr,
-        crate::cluster::CLIENT_IP.into(),
-        timeout,
-        Expect::Controller,
-    )?;
+    let ch = client_channel(transport, addr, timeout, Expect::Controller)?;
     let r = AdminServiceClient::new(ch)
         .describe_cluster(pb::DescribeClusterRequest::default())
         .await

@@ -146,9 +146,14 @@ impl OpRecord {
 
 /// Writes the history as JSON lines.
 pub fn write_history(path: &Path, ops: &[OpRecord]) -> std::io::Result<()> {
+    write_json_lines(path, ops)
+}
+
+/// Writes `items` to `path`, one JSON object a line.
+pub fn write_json_lines<T: Serialize>(path: &Path, items: &[T]) -> std::io::Result<()> {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-    for op in ops {
-        serde_json::to_writer(&mut f, op)?;
+    for item in items {
+        serde_json::to_writer(&mut f, item)?;
         f.write_all(b"\n")?;
     }
     f.flush()

@@ -501,10 +501,10 @@ impl Bits {
     }
 }
 
-/// Checks one name's operations; `budget` bounds the search steps.
-pub fn check_ops(ops: &[LinOp], budget: u64) -> Verdict {
-    // Events: (time, is_return, op). Calls sort before returns at equal
-    // times (such operations count as concurrent).
+/// The operations' calls and returns in time order: (time, is_return, op).
+/// Calls sort before returns at equal times (such operations count as
+/// concurrent).
+fn events(ops: &[LinOp]) -> Vec<(f64, bool, usize)> {
     let mut events: Vec<(f64, bool, usize)> = Vec::new();
     for (i, o) in ops.iter().enumerate() {
         events.push((o.invoke, false, i));
@@ -513,6 +513,12 @@ pub fn check_ops(ops: &[LinOp], budget: u64) -> Verdict {
         }
     }
     events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    events
+}
+
+/// Checks one name's operations; `budget` bounds the search steps.
+pub fn check_ops(ops: &[LinOp], budget: u64) -> Verdict {
+    let events = events(ops);
     let n = events.len();
     let head = n;
     let mut next = vec![NIL; n + 1];
@@ -561,24 +567,8 @@ pub fn check_ops(ops: &[LinOp], budget: u64) -> Verdict {
         if steps > budget {
             return Verdict::Unknown;
         }
-        if entry == NIL {
-            // Only pending indeterminate calls after this point: backtrack.
-            let Some((call, st)) = stack.pop() else {
-                break;
-            };
-            let op = events[call].2;
-            state = st;
-            lin.clear(op);
-            if ret_of[op] != NIL {
-                unlift(&mut next, &mut prev, ret_of[op]);
-                remaining_returns += 1;
-            }
-            unlift(&mut next, &mut prev, call);
-            entry = next[call];
-            continue;
-        }
-        let (_, is_ret, op) = events[entry];
-        if !is_ret {
+        if entry != NIL && !events[entry].1 {
+            let op = events[entry].2;
             let ns = step(&state, &ops[op].step, &acked);
             if !ns.is_empty() {
                 lin.set(op);
@@ -595,28 +585,36 @@ pub fn check_ops(ops: &[LinOp], budget: u64) -> Verdict {
                 lin.clear(op);
             }
             entry = next[entry];
-        } else {
-            if stack.len() >= best.0 {
-                best = (
-                    stack.len(),
-                    stack.iter().map(|(c, _)| events[*c].2).collect(),
-                    state.clone(),
-                    Some(op),
-                );
-            }
-            let Some((call, st)) = stack.pop() else {
-                return Verdict::Violation(counterexample(ops, &best));
-            };
-            let pop = events[call].2;
-            state = st;
-            lin.clear(pop);
-            if ret_of[pop] != NIL {
-                unlift(&mut next, &mut prev, ret_of[pop]);
-                remaining_returns += 1;
-            }
-            unlift(&mut next, &mut prev, call);
-            entry = next[call];
+            continue;
         }
+        if entry != NIL && stack.len() >= best.0 {
+            // The return of a call not linearised yet blocks this path.
+            best = (
+                stack.len(),
+                stack.iter().map(|(c, _)| events[*c].2).collect(),
+                state.clone(),
+                Some(events[entry].2),
+            );
+        }
+        // Backtrack: undo the last linearised call and try the next one.
+        // With no entry left (only pending indeterminate calls after this
+        // point) an empty stack ends the search; at a blocking return it
+        // is a violation.
+        let Some((call, st)) = stack.pop() else {
+            if entry == NIL {
+                break;
+            }
+            return Verdict::Violation(counterexample(ops, &best));
+        };
+        let op = events[call].2;
+        state = st;
+        lin.clear(op);
+        if ret_of[op] != NIL {
+            unlift(&mut next, &mut prev, ret_of[op]);
+            remaining_returns += 1;
+        }
+        unlift(&mut next, &mut prev, call);
+        entry = next[call];
     }
     if remaining_returns == 0 {
         Verdict::Linearizable
@@ -752,14 +750,7 @@ impl stateright::semantics::SequentialSpec for SpecState {
 /// (exponential: for small histories only).
 pub fn check_with_stateright(ops: &[LinOp]) -> bool {
     use stateright::semantics::{ConsistencyTester, LinearizabilityTester};
-    let mut events: Vec<(f64, bool, usize)> = Vec::new();
-    for (i, o) in ops.iter().enumerate() {
-        events.push((o.invoke, false, i));
-        if let Some(c) = o.complete {
-            events.push((c.max(o.invoke), true, i));
-        }
-    }
-    events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let events = events(ops);
     let mut t: LinearizabilityTester<usize, SpecState> = LinearizabilityTester::new(SpecState {
         states: initial(),
         acked: acked_ids(ops),

@@ -160,28 +160,36 @@ pub enum Mode {
     IptablesLoss,
 }
 
+/// Adds our root qdisc on [`DEV`]: `prio` with a fourth band, the slow one.
+fn add_root() -> Result<String, String> {
+    tc(&[
+        "qdisc", "add", "dev", DEV, "root", "handle", HANDLE, "prio", "bands", "4",
+    ])
+}
+
+/// Adds our netem qdisc under the slow band; `netem` is its part of the
+/// command (`netem delay 1ms`).
+fn add_netem(netem: &[&str]) -> Result<String, String> {
+    let mut args = vec![
+        "qdisc",
+        "add",
+        "dev",
+        DEV,
+        "parent",
+        SLOW_BAND,
+        "handle",
+        NETEM_HANDLE,
+    ];
+    args.extend(netem);
+    tc(&args)
+}
+
 /// Whether this kernel has the `prio` and `netem` qdiscs: adds ours with
 /// no filter (no packet goes through the netem band) and removes it.
 fn kernel_has_netem() -> bool {
-    let ok = tc(&[
-        "qdisc", "add", "dev", DEV, "root", "handle", HANDLE, "prio", "bands", "4",
-    ])
-    .and_then(|_| {
-        tc(&[
-            "qdisc",
-            "add",
-            "dev",
-            DEV,
-            "parent",
-            SLOW_BAND,
-            "handle",
-            NETEM_HANDLE,
-            "netem",
-            "delay",
-            "1ms",
-        ])
-    })
-    .is_ok();
+    let ok = add_root()
+        .and_then(|_| add_netem(&["netem", "delay", "1ms"]))
+        .is_ok();
     teardown();
     ok
 }
@@ -232,23 +240,10 @@ impl Netem {
         if let Some(why) = unavailable_reason() {
             return Err(why);
         }
-        tc(&[
-            "qdisc", "add", "dev", DEV, "root", "handle", HANDLE, "prio", "bands", "4",
-        ])?;
+        add_root()?;
         self.slowed = true;
         let netem = slow.netem_args();
-        let mut args = vec![
-            "qdisc",
-            "add",
-            "dev",
-            DEV,
-            "parent",
-            SLOW_BAND,
-            "handle",
-            NETEM_HANDLE,
-        ];
-        args.extend(netem.iter().map(String::as_str));
-        tc(&args)?;
+        add_netem(&netem.iter().map(String::as_str).collect::<Vec<_>>())?;
         for ip in ips {
             if !ip.is_loopback() {
                 continue;

@@ -132,14 +132,8 @@ async fn in_flight(
     addr: &str,
     timeout: Duration,
 ) -> Result<Vec<String>, String> {
-    let ch = client::channel(
-        transport,
-        addr,
-        crate::cluster::CLIENT_IP.into(),
-        timeout,
-        Expect::Controller,
-    )
-    .ok_or_else(|| format!("{addr}: no channel"))?;
+    let ch = client::client_channel(transport, addr, timeout, Expect::Controller)
+        .ok_or_else(|| format!("{addr}: no channel"))?;
     let r = AdminServiceClient::new(ch)
         .list_partition_reassignments(pb::ListPartitionReassignmentsRequest::default())
         .await

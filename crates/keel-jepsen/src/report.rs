@@ -29,6 +29,10 @@ fn fault_color(i: usize) -> RGBAColor {
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
+/// A chart's coordinates: seconds across, a value up.
+type Plot =
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>;
+
 /// Width of a chart's data area in pixels: the SVG's 1,100 less its
 /// margins and the y labels.
 const PLOT_WIDTH_PX: f64 = 1_030.0;
@@ -75,11 +79,7 @@ fn label_rows(faults: &[FaultEvent], end_s: f64) -> Vec<Option<usize>> {
 /// Shades each fault's window on a chart whose data area is `height_px`
 /// high, and labels it with its kind in the row [`label_rows`] gives.
 fn shade<DB: DrawingBackend>(
-    chart: &mut ChartContext<
-        '_,
-        DB,
-        Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
-    >,
+    chart: &mut ChartContext<'_, DB, Plot>,
     faults: &[FaultEvent],
     end_s: f64,
     (ymin, ymax): (f64, f64),
@@ -110,19 +110,20 @@ fn shade<DB: DrawingBackend>(
     Ok(())
 }
 
-fn latency_chart(
-    root: &Area,
-    ops: &[OpRecord],
-    faults: &[FaultEvent],
+/// A chart on `root`, cleared to white: `caption` above, `0..end_s`
+/// seconds across, `0..ymax` in `y_unit` up, its mesh drawn and `faults`
+/// shaded (`height_px`: the data area's height, as [`shade`] takes it).
+fn shaded_chart<'a, 'b>(
+    root: &'a Area<'b>,
+    caption: &str,
+    (y_unit, ymax): (&str, f64),
     end_s: f64,
-) -> Result<(), String> {
+    faults: &[FaultEvent],
+    height_px: f64,
+) -> Result<ChartContext<'a, SVGBackend<'b>, Plot>, String> {
     root.fill(&WHITE).map_err(|e| e.to_string())?;
-    let ymax = ops.iter().map(|o| o.latency_ms()).fold(10.0f64, f64::max) * 1.15;
     let mut chart = ChartBuilder::on(root)
-        .caption(
-            "latency of every operation (ms) — green ok, blue fail, red info",
-            ("sans-serif", 16),
-        )
+        .caption(caption, ("sans-serif", 16))
         .margin(10)
         .x_label_area_size(30)
         .y_label_area_size(50)
@@ -131,10 +132,28 @@ fn latency_chart(
     chart
         .configure_mesh()
         .x_desc("seconds")
-        .y_desc("ms")
+        .y_desc(y_unit)
         .draw()
         .map_err(|e| e.to_string())?;
-    shade(&mut chart, faults, end_s, (0.0, ymax), 310.0)?;
+    shade(&mut chart, faults, end_s, (0.0, ymax), height_px)?;
+    Ok(chart)
+}
+
+fn latency_chart(
+    root: &Area,
+    ops: &[OpRecord],
+    faults: &[FaultEvent],
+    end_s: f64,
+) -> Result<(), String> {
+    let ymax = ops.iter().map(|o| o.latency_ms()).fold(10.0f64, f64::max) * 1.15;
+    let mut chart = shaded_chart(
+        root,
+        "latency of every operation (ms) — green ok, blue fail, red info",
+        ("ms", ymax),
+        end_s,
+        faults,
+        310.0,
+    )?;
     for outcome in [Outcome::Ok, Outcome::Fail, Outcome::Info] {
         let c = color(outcome);
         chart
@@ -154,7 +173,6 @@ fn throughput_chart(
     faults: &[FaultEvent],
     end_s: f64,
 ) -> Result<(), String> {
-    root.fill(&WHITE).map_err(|e| e.to_string())?;
     let secs = end_s.ceil().max(1.0) as usize;
     let mut buckets = vec![[0u32; 3]; secs + 1];
     for o in ops {
@@ -174,23 +192,14 @@ fn throughput_chart(
         .unwrap_or(1)
         .max(1) as f64
         * 1.15;
-    let mut chart = ChartBuilder::on(root)
-        .caption(
-            "throughput (completed ops per second, by outcome)",
-            ("sans-serif", 16),
-        )
-        .margin(10)
-        .x_label_area_size(30)
-        .y_label_area_size(50)
-        .build_cartesian_2d(0f64..end_s, 0f64..ymax)
-        .map_err(|e| e.to_string())?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds")
-        .y_desc("ops/s")
-        .draw()
-        .map_err(|e| e.to_string())?;
-    shade(&mut chart, faults, end_s, (0.0, ymax), 230.0)?;
+    let mut chart = shaded_chart(
+        root,
+        "throughput (completed ops per second, by outcome)",
+        ("ops/s", ymax),
+        end_s,
+        faults,
+        230.0,
+    )?;
     for (k, outcome) in [Outcome::Ok, Outcome::Fail, Outcome::Info]
         .into_iter()
         .enumerate()

@@ -75,14 +75,8 @@ async fn active_admin(
     let active = client::find_active(transport, ctrl, T)
         .await
         .ok_or("no active controller")?;
-    let ch = client::channel(
-        transport,
-        &active,
-        CLIENT_IP.into(),
-        T * 2,
-        Expect::Controller,
-    )
-    .ok_or("bad address")?;
+    let ch = client::client_channel(transport, &active, T * 2, Expect::Controller)
+        .ok_or("bad address")?;
     Ok(AdminServiceClient::new(ch))
 }
 

@@ -467,9 +467,16 @@ pub fn frame<Q: Encodable>(
         .encode(&mut buf, api.request_header_version(version))
         .and_then(|()| body.encode(&mut buf, version))
         .with_context(|| format!("encode {api:?} v{version}"))?;
-    let len = i32::try_from(buf.len() - 4).map_err(|_| anyhow!("{api:?} request too large"))?;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
+    set_length(&mut buf).ok_or_else(|| anyhow!("{api:?} request too large"))?;
     Ok(buf)
+}
+
+/// Writes a frame's length (what follows its first four bytes) into those
+/// four bytes; `None` when it does not fit.
+fn set_length(buf: &mut BytesMut) -> Option<()> {
+    let len = i32::try_from(buf.len() - 4).ok()?;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Some(())
 }
 
 /// The body of answer `b` (a frame without its length) to request `id`.
@@ -494,6 +501,37 @@ pub fn decode_answer<R: Decodable>(
     Ok(r)
 }
 
+/// A listener's reading of request `b` (a frame without its length): its
+/// header and the body's bytes.
+pub fn decode_request(mut b: Bytes) -> anyhow::Result<(RequestHeader, Bytes)> {
+    if b.len() < 4 {
+        bail!("a request of {} bytes", b.len());
+    }
+    let key = i16::from_be_bytes([b[0], b[1]]);
+    let api = ApiKey::try_from(key).map_err(|_| anyhow!("unknown api key {key}"))?;
+    let version = i16::from_be_bytes([b[2], b[3]]);
+    let h = RequestHeader::decode(&mut b, api.request_header_version(version))
+        .with_context(|| format!("{api:?} request header"))?;
+    Ok((h, b))
+}
+
+/// The frame of answer `r` to request `h`, as a listener writes it:
+/// length, header, body.
+pub fn answer_frame<R: Encodable>(h: &RequestHeader, r: &R) -> anyhow::Result<BytesMut> {
+    let key = h.request_api_key;
+    let api = ApiKey::try_from(key).map_err(|_| anyhow!("unknown api key {key}"))?;
+    let version = h.request_api_version;
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    ResponseHeader::default()
+        .with_correlation_id(h.correlation_id)
+        .encode(&mut buf, api.response_header_version(version))
+        .and_then(|()| r.encode(&mut buf, version))
+        .with_context(|| format!("encode {api:?} v{version} answer"))?;
+    set_length(&mut buf).ok_or_else(|| anyhow!("{api:?} answer too large"))?;
+    Ok(buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -505,26 +543,7 @@ mod tests {
     fn split(mut frame: Bytes) -> (RequestHeader, Bytes) {
         let len = i32::from_be_bytes(frame[..4].try_into().unwrap());
         assert_eq!(len as usize, frame.len() - 4, "the length prefix");
-        let mut b = frame.split_off(4);
-        let api = ApiKey::try_from(i16::from_be_bytes([b[0], b[1]])).unwrap();
-        let version = i16::from_be_bytes([b[2], b[3]]);
-        let h = RequestHeader::decode(&mut b, api.request_header_version(version)).unwrap();
-        (h, b)
-    }
-
-    /// An answer frame to request `h`.
-    fn answer_frame<R: Encodable>(h: &RequestHeader, r: &R) -> Vec<u8> {
-        let api = ApiKey::try_from(h.request_api_key).unwrap();
-        let mut buf = BytesMut::new();
-        buf.put_i32(0);
-        ResponseHeader::default()
-            .with_correlation_id(h.correlation_id)
-            .encode(&mut buf, api.response_header_version(h.request_api_version))
-            .unwrap();
-        r.encode(&mut buf, h.request_api_version).unwrap();
-        let len = (buf.len() - 4) as i32;
-        buf[..4].copy_from_slice(&len.to_be_bytes());
-        buf.to_vec()
+        decode_request(frame.split_off(4)).unwrap()
     }
 
     #[test]
@@ -549,7 +568,7 @@ mod tests {
             .with_request_api_version(12)
             .with_correlation_id(3);
         let r = MetadataResponse::default().with_throttle_time_ms(5);
-        let b = Bytes::from(answer_frame(&h, &r)).split_off(4);
+        let b = answer_frame(&h, &r).unwrap().freeze().split_off(4);
         let back: MetadataResponse = decode_answer(b.clone(), ApiKey::Metadata, 12, 3).unwrap();
         assert_eq!(back, r);
         let e = decode_answer::<MetadataResponse>(b, ApiKey::Metadata, 12, 4).unwrap_err();
@@ -573,7 +592,7 @@ mod tests {
         assert_eq!(req.mechanism.as_str(), "SCRAM-SHA-512");
         let offered = vec![StrBytes::from_static_str("SCRAM-SHA-512")];
         let r = SaslHandshakeResponse::default().with_mechanisms(offered);
-        io.write_all(&answer_frame(&h, &r)).await.unwrap();
+        io.write_all(&answer_frame(&h, &r).unwrap()).await.unwrap();
         let (h, mut body) = read_request(&mut io).await;
         assert_eq!(h.request_api_version, V_SASL_AUTHENTICATE);
         let first = SaslAuthenticateRequest::decode(&mut body, h.request_api_version).unwrap();
@@ -585,7 +604,7 @@ mod tests {
         )
         .unwrap();
         let r = SaslAuthenticateResponse::default().with_auth_bytes(server_first.into());
-        io.write_all(&answer_frame(&h, &r)).await.unwrap();
+        io.write_all(&answer_frame(&h, &r).unwrap()).await.unwrap();
         let (h, mut body) = read_request(&mut io).await;
         let last = SaslAuthenticateRequest::decode(&mut body, h.request_api_version).unwrap();
         let r = match server.finish(&last.auth_bytes) {
@@ -596,7 +615,7 @@ mod tests {
                 .with_error_code(ResponseError::SaslAuthenticationFailed.code())
                 .with_error_message(Some(StrBytes::from_string(e.to_string()))),
         };
-        io.write_all(&answer_frame(&h, &r)).await.unwrap();
+        io.write_all(&answer_frame(&h, &r).unwrap()).await.unwrap();
     }
 
     #[tokio::test]

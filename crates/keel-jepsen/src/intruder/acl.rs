@@ -4,17 +4,19 @@
 use super::*;
 
 impl Intruder {
-    /// An admin request as the user without ACLs, following NOT_CONTROLLER
-    /// to the named leader (at most twice).
-    pub(super) async fn as_user<R, F, Fut>(
+    /// An admin request `req` as the user without ACLs (`call` sends it),
+    /// following NOT_CONTROLLER to the named leader (at most twice).
+    pub(super) async fn as_user<Q, R, F, Fut>(
         &self,
         request: &str,
         target: String,
         first: &str,
+        req: Q,
         call: F,
     ) where
+        Q: Clone,
         R: Answered,
-        F: Fn(AdminServiceClient<Channel>) -> Fut,
+        F: Fn(AdminServiceClient<Channel>, Q) -> Fut,
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
         let t = &self.creds.user;
@@ -23,7 +25,8 @@ impl Intruder {
             let at = self.ms();
             let r = match Self::ch(t, &addr, Expect::Controller) {
                 Some(ch) => {
-                    match tokio::time::timeout(T * 2, call(AdminServiceClient::new(ch))).await {
+                    let sent = call(AdminServiceClient::new(ch), req.clone());
+                    match tokio::time::timeout(T * 2, sent).await {
                         Ok(r) => r.map(|r| r.into_inner()),
                         Err(_) => Err(tonic::Status::deadline_exceeded("no answer in time")),
                     }
@@ -59,18 +62,9 @@ impl Intruder {
         p: Option<&pb::PartitionState>,
     ) {
         let name = format!("{CREATE_PREFIX}c{round}");
-        let req = pb::CreateTopicsRequest {
-            topics: vec![pb::CreatableTopic {
-                name: name.clone(),
-                partitions: 1,
-                replication_factor: 1,
-                ..Default::default()
-            }],
-            validate_only: false,
-        };
-        self.as_user("CreateTopics", name, active, |mut c| {
-            let req = req.clone();
-            async move { c.create_topics(req).await }
+        let req = create_topics_request(vec![creatable(&name, 1, 1)]);
+        self.as_user("CreateTopics", name, active, req, |mut c, req| async move {
+            c.create_topics(req).await
         })
         .await;
 
@@ -79,10 +73,13 @@ impl Intruder {
             let req = pb::DeleteTopicsRequest {
                 names: vec![victim.clone()],
             };
-            self.as_user("DeleteTopics", victim, active, |mut c| {
-                let req = req.clone();
-                async move { c.delete_topics(req).await }
-            })
+            self.as_user(
+                "DeleteTopics",
+                victim,
+                active,
+                req,
+                |mut c, req| async move { c.delete_topics(req).await },
+            )
             .await;
         }
 
@@ -94,27 +91,23 @@ impl Intruder {
             }],
             validate_only: false,
         };
-        self.as_user("CreatePartitions", target.into(), active, |mut c| {
-            let req = req.clone();
-            async move { c.create_partitions(req).await }
-        })
+        self.as_user(
+            "CreatePartitions",
+            target.into(),
+            active,
+            req,
+            |mut c, req| async move { c.create_partitions(req).await },
+        )
         .await;
 
-        let req = pb::IncrementalAlterConfigsRequest {
-            topics: vec![pb::AlterTopicConfig {
-                topic: target.into(),
-                ops: vec![pb::AlterConfigOp {
-                    key: FORGED_CONFIG.0.into(),
-                    value: FORGED_CONFIG.1.into(),
-                    op: pb::ConfigOp::Set as i32,
-                }],
-            }],
-            validate_only: false,
-        };
-        self.as_user("IncrementalAlterConfigs", target.into(), active, |mut c| {
-            let req = req.clone();
-            async move { c.incremental_alter_configs(req).await }
-        })
+        let req = set_config(target, FORGED_CONFIG.0.into(), FORGED_CONFIG.1.into());
+        self.as_user(
+            "IncrementalAlterConfigs",
+            target.into(),
+            active,
+            req,
+            |mut c, req| async move { c.incremental_alter_configs(req).await },
+        )
         .await;
 
         let req = pb::ElectLeadersRequest {
@@ -128,10 +121,8 @@ impl Intruder {
             "ElectLeaders(unclean)",
             format!("{target}-0"),
             active,
-            |mut c| {
-                let req = req.clone();
-                async move { c.elect_leaders(req).await }
-            },
+            req,
+            |mut c, req| async move { c.elect_leaders(req).await },
         )
         .await;
 
@@ -154,10 +145,8 @@ impl Intruder {
             "AlterPartitionReassignments",
             format!("{target}-0 -> {replicas:?}"),
             active,
-            |mut c| {
-                let req = req.clone();
-                async move { c.alter_partition_reassignments(req).await }
-            },
+            req,
+            |mut c, req| async move { c.alter_partition_reassignments(req).await },
         )
         .await;
 
@@ -165,13 +154,11 @@ impl Intruder {
             "UnregisterBroker",
             format!("broker {y}"),
             active,
-            |mut c| async move {
-                c.unregister_broker(pb::UnregisterBrokerRequest {
-                    broker_id: y,
-                    ..Default::default()
-                })
-                .await
+            pb::UnregisterBrokerRequest {
+                broker_id: y,
+                ..Default::default()
             },
+            |mut c, req| async move { c.unregister_broker(req).await },
         )
         .await;
 
@@ -180,28 +167,24 @@ impl Intruder {
             "RemoveVoter",
             format!("node {voter}"),
             active,
-            |mut c| async move {
-                c.remove_voter(pb::RemoveVoterRequest {
-                    node_id: voter,
-                    ..Default::default()
-                })
-                .await
+            pb::RemoveVoterRequest {
+                node_id: voter,
+                ..Default::default()
             },
+            |mut c, req| async move { c.remove_voter(req).await },
         )
         .await;
         self.as_user(
             "AddVoter",
             format!("node {FORGED_VOTER}"),
             active,
-            |mut c| async move {
-                c.add_voter(pb::AddVoterRequest {
-                    node_id: FORGED_VOTER,
-                    address: FORGED_ADDRESS.into(),
-                    directory_id: String::new(),
-                    ..Default::default()
-                })
-                .await
+            pb::AddVoterRequest {
+                node_id: FORGED_VOTER,
+                address: FORGED_ADDRESS.into(),
+                directory_id: String::new(),
+                ..Default::default()
             },
+            |mut c, req| async move { c.add_voter(req).await },
         )
         .await;
 
@@ -221,10 +204,13 @@ impl Intruder {
                 binding(pb::acl_resource::Resource::TopicPrefix("j".into())),
             ],
         };
-        self.as_user("CreateAcls", format!("{me} all"), active, |mut c| {
-            let req = req.clone();
-            async move { c.create_acls(req).await }
-        })
+        self.as_user(
+            "CreateAcls",
+            format!("{me} all"),
+            active,
+            req,
+            |mut c, req| async move { c.create_acls(req).await },
+        )
         .await;
 
         self.write_session(round, active, target).await;
@@ -242,15 +228,9 @@ impl Intruder {
         let writes = vec![
             pb::WriteRequest {
                 id: 1,
-                op: Some(Op::CreateTopics(pb::CreateTopicsRequest {
-                    topics: vec![pb::CreatableTopic {
-                        name: name.clone(),
-                        partitions: 1,
-                        replication_factor: 1,
-                        ..Default::default()
-                    }],
-                    validate_only: false,
-                })),
+                op: Some(Op::CreateTopics(create_topics_request(vec![creatable(
+                    &name, 1, 1,
+                )]))),
             },
             pb::WriteRequest {
                 id: 2,

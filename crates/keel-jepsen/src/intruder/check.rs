@@ -92,8 +92,8 @@ async fn observe_once(
     let active = client::find_active(admin, ctrl, T)
         .await
         .ok_or("no active controller")?;
-    let ch = client::channel(admin, &active, CLIENT_IP.into(), T * 4, Expect::Controller)
-        .ok_or("bad address")?;
+    let ch =
+        client::client_channel(admin, &active, T * 4, Expect::Controller).ok_or("bad address")?;
     let mut c = AdminServiceClient::new(ch);
     let mut s = State::default();
 
@@ -415,13 +415,7 @@ fn state_violations(before: &State, after: &State, out: &mut Vec<Value>) {
 
 /// Writes the attempts as JSON lines.
 pub fn write_attempts(path: &Path, attempts: &[Attempt]) -> std::io::Result<()> {
-    use std::io::Write;
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-    for a in attempts {
-        serde_json::to_writer(&mut f, a)?;
-        f.write_all(b"\n")?;
-    }
-    f.flush()
+    crate::history::write_json_lines(path, attempts)
 }
 
 #[cfg(test)]
@@ -439,6 +433,12 @@ mod tests {
             answer,
             detail: String::new(),
         }
+    }
+
+    /// The checker's verdict on `attempts` without broker histories, for a
+    /// run with Kafka listeners or (`kafka` false) without.
+    fn judged(attempts: &[Attempt], before: &State, after: &State, kafka: bool) -> (bool, Value) {
+        check_with_kafka(attempts, Some(before), Some(after), &BTreeMap::new(), kafka)
     }
 
     fn every_kafka_attack_refused() -> Vec<Attempt> {
@@ -463,13 +463,7 @@ mod tests {
     #[test]
     fn kafka_attacks_all_refused_and_nothing_written_pass() {
         let before = targets_untouched();
-        let (valid, detail) = check_with_kafka(
-            &every_kafka_attack_refused(),
-            Some(&before),
-            Some(&before),
-            &BTreeMap::new(),
-            true,
-        );
+        let (valid, detail) = judged(&every_kafka_attack_refused(), &before, &before, true);
         assert!(valid, "{detail}");
     }
 
@@ -478,13 +472,7 @@ mod tests {
         let before = targets_untouched();
         let mut attempts = every_kafka_attack_refused();
         attempts.push(kafka_attempt(Credential::KafkaReplay, Answer::Accepted));
-        let (valid, detail) = check_with_kafka(
-            &attempts,
-            Some(&before),
-            Some(&before),
-            &BTreeMap::new(),
-            true,
-        );
+        let (valid, detail) = judged(&attempts, &before, &before, true);
         assert!(!valid);
         assert_eq!(detail["accepted"], 1);
         assert_eq!(detail["violation_count"], 1);
@@ -497,13 +485,7 @@ mod tests {
         after
             .topics
             .insert(format!("{CREATE_PREFIX}kp3"), TopicState::default());
-        let (valid, detail) = check_with_kafka(
-            &every_kafka_attack_refused(),
-            Some(&before),
-            Some(&after),
-            &BTreeMap::new(),
-            true,
-        );
+        let (valid, detail) = judged(&every_kafka_attack_refused(), &before, &after, true);
         assert!(!valid);
         assert!(
             detail["violations"][0]["intruder_topic_exists"].is_object(),
@@ -519,13 +501,7 @@ mod tests {
             .filter(|a| a.credential != Credential::KafkaNodeCert)
             .collect();
         attempts.push(kafka_attempt(Credential::KafkaNodeCert, Answer::Errored));
-        let (valid, detail) = check_with_kafka(
-            &attempts,
-            Some(&before),
-            Some(&before),
-            &BTreeMap::new(),
-            true,
-        );
+        let (valid, detail) = judged(&attempts, &before, &before, true);
         assert!(!valid);
         assert!(detail["cannot_tell"][0]
             .as_str()
@@ -536,13 +512,7 @@ mod tests {
             credential: Credential::NoAcls,
             ..kafka_attempt(Credential::NoAcls, Answer::Refused)
         }];
-        let (valid, detail) = check_with_kafka(
-            &grpc_only,
-            Some(&before),
-            Some(&before),
-            &BTreeMap::new(),
-            false,
-        );
+        let (valid, detail) = judged(&grpc_only, &before, &before, false);
         assert!(valid, "{detail}");
     }
 

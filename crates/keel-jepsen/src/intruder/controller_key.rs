@@ -13,7 +13,7 @@ use keel_proto::pb;
 use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
 
 use super::classify::classify_fence;
-use super::{bad_address, Credential, Intruder, FORGED_EPOCH, T};
+use super::{Credential, Intruder, FORGED_EPOCH, T};
 use crate::client::{self, Expect};
 
 impl Intruder {
@@ -53,83 +53,70 @@ impl Intruder {
                 .collect();
         }
         let target = format!("broker {y} as controller {id} in epoch {epoch}");
-        let ch = || Self::ch(t, addr, Expect::Broker(y));
+        let control = || Self::ch(t, addr, Expect::Broker(y)).map(BrokerControlServiceClient::new);
 
-        let at = self.ms();
-        let r = match ch() {
-            Some(ch) => BrokerControlServiceClient::new(ch)
-                .leader_and_isr(pb::LeaderAndIsrRequest {
-                    stamp,
-                    partitions: partitions.clone(),
-                    leaders: vec![],
-                })
-                .await
-                .map(tonic::Response::into_inner),
-            None => Err(bad_address()),
+        let req = pb::LeaderAndIsrRequest {
+            stamp,
+            partitions: partitions.clone(),
+            leaders: vec![],
         };
-        let c = classify_fence(&r);
-        self.record(
-            at,
-            Credential::ControllerKey,
-            t,
-            "LeaderAndIsr",
-            target.clone(),
+        self.attempt(
+            (Credential::ControllerKey, t),
+            ("LeaderAndIsr", target.clone()),
             addr,
-            c,
-        );
+            || {
+                control().map(|mut c| async move {
+                    c.leader_and_isr(req).await.map(tonic::Response::into_inner)
+                })
+            },
+            classify_fence,
+        )
+        .await;
 
-        let at = self.ms();
-        let r = match ch() {
-            Some(ch) => BrokerControlServiceClient::new(ch)
-                .update_metadata(pb::UpdateMetadataRequest {
-                    stamp,
-                    metadata_offset: u64::MAX,
-                    full: true,
-                    ..Default::default()
-                })
-                .await
-                .map(tonic::Response::into_inner),
-            None => Err(bad_address()),
+        let req = pb::UpdateMetadataRequest {
+            stamp,
+            metadata_offset: u64::MAX,
+            full: true,
+            ..Default::default()
         };
-        let c = classify_fence(&r);
-        self.record(
-            at,
-            Credential::ControllerKey,
-            t,
-            "UpdateMetadata",
-            target.clone(),
+        self.attempt(
+            (Credential::ControllerKey, t),
+            ("UpdateMetadata", target.clone()),
             addr,
-            c,
-        );
+            || {
+                control().map(|mut c| async move {
+                    c.update_metadata(req)
+                        .await
+                        .map(tonic::Response::into_inner)
+                })
+            },
+            classify_fence,
+        )
+        .await;
 
-        let at = self.ms();
-        let r = match ch() {
-            Some(ch) => BrokerControlServiceClient::new(ch)
-                .stop_replica(pb::StopReplicaRequest {
-                    stamp,
-                    partitions: partitions
-                        .iter()
-                        .map(|p| pb::StopReplicaItem {
-                            topic_id: p.topic_id.clone(),
-                            partition: p.partition,
-                            delete: true,
-                            leader_epoch: p.leader_epoch,
-                        })
-                        .collect(),
+        let req = pb::StopReplicaRequest {
+            stamp,
+            partitions: partitions
+                .iter()
+                .map(|p| pb::StopReplicaItem {
+                    topic_id: p.topic_id.clone(),
+                    partition: p.partition,
+                    delete: true,
+                    leader_epoch: p.leader_epoch,
                 })
-                .await
-                .map(tonic::Response::into_inner),
-            None => Err(bad_address()),
+                .collect(),
         };
-        let c = classify_fence(&r);
-        self.record(
-            at,
-            Credential::ControllerKey,
-            t,
-            "StopReplica",
-            target,
+        self.attempt(
+            (Credential::ControllerKey, t),
+            ("StopReplica", target),
             addr,
-            c,
-        );
+            || {
+                control().map(|mut c| async move {
+                    c.stop_replica(req).await.map(tonic::Response::into_inner)
+                })
+            },
+            classify_fence,
+        )
+        .await;
     }
 }

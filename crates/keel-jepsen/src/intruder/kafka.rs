@@ -204,12 +204,17 @@ impl KafkaAttacks {
         record(att(Credential::KafkaReplay, &who, "SaslAuthenticate", n, a));
     }
 
-    /// A wrong password, then a request on the same connection.
-    async fn wrong_password(&self, addr: &str, password: &str, name: &str) -> (Answer, String) {
-        let mut c = match open(addr, &self.tls_only).await {
-            Ok(c) => c,
-            Err(e) => return no_connection(&e),
-        };
+    /// A connection over TLS and a SCRAM login of the victim with
+    /// `password` on it (the client's first and final messages, or why it
+    /// did not pass); no connection: the attempt's verdict.
+    async fn victim_login(
+        &self,
+        addr: &str,
+        password: &str,
+    ) -> Result<(Conn, Result<(Vec<u8>, Vec<u8>), LoginError>), (Answer, String)> {
+        let mut c = open(addr, &self.tls_only)
+            .await
+            .map_err(|e| no_connection(&e))?;
         let scram = ScramClient::new(
             kc::SASL_MECHANISM,
             VICTIM_USER,
@@ -217,6 +222,15 @@ impl KafkaAttacks {
             &kc::scram_nonce(),
         );
         let r = login(&mut c, scram).await;
+        Ok((c, r))
+    }
+
+    /// A wrong password, then a request on the same connection.
+    async fn wrong_password(&self, addr: &str, password: &str, name: &str) -> (Answer, String) {
+        let (mut c, r) = match self.victim_login(addr, password).await {
+            Ok(login) => login,
+            Err(verdict) => return verdict,
+        };
         let verdict = after_login(&mut c, r, name).await;
         c.close().await;
         verdict
@@ -225,17 +239,10 @@ impl KafkaAttacks {
     /// A real login of the victim, recorded, then replayed on a new
     /// connection.
     async fn replay(&self, addr: &str, name: &str) -> (Answer, String) {
-        let mut c = match open(addr, &self.tls_only).await {
-            Ok(c) => c,
-            Err(e) => return no_connection(&e),
+        let (c, recorded) = match self.victim_login(addr, &self.victim_password).await {
+            Ok(login) => login,
+            Err(verdict) => return verdict,
         };
-        let scram = ScramClient::new(
-            kc::SASL_MECHANISM,
-            VICTIM_USER,
-            &self.victim_password,
-            &kc::scram_nonce(),
-        );
-        let recorded = login(&mut c, scram).await;
         c.close().await;
         let (first, last) = match recorded {
             Ok(messages) => messages,
@@ -649,7 +656,7 @@ mod tests {
     }
 
     use kafka_protocol::messages::{
-        RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslAuthenticateResponse,
+        RequestHeader, SaslAuthenticateRequest, SaslAuthenticateResponse,
     };
     use kafka_protocol::protocol::{Decodable, Encodable};
     use keel_metadata::scram::{ScramCredential, ScramMechanism, ScramServer};
@@ -659,25 +666,12 @@ mod tests {
         let len = io.read_i32().await.ok()?;
         let mut b = vec![0u8; len as usize];
         io.read_exact(&mut b).await.ok()?;
-        let api = ApiKey::try_from(i16::from_be_bytes([b[0], b[1]])).unwrap();
-        let v = i16::from_be_bytes([b[2], b[3]]);
-        let mut b = Bytes::from(b);
-        let h = RequestHeader::decode(&mut b, api.request_header_version(v)).unwrap();
-        Some((h, b))
+        Some(keel_testkit::kafka::decode_request(Bytes::from(b)).unwrap())
     }
 
     async fn answer<R: Encodable>(io: &mut DuplexStream, h: &RequestHeader, r: &R) {
-        let api = ApiKey::try_from(h.request_api_key).unwrap();
-        let mut buf = bytes::BytesMut::new();
-        bytes::BufMut::put_i32(&mut buf, 0);
-        ResponseHeader::default()
-            .with_correlation_id(h.correlation_id)
-            .encode(&mut buf, api.response_header_version(h.request_api_version))
-            .unwrap();
-        r.encode(&mut buf, h.request_api_version).unwrap();
-        let len = (buf.len() - 4) as i32;
-        buf[..4].copy_from_slice(&len.to_be_bytes());
-        io.write_all(&buf).await.unwrap();
+        let frame = keel_testkit::kafka::answer_frame(h, r).unwrap();
+        io.write_all(&frame).await.unwrap();
     }
 
     /// A listener's side of one SCRAM-SHA-512 login of [`VICTIM_USER`]

@@ -84,6 +84,7 @@ use keel_proto::pb::admin_service_client::AdminServiceClient;
 use keel_proto::pb::broker_control_service_client::BrokerControlServiceClient;
 use keel_proto::pb::broker_service_client::BrokerServiceClient;
 use keel_proto::pb::raft_service_client::RaftServiceClient;
+use keel_testkit::admin::{creatable, create_topics_request, set_config};
 use keel_tls::Identity;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -91,7 +92,7 @@ use tonic::transport::Channel;
 
 use crate::brokers::BrokerEvent;
 use crate::client::{self, Expect, Transport};
-use crate::cluster::{Cluster, CLIENT_IP};
+use crate::cluster::Cluster;
 
 /// The user without ACLs.
 pub const USER: &str = "intruder";
@@ -340,8 +341,30 @@ impl Intruder {
         });
     }
 
+    /// One attempt with `credential` (certificate `t`): `request` aimed at
+    /// `target` on `node`, recorded with when it was sent and how
+    /// `classify` reads its answer. `send` opens the channel and returns
+    /// the call, `None` when the address does not parse.
+    async fn attempt<R, Fut>(
+        &self,
+        (credential, t): (Credential, &Transport),
+        (request, target): (&str, String),
+        node: &str,
+        send: impl FnOnce() -> Option<Fut>,
+        classify: impl FnOnce(&Result<R, tonic::Status>) -> (Answer, String),
+    ) where
+        Fut: Future<Output = Result<R, tonic::Status>>,
+    {
+        let at = self.ms();
+        let r = match send() {
+            Some(call) => call.await,
+            None => Err(bad_address()),
+        };
+        self.record(at, credential, t, request, target, node, classify(&r));
+    }
+
     fn ch(transport: &Transport, addr: &str, expect: Expect) -> Option<Channel> {
-        client::channel(transport, addr, CLIENT_IP.into(), T, expect)
+        client::client_channel(transport, addr, T, expect)
     }
 
     /// Runs rounds until `stop`, `until` (since start) or [`MAX_ROUNDS`].
@@ -436,78 +459,46 @@ impl Intruder {
     async fn foreign_ca(&self, round: u32, active: &str, target: &str, y: u32) {
         let t = &self.creds.foreign_admin;
         let name = format!("{CREATE_PREFIX}a{round}");
-        let at = self.ms();
-        let r = match Self::ch(t, active, Expect::Controller) {
-            Some(ch) => {
-                AdminServiceClient::new(ch)
-                    .create_topics(pb::CreateTopicsRequest {
-                        topics: vec![pb::CreatableTopic {
-                            name: name.clone(),
-                            partitions: 1,
-                            replication_factor: 1,
-                            ..Default::default()
-                        }],
-                        validate_only: false,
-                    })
-                    .await
-            }
-            None => Err(bad_address()),
-        };
-        let c = classify_cert(&r, true);
-        self.record(
-            at,
-            Credential::ForeignCa,
-            t,
-            "CreateTopics",
-            name,
+        let admin = || Self::ch(t, active, Expect::Controller).map(AdminServiceClient::new);
+        let req = create_topics_request(vec![creatable(&name, 1, 1)]);
+        self.attempt(
+            (Credential::ForeignCa, t),
+            ("CreateTopics", name),
             active,
-            c,
-        );
+            || admin().map(|mut c| async move { c.create_topics(req).await }),
+            |r| classify_cert(r, true),
+        )
+        .await;
 
-        let at = self.ms();
-        let r = match Self::ch(t, active, Expect::Controller) {
-            Some(ch) => {
-                AdminServiceClient::new(ch)
-                    .delete_topics(pb::DeleteTopicsRequest {
-                        names: vec![target.to_string()],
-                    })
-                    .await
-            }
-            None => Err(bad_address()),
+        let req = pb::DeleteTopicsRequest {
+            names: vec![target.to_string()],
         };
-        let c = classify_cert(&r, true);
-        self.record(
-            at,
-            Credential::ForeignCa,
-            t,
-            "DeleteTopics",
-            target.into(),
+        self.attempt(
+            (Credential::ForeignCa, t),
+            ("DeleteTopics", target.into()),
             active,
-            c,
-        );
+            || admin().map(|mut c| async move { c.delete_topics(req).await }),
+            |r| classify_cert(r, true),
+        )
+        .await;
 
         let Some(t) = self.creds.foreign_brokers.get(&y) else {
             return;
         };
-        let at = self.ms();
-        let r = match Self::ch(t, active, Expect::Controller) {
-            Some(ch) => {
-                BrokerServiceClient::new(ch)
-                    .register_broker(self.forged_registration(y, 0))
-                    .await
-            }
-            None => Err(bad_address()),
-        };
-        let c = classify_cert(&r, true);
-        self.record(
-            at,
-            Credential::ForeignCa,
-            t,
-            "RegisterBroker",
-            format!("broker {y}"),
+        self.attempt(
+            (Credential::ForeignCa, t),
+            ("RegisterBroker", format!("broker {y}")),
             active,
-            c,
-        );
+            || {
+                Self::ch(t, active, Expect::Controller).map(|ch| async move {
+                    BrokerServiceClient::new(ch)
+                        .register_broker(self.forged_registration(y, 0))
+                        .await
+                })
+            },
+            |r| classify_cert(r, true),
+        )
+        .await;
     }
 
     fn forged_registration(&self, y: u32, previous_epoch: u64) -> pb::RegisterBrokerRequest {
@@ -544,54 +535,39 @@ impl Intruder {
         let who = format!("broker {y} (epoch {y_epoch})");
         let client = || Self::ch(t, active, Expect::Controller).map(BrokerServiceClient::new);
 
-        let at = self.ms();
-        let r = match client() {
-            Some(mut c) => {
-                c.register_broker(self.forged_registration(y, y_epoch))
-                    .await
-            }
-            None => Err(bad_address()),
-        };
-        let c = classify_cert(&r, false);
-        self.record(
-            at,
-            Credential::WrongBroker,
-            t,
-            "RegisterBroker",
-            who.clone(),
+        self.attempt(
+            (Credential::WrongBroker, t),
+            ("RegisterBroker", who.clone()),
             active,
-            c,
-        );
-
-        let at = self.ms();
-        let r = match client() {
-            Some(mut c) => {
-                c.broker_heartbeat(pb::BrokerHeartbeatRequest {
-                    broker_id: y,
-                    broker_epoch: y_epoch,
-                    current_metadata_offset: 0,
-                    want_fence: true,
-                    want_shutdown: true,
-                    offline_log_dirs: vec![],
-                    disks: vec![],
-                    software_version: String::new(),
+            || {
+                client().map(|mut c| async move {
+                    c.register_broker(self.forged_registration(y, y_epoch))
+                        .await
                 })
-                .await
-            }
-            None => Err(bad_address()),
-        };
-        let c = classify_cert(&r, false);
-        self.record(
-            at,
-            Credential::WrongBroker,
-            t,
-            "BrokerHeartbeat",
-            who.clone(),
-            active,
-            c,
-        );
+            },
+            |r| classify_cert(r, false),
+        )
+        .await;
 
-        let at = self.ms();
+        let req = pb::BrokerHeartbeatRequest {
+            broker_id: y,
+            broker_epoch: y_epoch,
+            current_metadata_offset: 0,
+            want_fence: true,
+            want_shutdown: true,
+            offline_log_dirs: vec![],
+            disks: vec![],
+            software_version: String::new(),
+        };
+        self.attempt(
+            (Credential::WrongBroker, t),
+            ("BrokerHeartbeat", who.clone()),
+            active,
+            || client().map(|mut c| async move { c.broker_heartbeat(req).await }),
+            |r| classify_cert(r, false),
+        )
+        .await;
+
         let items: Vec<pb::AlterPartitionItem> = p
             .map(|p| pb::AlterPartitionItem {
                 topic_id: p.topic_id.clone(),
@@ -602,49 +578,32 @@ impl Intruder {
             })
             .into_iter()
             .collect();
-        let r = match client() {
-            Some(mut c) => {
-                c.alter_partition(pb::AlterPartitionRequest {
-                    broker_id: y,
-                    broker_epoch: y_epoch,
-                    partitions: items,
-                })
-                .await
-            }
-            None => Err(bad_address()),
+        let req = pb::AlterPartitionRequest {
+            broker_id: y,
+            broker_epoch: y_epoch,
+            partitions: items,
         };
-        let c = classify_cert(&r, false);
-        self.record(
-            at,
-            Credential::WrongBroker,
-            t,
-            "AlterPartition",
-            who.clone(),
+        self.attempt(
+            (Credential::WrongBroker, t),
+            ("AlterPartition", who.clone()),
             active,
-            c,
-        );
+            || client().map(|mut c| async move { c.alter_partition(req).await }),
+            |r| classify_cert(r, false),
+        )
+        .await;
 
-        let at = self.ms();
-        let r = match client() {
-            Some(mut c) => {
-                c.controlled_shutdown(pb::ControlledShutdownRequest {
-                    broker_id: y,
-                    broker_epoch: y_epoch,
-                })
-                .await
-            }
-            None => Err(bad_address()),
+        let req = pb::ControlledShutdownRequest {
+            broker_id: y,
+            broker_epoch: y_epoch,
         };
-        let c = classify_cert(&r, false);
-        self.record(
-            at,
-            Credential::WrongBroker,
-            t,
-            "ControlledShutdown",
-            who,
+        self.attempt(
+            (Credential::WrongBroker, t),
+            ("ControlledShutdown", who),
             active,
-            c,
-        );
+            || client().map(|mut c| async move { c.controlled_shutdown(req).await }),
+            |r| classify_cert(r, false),
+        )
+        .await;
     }
 
     /// A Raft Vote for a forged term, as the user, to a controller.
@@ -679,21 +638,20 @@ impl Intruder {
             from_directory,
             to_directory,
         };
-        let at = self.ms();
-        let r = match Self::ch(t, addr, Expect::ControllerId(to_id)) {
-            Some(ch) => RaftServiceClient::new(ch).vote(req).await,
-            None => Err(bad_address()),
-        };
-        let c = classify_cert(&r, false);
-        self.record(
-            at,
-            Credential::NoAcls,
-            t,
-            "Vote",
-            format!("controller {to_id} for term {term} as controller {from_id}"),
+        self.attempt(
+            (Credential::NoAcls, t),
+            (
+                "Vote",
+                format!("controller {to_id} for term {term} as controller {from_id}"),
+            ),
             addr,
-            c,
-        );
+            || {
+                Self::ch(t, addr, Expect::ControllerId(to_id))
+                    .map(|ch| async move { RaftServiceClient::new(ch).vote(req).await })
+            },
+            |r| classify_cert(r, false),
+        )
+        .await;
     }
 
     /// A LeaderAndIsr with a forged controller epoch, as the user, to a
@@ -723,25 +681,23 @@ impl Intruder {
             partitions,
             leaders: vec![],
         };
-        let at = self.ms();
-        let r = match Self::ch(t, addr, Expect::Broker(y)) {
-            Some(ch) => {
-                BrokerControlServiceClient::new(ch)
-                    .leader_and_isr(req)
-                    .await
-            }
-            None => Err(bad_address()),
-        };
-        let c = classify_cert(&r, false);
-        self.record(
-            at,
-            Credential::NoAcls,
-            t,
-            "LeaderAndIsr",
-            format!("broker {y} with controller epoch {epoch}"),
+        self.attempt(
+            (Credential::NoAcls, t),
+            (
+                "LeaderAndIsr",
+                format!("broker {y} with controller epoch {epoch}"),
+            ),
             addr,
-            c,
-        );
+            || {
+                Self::ch(t, addr, Expect::Broker(y)).map(|ch| async move {
+                    BrokerControlServiceClient::new(ch)
+                        .leader_and_isr(req)
+                        .await
+                })
+            },
+            |r| classify_cert(r, false),
+        )
+        .await;
     }
 }
 

@@ -286,6 +286,15 @@ fn text(m: &Option<StrBytes>) -> Option<String> {
     m.as_ref().map(|m| m.to_string())
 }
 
+/// An answer's item as (error code, message): UNKNOWN_SERVER_ERROR when
+/// the answer has no item.
+fn item_error(item: Option<(i16, &Option<StrBytes>)>) -> (i16, Option<String>) {
+    item.map_or(
+        (ResponseError::UnknownServerError.code(), None),
+        |(code, m)| (code, text(m)),
+    )
+}
+
 fn hex_id(id: &uuid::Uuid) -> Option<String> {
     (!id.is_nil())
         .then(|| TopicId::from_bytes(id.as_bytes()).map(|t| t.to_string()))
@@ -426,6 +435,29 @@ impl KafkaClient {
         }
     }
 
+    /// [`run`](Self::run)s one write of `kind`: `req` sent as `api` at
+    /// `version`; `item` reads the answer as (error code, message).
+    async fn write<Q, R>(
+        &mut self,
+        kind: WriteKind,
+        (api, version): (ApiKey, i16),
+        req: Q,
+        item: fn(R) -> (i16, Option<String>),
+    ) -> OpResult
+    where
+        Q: Encodable + Clone + Send + Sync + 'static,
+        R: Decodable + Send + 'static,
+    {
+        self.run(|c| {
+            let req = req.clone();
+            Box::pin(async move {
+                let a: Result<R, _> = c.call(api, version, &req).await;
+                write_attempt(kind, a.map(item))
+            })
+        })
+        .await
+    }
+
     pub async fn create(&mut self, name: &str, partitions: u32, rf: u32) -> OpResult {
         let req = CreateTopicsRequest::default()
             .with_topics(vec![CreatableTopic::default()
@@ -465,18 +497,18 @@ impl KafkaClient {
         let req = DeleteTopicsRequest::default()
             .with_topics(vec![DeleteTopicState::default().with_name(Some(tn(name)))])
             .with_timeout_ms(self.timeout_ms());
-        self.run(|c| {
-            let req = req.clone();
-            Box::pin(async move {
-                let a: Result<DeleteTopicsResponse, _> =
-                    c.call(ApiKey::DeleteTopics, V_DELETE_TOPICS, &req).await;
-                let a = a.map(|resp| match resp.responses.first() {
-                    Some(t) => (t.error_code, text(&t.error_message)),
-                    None => (ResponseError::UnknownServerError.code(), None),
-                });
-                write_attempt(WriteKind::Delete, a)
-            })
-        })
+        self.write(
+            WriteKind::Delete,
+            (ApiKey::DeleteTopics, V_DELETE_TOPICS),
+            req,
+            |resp: DeleteTopicsResponse| {
+                item_error(
+                    resp.responses
+                        .first()
+                        .map(|t| (t.error_code, &t.error_message)),
+                )
+            },
+        )
         .await
     }
 
@@ -489,19 +521,18 @@ impl KafkaClient {
                 .with_assignments(None)])
             .with_timeout_ms(self.timeout_ms());
         let mut r = self
-            .run(|c| {
-                let req = req.clone();
-                Box::pin(async move {
-                    let a: Result<CreatePartitionsResponse, _> = c
-                        .call(ApiKey::CreatePartitions, V_CREATE_PARTITIONS, &req)
-                        .await;
-                    let a = a.map(|resp| match resp.results.first() {
-                        Some(t) => (t.error_code, text(&t.error_message)),
-                        None => (ResponseError::UnknownServerError.code(), None),
-                    });
-                    write_attempt(WriteKind::CreatePartitions, a)
-                })
-            })
+            .write(
+                WriteKind::CreatePartitions,
+                (ApiKey::CreatePartitions, V_CREATE_PARTITIONS),
+                req,
+                |resp: CreatePartitionsResponse| {
+                    item_error(
+                        resp.results
+                            .first()
+                            .map(|t| (t.error_code, &t.error_message)),
+                    )
+                },
+            )
             .await;
         r.partitions = Some(total);
         r
@@ -523,23 +554,18 @@ impl KafkaClient {
                 .with_configs(vec![config]),
         ]);
         let mut r = self
-            .run(|c| {
-                let req = req.clone();
-                Box::pin(async move {
-                    let a: Result<IncrementalAlterConfigsResponse, _> = c
-                        .call(
-                            ApiKey::IncrementalAlterConfigs,
-                            V_INCREMENTAL_ALTER_CONFIGS,
-                            &req,
-                        )
-                        .await;
-                    let a = a.map(|resp| match resp.responses.first() {
-                        Some(t) => (t.error_code, text(&t.error_message)),
-                        None => (ResponseError::UnknownServerError.code(), None),
-                    });
-                    write_attempt(WriteKind::AlterConfig, a)
-                })
-            })
+            .write(
+                WriteKind::AlterConfig,
+                (ApiKey::IncrementalAlterConfigs, V_INCREMENTAL_ALTER_CONFIGS),
+                req,
+                |resp: IncrementalAlterConfigsResponse| {
+                    item_error(
+                        resp.responses
+                            .first()
+                            .map(|t| (t.error_code, &t.error_message)),
+                    )
+                },
+            )
             .await;
         r.config_key = Some(key.to_string());
         r.config_value = value.map(str::to_string);
@@ -561,28 +587,18 @@ impl KafkaClient {
                     .with_partition_index(i32::try_from(partition).unwrap_or(i32::MAX))
                     .with_replicas(Some(to))])]);
         let mut r = self
-            .run(|c| {
-                let req = req.clone();
-                Box::pin(async move {
-                    let a: Result<AlterPartitionReassignmentsResponse, _> = c
-                        .call(
-                            ApiKey::AlterPartitionReassignments,
-                            V_ALTER_REASSIGNMENTS,
-                            &req,
-                        )
-                        .await;
-                    let a = a.map(|resp| {
-                        if resp.error_code != 0 {
-                            return (resp.error_code, text(&resp.error_message));
-                        }
-                        match resp.responses.first().and_then(|t| t.partitions.first()) {
-                            Some(p) => (p.error_code, text(&p.error_message)),
-                            None => (ResponseError::UnknownServerError.code(), None),
-                        }
-                    });
-                    write_attempt(WriteKind::Reassign, a)
-                })
-            })
+            .write(
+                WriteKind::Reassign,
+                (ApiKey::AlterPartitionReassignments, V_ALTER_REASSIGNMENTS),
+                req,
+                |resp: AlterPartitionReassignmentsResponse| {
+                    if resp.error_code != 0 {
+                        return (resp.error_code, text(&resp.error_message));
+                    }
+                    let p = resp.responses.first().and_then(|t| t.partitions.first());
+                    item_error(p.map(|p| (p.error_code, &p.error_message)))
+                },
+            )
             .await;
         r.partition = Some(partition);
         r.replicas = Some(replicas.to_vec());

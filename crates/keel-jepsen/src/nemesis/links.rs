@@ -9,7 +9,7 @@ use rand::seq::SliceRandom;
 use rand::Rng;
 
 use super::{FaultEvent, Nemesis, Undo};
-use crate::cluster::{indexes, ip, Role};
+use crate::cluster::{indexes, ip, Cluster, Role};
 
 const LOOPBACK: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 
@@ -17,6 +17,13 @@ const LOOPBACK: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 1);
 pub(super) fn cross(a: &[usize], b: &[usize]) -> Vec<(usize, usize)> {
     a.iter()
         .flat_map(|&x| b.iter().map(move |&y| (x, y)))
+        .collect()
+}
+
+/// The addresses of each pair of nodes in `cuts`.
+fn addresses(c: &Cluster, cuts: &[(usize, usize)]) -> Vec<(Ipv4Addr, Ipv4Addr)> {
+    cuts.iter()
+        .map(|&(a, b)| (ip(&c.nodes[a]), ip(&c.nodes[b])))
         .collect()
 }
 
@@ -47,15 +54,9 @@ impl Nemesis {
                 let mut idx: Vec<usize> = (0..n).collect();
                 idx.shuffle(&mut self.rng);
                 let (a, b) = idx.split_at(n / 2);
-                let cuts: Vec<(usize, usize)> = a
-                    .iter()
-                    .flat_map(|&x| b.iter().map(move |&y| (x, y)))
-                    .collect();
-                ev.targets.push(format!(
-                    "{:?} | {:?}",
-                    a.iter().map(|&i| self.name(i)).collect::<Vec<_>>(),
-                    b.iter().map(|&i| self.name(i)).collect::<Vec<_>>()
-                ));
+                let cuts = cross(a, b);
+                ev.targets
+                    .push(format!("{:?} | {:?}", self.names(a), self.names(b)));
                 self.cut(&cuts, ev)
             }
             "majorities-ring" => {
@@ -76,10 +77,7 @@ impl Nemesis {
                         }
                     }
                 }
-                ev.targets.push(format!(
-                    "ring {:?}",
-                    ring.iter().map(|&i| self.name(i)).collect::<Vec<_>>()
-                ));
+                ev.targets.push(format!("ring {:?}", self.names(&ring)));
                 self.cut(&cuts, ev)
             }
             "brokers-from-controllers" | "brokers-from-brokers" => {
@@ -117,11 +115,8 @@ impl Nemesis {
             }
             "one-way-halves" => {
                 let (a, b) = self.halves(n);
-                ev.targets.push(format!(
-                    "{:?} -/-> {:?}",
-                    a.iter().map(|&i| self.name(i)).collect::<Vec<_>>(),
-                    b.iter().map(|&i| self.name(i)).collect::<Vec<_>>()
-                ));
+                ev.targets
+                    .push(format!("{:?} -/-> {:?}", self.names(&a), self.names(&b)));
                 let cuts = cross(&a, &b);
                 self.cut_one_way(&cuts, ev)
             }
@@ -131,9 +126,9 @@ impl Nemesis {
                 let bridge = a.pop().expect("a cluster has nodes");
                 ev.targets.push(format!(
                     "{:?} <- {} -> {:?}",
-                    a.iter().map(|&i| self.name(i)).collect::<Vec<_>>(),
+                    self.names(&a),
                     self.name(bridge),
-                    b.iter().map(|&i| self.name(i)).collect::<Vec<_>>()
+                    self.names(&b)
                 ));
                 let cuts = cross(&a, &b);
                 self.cut(&cuts, ev)
@@ -158,11 +153,8 @@ impl Nemesis {
                     .filter(|&k| k != a)
                     .chain(brokers)
                     .collect();
-                ev.targets.push(format!(
-                    "{:?} | {:?}",
-                    side.iter().map(|&i| self.name(i)).collect::<Vec<_>>(),
-                    rest.iter().map(|&i| self.name(i)).collect::<Vec<_>>()
-                ));
+                ev.targets
+                    .push(format!("{:?} | {:?}", self.names(&side), self.names(&rest)));
                 let cuts = cross(&side, &rest);
                 self.cut(&cuts, ev)
             }
@@ -184,10 +176,7 @@ impl Nemesis {
     /// channel.rs), so they leave from 127.0.0.1.
     fn pairs(&self, cuts: &[(usize, usize)]) -> Vec<(Ipv4Addr, Ipv4Addr)> {
         let c = self.cluster.lock().unwrap();
-        let mut v: Vec<(Ipv4Addr, Ipv4Addr)> = cuts
-            .iter()
-            .map(|&(a, b)| (ip(&c.nodes[a]), ip(&c.nodes[b])))
-            .collect();
+        let mut v = addresses(&c, cuts);
         let ctrls = indexes(&c, Role::Controller);
         for b in indexes(&c, Role::Broker) {
             let all = ctrls.iter().all(|&k| {
@@ -213,10 +202,7 @@ impl Nemesis {
     fn cut_one_way(&mut self, cuts: &[(usize, usize)], ev: &mut FaultEvent) -> Undo {
         let pairs = {
             let c = self.cluster.lock().unwrap();
-            let mut v: Vec<(Ipv4Addr, Ipv4Addr)> = cuts
-                .iter()
-                .map(|&(a, b)| (ip(&c.nodes[a]), ip(&c.nodes[b])))
-                .collect();
+            let mut v = addresses(&c, cuts);
             let ctrls = indexes(&c, Role::Controller);
             for b in indexes(&c, Role::Broker) {
                 if ctrls.iter().all(|&k| cuts.contains(&(k, b))) {

@@ -9,7 +9,7 @@ use rand::Rng;
 
 use super::{Family, FaultEvent, Nemesis, Undo};
 use crate::client;
-use crate::cluster::{indexes, Role, CLIENT_IP};
+use crate::cluster::{indexes, Role};
 
 /// How long the heal of a membership fault tries to add the voter back.
 pub const VOTER_BACK_WAIT: Duration = Duration::from_secs(20);
@@ -51,14 +51,8 @@ impl Nemesis {
         let active = client::find_active(&self.transport, &ctrl, t)
             .await
             .ok_or("no active controller")?;
-        let ch = client::channel(
-            &self.transport,
-            &active,
-            CLIENT_IP.into(),
-            t,
-            client::Expect::Controller,
-        )
-        .ok_or("no channel")?;
+        let ch = client::client_channel(&self.transport, &active, t, client::Expect::Controller)
+            .ok_or("no channel")?;
         let mut admin = AdminServiceClient::new(ch);
         let error = match add {
             None => admin
@@ -102,13 +96,7 @@ impl Nemesis {
         let ctrl = self.cluster.lock().unwrap().controller_addrs();
         let t = Duration::from_secs(2);
         let active = client::find_active(&self.transport, &ctrl, t).await?;
-        let ch = client::channel(
-            &self.transport,
-            &active,
-            CLIENT_IP.into(),
-            t,
-            client::Expect::Controller,
-        )?;
+        let ch = client::client_channel(&self.transport, &active, t, client::Expect::Controller)?;
         let r = AdminServiceClient::new(ch)
             .describe_quorum(pb::DescribeQuorumRequest::default())
             .await

@@ -21,15 +21,7 @@ impl Nemesis {
             | "pause-controller"
             | "pause-broker" => {
                 let i = if kind.ends_with("active-controller") {
-                    match self.active_index().await {
-                        Some(i) => i,
-                        None => {
-                            ev.detail.push(
-                                "no active controller found; using a random controller".into(),
-                            );
-                            self.pick(Role::Controller)
-                        }
-                    }
+                    self.active_or_noted(ev).await
                 } else if kind.ends_with("broker") {
                     self.pick(Role::Broker)
                 } else {

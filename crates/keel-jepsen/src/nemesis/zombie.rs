@@ -11,7 +11,6 @@ use serde::Serialize;
 
 use super::{FaultEvent, Nemesis};
 use crate::client;
-use crate::cluster::CLIENT_IP;
 
 /// A zombie probe's outcome.
 #[derive(Clone, Debug, Serialize)]
@@ -126,10 +125,9 @@ impl Nemesis {
                 partitions: vec![p.clone()],
                 leaders,
             };
-            let Some(ch) = client::channel(
+            let Some(ch) = client::client_channel(
                 &self.zombie_transport,
                 &addr,
-                CLIENT_IP.into(),
                 Duration::from_millis(1500),
                 client::Expect::Broker(id),
             ) else {

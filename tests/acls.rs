@@ -37,13 +37,7 @@ fn tls_cluster(brokers: usize, controller_flags: &[&str]) -> Cluster {
 /// Creates `names` as `client`; each name's error code.
 async fn create(client: &ControllerClient, names: &[&str]) -> Vec<ErrorCode> {
     let req = create_topics_request(names.iter().map(|n| creatable(n, 1, 1)).collect());
-    let r = client
-        .admin_write(|mut c| {
-            let req = req.clone();
-            async move { c.create_topics(req).await }
-        })
-        .await
-        .expect("create topics answered");
+    let r = create_topics_answer(client, &req).await;
     assert_eq!(code(&r.error), ErrorCode::None, "{:?}", r.error);
     r.topics.iter().map(|t| code(&t.error)).collect()
 }
@@ -100,96 +94,108 @@ fn acl_ok(c: &Cluster, args: &[&str]) -> serde_json::Value {
     v
 }
 
+/// The error code `client.$how` (`admin` or `admin_write`) is answered
+/// with when it calls admin RPC `$rpc` with `$req`; panics when no answer
+/// came.
+macro_rules! answered_code {
+    ($client:ident.$how:ident, $rpc:ident, $req:expr) => {
+        code(
+            &$client
+                .$how(|mut c| async move { c.$rpc($req).await })
+                .await
+                .expect("answered")
+                .error,
+        )
+    };
+}
+
 /// Every cluster-level operation `client` tries; the error code of each.
 async fn cluster_operations(client: &ControllerClient) -> Vec<(&'static str, ErrorCode)> {
-    let mut out = Vec::new();
-    let r = client
-        .admin_write(|mut c| async move {
-            c.elect_leaders(pb::ElectLeadersRequest {
-                election_type: pb::ElectionType::Unclean as i32,
-                partitions: vec![],
-            })
-            .await
-        })
-        .await
-        .expect("answered");
-    out.push(("unclean election", code(&r.error)));
-    let r = client
-        .admin_write(|mut c| async move {
-            c.add_voter(pb::AddVoterRequest {
-                node_id: 9,
-                address: "127.0.0.1:1".into(),
-                directory_id: String::new(),
-                ..Default::default()
-            })
-            .await
-        })
-        .await
-        .expect("answered");
-    out.push(("add voter", code(&r.error)));
-    let r = client
-        .admin_write(|mut c| async move {
-            c.remove_voter(pb::RemoveVoterRequest {
-                node_id: 3,
-                ..Default::default()
-            })
-            .await
-        })
-        .await
-        .expect("answered");
-    out.push(("remove voter", code(&r.error)));
-    let r = client
-        .admin_write(|mut c| async move {
-            c.unregister_broker(pb::UnregisterBrokerRequest {
-                broker_id: 1,
-                ..Default::default()
-            })
-            .await
-        })
-        .await
-        .expect("answered");
-    out.push(("unregister broker", code(&r.error)));
-    let r = client
-        .admin_write(|mut c| async move {
-            c.alter_partition_reassignments(pb::AlterPartitionReassignmentsRequest {
-                partitions: vec![],
-            })
-            .await
-        })
-        .await
-        .expect("answered");
-    out.push(("reassign", code(&r.error)));
-    let r = client
-        .admin(|mut c| async move {
-            c.describe_quorum(pb::DescribeQuorumRequest::default())
-                .await
-        })
-        .await
-        .expect("answered");
-    out.push(("describe quorum", code(&r.error)));
-    let r = client
-        .admin_write(|mut c| async move {
-            c.create_acls(pb::CreateAclsRequest {
-                bindings: vec![keel_proto::convert::acl_binding_to_pb(
-                    &keel_metadata::acl::AclBinding {
-                        principal: "User:mallory".parse().unwrap(),
-                        pattern: keel_metadata::acl::ResourcePattern::Cluster,
-                        operation: keel_metadata::acl::Operation::All,
-                        permission: keel_metadata::acl::Permission::Allow,
-                    },
-                )],
-            })
-            .await
-        })
-        .await
-        .expect("answered");
-    out.push(("create acls", code(&r.error)));
-    let r = client
-        .admin(|mut c| async move { c.describe_acls(pb::DescribeAclsRequest::default()).await })
-        .await
-        .expect("answered");
-    out.push(("describe acls", code(&r.error)));
-    out
+    vec![
+        (
+            "unclean election",
+            answered_code!(
+                client.admin_write,
+                elect_leaders,
+                pb::ElectLeadersRequest {
+                    election_type: pb::ElectionType::Unclean as i32,
+                    partitions: vec![],
+                }
+            ),
+        ),
+        (
+            "add voter",
+            answered_code!(
+                client.admin_write,
+                add_voter,
+                pb::AddVoterRequest {
+                    node_id: 9,
+                    address: "127.0.0.1:1".into(),
+                    directory_id: String::new(),
+                    ..Default::default()
+                }
+            ),
+        ),
+        (
+            "remove voter",
+            answered_code!(
+                client.admin_write,
+                remove_voter,
+                pb::RemoveVoterRequest {
+                    node_id: 3,
+                    ..Default::default()
+                }
+            ),
+        ),
+        (
+            "unregister broker",
+            answered_code!(
+                client.admin_write,
+                unregister_broker,
+                pb::UnregisterBrokerRequest {
+                    broker_id: 1,
+                    ..Default::default()
+                }
+            ),
+        ),
+        (
+            "reassign",
+            answered_code!(
+                client.admin_write,
+                alter_partition_reassignments,
+                pb::AlterPartitionReassignmentsRequest { partitions: vec![] }
+            ),
+        ),
+        (
+            "describe quorum",
+            code(&describe_quorum(client).await.error),
+        ),
+        (
+            "create acls",
+            answered_code!(
+                client.admin_write,
+                create_acls,
+                pb::CreateAclsRequest {
+                    bindings: vec![keel_proto::convert::acl_binding_to_pb(
+                        &keel_metadata::acl::AclBinding {
+                            principal: "User:mallory".parse().unwrap(),
+                            pattern: keel_metadata::acl::ResourcePattern::Cluster,
+                            operation: keel_metadata::acl::Operation::All,
+                            permission: keel_metadata::acl::Permission::Allow,
+                        },
+                    )],
+                }
+            ),
+        ),
+        (
+            "describe acls",
+            answered_code!(
+                client.admin,
+                describe_acls,
+                pb::DescribeAclsRequest::default()
+            ),
+        ),
+    ]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,13 +274,7 @@ async fn a_user_may_do_exactly_what_its_acls_allow_and_a_deny_wins() {
     // Nothing was written: only the admin's topic, still there; the
     // quorum is unchanged.
     assert_eq!(topic_names(&admin).await, ["existing"]);
-    let q = admin
-        .admin(|mut c| async move {
-            c.describe_quorum(pb::DescribeQuorumRequest::default())
-                .await
-        })
-        .await
-        .unwrap();
+    let q = describe_quorum(&admin).await;
     assert_eq!(q.voters.len(), 3);
 
     // Granted: create (and so describe) on topics starting with "ord".

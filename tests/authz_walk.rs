@@ -364,16 +364,9 @@ fn request_for(rpc: &str) -> Bytes {
             filters: vec![pb::AclFilter::default()],
         }
         .encode_to_vec(),
-        "CreateTopics" => pb::CreateTopicsRequest {
-            topics: vec![pb::CreatableTopic {
-                name: "walk-made".into(),
-                partitions: 1,
-                replication_factor: 1,
-                ..Default::default()
-            }],
-            validate_only: false,
+        "CreateTopics" => {
+            admin::create_topics_request(vec![admin::creatable("walk-made", 1, 1)]).encode_to_vec()
         }
-        .encode_to_vec(),
         "DeleteTopics" => pb::DeleteTopicsRequest {
             names: vec![secret()],
         }
@@ -703,13 +696,7 @@ async fn unchanged(admin: &ControllerClient) -> Unchanged {
         })
         .await
         .expect("cluster described");
-    let quorum = admin
-        .admin(|mut x| async move {
-            x.describe_quorum(pb::DescribeQuorumRequest::default())
-                .await
-        })
-        .await
-        .expect("quorum described");
+    let quorum = describe_quorum(admin).await;
     let mut acls: Vec<String> = acls.bindings.iter().map(|b| format!("{b:?}")).collect();
     acls.sort();
     Unchanged {
@@ -870,13 +857,8 @@ async fn a_brokers_certificate_has_no_admin_power_of_its_own() {
         ("Broker:2", ErrorCode::TopicAuthorizationFailed),
     ] {
         let mut req = tonic::Request::new(pb::CreateTopicsRequest {
-            topics: vec![pb::CreatableTopic {
-                name: "forwarded".into(),
-                partitions: 1,
-                replication_factor: 1,
-                ..Default::default()
-            }],
             validate_only: true,
+            ..admin::create_topics_request(vec![admin::creatable("forwarded", 1, 1)])
         });
         req.metadata_mut().insert(
             keel_proto::forwarded::PRINCIPAL,

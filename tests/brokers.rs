@@ -6,9 +6,37 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use keel_proto::client::ControllerClient;
 use keel_proto::pb;
 
 const LONG: Duration = Duration::from_secs(60);
+
+/// Sends `req` as a broker registration; the error code it was answered
+/// with, if any.
+async fn register(client: &ControllerClient, req: pb::RegisterBrokerRequest) -> Option<i32> {
+    client
+        .broker(|mut x| {
+            let req = req.clone();
+            async move { x.register_broker(req).await }
+        })
+        .await
+        .unwrap()
+        .error
+        .map(|e| e.code)
+}
+
+/// Sends heartbeat `hb`; the error code it was answered with, if any.
+async fn heartbeat(client: &ControllerClient, hb: pb::BrokerHeartbeatRequest) -> Option<i32> {
+    client
+        .broker(|mut x| {
+            let hb = hb.clone();
+            async move { x.broker_heartbeat(hb).await }
+        })
+        .await
+        .unwrap()
+        .error
+        .map(|e| e.code)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_brokers_register_and_are_unfenced() {
@@ -104,15 +132,8 @@ async fn a_restarted_broker_gets_a_new_epoch_and_its_old_epoch_is_stale() {
         broker_epoch: old,
         ..Default::default()
     };
-    let r = client
-        .broker(|mut x| {
-            let hb = hb.clone();
-            async move { x.broker_heartbeat(hb).await }
-        })
-        .await
-        .unwrap();
     assert_eq!(
-        r.error.map(|e| e.code),
+        heartbeat(&client, hb).await,
         Some(pb::ErrorCode::StaleBrokerEpoch as i32)
     );
 }
@@ -137,15 +158,8 @@ async fn another_incarnation_of_a_live_broker_id_is_refused() {
         address: "127.0.0.1:1".into(),
         ..Default::default()
     };
-    let r = client
-        .broker(|mut x| {
-            let req = req.clone();
-            async move { x.register_broker(req).await }
-        })
-        .await
-        .unwrap();
     assert_eq!(
-        r.error.map(|e| e.code),
+        register(&client, req).await,
         Some(pb::ErrorCode::DuplicateBrokerRegistration as i32)
     );
 
@@ -194,20 +208,6 @@ async fn bad_registrations_and_heartbeats_get_typed_errors_and_write_nothing() {
     q.wait_active(LONG).await.unwrap();
     let (before, _) = q.wait_converged(1, LONG).await.unwrap();
     let client = client(&q);
-    let register = |req: pb::RegisterBrokerRequest| {
-        let client = &client;
-        async move {
-            client
-                .broker(|mut x| {
-                    let req = req.clone();
-                    async move { x.register_broker(req).await }
-                })
-                .await
-                .unwrap()
-                .error
-                .map(|e| e.code)
-        }
-    };
     let good = pb::RegisterBrokerRequest {
         broker_id: 9,
         incarnation_id: vec![1; 16],
@@ -220,7 +220,7 @@ async fn bad_registrations_and_heartbeats_get_typed_errors_and_write_nothing() {
         ..good.clone()
     };
     assert_eq!(
-        register(wrong_cluster).await,
+        register(&client, wrong_cluster).await,
         Some(pb::ErrorCode::InconsistentClusterId as i32)
     );
     let short_incarnation = pb::RegisterBrokerRequest {
@@ -228,7 +228,7 @@ async fn bad_registrations_and_heartbeats_get_typed_errors_and_write_nothing() {
         ..good.clone()
     };
     assert_eq!(
-        register(short_incarnation).await,
+        register(&client, short_incarnation).await,
         Some(pb::ErrorCode::InvalidRequest as i32)
     );
     let bad_address = pb::RegisterBrokerRequest {
@@ -236,7 +236,7 @@ async fn bad_registrations_and_heartbeats_get_typed_errors_and_write_nothing() {
         ..good.clone()
     };
     assert_eq!(
-        register(bad_address).await,
+        register(&client, bad_address).await,
         Some(pb::ErrorCode::InvalidRequest as i32)
     );
     let bad_kafka_address = pb::RegisterBrokerRequest {
@@ -244,7 +244,7 @@ async fn bad_registrations_and_heartbeats_get_typed_errors_and_write_nothing() {
         ..good.clone()
     };
     assert_eq!(
-        register(bad_kafka_address).await,
+        register(&client, bad_kafka_address).await,
         Some(pb::ErrorCode::InvalidRequest as i32)
     );
 
@@ -253,15 +253,8 @@ async fn bad_registrations_and_heartbeats_get_typed_errors_and_write_nothing() {
         broker_epoch: 1,
         ..Default::default()
     };
-    let r = client
-        .broker(|mut x| {
-            let hb = hb.clone();
-            async move { x.broker_heartbeat(hb).await }
-        })
-        .await
-        .unwrap();
     assert_eq!(
-        r.error.map(|e| e.code),
+        heartbeat(&client, hb).await,
         Some(pb::ErrorCode::UnknownBroker as i32)
     );
 

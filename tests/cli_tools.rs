@@ -325,17 +325,15 @@ async fn kafka_style_admin_commands_on_a_real_cluster() {
 
     // reassign generate: the current assignment (the rollback plan) and
     // the proposed one; verify tells not started from complete.
-    let plan = ok(
-        b,
-        &[
-            "reassign",
-            "generate",
-            "--topics",
-            "tuned",
-            "--brokers",
-            "1,2",
-        ],
-    );
+    let generate = [
+        "reassign",
+        "generate",
+        "--topics",
+        "tuned",
+        "--brokers",
+        "1,2",
+    ];
+    let plan = ok(b, &generate);
     assert_eq!(
         plan["current"],
         json!({"partitions": [{"topic": "tuned", "partition": 0, "replicas": [3, 1]}]})
@@ -349,17 +347,7 @@ async fn kafka_style_admin_commands_on_a_real_cluster() {
         .collect();
     target.sort_unstable();
     assert_eq!(target, [1, 2], "{plan}");
-    let (_, table, _) = keel_raw(
-        b,
-        &[
-            "reassign",
-            "generate",
-            "--topics",
-            "tuned",
-            "--brokers",
-            "1,2",
-        ],
-    );
+    let (_, table, _) = keel_raw(b, &generate);
     assert!(
         table.contains("Current partition replica assignment"),
         "{table}"

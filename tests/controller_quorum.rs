@@ -25,12 +25,7 @@ async fn killing_the_active_controller_elects_a_new_one_and_loses_no_acknowledge
     for b in 1..=3 {
         register_fake_broker(&client, &q.cluster_id, b).await;
     }
-    let mut acked = Vec::new();
-    for i in 0..20 {
-        let name = format!("before-{i}");
-        create_topic(&client, &name, 3, 3).await;
-        acked.push(name);
-    }
+    let mut acked = create_numbered_topics(&client, "before", 20, 3, 3).await;
 
     q.controller_mut(first).kill();
     let second = q.wait_active(LONG).await.unwrap();
@@ -43,23 +38,13 @@ async fn killing_the_active_controller_elects_a_new_one_and_loses_no_acknowledge
             "acknowledged topic {n} lost after failover"
         );
     }
-    for i in 0..10 {
-        let name = format!("after-{i}");
-        create_topic(&client, &name, 2, 3).await;
-        acked.push(name);
-    }
+    acked.extend(create_numbered_topics(&client, "after", 10, 2, 3).await);
 
     // The dead voter is described as unreachable, not as a follower.
     let dead = first as u64 + 1;
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let d = client
-            .admin(|mut c| async move {
-                c.describe_quorum(keel_proto::pb::DescribeQuorumRequest::default())
-                    .await
-            })
-            .await
-            .expect("quorum described");
+        let d = describe_quorum(&client).await;
         let v = d
             .voters
             .iter()
@@ -463,16 +448,15 @@ async fn a_write_session_pipelines_writes_and_answers_each_by_id() {
     }
 
     // All writes in flight at once, then every answer, by id.
-    let set = |topic: &str, k: usize| pb::IncrementalAlterConfigsRequest {
-        topics: vec![pb::AlterTopicConfig {
-            topic: topic.into(),
-            ops: vec![pb::AlterConfigOp {
-                key: format!("piped.k{k}"),
-                value: format!("v{k}"),
-                op: pb::ConfigOp::Set as i32,
-            }],
-        }],
-        validate_only: false,
+    let set =
+        |topic: &str, k: usize| admin::set_config(topic, format!("piped.k{k}"), format!("v{k}"));
+    // A write of a 5 MiB value: too large for the controller.
+    let huge = || {
+        Op::IncrementalAlterConfigs(admin::set_config(
+            "piped",
+            "piped.k0".into(),
+            "x".repeat(5 << 20),
+        ))
     };
     let mut sent = std::collections::BTreeMap::new();
     for k in 0..KEYS {
@@ -500,12 +484,7 @@ async fn a_write_session_pipelines_writes_and_answers_each_by_id() {
 
     // A write too large for the controller is refused before it is sent;
     // the session stays usable.
-    let mut huge = set("piped", 0);
-    huge.topics[0].ops[0].value = "x".repeat(5 << 20);
-    let e = s
-        .send(Op::IncrementalAlterConfigs(huge))
-        .await
-        .expect_err("a 5 MiB write is refused");
+    let e = s.send(huge()).await.expect_err("a 5 MiB write is refused");
     assert!(
         matches!(e, keel_proto::session::SessionError::TooLarge(_)),
         "{e}"
@@ -553,10 +532,8 @@ async fn a_write_session_pipelines_writes_and_answers_each_by_id() {
     for t in tasks {
         t.await.expect("shared writer");
     }
-    let mut huge = set("piped", 0);
-    huge.topics[0].ops[0].value = "x".repeat(5 << 20);
     let e = shared
-        .call(Op::IncrementalAlterConfigs(huge))
+        .call(huge())
         .await
         .expect_err("a 5 MiB write is refused");
     assert!(
@@ -732,15 +709,7 @@ async fn a_small_write_budget_holds_writes_back_without_losing_any() {
 
 /// Creates `name` with one partition on one replica.
 fn one_partition_topic(name: &str) -> keel_proto::pb::CreateTopicsRequest {
-    keel_proto::pb::CreateTopicsRequest {
-        topics: vec![keel_proto::pb::CreatableTopic {
-            name: name.into(),
-            partitions: 1,
-            replication_factor: 1,
-            ..Default::default()
-        }],
-        validate_only: false,
-    }
+    admin::create_topics_request(vec![admin::creatable(name, 1, 1)])
 }
 
 /// The configs of topic `name`, as the active controller describes them.
@@ -783,13 +752,7 @@ fn keel_json(q: &Cluster, args: &[&str]) -> (bool, serde_json::Value, String) {
 /// The quorum's members as the active controller describes them:
 /// (voters, learners).
 async fn members(client: &keel_proto::client::ControllerClient) -> (Vec<u64>, Vec<u64>) {
-    let d = client
-        .admin(|mut c| async move {
-            c.describe_quorum(keel_proto::pb::DescribeQuorumRequest::default())
-                .await
-        })
-        .await
-        .expect("quorum described");
+    let d = describe_quorum(client).await;
     let (learners, voters): (Vec<_>, Vec<_>) = d.voters.iter().partition(|v| v.status == "learner");
     (
         voters.iter().map(|v| v.id).collect(),

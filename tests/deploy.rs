@@ -142,17 +142,20 @@ fn the_example_configs_pass_check_and_name_every_option() {
         );
         // The example's own paths, with certificates that exist.
         let file = tmp.path().join(format!("{role}.toml"));
+        let check = || {
+            tool(
+                keel_bin(),
+                &[role, "--config", file.to_str().unwrap(), "--check"],
+                &repo(),
+                None,
+            )
+        };
         std::fs::write(
             &file,
             example.replace("/etc/keel/tls", tls.to_str().unwrap()),
         )
         .unwrap();
-        let o = tool(
-            keel_bin(),
-            &[role, "--config", file.to_str().unwrap(), "--check"],
-            &repo(),
-            None,
-        );
+        let o = check();
         assert!(o.status.success(), "{role} example: {}", text(&o));
         assert!(
             String::from_utf8_lossy(&o.stdout).contains("is valid"),
@@ -167,12 +170,7 @@ fn the_example_configs_pass_check_and_name_every_option() {
                 .replace("cluster_id =", "clusterid ="),
         )
         .unwrap();
-        let o = tool(
-            keel_bin(),
-            &[role, "--config", file.to_str().unwrap(), "--check"],
-            &repo(),
-            None,
-        );
+        let o = check();
         assert_eq!(
             o.status.code(),
             Some(2),

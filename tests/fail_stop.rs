@@ -22,13 +22,35 @@ use keel_testkit::{Cluster, SpecFaults};
 /// whatever hangs (15 s).
 const EXIT_BOUND: Duration = Duration::from_secs(60);
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_controller_whose_data_dir_is_deleted_under_it_exits() {
-    let mut c = Cluster::start(fast_spec(1)).expect("start a cluster");
+/// Starts `spec` (`what` names it in a failure) and waits for an active
+/// controller and an active broker; the cluster and the active
+/// controller's index.
+async fn ready(spec: Spec, what: &str) -> (Cluster, usize) {
+    let mut c = Cluster::start(spec).expect(what);
     let active = c.wait_active(Duration::from_secs(30)).await.unwrap();
     c.wait_all_brokers_active(Duration::from_secs(30))
         .await
         .expect("the broker is active");
+    (c, active)
+}
+
+/// One broker on LazyFS, with `--storage-stall-timeout-ms` of
+/// [`STALL_TIMEOUT`] given through `with_flags` (to the controllers or to
+/// the broker); panics where LazyFS cannot run.
+fn stalling_on_lazyfs(with_flags: impl FnOnce(Spec, &[&str]) -> Spec) -> Spec {
+    if let Some(why) = keel_testkit::lazyfs::unavailable_reason() {
+        panic!("this test needs LazyFS: {why}");
+    }
+    let stall_ms = STALL_TIMEOUT.as_millis().to_string();
+    with_flags(
+        fast_spec(1).lazyfs(true),
+        &["--storage-stall-timeout-ms", stall_ms.as_str()],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_whose_data_dir_is_deleted_under_it_exits() {
+    let (mut c, active) = ready(fast_spec(1), "start a cluster").await;
     let victim = (active + 1) % 3;
     let client = c.client(Duration::from_secs(5), Duration::from_secs(30));
     create_topic(&client, "before", 1, 1).await;
@@ -123,11 +145,7 @@ async fn create_topics(client: &ControllerClient, prefix: &str, n: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_whose_log_file_becomes_unwritable_exits_and_comes_back_once_it_is_writable() {
-    let mut c = Cluster::start(fast_spec(1)).expect("start a cluster");
-    let active = c.wait_active(Duration::from_secs(30)).await.unwrap();
-    c.wait_all_brokers_active(Duration::from_secs(30))
-        .await
-        .expect("the broker is active");
+    let (mut c, active) = ready(fast_spec(1), "start a cluster").await;
     let victim = (active + 1) % 3;
     let client = c.client(Duration::from_secs(5), Duration::from_secs(30));
     create_topic(&client, "before", 1, 1).await;
@@ -232,20 +250,8 @@ impl Drop for Frozen {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_whose_disk_hangs_exits_with_its_own_code_and_comes_back_once_it_answers() {
-    if let Some(why) = keel_testkit::lazyfs::unavailable_reason() {
-        panic!("this test needs LazyFS: {why}");
-    }
-    let stall_ms = STALL_TIMEOUT.as_millis().to_string();
-    let mut c = Cluster::start(
-        fast_spec(1)
-            .lazyfs(true)
-            .controller_flags(&["--storage-stall-timeout-ms", stall_ms.as_str()]),
-    )
-    .expect("start a cluster on LazyFS");
-    let active = c.wait_active(Duration::from_secs(30)).await.unwrap();
-    c.wait_all_brokers_active(Duration::from_secs(30))
-        .await
-        .expect("the broker is active");
+    let spec = stalling_on_lazyfs(|spec, flags| spec.controller_flags(flags));
+    let (mut c, active) = ready(spec, "start a cluster on LazyFS").await;
     let victim = (active + 1) % 3;
     let client = c.client(Duration::from_secs(5), Duration::from_secs(30));
     create_topic(&client, "before", 1, 1).await;
@@ -295,20 +301,8 @@ async fn a_controller_whose_disk_hangs_exits_with_its_own_code_and_comes_back_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_broker_whose_disk_hangs_exits_with_its_own_code_and_comes_back_once_it_answers() {
-    if let Some(why) = keel_testkit::lazyfs::unavailable_reason() {
-        panic!("this test needs LazyFS: {why}");
-    }
-    let stall_ms = STALL_TIMEOUT.as_millis().to_string();
-    let mut c = Cluster::start(
-        fast_spec(1)
-            .lazyfs(true)
-            .broker_flags(&["--storage-stall-timeout-ms", stall_ms.as_str()]),
-    )
-    .expect("start a cluster on LazyFS");
-    c.wait_active(Duration::from_secs(30)).await.unwrap();
-    c.wait_all_brokers_active(Duration::from_secs(30))
-        .await
-        .expect("the broker is active");
+    let spec = stalling_on_lazyfs(|spec, flags| spec.broker_flags(flags));
+    let (mut c, _) = ready(spec, "start a cluster on LazyFS").await;
 
     let lazyfs = keel_testkit::node_lazyfs(c.broker(0))
         .and_then(|d| d.pid())

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use keel_metadata::ErrorCode;
-use keel_proto::pb;
 use keel_testkit::admin::{creatable, create_topics_request};
 use keel_testkit::SpecFaults;
 
@@ -21,13 +20,7 @@ const RESERVE: u64 = 32 << 20;
 
 async fn create(client: &keel_proto::client::ControllerClient, name: &str) -> ErrorCode {
     let req = create_topics_request(vec![creatable(name, 1, 1)]);
-    let r = client
-        .admin_write(|mut c| {
-            let req = req.clone();
-            async move { c.create_topics(req).await }
-        })
-        .await
-        .expect("create answered");
+    let r = create_topics_answer(client, &req).await;
     let e = r
         .error
         .or_else(|| r.topics.first().and_then(|t| t.error.clone()));
@@ -59,13 +52,7 @@ async fn below_the_reserve_writes_are_refused_and_taken_again_once_space_is_back
     // refused.
     let deadline = Instant::now() + LONG;
     loop {
-        let q = client
-            .admin(|mut cl| async move {
-                cl.describe_quorum(pb::DescribeQuorumRequest::default())
-                    .await
-            })
-            .await
-            .unwrap();
+        let q = describe_quorum(&client).await;
         if q.leader_disk
             .is_some_and(|d| d.free_bytes < d.reserve_bytes)
         {
@@ -95,13 +82,7 @@ async fn below_the_reserve_writes_are_refused_and_taken_again_once_space_is_back
         .unwrap_or_else(|| panic!("no report of {broker_dir}: {disks:?}"));
     assert_eq!(own.total_bytes, DISK, "{own:?}");
     assert!(own.free_bytes > 0 && own.free_bytes <= DISK, "{own:?}");
-    let q = client
-        .admin(|mut cl| async move {
-            cl.describe_quorum(pb::DescribeQuorumRequest::default())
-                .await
-        })
-        .await
-        .unwrap();
+    let q = describe_quorum(&client).await;
     let disk = q.leader_disk.expect("the leader's disk");
     assert!(disk.free_bytes < disk.reserve_bytes, "{disk:?}");
     assert_eq!(disk.reserve_bytes, RESERVE);

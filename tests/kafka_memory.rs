@@ -98,6 +98,17 @@ fn metadata_is_answered(addr: &str) {
     assert_eq!(i32::from_be_bytes(answer[..4].try_into().unwrap()), 7);
 }
 
+/// Checks that `broker` (listening at `addr`) answers a normal Metadata
+/// request, lets it settle for a second; then its (RSS, peak RSS) in bytes.
+async fn answered_then_memory(broker: &Node, addr: &str) -> (u64, u64) {
+    let a = addr.to_string();
+    tokio::task::spawn_blocking(move || metadata_is_answered(&a))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    (broker.rss_bytes(), broker.memory_bytes(Memory::PeakRss))
+}
+
 async fn kafka_broker(flags: &[&str]) -> (Cluster, String) {
     let mut c = Cluster::start(fast_spec(1).kafka(KafkaPorts::Free).broker_flags(flags))
         .expect("start a cluster with a Kafka listener");
@@ -117,13 +128,7 @@ async fn four_metadata_frames_of_four_million_empty_names_are_refused_without_am
     let broker = c.broker(0);
     let frame = metadata_v9(1, Some(NAMES));
     assert!(frame.len() > 8 << 20 && frame.len() < 16 << 20);
-    let a = addr.clone();
-    tokio::task::spawn_blocking(move || metadata_is_answered(&a))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let before = broker.rss_bytes();
-    let peak_before = broker.memory_bytes(Memory::PeakRss);
+    let (before, peak_before) = answered_then_memory(broker, &addr).await;
     assert!(before > 0, "no VmRSS for the broker");
 
     // Four at once, each on its own connection.
@@ -142,13 +147,7 @@ async fn four_metadata_frames_of_four_million_empty_names_are_refused_without_am
         .collect();
     let closed: Vec<bool> = attacks.into_iter().map(|a| a.join().unwrap()).collect();
     // Still serving.
-    let a = addr.clone();
-    tokio::task::spawn_blocking(move || metadata_is_answered(&a))
-        .await
-        .unwrap();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let after = broker.rss_bytes();
-    let peak_after = broker.memory_bytes(Memory::PeakRss);
+    let (after, peak_after) = answered_then_memory(broker, &addr).await;
     eprintln!(
         "broker RSS {:.1} MB -> {:.1} MB (+{:.1} MB); peak {:.1} MB -> {:.1} MB",
         mb(before),

@@ -50,13 +50,7 @@ async fn create(
         topics,
         validate_only,
     };
-    let r = client
-        .admin_write(|mut c| {
-            let req = req.clone();
-            async move { c.create_topics(req).await }
-        })
-        .await
-        .expect("create topics answered");
+    let r = create_topics_answer(client, &req).await;
     (
         code(&r.error),
         r.error.map(|e| e.message).unwrap_or_default(),

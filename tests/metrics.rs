@@ -64,6 +64,14 @@ fn value(text: &str, name: &str) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// Asserts that every unlabelled sample named in `expected` reads its value
+/// in a scrape.
+fn assert_values(text: &str, expected: &[(&str, f64)]) {
+    for (name, want) in expected {
+        assert_eq!(value(text, name), Some(*want), "{name}\n{text}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_broker_shows_as_fenced_with_under_replicated_partitions_on_every_controller() {
     let mut c = Cluster::start(fast_spec(3).metrics(true)).unwrap();
@@ -79,27 +87,16 @@ async fn a_killed_broker_shows_as_fenced_with_under_replicated_partitions_on_eve
             && value(t, "keel_controller_active_brokers") == Some(3.0)
     })
     .await;
-    assert_eq!(
-        value(&text, "keel_controller_fenced_brokers"),
-        Some(0.0),
-        "{text}"
+    assert_values(
+        &text,
+        &[
+            ("keel_controller_fenced_brokers", 0.0),
+            ("keel_controller_under_replicated_partitions", 0.0),
+            ("keel_controller_under_min_isr_partitions", 0.0),
+            ("keel_controller_offline_partitions", 0.0),
+            ("keel_controller_topics", 1.0),
+        ],
     );
-    assert_eq!(
-        value(&text, "keel_controller_under_replicated_partitions"),
-        Some(0.0),
-        "{text}"
-    );
-    assert_eq!(
-        value(&text, "keel_controller_under_min_isr_partitions"),
-        Some(0.0),
-        "{text}"
-    );
-    assert_eq!(
-        value(&text, "keel_controller_offline_partitions"),
-        Some(0.0),
-        "{text}"
-    );
-    assert_eq!(value(&text, "keel_controller_topics"), Some(1.0), "{text}");
     let committed =
         value(&text, "keel_controller_last_committed_index").expect("leader's committed index");
     let applied = value(&text, "keel_controller_last_applied_index").expect("applied index");
@@ -109,18 +106,16 @@ async fn a_killed_broker_shows_as_fenced_with_under_replicated_partitions_on_eve
         "{text}"
     );
     // Process metrics under their standard names.
-    assert!(
-        value(&text, "process_resident_memory_bytes").is_some_and(|v| v > 0.0),
-        "{text}"
-    );
-    assert!(
-        value(&text, "process_open_fds").is_some_and(|v| v > 0.0),
-        "{text}"
-    );
-    assert!(
-        value(&text, "process_cpu_seconds_total").is_some_and(|v| v > 0.0),
-        "{text}"
-    );
+    for name in [
+        "process_resident_memory_bytes",
+        "process_open_fds",
+        "process_cpu_seconds_total",
+    ] {
+        assert!(
+            value(&text, name).is_some_and(|v| v > 0.0),
+            "{name}\n{text}"
+        );
+    }
     assert!(
         value(&text, "process_start_time_seconds").is_some_and(|v| v > 1.0e9),
         "{text}"
@@ -156,20 +151,13 @@ async fn a_killed_broker_shows_as_fenced_with_under_replicated_partitions_on_eve
         },
     )
     .await;
-    assert_eq!(
-        value(&text, "keel_controller_active_brokers"),
-        Some(2.0),
-        "{text}"
-    );
-    assert_eq!(
-        value(&text, "keel_controller_offline_partitions"),
-        Some(0.0),
-        "{text}"
-    );
-    assert_eq!(
-        value(&text, "keel_controller_under_min_isr_partitions"),
-        Some(0.0),
-        "{text}"
+    assert_values(
+        &text,
+        &[
+            ("keel_controller_active_brokers", 2.0),
+            ("keel_controller_offline_partitions", 0.0),
+            ("keel_controller_under_min_isr_partitions", 0.0),
+        ],
     );
     // The partitions broker 3 led got new leaders from their ISR: clean
     // elections, none unclean.
@@ -188,12 +176,13 @@ async fn a_killed_broker_shows_as_fenced_with_under_replicated_partitions_on_eve
         value(t, "keel_controller_fenced_brokers") == Some(1.0)
     })
     .await;
-    assert_eq!(
-        value(&text, "keel_controller_under_replicated_partitions"),
-        Some(3.0),
-        "{text}"
+    assert_values(
+        &text,
+        &[
+            ("keel_controller_under_replicated_partitions", 3.0),
+            ("keel_controller_active", 0.0),
+        ],
     );
-    assert_eq!(value(&text, "keel_controller_active"), Some(0.0), "{text}");
 }
 
 /// Every family in a scrape (any prefix: `keel_`, `process_`, or one a

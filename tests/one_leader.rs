@@ -488,13 +488,8 @@ async fn a_wiped_follower_neither_votes_nor_loses_a_committed_entry_and_rejoins_
     };
 
     // Follower b lags: these writes commit on a and c only.
-    let mut acked = Vec::new();
     q.controller_mut(b).process.pause();
-    for i in 0..5 {
-        let name = format!("held-by-a-and-c-{i}");
-        create_topic(&client, &name, 1, 1).await;
-        acked.push(name);
-    }
+    let acked = create_numbered_topics(&client, "held-by-a-and-c", 5, 1, 1).await;
 
     // c's dir is wiped and c restarts on the empty dir (it finds the formed
     // quorum and waits to be replicated to); then a dies and b resumes.
@@ -578,12 +573,7 @@ async fn a_wiped_node_catches_up_from_a_leader_that_was_re_admitted_before_it() 
     // x becomes the leader: y lags behind writes only a and x hold, then a
     // dies, so only x can win.
     q.controller_mut(y).process.pause();
-    let mut acked = Vec::new();
-    for i in 0..3 {
-        let name = format!("before-{i}");
-        create_topic(&client, &name, 1, 1).await;
-        acked.push(name);
-    }
+    let mut acked = create_numbered_topics(&client, "before", 3, 1, 1).await;
     q.controller_mut(a).kill();
     q.controller_mut(y).process.resume();
     let leader = q.wait_active(LONG).await.unwrap();

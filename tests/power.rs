@@ -52,13 +52,7 @@ fn failed_sync_cluster() -> Cluster {
 /// its own: what `i` acknowledged as stored.
 async fn matched_index(c: &Cluster, client: &ControllerClient, i: usize) -> u64 {
     let id = u64::from(c.controller(i).id);
-    let q = client
-        .admin(|mut a| async move {
-            a.describe_quorum(keel_proto::pb::DescribeQuorumRequest::default())
-                .await
-        })
-        .await
-        .expect("quorum described");
+    let q = describe_quorum(client).await;
     q.voters
         .iter()
         .find(|v| v.id == id)
@@ -347,12 +341,10 @@ async fn the_unsafe_build_loses_acknowledged_writes_to_a_power_cut() {
     c.wait_active(LONG).await.unwrap();
     c.wait_all_brokers_active(LONG).await.unwrap();
     let client = client(&c);
-    let mut acked = BTreeSet::new();
-    for i in 0..20 {
-        let name = format!("u-{i}");
-        create_topic(&client, &name, 1, 2).await;
-        acked.insert(name);
-    }
+    let acked: BTreeSet<String> = create_numbered_topics(&client, "u", 20, 1, 2)
+        .await
+        .into_iter()
+        .collect();
     for i in 0..3 {
         c.controller_mut(i).kill();
     }

@@ -35,6 +35,13 @@ fn users_cli_as(c: &Cluster, who: &str, args: &[&str], stdin: &str) -> Ran {
     keel_as(c, who, &[&["users"], args].concat(), stdin)
 }
 
+/// Asserts that a `keel users` run failed (exit 1) and printed `error`
+/// exactly once.
+fn assert_refused_once(r: &Ran, error: &str) {
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert_eq!(r.said().matches(error).count(), 1, "{}", r.stderr);
+}
+
 fn users_ok(c: &Cluster, args: &[&str], stdin: &str) -> Value {
     let r = users_cli_as(c, "admin", args, stdin);
     assert_eq!(r.code, 0, "keel users {args:?}: {}", r.stderr);
@@ -182,13 +189,7 @@ async fn credentials_are_set_listed_deleted_guarded_and_kept_across_a_restart() 
     );
     assert_eq!(code(&d.results[1].error), ErrorCode::ResourceNotFound);
     let r = users_cli_as(&c, "admin", &["list", "--user", "nobody"], "");
-    assert_eq!(r.code, 1, "{}", r.stderr);
-    assert_eq!(
-        r.said().matches("RESOURCE_NOT_FOUND").count(),
-        1,
-        "{}",
-        r.stderr
-    );
+    assert_refused_once(&r, "RESOURCE_NOT_FOUND");
 
     // Bad items get Kafka's errors, each on its own; good ones go through.
     let req = pb::AlterUserScramCredentialsRequest {
@@ -251,13 +252,7 @@ async fn credentials_are_set_listed_deleted_guarded_and_kept_across_a_restart() 
         &["create", "--user", "mallory", "--password", "pw"],
         "",
     );
-    assert_eq!(r.code, 1, "{}", r.stderr);
-    assert_eq!(
-        r.said().matches("CLUSTER_AUTHORIZATION_FAILED").count(),
-        1,
-        "{}",
-        r.stderr
-    );
+    assert_refused_once(&r, "CLUSTER_AUTHORIZATION_FAILED");
     let r = users_cli_as(&c, "mallory", &["list"], "");
     assert_eq!(r.code, 1, "{}", r.stderr);
     assert!(
@@ -298,13 +293,7 @@ async fn credentials_are_set_listed_deleted_guarded_and_kept_across_a_restart() 
         &["delete", "--user", "alice", "--mechanism", "SCRAM-SHA-256"],
         "",
     );
-    assert_eq!(r.code, 1, "{}", r.stderr);
-    assert_eq!(
-        r.said().matches("RESOURCE_NOT_FOUND").count(),
-        1,
-        "{}",
-        r.stderr
-    );
+    assert_refused_once(&r, "RESOURCE_NOT_FOUND");
     // Every credential of dave (the default), then nothing left to delete.
     users_ok(&c, &["delete", "--user", "dave"], "");
     let r = users_cli_as(&c, "admin", &["delete", "--user", "dave"], "");

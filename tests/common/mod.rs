@@ -250,6 +250,51 @@ pub async fn create_topic(
         .expect("topic created")
 }
 
+/// Creates topics `{prefix}-0` to `{prefix}-{n - 1}`, each of which must be
+/// accepted; their names, in that order.
+pub async fn create_numbered_topics(
+    client: &ControllerClient,
+    prefix: &str,
+    n: usize,
+    partitions: u32,
+    rf: u32,
+) -> Vec<String> {
+    let mut names = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("{prefix}-{i}");
+        create_topic(client, &name, partitions, rf).await;
+        names.push(name);
+    }
+    names
+}
+
+/// Sends `req` as a write through `client`; the answer as it came,
+/// refusals included. Panics only when no answer came.
+pub async fn create_topics_answer(
+    client: &ControllerClient,
+    req: &keel_proto::pb::CreateTopicsRequest,
+) -> keel_proto::pb::CreateTopicsResponse {
+    client
+        .admin_write(|mut c| {
+            let req = req.clone();
+            async move { c.create_topics(req).await }
+        })
+        .await
+        .expect("create topics answered")
+}
+
+/// The quorum as the controller `client` reaches describes it, refusals
+/// included. Panics only when no answer came.
+pub async fn describe_quorum(client: &ControllerClient) -> keel_proto::pb::DescribeQuorumResponse {
+    client
+        .admin(|mut c| async move {
+            c.describe_quorum(keel_proto::pb::DescribeQuorumRequest::default())
+                .await
+        })
+        .await
+        .expect("quorum described")
+}
+
 /// Deletes topic `name`, which must be accepted.
 pub async fn delete_topic(client: &ControllerClient, name: &str) {
     let names = vec![name.to_string()];

@@ -66,6 +66,43 @@ fn register(id: u32) -> pb::RegisterBrokerRequest {
     }
 }
 
+/// Broker 1's heartbeat at `epoch`, having applied the log up to `offset`.
+fn hb(epoch: u64, offset: u64) -> Request<pb::BrokerHeartbeatRequest> {
+    Request::new(pb::BrokerHeartbeatRequest {
+        broker_id: 1,
+        broker_epoch: epoch,
+        current_metadata_offset: offset,
+        ..Default::default()
+    })
+}
+
+/// Registers broker 1 through `api`; the epoch it was given.
+async fn registered_epoch(api: &BrokerApi) -> u64 {
+    api.register_broker(Request::new(register(1)))
+        .await
+        .unwrap()
+        .into_inner()
+        .broker_epoch
+}
+
+/// One topic to create, placed by the controller.
+fn topic(name: &str, partitions: u32, replication_factor: u32) -> pb::CreatableTopic {
+    pb::CreatableTopic {
+        name: name.into(),
+        partitions,
+        replication_factor,
+        ..Default::default()
+    }
+}
+
+/// A CreateTopics request (not validate-only) for these topics.
+fn create(topics: Vec<pb::CreatableTopic>) -> Request<pb::CreateTopicsRequest> {
+    Request::new(pb::CreateTopicsRequest {
+        topics,
+        validate_only: false,
+    })
+}
+
 async fn applied_index(n: &ControllerNode) -> u64 {
     n.shared().applied().image.offset()
 }
@@ -133,22 +170,9 @@ async fn heartbeats_are_refused_for_unknown_or_stale_brokers_and_unfence_once_ca
     let dir = tempfile::tempdir().unwrap();
     let n = active(&dir).await;
     let api = BrokerApi::new(n.shared().clone());
-    let hb = |epoch: u64, offset: u64| {
-        Request::new(pb::BrokerHeartbeatRequest {
-            broker_id: 1,
-            broker_epoch: epoch,
-            current_metadata_offset: offset,
-            ..Default::default()
-        })
-    };
     let r = api.broker_heartbeat(hb(1, 0)).await.unwrap().into_inner();
     assert_eq!(code(&r.error), Some(pb::ErrorCode::UnknownBroker));
-    let epoch = api
-        .register_broker(Request::new(register(1)))
-        .await
-        .unwrap()
-        .into_inner()
-        .broker_epoch;
+    let epoch = registered_epoch(&api).await;
     let r = api
         .broker_heartbeat(hb(epoch + 1, 0))
         .await
@@ -184,38 +208,16 @@ async fn admin_answers_map_each_topic_to_its_own_code() {
     let dir = tempfile::tempdir().unwrap();
     let n = active(&dir).await;
     let brokers = BrokerApi::new(n.shared().clone());
-    let epoch = brokers
-        .register_broker(Request::new(register(1)))
-        .await
-        .unwrap()
-        .into_inner()
-        .broker_epoch;
-    brokers
-        .broker_heartbeat(Request::new(pb::BrokerHeartbeatRequest {
-            broker_id: 1,
-            broker_epoch: epoch,
-            current_metadata_offset: epoch,
-            ..Default::default()
-        }))
-        .await
-        .unwrap();
+    let epoch = registered_epoch(&brokers).await;
+    brokers.broker_heartbeat(hb(epoch, epoch)).await.unwrap();
     let admin = AdminApi::new(n.shared().clone());
-    let topic = |name: &str, partitions, rf| pb::CreatableTopic {
-        name: name.into(),
-        partitions,
-        replication_factor: rf,
-        ..Default::default()
-    };
     let r = admin
-        .create_topics(Request::new(pb::CreateTopicsRequest {
-            topics: vec![
-                topic("a", 2, 1),
-                topic("b", 1, 3),
-                topic("bad/name", 1, 1),
-                topic("c", 0, 1),
-            ],
-            validate_only: false,
-        }))
+        .create_topics(create(vec![
+            topic("a", 2, 1),
+            topic("b", 1, 3),
+            topic("bad/name", 1, 1),
+            topic("c", 0, 1),
+        ]))
         .await
         .unwrap()
         .into_inner();
@@ -233,10 +235,7 @@ async fn admin_answers_map_each_topic_to_its_own_code() {
     assert_eq!(r.topics[0].topic_id.len(), 16);
     // A second create of "a": its own code, the first topic untouched.
     let r = admin
-        .create_topics(Request::new(pb::CreateTopicsRequest {
-            topics: vec![topic("a", 5, 1)],
-            validate_only: false,
-        }))
+        .create_topics(create(vec![topic("a", 5, 1)]))
         .await
         .unwrap()
         .into_inner();
@@ -277,25 +276,13 @@ async fn a_node_that_is_not_active_answers_not_controller_and_writes_nothing() {
         .into_inner();
     assert_eq!(code(&r.error), Some(pb::ErrorCode::NotController));
     let r = brokers
-        .broker_heartbeat(Request::new(pb::BrokerHeartbeatRequest {
-            broker_id: 1,
-            broker_epoch: 1,
-            ..Default::default()
-        }))
+        .broker_heartbeat(hb(1, 0))
         .await
         .unwrap()
         .into_inner();
     assert_eq!(code(&r.error), Some(pb::ErrorCode::NotController));
     let r = admin
-        .create_topics(Request::new(pb::CreateTopicsRequest {
-            topics: vec![pb::CreatableTopic {
-                name: "t".into(),
-                partitions: 1,
-                replication_factor: 1,
-                ..Default::default()
-            }],
-            validate_only: false,
-        }))
+        .create_topics(create(vec![topic("t", 1, 1)]))
         .await
         .unwrap()
         .into_inner();

@@ -8,10 +8,12 @@
 //! call with "no active controller": what is tested is the framing and
 //! the conversions, not the controller.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes};
 use kafka_protocol::messages::create_topics_request::{
     CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
 };
@@ -60,17 +62,9 @@ fn s(v: String) -> StrBytes {
     StrBytes::from_string(v)
 }
 
+/// `api` v`version` with `body` as this test's client frames it.
 fn frame<B: Encodable>(api: ApiKey, version: i16, body: &B) -> Vec<u8> {
-    let mut buf = BytesMut::new();
-    RequestHeader::default()
-        .with_request_api_key(api as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(5)
-        .with_client_id(Some(StrBytes::from_static_str("prop")))
-        .encode(&mut buf, api.request_header_version(version))
-        .unwrap();
-    body.encode(&mut buf, version).unwrap();
-    buf.to_vec()
+    common::request_frame(api, version, 5, "prop", body)
 }
 
 /// A valid admin request: (api, version, bytes after the length prefix).

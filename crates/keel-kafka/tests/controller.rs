@@ -4,14 +4,16 @@
 //! a broker's API closes the connection; random and mutated frames are
 //! answered well or closed.
 
+mod common;
+
 use std::collections::BTreeMap;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::describe_quorum_request::{PartitionData, TopicData};
 use kafka_protocol::messages::{
     ApiKey, ApiVersionsRequest, ApiVersionsResponse, DescribeClusterRequest,
     DescribeClusterResponse, DescribeQuorumRequest, DescribeQuorumResponse, MetadataRequest,
-    RequestHeader, ResponseHeader, TopicName,
+    ResponseHeader, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::ResponseError;
@@ -48,17 +50,9 @@ fn controller_view(node_id: u64, leader: bool) -> ClusterView {
     }
 }
 
+/// `api` v`version` with `body` as this test's client frames it.
 fn request<B: Encodable>(api: ApiKey, version: i16, body: &B) -> Vec<u8> {
-    let mut buf = BytesMut::new();
-    RequestHeader::default()
-        .with_request_api_key(api as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(9)
-        .with_client_id(Some(StrBytes::from_static_str("test")))
-        .encode(&mut buf, api.request_header_version(version))
-        .unwrap();
-    body.encode(&mut buf, version).unwrap();
-    buf.to_vec()
+    common::request_frame(api, version, 9, "test", body)
 }
 
 fn answer<R: Decodable>(out: Outcome, api: ApiKey, version: i16) -> R {

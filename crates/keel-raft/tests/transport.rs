@@ -7,6 +7,18 @@ use common::*;
 use keel_proto::pb::raft_service_client::RaftServiceClient;
 use keel_proto::pb::RaftRequest;
 
+/// A request from node 9 to node 0 of cluster `cluster_id`.
+fn request(cluster_id: &str, payload: Vec<u8>, seq: u64) -> RaftRequest {
+    RaftRequest {
+        cluster_id: cluster_id.into(),
+        from_node: 9,
+        payload,
+        seq,
+        to_node: 0,
+        ..Default::default()
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_from_another_cluster_or_with_garbage_are_refused() {
     let root = tempfile::tempdir().unwrap();
@@ -16,14 +28,7 @@ async fn requests_from_another_cluster_or_with_garbage_are_refused() {
         .unwrap();
 
     let foreign = client
-        .vote(RaftRequest {
-            cluster_id: "someone-else".into(),
-            from_node: 9,
-            payload: vec![1, 2, 3],
-            seq: 0,
-            to_node: 0,
-            ..Default::default()
-        })
+        .vote(request("someone-else", vec![1, 2, 3], 0))
         .await
         .unwrap()
         .into_inner();
@@ -37,14 +42,7 @@ async fn requests_from_another_cluster_or_with_garbage_are_refused() {
         vec![0x42; 100],
     ] {
         let garbage = client
-            .append(RaftRequest {
-                cluster_id: CLUSTER.into(),
-                from_node: 9,
-                payload,
-                seq: 0,
-                to_node: 0,
-                ..Default::default()
-            })
+            .append(request(CLUSTER, payload, 0))
             .await
             .unwrap()
             .into_inner();
@@ -64,30 +62,9 @@ async fn the_append_stream_refuses_the_same_requests_and_answers_each_by_seq() {
         .await
         .unwrap();
     let requests = vec![
-        RaftRequest {
-            cluster_id: "someone-else".into(),
-            from_node: 9,
-            payload: vec![1, 2, 3],
-            seq: 40,
-            to_node: 0,
-            ..Default::default()
-        },
-        RaftRequest {
-            cluster_id: CLUSTER.into(),
-            from_node: 9,
-            payload: vec![0x42; 100],
-            seq: 41,
-            to_node: 0,
-            ..Default::default()
-        },
-        RaftRequest {
-            cluster_id: CLUSTER.into(),
-            from_node: 9,
-            payload: vec![],
-            seq: 42,
-            to_node: 0,
-            ..Default::default()
-        },
+        request("someone-else", vec![1, 2, 3], 40),
+        request(CLUSTER, vec![0x42; 100], 41),
+        request(CLUSTER, vec![], 42),
     ];
     let mut answers = client
         .append_stream(tokio_stream::iter(requests))

@@ -192,6 +192,8 @@ impl TestNode {
         if let Some(tx) = self.stop_server.take() {
             let _ = tx.send(());
         }
+        // Graceful shutdown waits for peers' connections to close; do not
+        // let a peer that keeps one open stall the test.
         if tokio::time::timeout(Duration::from_secs(5), &mut self.server)
             .await
             .is_err()
@@ -210,17 +212,7 @@ impl TestNode {
     pub async fn stop(mut self) -> (u64, PathBuf, String) {
         let _ = self.stop_watchdog.send(true);
         self.raft.shutdown().await.unwrap();
-        if let Some(tx) = self.stop_server.take() {
-            let _ = tx.send(());
-        }
-        // Graceful shutdown waits for peers' connections to close; do not
-        // let a peer that keeps one open stall the test.
-        if tokio::time::timeout(Duration::from_secs(5), &mut self.server)
-            .await
-            .is_err()
-        {
-            self.server.abort();
-        }
+        self.cut_off().await;
         (self.id, self.dir, self.addr)
     }
 

@@ -23,7 +23,7 @@ use keel_proto::pb::admin_service_server::AdminService;
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::authz::{Caller, Checker};
+use crate::authz::{caller_of, Caller, Checker};
 use crate::budget::{admit_each, Admitted};
 use crate::command::{CommandKind, DecideEnv, Proposal};
 use crate::shared::{now_ms, Shared};
@@ -70,8 +70,7 @@ impl AdminApi {
         image: &MetadataImage,
         op: Operation,
     ) -> Result<(), pb::Error> {
-        Caller::of(req)
-            .checker(image, &self.shared.super_users)
+        crate::authz::checker(&caller_of(req), image, &self.shared.super_users)
             .check(op, Resource::Cluster)
             .map_err(|e| error_to_pb(&e))
     }
@@ -141,7 +140,7 @@ impl AdminApi {
         };
         let _admitted = self.admit(&req).await;
         let asker = Asker {
-            caller: Caller::of(&req),
+            caller: caller_of(&req),
             supers: self.super_users(),
         };
         let parsed = match parse(req.into_inner(), &self.shared) {
@@ -197,7 +196,7 @@ impl AdminApi {
             }
         }
         let asker = Asker {
-            caller: Caller::of(&req),
+            caller: caller_of(&req),
             supers: self.super_users(),
         };
         match answer(req.into_inner(), &image, &asker) {
@@ -290,7 +289,7 @@ struct Asker {
 impl Asker {
     /// The caller's rights by `image`'s ACLs.
     fn checker<'a>(&'a self, image: &'a MetadataImage) -> Checker<'a> {
-        self.caller.checker(image, &self.supers)
+        crate::authz::checker(&self.caller, image, &self.supers)
     }
 }
 
@@ -615,7 +614,7 @@ impl AdminService for AdminApi {
             .admit()
             .map_err(|e| Status::resource_exhausted(e.message))?;
         let api = self.clone();
-        let caller = Caller::of(&req);
+        let caller = caller_of(&req);
         let size = |m: &Result<pb::WriteRequest, Status>| m.as_ref().map_or(0, |w| w.encoded_len());
         let budget = self.shared.write_budget.clone();
         let answers = admit_each(req.into_inner(), budget, size)
@@ -952,7 +951,7 @@ impl AdminService for AdminApi {
                 .map(|r| r.clone())
                 .unwrap_or_default();
             let m = shared.raft.metrics().borrow().clone();
-            let incarnations = asker.caller.may_see_incarnations(image, &asker.supers);
+            let incarnations = asker.checker(image).may_see_incarnations();
             Ok(pb::DescribeClusterResponse {
                 error: None,
                 cluster_id: shared.config.cluster_id.clone(),

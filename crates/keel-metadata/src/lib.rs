@@ -13,6 +13,7 @@
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 pub mod acl;
+pub mod authz;
 pub mod control;
 pub mod decide;
 pub mod entries;

@@ -159,6 +159,14 @@ impl<T: Send + 'static> Proposal<T> {
     }
 }
 
+/// A decision's records and reply (or its refusal of the whole request),
+/// with its replay proof.
+impl<T: Send + 'static> From<keel_metadata::Decision<Result<T, ApiError>>> for Proposal<T> {
+    fn from(d: keel_metadata::Decision<Result<T, ApiError>>) -> Self {
+        Self::with_reply(d.records, d.reply).with_replayed(d.replayed)
+    }
+}
+
 type Run = Box<dyn FnOnce(&MetadataImage, &mut DecideEnv) -> Decided + Send>;
 
 /// Answers a command once its records commit (with their index) or fail to.

@@ -185,7 +185,8 @@ impl Checker<'_> {
         let why = match self.caller.principal() {
             // Refused: no binding speaks for it.
             None => None,
-            Some(p) => match authorize(bindings.iter().copied(), self.super_users, p, op, resource) {
+            Some(p) => match authorize(bindings.iter().copied(), self.super_users, p, op, resource)
+            {
                 Verdict::Allowed(_) => return Ok(()),
                 Verdict::Denied(Some(b)) => Some(format!("an ACL denies it ({b})")),
                 Verdict::Denied(None) => Some("no ACL allows it".to_string()),

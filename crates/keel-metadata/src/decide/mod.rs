@@ -14,6 +14,7 @@ mod acls;
 mod brokers;
 mod chain;
 mod deletion;
+pub mod entry;
 mod partitions;
 mod permitted;
 mod reassign;
@@ -74,6 +75,15 @@ impl<R> Decision<R> {
             records: Vec::new(),
             reply,
             replayed: None,
+        }
+    }
+
+    /// The same records with `f` of the reply.
+    pub fn map_reply<S>(self, f: impl FnOnce(R) -> S) -> Decision<S> {
+        Decision {
+            records: self.records,
+            reply: f(self.reply),
+            replayed: self.replayed,
         }
     }
 }

@@ -27,7 +27,7 @@ use crate::authz::{caller_of, Caller, Checker};
 use crate::budget::{admit_each, Admitted};
 use crate::command::{CommandKind, DecideEnv, Proposal};
 use crate::shared::{now_ms, Shared};
-use keel_metadata::decide::entry;
+use keel_metadata::entry;
 
 /// The admin gRPC service of one controller node.
 #[derive(Clone)]

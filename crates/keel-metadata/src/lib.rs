@@ -17,6 +17,7 @@ pub mod authz;
 pub mod control;
 pub mod decide;
 pub mod entries;
+pub mod entry;
 pub mod error;
 pub mod heartbeat;
 pub mod ids;

@@ -14,7 +14,6 @@ mod acls;
 mod brokers;
 mod chain;
 mod deletion;
-pub mod entry;
 mod partitions;
 mod permitted;
 mod reassign;

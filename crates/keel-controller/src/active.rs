@@ -683,7 +683,7 @@ mod tests {
             move |image: &MetadataImage, _: &mut DecideEnv| {
                 let d = image.decide_controlled_shutdown(b0, epoch);
                 assert!(d.replayed.is_some(), "controlled shutdown keeps its image");
-                Proposal::with_reply(d.records, d.reply).with_replayed(d.replayed)
+                Proposal::from(d)
             },
             tx1,
         );

@@ -15,7 +15,7 @@ use keel_metadata::scram::{ScramCredential, ScramMechanism};
 use keel_metadata::{ApiError, BrokerId, ErrorCode, MetadataImage, TopicPartition};
 use keel_proto::convert::{
     acl_binding_from_pb, acl_binding_to_pb, acl_filter_from_pb, broker_to_pb, brokers_from_pb,
-    config_op_from_pb, election_kind_from_pb, error_to_pb, partition_to_pb, result_error,
+    config_op_from_pb, election_kind_from_pb, error_to_pb, item_results, partition_to_pb,
     scram_credential_info_to_pb, scram_deletion_from_pb, scram_upsertion_from_pb, Refused,
 };
 use keel_proto::pb;
@@ -23,11 +23,11 @@ use keel_proto::pb::admin_service_server::AdminService;
 use prost::Message;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::authz::{Caller, Checker};
+use crate::authz::{caller_of, Caller, Checker};
 use crate::budget::{admit_each, Admitted};
 use crate::command::{CommandKind, DecideEnv, Proposal};
 use crate::shared::{now_ms, Shared};
-use keel_metadata::decide::decide_permitted;
+use keel_metadata::entry;
 
 /// The admin gRPC service of one controller node.
 #[derive(Clone)]
@@ -70,8 +70,7 @@ impl AdminApi {
         image: &MetadataImage,
         op: Operation,
     ) -> Result<(), pb::Error> {
-        Caller::of(req)
-            .checker(image, &self.shared.super_users)
+        crate::authz::checker(&caller_of(req), image, &self.shared.super_users)
             .check(op, Resource::Cluster)
             .map_err(|e| error_to_pb(&e))
     }
@@ -141,7 +140,7 @@ impl AdminApi {
         };
         let _admitted = self.admit(&req).await;
         let asker = Asker {
-            caller: Caller::of(&req),
+            caller: caller_of(&req),
             supers: self.super_users(),
         };
         let parsed = match parse(req.into_inner(), &self.shared) {
@@ -197,7 +196,7 @@ impl AdminApi {
             }
         }
         let asker = Asker {
-            caller: Caller::of(&req),
+            caller: caller_of(&req),
             supers: self.super_users(),
         };
         match answer(req.into_inner(), &image, &asker) {
@@ -290,7 +289,7 @@ struct Asker {
 impl Asker {
     /// The caller's rights by `image`'s ACLs.
     fn checker<'a>(&'a self, image: &'a MetadataImage) -> Checker<'a> {
-        self.caller.checker(image, &self.supers)
+        crate::authz::checker(&self.caller, image, &self.supers)
     }
 }
 
@@ -356,40 +355,25 @@ impl ScramChanges {
                 .map(|u| u.user.as_str())
                 .chain(req.deletions.iter().map(|d| d.user.as_str())),
         );
-        let mut out = Self {
-            refused: Vec::with_capacity(req.upsertions.len() + req.deletions.len()),
-            upserts: Vec::new(),
-            deletions: Vec::new(),
-        };
-        for u in &req.upsertions {
-            let refusal = if twice.contains(u.user.as_str()) {
-                Some(duplicate_user(&u.user))
-            } else {
-                match scram_upsertion_from_pb(u) {
-                    Ok(item) => {
-                        out.upserts.push(item);
-                        None
-                    }
-                    Err(e) => Some(e),
-                }
-            };
-            out.refused.push((u.user.clone(), refusal));
+        let (mut upserts, mut deletions) = (Vec::new(), Vec::new());
+        let upserted = req
+            .upsertions
+            .iter()
+            .map(|u| take_item(&u.user, &twice, || scram_upsertion_from_pb(u), &mut upserts));
+        let deleted = req.deletions.iter().map(|d| {
+            take_item(
+                &d.user,
+                &twice,
+                || scram_deletion_from_pb(d),
+                &mut deletions,
+            )
+        });
+        let refused = upserted.chain(deleted).collect();
+        Self {
+            refused,
+            upserts,
+            deletions,
         }
-        for d in &req.deletions {
-            let refusal = if twice.contains(d.user.as_str()) {
-                Some(duplicate_user(&d.user))
-            } else {
-                match scram_deletion_from_pb(d) {
-                    Ok(item) => {
-                        out.deletions.push(item);
-                        None
-                    }
-                    Err(e) => Some(e),
-                }
-            };
-            out.refused.push((d.user.clone(), refusal));
-        }
-        out
     }
 
     /// Every item's result in the request's order: the decision answers
@@ -412,6 +396,29 @@ impl ScramChanges {
             })
             .collect()
     }
+}
+
+/// One item of an AlterUserScramCredentials request: refused when its
+/// user is named twice (whether or not it converts), else converted into
+/// `decided` or refused with the conversion's error. Its user and refusal.
+fn take_item<T>(
+    user: &str,
+    twice: &BTreeSet<&str>,
+    convert: impl FnOnce() -> Result<T, ApiError>,
+    decided: &mut Vec<T>,
+) -> (String, Option<ApiError>) {
+    let refusal = if twice.contains(user) {
+        Some(duplicate_user(user))
+    } else {
+        match convert() {
+            Ok(item) => {
+                decided.push(item);
+                None
+            }
+            Err(e) => Some(e),
+        }
+    };
+    (user.to_string(), refusal)
 }
 
 /// One audit line per committed ACL or credential change: who made it (the
@@ -440,6 +447,20 @@ fn log_access_changes(caller: &Caller, records: &[keel_metadata::MetadataRecord]
             _ => {}
         }
     }
+}
+
+/// The proposal of an ACL or credential change: once its records commit,
+/// their audit lines, then the decision's reply.
+fn audited<T: Send + 'static>(caller: &Caller, d: keel_metadata::Decision<T>) -> Proposal<T> {
+    let records = d.records.clone();
+    let caller = caller.clone();
+    let reply = d.reply;
+    Proposal::new(d.records, move |commit| {
+        let index = commit?;
+        log_access_changes(&caller, &records, index);
+        Ok(reply)
+    })
+    .with_replayed(d.replayed)
 }
 
 /// The description of the credentials of `users` (every user that has one
@@ -615,7 +636,7 @@ impl AdminService for AdminApi {
             .admit()
             .map_err(|e| Status::resource_exhausted(e.message))?;
         let api = self.clone();
-        let caller = Caller::of(&req);
+        let caller = caller_of(&req);
         let size = |m: &Result<pb::WriteRequest, Status>| m.as_ref().map_or(0, |w| w.encoded_len());
         let budget = self.shared.write_budget.clone();
         let answers = admit_each(req.into_inner(), budget, size)
@@ -656,42 +677,30 @@ impl AdminService for AdminApi {
                 Ok((topics, req.validate_only))
             },
             move |(topics, validate_only), image, env, checker, _| {
-                if let Err(e) = limits.check_create_topics_in(image, &topics) {
-                    return Proposal::with_reply(vec![], Err(e));
-                }
-                // Kafka's rule: `create` on the cluster, or on the topic.
-                let any = checker.may(Operation::Create, Resource::Cluster);
-                let d = decide_permitted(
+                let rng = &mut env.rng;
+                entry::create_topics(
+                    image,
                     &topics,
-                    |t| {
-                        (!any)
-                            .then(|| {
-                                checker
-                                    .check(Operation::Create, Resource::Topic(&t.name))
-                                    .err()
-                            })
-                            .flatten()
-                    },
-                    |t| t.name.clone(),
-                    |ts| image.decide_create_topics_with(ts, validate_only, unknown, &mut env.rng),
-                );
-                Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
+                    validate_only,
+                    unknown,
+                    checker,
+                    &limits,
+                    rng,
+                )
+                .into()
             },
             |results| pb::CreateTopicsResponse {
                 error: None,
-                topics: results
-                    .into_iter()
-                    .map(|(name, r)| pb::CreateTopicResult {
-                        name,
-                        error: result_error(&r),
-                        topic_id: r
-                            .as_ref()
-                            .map(|c| c.topic_id.to_bytes().to_vec())
-                            .unwrap_or_default(),
-                        partitions: r.as_ref().map(|c| c.partitions).unwrap_or(0),
-                        replication_factor: r.as_ref().map(|c| c.replication_factor).unwrap_or(0),
-                    })
-                    .collect(),
+                topics: item_results(results, |name, error, created| pb::CreateTopicResult {
+                    name,
+                    error,
+                    topic_id: created
+                        .as_ref()
+                        .map(|c| c.topic_id.to_bytes().to_vec())
+                        .unwrap_or_default(),
+                    partitions: created.as_ref().map_or(0, |c| c.partitions),
+                    replication_factor: created.as_ref().map_or(0, |c| c.replication_factor),
+                }),
             },
         )
         .await
@@ -714,13 +723,7 @@ impl AdminService for AdminApi {
                 let reply = chain.decide(|image| {
                     // Each step decides on the chain's image: its own
                     // checker, by that image's ACLs.
-                    let checker = asker.checker(image);
-                    decide_permitted(
-                        &names,
-                        |n| checker.check(Operation::Delete, Resource::Topic(n)).err(),
-                        Clone::clone,
-                        |names| image.decide_delete_topics(names),
-                    )
+                    entry::delete_topics(image, &names, &asker.checker(image))
                 });
                 // Start these topics' deletion right away rather than at the
                 // next tick (only these: others progress on the tick).
@@ -733,13 +736,10 @@ impl AdminService for AdminApi {
             },
             |results| pb::DeleteTopicsResponse {
                 error: None,
-                topics: results
-                    .into_iter()
-                    .map(|(name, r)| pb::DeleteTopicResult {
-                        name,
-                        error: result_error(&r),
-                    })
-                    .collect(),
+                topics: item_results(results, |name, error, _| pb::DeleteTopicResult {
+                    name,
+                    error,
+                }),
             },
         )
         .await
@@ -768,30 +768,15 @@ impl AdminService for AdminApi {
                 Ok((items, req.validate_only))
             },
             move |(items, validate_only), image, env, checker, _| {
-                if let Err(e) = limits.check_create_partitions_in(image, &items) {
-                    return Proposal::with_reply(vec![], Err(e));
-                }
-                let d = decide_permitted(
-                    &items,
-                    |i| {
-                        checker
-                            .check(Operation::Alter, Resource::Topic(&i.name))
-                            .err()
-                    },
-                    |i| i.name.clone(),
-                    |items| image.decide_create_partitions(items, validate_only, &mut env.rng),
-                );
-                Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
+                let rng = &mut env.rng;
+                entry::create_partitions(image, &items, validate_only, checker, &limits, rng).into()
             },
             |results| pb::CreatePartitionsResponse {
                 error: None,
-                topics: results
-                    .into_iter()
-                    .map(|(name, r)| pb::CreatePartitionsResult {
-                        name,
-                        error: result_error(&r),
-                    })
-                    .collect(),
+                topics: item_results(results, |name, error, _| pb::CreatePartitionsResult {
+                    name,
+                    error,
+                }),
             },
         )
         .await
@@ -810,7 +795,7 @@ impl AdminService for AdminApi {
                 Ok(req.partitions)
             },
             |items, image, _, _, _| {
-                let mut results: Vec<(String, u32, Result<(), ApiError>)> = Vec::new();
+                let mut results: Vec<((String, u32), Result<(), ApiError>)> = Vec::new();
                 let mut valid = Vec::new();
                 let mut slots = Vec::new();
                 for it in &items {
@@ -823,29 +808,28 @@ impl AdminService for AdminApi {
                             };
                             slots.push((results.len(), valid.len()));
                             valid.push((tp, target));
-                            results.push((it.topic.clone(), it.partition, Ok(())));
+                            results.push(((it.topic.clone(), it.partition), Ok(())));
                         }
-                        Err(e) => results.push((it.topic.clone(), it.partition, Err(e))),
+                        Err(e) => results.push(((it.topic.clone(), it.partition), Err(e))),
                     }
                 }
                 let d = image.decide_alter_reassignments(&valid);
                 for (ri, vi) in slots {
                     if let Some((_, r)) = d.reply.get(vi) {
-                        results[ri].2 = r.clone();
+                        results[ri].1 = r.clone();
                     }
                 }
-                Proposal::with_reply(d.records, Ok(results)).with_replayed(d.replayed)
+                Proposal::from(d.map_reply(|_| Ok(results)))
             },
             |results| pb::AlterPartitionReassignmentsResponse {
                 error: None,
-                partitions: results
-                    .into_iter()
-                    .map(|(topic, partition, r)| pb::ReassignmentResult {
+                partitions: item_results(results, |(topic, partition), error, _| {
+                    pb::ReassignmentResult {
                         topic,
                         partition,
-                        error: result_error(&r),
-                    })
-                    .collect(),
+                        error,
+                    }
+                }),
             },
         )
         .await
@@ -895,7 +879,7 @@ impl AdminService for AdminApi {
                 Ok((kind, req.partitions))
             },
             |(kind, wanted), image, _, _, _| {
-                let mut results: Vec<(String, u32, Result<BrokerId, ApiError>)> = Vec::new();
+                let mut results: Vec<((String, u32), Result<BrokerId, ApiError>)> = Vec::new();
                 let d = if wanted.is_empty() {
                     image.decide_elect_leaders(kind, None)
                 } else {
@@ -903,27 +887,26 @@ impl AdminService for AdminApi {
                     for w in &wanted {
                         match resolve(image, &w.topic, w.partition) {
                             Ok(tp) => tps.push(tp),
-                            Err(e) => results.push((w.topic.clone(), w.partition, Err(e))),
+                            Err(e) => results.push(((w.topic.clone(), w.partition), Err(e))),
                         }
                     }
                     image.decide_elect_leaders(kind, Some(&tps))
                 };
                 for (tp, r) in &d.reply {
-                    results.push((topic_name(image, tp), tp.partition.0, r.clone()));
+                    results.push(((topic_name(image, tp), tp.partition.0), r.clone()));
                 }
-                Proposal::with_reply(d.records, Ok(results)).with_replayed(d.replayed)
+                Proposal::from(d.map_reply(|_| Ok(results)))
             },
             |results| pb::ElectLeadersResponse {
                 error: None,
-                partitions: results
-                    .into_iter()
-                    .map(|(topic, partition, r)| pb::ElectionResult {
+                partitions: item_results(results, |(topic, partition), error, leader| {
+                    pb::ElectionResult {
                         topic,
                         partition,
-                        error: result_error(&r),
-                        leader: r.ok().map(|b| b.0),
-                    })
-                    .collect(),
+                        error,
+                        leader: leader.map(|b| b.0),
+                    }
+                }),
             },
         )
         .await
@@ -952,7 +935,7 @@ impl AdminService for AdminApi {
                 .map(|r| r.clone())
                 .unwrap_or_default();
             let m = shared.raft.metrics().borrow().clone();
-            let incarnations = asker.caller.may_see_incarnations(image, &asker.supers);
+            let incarnations = asker.checker(image).may_see_incarnations();
             Ok(pb::DescribeClusterResponse {
                 error: None,
                 cluster_id: shared.config.cluster_id.clone(),
@@ -1131,30 +1114,14 @@ impl AdminService for AdminApi {
                 Ok((items, req.validate_only))
             },
             move |(items, validate_only), image, _, checker, _| {
-                if let Err(e) = limits.check_alter_configs_in(image, &items) {
-                    return Proposal::with_reply(vec![], Err(e));
-                }
-                let d = decide_permitted(
-                    &items,
-                    |(t, _)| {
-                        checker
-                            .check(Operation::AlterConfigs, Resource::Topic(t))
-                            .err()
-                    },
-                    |(t, _)| t.clone(),
-                    |items| image.decide_alter_configs_with(items, validate_only, unknown),
-                );
-                Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
+                entry::alter_configs(image, &items, validate_only, unknown, checker, &limits).into()
             },
             |results| pb::IncrementalAlterConfigsResponse {
                 error: None,
-                topics: results
-                    .into_iter()
-                    .map(|(topic, r)| pb::AlterConfigsResult {
-                        topic,
-                        error: result_error(&r),
-                    })
-                    .collect(),
+                topics: item_results(results, |topic, error, _| pb::AlterConfigsResult {
+                    topic,
+                    error,
+                }),
             },
         )
         .await
@@ -1228,39 +1195,30 @@ impl AdminService for AdminApi {
             },
             |(asked, parsed), image, _, _, asker| {
                 let valid: Vec<_> = parsed.iter().filter_map(|r| r.clone().ok()).collect();
-                let d = image.decide_create_acls(&valid);
-                let mut decided = d.reply.into_iter();
-                let results: Vec<Result<(), ApiError>> = parsed
-                    .iter()
-                    .map(|p| match p {
-                        Err(e) => Err(e.clone()),
-                        Ok(_) => decided.next().unwrap_or_else(|| {
-                            Err(ApiError::new(
-                                ErrorCode::Internal,
-                                "no decision for binding",
-                            ))
-                        }),
-                    })
-                    .collect();
-                let records = d.records.clone();
-                let caller = asker.caller.clone();
-                Proposal::new(d.records, move |commit| {
-                    let index = commit?;
-                    log_access_changes(&caller, &records, index);
-                    Ok((asked, results))
-                })
-                .with_replayed(d.replayed)
+                let d = image.decide_create_acls(&valid).map_reply(|decided| {
+                    let mut decided = decided.into_iter();
+                    let results: Vec<Result<(), ApiError>> = parsed
+                        .iter()
+                        .map(|p| match p {
+                            Err(e) => Err(e.clone()),
+                            Ok(_) => decided.next().unwrap_or_else(|| {
+                                Err(ApiError::new(
+                                    ErrorCode::Internal,
+                                    "no decision for binding",
+                                ))
+                            }),
+                        })
+                        .collect();
+                    asked.into_iter().zip(results).collect::<Vec<_>>()
+                });
+                audited(&asker.caller, d)
             },
-            |(asked, results)| pb::CreateAclsResponse {
+            |results| pb::CreateAclsResponse {
                 error: None,
-                results: asked
-                    .into_iter()
-                    .zip(results)
-                    .map(|(binding, r)| pb::AclResult {
-                        binding: Some(binding),
-                        error: result_error(&r),
-                    })
-                    .collect(),
+                results: item_results(results, |binding, error, _| pb::AclResult {
+                    binding: Some(binding),
+                    error,
+                }),
             },
         )
         .await
@@ -1283,16 +1241,7 @@ impl AdminService for AdminApi {
                     .collect::<Result<Vec<_>, _>>()?)
             },
             |filters, image, _, _, asker| {
-                let d = image.decide_delete_acls(&filters);
-                let records = d.records.clone();
-                let removed = d.reply;
-                let caller = asker.caller.clone();
-                Proposal::new(d.records, move |commit| {
-                    let index = commit?;
-                    log_access_changes(&caller, &records, index);
-                    Ok(removed)
-                })
-                .with_replayed(d.replayed)
+                audited(&asker.caller, image.decide_delete_acls(&filters))
             },
             |removed| pb::DeleteAclsResponse {
                 error: None,
@@ -1350,25 +1299,11 @@ impl AdminService for AdminApi {
             },
             |asked, image, _, _, asker| {
                 let d = image.decide_alter_scram(&asked.upserts, &asked.deletions);
-                let results = asked.merge(d.reply);
-                let records = d.records.clone();
-                let caller = asker.caller.clone();
-                Proposal::new(d.records, move |commit| {
-                    let index = commit?;
-                    log_access_changes(&caller, &records, index);
-                    Ok(results)
-                })
-                .with_replayed(d.replayed)
+                audited(&asker.caller, d.map_reply(|decided| asked.merge(decided)))
             },
             |results| pb::AlterUserScramCredentialsResponse {
                 error: None,
-                results: results
-                    .into_iter()
-                    .map(|(user, r)| pb::UserResult {
-                        user,
-                        error: result_error(&r),
-                    })
-                    .collect(),
+                results: item_results(results, |user, error, _| pb::UserResult { user, error }),
             },
         )
         .await
@@ -1410,11 +1345,7 @@ impl AdminService for AdminApi {
                 Ok((ops, req.validate_only))
             },
             move |(ops, validate_only), image, _, _, _| {
-                if let Err(e) = limits.check_cluster_configs_in(image, &ops) {
-                    return Proposal::with_reply(vec![], Err(e));
-                }
-                let d = image.decide_alter_cluster_configs(&ops, validate_only, unknown);
-                Proposal::with_reply(d.records, Ok(d.reply)).with_replayed(d.replayed)
+                entry::alter_cluster_configs(image, &ops, validate_only, unknown, &limits).into()
             },
             |r| pb::AlterClusterConfigsResponse {
                 error: r.err().and_then(top),

@@ -341,7 +341,7 @@ impl BrokerService for BrokerApi {
                     Some(d) if env.applied_at == Some(decided_at) => d,
                     _ => image.decide_heartbeat(&hb, caught_up),
                 };
-                Proposal::with_reply(d.records, d.reply).with_replayed(d.replayed)
+                Proposal::from(d)
             })
             .await;
         answer(r)
@@ -422,8 +422,7 @@ impl BrokerService for BrokerApi {
         let r = self
             .shared
             .submit(CommandKind::ControlledShutdown, move |image, _| {
-                let d = image.decide_controlled_shutdown(broker, epoch);
-                Proposal::with_reply(d.records, d.reply).with_replayed(d.replayed)
+                image.decide_controlled_shutdown(broker, epoch).into()
             })
             .await;
         Ok(Response::new(match r {

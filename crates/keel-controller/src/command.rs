@@ -12,52 +12,54 @@ use keel_metadata::{ApiError, BrokerId, ErrorCode, MetadataImage, MetadataRecord
 use rand::rngs::StdRng;
 use tokio::sync::oneshot;
 
-/// Every kind of command, for metrics, logs and batching rules.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum CommandKind {
-    CreateTopics,
-    DeleteTopics,
-    CreatePartitions,
-    AlterReassignments,
-    ElectLeaders,
-    UnregisterBroker,
-    AlterConfigs,
-    RegisterBroker,
-    BrokerHeartbeat,
-    AlterPartition,
-    ControlledShutdown,
+/// Declares [`CommandKind`] from one table of the kinds and their metric
+/// labels, so that the enum, its labels and [`CommandKind::ALL`] name the
+/// same kinds.
+macro_rules! command_kinds {
+    ($($(#[doc = $doc:literal])* $kind:ident => $label:literal,)+) => {
+        /// Every kind of command, for metrics, logs and batching rules.
+        #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+        pub enum CommandKind {
+            $($(#[doc = $doc])* $kind,)+
+        }
+
+        impl CommandKind {
+            /// Every kind, in declaration order.
+            pub const ALL: &'static [CommandKind] = &[$(Self::$kind),+];
+
+            /// The `kind` label of the loop's metrics.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$kind => $label,)+
+                }
+            }
+        }
+    };
+}
+
+command_kinds! {
+    CreateTopics => "create_topics",
+    DeleteTopics => "delete_topics",
+    CreatePartitions => "create_partitions",
+    AlterReassignments => "alter_reassignments",
+    ElectLeaders => "elect_leaders",
+    UnregisterBroker => "unregister_broker",
+    AlterConfigs => "alter_configs",
+    RegisterBroker => "register_broker",
+    BrokerHeartbeat => "broker_heartbeat",
+    AlterPartition => "alter_partition",
+    ControlledShutdown => "controlled_shutdown",
     /// Session expiry, reconciliation, auto rebalance (the periodic tick).
-    Housekeeping,
+    Housekeeping => "housekeeping",
     /// Brokers' answers to `StopReplica(delete)`.
-    ReplicaDeletionResults,
+    ReplicaDeletionResults => "replica_deletion_results",
     /// ACL bindings added or removed.
-    AlterAcls,
+    AlterAcls => "alter_acls",
     /// Users' SCRAM credentials set or removed.
-    AlterScramCredentials,
+    AlterScramCredentials => "alter_scram_credentials",
 }
 
 impl CommandKind {
-    /// The `kind` label of the loop's metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::CreateTopics => "create_topics",
-            Self::DeleteTopics => "delete_topics",
-            Self::CreatePartitions => "create_partitions",
-            Self::AlterReassignments => "alter_reassignments",
-            Self::ElectLeaders => "elect_leaders",
-            Self::UnregisterBroker => "unregister_broker",
-            Self::AlterAcls => "alter_acls",
-            Self::AlterScramCredentials => "alter_scram_credentials",
-            Self::AlterConfigs => "alter_configs",
-            Self::RegisterBroker => "register_broker",
-            Self::BrokerHeartbeat => "broker_heartbeat",
-            Self::AlterPartition => "alter_partition",
-            Self::ControlledShutdown => "controlled_shutdown",
-            Self::Housekeeping => "housekeeping",
-            Self::ReplicaDeletionResults => "replica_deletion_results",
-        }
-    }
-
     /// A write an operator asked for (refused while the data dir is below
     /// its free-space reserve; brokers' own commands are not).
     pub fn is_admin_write(self) -> bool {
@@ -156,6 +158,14 @@ impl<T: Send + 'static> Proposal<T> {
     /// Records whose reply is fixed in advance (given once they commit).
     pub fn with_reply(records: Vec<MetadataRecord>, reply: Result<T, ApiError>) -> Self {
         Self::new(records, move |commit| commit.and(reply))
+    }
+}
+
+/// A decision's records and reply (or its refusal of the whole request),
+/// with its replay proof.
+impl<T: Send + 'static> From<keel_metadata::Decision<Result<T, ApiError>>> for Proposal<T> {
+    fn from(d: keel_metadata::Decision<Result<T, ApiError>>) -> Self {
+        Self::with_reply(d.records, d.reply).with_replayed(d.replayed)
     }
 }
 
@@ -278,26 +288,10 @@ mod tests {
     #[test]
     fn kinds_have_distinct_metric_labels_and_only_bounded_ones_are_light() {
         use CommandKind::*;
-        let all = [
-            CreateTopics,
-            DeleteTopics,
-            CreatePartitions,
-            AlterReassignments,
-            ElectLeaders,
-            UnregisterBroker,
-            AlterConfigs,
-            RegisterBroker,
-            BrokerHeartbeat,
-            AlterPartition,
-            ControlledShutdown,
-            Housekeeping,
-            ReplicaDeletionResults,
-            AlterAcls,
-            AlterScramCredentials,
-        ];
+        let all = CommandKind::ALL;
         let labels: std::collections::BTreeSet<&str> = all.iter().map(|k| k.as_str()).collect();
         assert_eq!(labels.len(), all.len());
-        let light: Vec<CommandKind> = all.into_iter().filter(|k| k.is_light()).collect();
+        let light: Vec<CommandKind> = all.iter().copied().filter(|k| k.is_light()).collect();
         assert_eq!(light, vec![AlterConfigs, AlterPartition]);
     }
 }

@@ -306,6 +306,18 @@ mod tests {
             .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
     }
 
+    /// Asserts the committed index, the applied lag and peer 3's lag that
+    /// `text` exports.
+    fn assert_figures(text: &str, [committed, applied_lag, peer_3_lag]: [u64; 3]) {
+        for (name, value) in [
+            ("keel_controller_last_committed_index", committed),
+            ("keel_controller_last_applied_lag_entries", applied_lag),
+            ("keel_controller_raft_peer_lag{peer=\"3\"}", peer_3_lag),
+        ] {
+            assert_eq!(line(text, name), format!("{name} {value}"));
+        }
+    }
+
     #[test]
     fn a_node_that_is_not_the_leader_exports_no_stale_leader_figures() {
         let members: BTreeMap<u64, keel_raft::KeelNode> = (1..=3)
@@ -326,18 +338,7 @@ mod tests {
             (3, log_id(4)),
         ]));
         let leader = exported(&m);
-        assert_eq!(
-            line(&leader, "keel_controller_last_committed_index"),
-            "keel_controller_last_committed_index 15"
-        );
-        assert_eq!(
-            line(&leader, "keel_controller_last_applied_lag_entries"),
-            "keel_controller_last_applied_lag_entries 3"
-        );
-        assert_eq!(
-            line(&leader, "keel_controller_raft_peer_lag{peer=\"3\"}"),
-            "keel_controller_raft_peer_lag{peer=\"3\"} 16"
-        );
+        assert_figures(&leader, [15, 3, 16]);
 
         // Deposed: no replication view; the same names read what this node
         // knows, not the last leader-time values.
@@ -345,18 +346,7 @@ mod tests {
         m.current_leader = Some(2);
         m.replication = None;
         let follower = exported(&m);
-        assert_eq!(
-            line(&follower, "keel_controller_last_committed_index"),
-            "keel_controller_last_committed_index 12"
-        );
-        assert_eq!(
-            line(&follower, "keel_controller_last_applied_lag_entries"),
-            "keel_controller_last_applied_lag_entries 0"
-        );
-        assert_eq!(
-            line(&follower, "keel_controller_raft_peer_lag{peer=\"3\"}"),
-            "keel_controller_raft_peer_lag{peer=\"3\"} 0"
-        );
+        assert_figures(&follower, [12, 0, 0]);
         assert!(
             !follower.contains("peer=\"1\""),
             "no lag of itself:\n{follower}"

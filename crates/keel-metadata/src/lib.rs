@@ -13,9 +13,11 @@
 #![deny(clippy::disallowed_methods, clippy::disallowed_types)]
 
 pub mod acl;
+pub mod authz;
 pub mod control;
 pub mod decide;
 pub mod entries;
+pub mod entry;
 pub mod error;
 pub mod heartbeat;
 pub mod ids;

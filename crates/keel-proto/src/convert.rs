@@ -81,6 +81,19 @@ pub fn result_error<T>(r: &Result<T, ApiError>) -> Option<pb::Error> {
     r.as_ref().err().map(error_to_pb)
 }
 
+/// A per-item response's entries, in the request's order: `make` of each
+/// item's name, its error (`None` where it succeeded) and its value (where
+/// it did).
+pub fn item_results<K, T, R>(
+    results: Vec<(K, Result<T, ApiError>)>,
+    make: impl Fn(K, Option<pb::Error>, Option<T>) -> R,
+) -> Vec<R> {
+    results
+        .into_iter()
+        .map(|(name, r)| make(name, result_error(&r), r.ok()))
+        .collect()
+}
+
 /// NOT_CONTROLLER with the leader's id and address when known.
 pub fn not_controller(leader: Option<(u64, String)>) -> pb::Error {
     let message = match &leader {

@@ -76,6 +76,15 @@ impl<R> Decision<R> {
             replayed: None,
         }
     }
+
+    /// The same records with `f` of the reply.
+    pub fn map_reply<S>(self, f: impl FnOnce(R) -> S) -> Decision<S> {
+        Decision {
+            records: self.records,
+            reply: f(self.reply),
+            replayed: self.replayed,
+        }
+    }
 }
 
 /// A scratch copy of the image that replays every record as it is decided,

@@ -109,26 +109,8 @@ pub struct BrokerArgs {
     /// then exit: 0 when it is valid, 2 when not. Starts nothing.
     #[arg(long)]
     check: bool,
-    /// Connections open at once over all listeners of this node (Kafka's
-    /// max.connections); the cluster's own nodes get a reserve past it.
-    /// Lowered to what the open-file limit allows [default: the open-file
-    /// limit less a margin].
-    #[arg(long, env = "KEEL_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
-    max_connections: Option<u64>,
-    /// Connections open at once from one address (Kafka's
-    /// max.connections.per.ip); the cluster's own nodes are exempt
-    /// [default: 1000].
-    #[arg(long, env = "KEEL_MAX_CONNECTIONS_PER_IP", value_parser = clap::value_parser!(u64).range(1..))]
-    max_connections_per_ip: Option<u64>,
-    /// A Kafka or HTTP (metrics, console) connection that sends nothing
-    /// for this many ms is closed (Kafka's connections.max.idle.ms)
-    /// [default: 600000].
-    #[arg(long, env = "KEEL_CONNECTIONS_MAX_IDLE_MS", value_parser = clap::value_parser!(u64).range(1..))]
-    connections_max_idle_ms: Option<u64>,
-    /// A TLS handshake not done within this many ms closes its connection
-    /// [default: 5000].
-    #[arg(long, env = "KEEL_TLS_HANDSHAKE_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..))]
-    tls_handshake_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    connections: crate::connections::ConnectionArgs,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -281,33 +263,13 @@ fn timing_and_limits(c: &mut BrokerConfig, a: &BrokerArgs, f: &BrokerFile) -> Re
 /// The Kafka listener: its address, request size, client authentication,
 /// SASL and connection limits.
 fn kafka_listener(c: &mut BrokerConfig, a: &BrokerArgs, f: &BrokerFile) -> Result<(), String> {
-    c.kafka_listen = a.kafka_listen.or(f.kafka_listen);
     if let Some(v) = a.kafka_max_request_bytes.or(f.kafka_max_request_bytes) {
         c.kafka_max_request_bytes = crate::node::at_least_one("kafka_max_request_bytes", v)?;
     }
     if a.kafka_admin || f.kafka_admin.unwrap_or(false) {
         eprintln!("keel broker: --kafka-admin is no longer used: every broker forwards Kafka admin requests, authorized as the client that sent them");
     }
-    let k = crate::node::kafka_listener(crate::node::KafkaGiven {
-        ssl_client_auth: a.kafka_ssl_client_auth,
-        ssl_client_auth_file: f.kafka_ssl_client_auth.as_deref(),
-        sasl_plain: a.kafka_sasl_plain || f.kafka_sasl_plain.unwrap_or(false),
-        connections: crate::connections::Given {
-            max_connections: a.max_connections.or(f.max_connections),
-            max_connections_per_ip: a.max_connections_per_ip.or(f.max_connections_per_ip),
-            tls_handshake_timeout_ms: a.tls_handshake_timeout_ms.or(f.tls_handshake_timeout_ms),
-        },
-        connections_max_idle_ms: a.connections_max_idle_ms.or(f.connections_max_idle_ms),
-    })?;
-    if let Some(v) = k.client_auth {
-        c.kafka_client_auth = v;
-    }
-    c.kafka_sasl_plain = k.sasl_plain;
-    c.connections = k.connections;
-    if let Some(v) = k.connections_max_idle_ms {
-        c.kafka_connections_max_idle_ms = v;
-    }
-    Ok(())
+    crate::node::set_kafka_listener!(c, a, f)
 }
 
 /// `keel broker unregister`: a client of the controllers, not a broker.

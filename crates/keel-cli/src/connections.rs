@@ -4,9 +4,36 @@
 
 use std::time::Duration;
 
+use clap::Args;
 use keel_tls::admission::Limits;
 
 use crate::logging;
+
+/// The connection options both nodes take as flags (or `KEEL_*`
+/// environment variables); `None`: not given.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ConnectionArgs {
+    /// Connections open at once over all listeners of this node (Kafka's
+    /// max.connections); the cluster's own nodes get a reserve past it.
+    /// Lowered to what the open-file limit allows [default: the open-file
+    /// limit less a margin].
+    #[arg(long, env = "KEEL_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: Option<u64>,
+    /// Connections open at once from one address (Kafka's
+    /// max.connections.per.ip); the cluster's own nodes are exempt
+    /// [default: 1000].
+    #[arg(long, env = "KEEL_MAX_CONNECTIONS_PER_IP", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections_per_ip: Option<u64>,
+    /// A Kafka or HTTP (metrics, console) connection that sends nothing
+    /// for this many ms is closed (Kafka's connections.max.idle.ms)
+    /// [default: 600000].
+    #[arg(long, env = "KEEL_CONNECTIONS_MAX_IDLE_MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub connections_max_idle_ms: Option<u64>,
+    /// A TLS handshake not done within this many ms closes its connection
+    /// [default: 5000].
+    #[arg(long, env = "KEEL_TLS_HANDSHAKE_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub tls_handshake_timeout_ms: Option<u64>,
+}
 
 /// The limits as given (flag, environment or file); `None`: the default.
 pub struct Given {

@@ -165,26 +165,8 @@ pub struct ControllerArgs {
     /// Offer SASL PLAIN beside SCRAM on the Kafka listener (TLS only).
     #[arg(long, env = "KEEL_CONTROLLER_KAFKA_SASL_PLAIN")]
     kafka_sasl_plain: bool,
-    /// Connections open at once over all listeners of this node (Kafka's
-    /// max.connections); the cluster's own nodes get a reserve past it.
-    /// Lowered to what the open-file limit allows [default: the open-file
-    /// limit less a margin].
-    #[arg(long, env = "KEEL_MAX_CONNECTIONS", value_parser = clap::value_parser!(u64).range(1..))]
-    max_connections: Option<u64>,
-    /// Connections open at once from one address (Kafka's
-    /// max.connections.per.ip); the cluster's own nodes are exempt
-    /// [default: 1000].
-    #[arg(long, env = "KEEL_MAX_CONNECTIONS_PER_IP", value_parser = clap::value_parser!(u64).range(1..))]
-    max_connections_per_ip: Option<u64>,
-    /// A Kafka or HTTP (metrics, console) connection that sends nothing
-    /// for this many ms is closed (Kafka's connections.max.idle.ms)
-    /// [default: 600000].
-    #[arg(long, env = "KEEL_CONNECTIONS_MAX_IDLE_MS", value_parser = clap::value_parser!(u64).range(1..))]
-    connections_max_idle_ms: Option<u64>,
-    /// A TLS handshake not done within this many ms closes its connection
-    /// [default: 5000].
-    #[arg(long, env = "KEEL_TLS_HANDSHAKE_TIMEOUT_MS", value_parser = clap::value_parser!(u64).range(1..))]
-    tls_handshake_timeout_ms: Option<u64>,
+    #[command(flatten)]
+    connections: crate::connections::ConnectionArgs,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -476,27 +458,7 @@ fn kafka_listener(
     a: &ControllerArgs,
     file: &ControllerFile,
 ) -> Result<(), String> {
-    c.kafka_listen = a.kafka_listen.or(file.kafka_listen);
-    let k = crate::node::kafka_listener(crate::node::KafkaGiven {
-        ssl_client_auth: a.kafka_ssl_client_auth,
-        ssl_client_auth_file: file.kafka_ssl_client_auth.as_deref(),
-        sasl_plain: a.kafka_sasl_plain || file.kafka_sasl_plain.unwrap_or(false),
-        connections: crate::connections::Given {
-            max_connections: a.max_connections.or(file.max_connections),
-            max_connections_per_ip: a.max_connections_per_ip.or(file.max_connections_per_ip),
-            tls_handshake_timeout_ms: a.tls_handshake_timeout_ms.or(file.tls_handshake_timeout_ms),
-        },
-        connections_max_idle_ms: a.connections_max_idle_ms.or(file.connections_max_idle_ms),
-    })?;
-    if let Some(v) = k.client_auth {
-        c.kafka_client_auth = v;
-    }
-    c.kafka_sasl_plain = k.sasl_plain;
-    c.connections = k.connections;
-    if let Some(v) = k.connections_max_idle_ms {
-        c.kafka_connections_max_idle_ms = v;
-    }
-    Ok(())
+    crate::node::set_kafka_listener!(c, a, file)
 }
 
 /// The HTTP endpoint's address: `--http-listen`, or its older name

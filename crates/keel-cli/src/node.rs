@@ -81,6 +81,49 @@ pub fn kafka_listener(given: KafkaGiven) -> Result<KafkaListener, String> {
     })
 }
 
+/// The body of a node's `fn kafka_listener(c, a, f) -> Result<(), String>`:
+/// takes the Kafka listener's address, client authentication, SASL and
+/// connection limits from the flags `a` (their connection limits in
+/// `a.connections`), else the file `f`, checks them with
+/// [`kafka_listener`] and sets them on the configuration `c`. A macro
+/// because `keel controller` and `keel broker` name these options alike
+/// on their own argument, file and configuration types.
+macro_rules! set_kafka_listener {
+    ($c:ident, $a:ident, $f:ident) => {{
+        $c.kafka_listen = $a.kafka_listen.or($f.kafka_listen);
+        let k = $crate::node::kafka_listener($crate::node::KafkaGiven {
+            ssl_client_auth: $a.kafka_ssl_client_auth,
+            ssl_client_auth_file: $f.kafka_ssl_client_auth.as_deref(),
+            sasl_plain: $a.kafka_sasl_plain || $f.kafka_sasl_plain.unwrap_or(false),
+            connections: $crate::connections::Given {
+                max_connections: $a.connections.max_connections.or($f.max_connections),
+                max_connections_per_ip: $a
+                    .connections
+                    .max_connections_per_ip
+                    .or($f.max_connections_per_ip),
+                tls_handshake_timeout_ms: $a
+                    .connections
+                    .tls_handshake_timeout_ms
+                    .or($f.tls_handshake_timeout_ms),
+            },
+            connections_max_idle_ms: $a
+                .connections
+                .connections_max_idle_ms
+                .or($f.connections_max_idle_ms),
+        })?;
+        if let Some(v) = k.client_auth {
+            $c.kafka_client_auth = v;
+        }
+        $c.kafka_sasl_plain = k.sasl_plain;
+        $c.connections = k.connections;
+        if let Some(v) = k.connections_max_idle_ms {
+            $c.kafka_connections_max_idle_ms = v;
+        }
+        Ok(())
+    }};
+}
+pub(crate) use set_kafka_listener;
+
 /// The node's settings as `build` made them; bad options are printed and
 /// are exit code 2.
 pub fn settings<T>(built: Result<T, String>) -> Result<T, ExitCode> {

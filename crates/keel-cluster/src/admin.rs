@@ -73,13 +73,7 @@ pub async fn create_topics(
             async move { c.create_topics(req).await }
         })
         .await?;
-    if let Some(e) = &r.error {
-        bail!(
-            "CreateTopics refused: {} ({})",
-            e.message,
-            code_name(e.code)
-        );
-    }
+    fail_if_refused("CreateTopics", r.error.as_ref())?;
     Ok(r)
 }
 
@@ -97,14 +91,25 @@ pub async fn create_topic(
         .into_iter()
         .next()
         .ok_or_else(|| anyhow!("CreateTopics of {name} answered no topic"))?;
-    if let Some(e) = t.error {
-        bail!(
-            "create of {name} refused: {} ({})",
-            e.message,
-            code_name(e.code)
-        );
-    }
+    fail_if_refused(format_args!("create of {name}"), t.error.as_ref())?;
     Ok(t.topic_id)
+}
+
+/// DescribeTopics of `names` (every topic when empty); the answer, or the
+/// request-level refusal.
+async fn describe_topics(
+    client: &ControllerClient,
+    names: Vec<String>,
+) -> anyhow::Result<pb::DescribeTopicsResponse> {
+    let req = pb::DescribeTopicsRequest { names };
+    let r = client
+        .admin(|mut c| {
+            let req = req.clone();
+            async move { c.describe_topics(req).await }
+        })
+        .await?;
+    fail_if_refused("DescribeTopics", r.error.as_ref())?;
+    Ok(r)
 }
 
 /// DescribeTopics of one topic: `None` when it does not exist.
@@ -112,40 +117,13 @@ pub async fn describe_topic(
     client: &ControllerClient,
     name: &str,
 ) -> anyhow::Result<Option<pb::TopicDescription>> {
-    let req = pb::DescribeTopicsRequest {
-        names: vec![name.to_string()],
-    };
-    let r = client
-        .admin(|mut c| {
-            let req = req.clone();
-            async move { c.describe_topics(req).await }
-        })
-        .await?;
-    if let Some(e) = r.error {
-        bail!(
-            "DescribeTopics refused: {} ({})",
-            e.message,
-            code_name(e.code)
-        );
-    }
+    let r = describe_topics(client, vec![name.to_string()]).await?;
     Ok(r.topics.into_iter().find(|t| t.error.is_none()))
 }
 
 /// Names of every topic.
 pub async fn topic_names(client: &ControllerClient) -> anyhow::Result<Vec<String>> {
-    let r = client
-        .admin(|mut c| async move {
-            c.describe_topics(pb::DescribeTopicsRequest::default())
-                .await
-        })
-        .await?;
-    if let Some(e) = r.error {
-        bail!(
-            "DescribeTopics refused: {} ({})",
-            e.message,
-            code_name(e.code)
-        );
-    }
+    let r = describe_topics(client, Vec::new()).await?;
     Ok(r.topics.into_iter().map(|t| t.name).collect())
 }
 
@@ -159,13 +137,7 @@ pub async fn describe_cluster(
                 .await
         })
         .await?;
-    if let Some(e) = &r.error {
-        bail!(
-            "DescribeCluster refused: {} ({})",
-            e.message,
-            code_name(e.code)
-        );
-    }
+    fail_if_refused("DescribeCluster", r.error.as_ref())?;
     Ok(r)
 }
 
@@ -208,13 +180,10 @@ pub async fn register_stand_in(
             async move { c.register_broker(req).await }
         })
         .await?;
-    if let Some(e) = r.error {
-        bail!(
-            "registration of broker {id} refused: {} ({})",
-            e.message,
-            code_name(e.code)
-        );
-    }
+    fail_if_refused(
+        format_args!("registration of broker {id}"),
+        r.error.as_ref(),
+    )?;
     let epoch = r.broker_epoch;
     let hb = pb::BrokerHeartbeatRequest {
         broker_id: id,
@@ -228,17 +197,20 @@ pub async fn register_stand_in(
             async move { c.broker_heartbeat(hb).await }
         })
         .await?;
-    if let Some(e) = r.error {
-        bail!(
-            "heartbeat of broker {id} refused: {} ({})",
-            e.message,
-            code_name(e.code)
-        );
-    }
+    fail_if_refused(format_args!("heartbeat of broker {id}"), r.error.as_ref())?;
     if r.is_fenced {
         bail!("broker {id} still fenced after catching up");
     }
     Ok(epoch)
+}
+
+/// The error "`what` refused: message (CODE)" when the controller sent
+/// `error`.
+fn fail_if_refused(what: impl std::fmt::Display, error: Option<&pb::Error>) -> anyhow::Result<()> {
+    match error {
+        Some(e) => bail!("{what} refused: {} ({})", e.message, code_name(e.code)),
+        None => Ok(()),
+    }
 }
 
 /// The wire name of an error code (`TOPIC_ALREADY_EXISTS`), or its number.

@@ -194,6 +194,15 @@ impl MetadataImage {
         Ok(())
     }
 
+    /// Applies `records` as one entry at the log index after
+    /// [`offset`](Self::offset) and returns that index: how benchmarks and
+    /// tests build an image entry by entry from empty.
+    pub fn replay_next(&mut self, records: Vec<MetadataRecord>) -> Result<u64, ReplayError> {
+        let offset = self.offset + 1;
+        self.replay_batch(&RecordBatch::new(records), offset)?;
+        Ok(offset)
+    }
+
     /// Marks `offset` applied for an entry that carries no records
     /// (a Raft blank or membership entry).
     pub fn advance_offset(&mut self, offset: u64) {

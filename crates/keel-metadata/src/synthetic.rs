@@ -10,8 +10,8 @@ use crate::error::ReplayError;
 use crate::ids::{BrokerEpoch, BrokerId, IncarnationId, PartitionId, TopicId};
 use crate::image::MetadataImage;
 use crate::records::{
-    LeaderChange, MetadataRecord, PartitionChangeRecord, PartitionRecord, RecordBatch,
-    RegisterBrokerRecord, TopicRecord,
+    LeaderChange, MetadataRecord, PartitionChangeRecord, PartitionRecord, RegisterBrokerRecord,
+    TopicRecord,
 };
 
 /// The shape of a synthetic cluster.
@@ -47,13 +47,6 @@ impl SyntheticCluster {
     /// log index.
     pub fn image(&self) -> Result<(MetadataImage, u64), ReplayError> {
         let mut image = MetadataImage::new();
-        let mut offset = 0;
-        let mut apply = |image: &mut MetadataImage, records: Vec<MetadataRecord>| {
-            offset += 1;
-            image
-                .replay_batch(&RecordBatch::new(records), offset)
-                .map(|()| offset)
-        };
         let mut epochs = Vec::new();
         for b in 0..self.brokers {
             let record = MetadataRecord::RegisterBroker(RegisterBrokerRecord {
@@ -63,7 +56,7 @@ impl SyntheticCluster {
                 rack: None,
                 log_dirs: vec!["/data/0".into()],
             });
-            epochs.push(BrokerEpoch(apply(&mut image, vec![record])?));
+            epochs.push(BrokerEpoch(image.replay_next(vec![record])?));
         }
         let unfence = (0..self.brokers)
             .zip(epochs)
@@ -72,7 +65,7 @@ impl SyntheticCluster {
                 epoch,
             })
             .collect();
-        apply(&mut image, unfence)?;
+        image.replay_next(unfence)?;
         for t in 0..self.topics {
             let mut records = vec![MetadataRecord::Topic(TopicRecord {
                 topic_id: Self::topic_id(t),
@@ -89,9 +82,10 @@ impl SyntheticCluster {
                     replicas,
                 }));
             }
-            apply(&mut image, records)?;
+            image.replay_next(records)?;
         }
-        Ok((image, offset + 1))
+        let next = image.offset() + 1;
+        Ok((image, next))
     }
 
     /// `n` valid `PartitionChange` records cycling over every partition.
@@ -136,6 +130,7 @@ impl SyntheticCluster {
 mod tests {
     use super::*;
     use crate::ids::TopicPartition;
+    use crate::records::RecordBatch;
 
     #[test]
     fn the_changes_replay_onto_the_image_and_keep_it_valid() {

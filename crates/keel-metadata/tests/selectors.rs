@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 
-use keel_metadata::records::RecordBatch;
 use keel_metadata::selectors::{
     controlled_shutdown, no_op, offline_partition, preferred_replica, reassigned_partition,
     Election, SelectorError,
@@ -250,26 +249,17 @@ const TOPIC: TopicId = TopicId(7);
 /// failed, 4 and 5 healthy.
 fn image_with_unhealthy_brokers() -> MetadataImage {
     let mut image = MetadataImage::new();
-    let mut offset = 0;
-    let mut apply = |image: &mut MetadataImage, records: Vec<MetadataRecord>| {
-        offset += 1;
-        image
-            .replay_batch(&RecordBatch::new(records), offset)
-            .expect("setup replays");
-        offset
-    };
     let mut epochs = Vec::new();
     for id in 1..=5u32 {
-        let e = apply(
-            &mut image,
-            vec![MetadataRecord::RegisterBroker(RegisterBrokerRecord {
+        let e = image
+            .replay_next(vec![MetadataRecord::RegisterBroker(RegisterBrokerRecord {
                 broker: b(id),
                 incarnation: IncarnationId(u128::from(id)),
                 address: format!("127.0.0.{id}:9092"),
                 rack: None,
                 log_dirs: vec!["/d0".into()],
-            })],
-        );
+            })])
+            .expect("setup replays");
         epochs.push(BrokerEpoch(e));
     }
     let e = |id: u32| epochs[id as usize - 1];
@@ -288,7 +278,7 @@ fn image_with_unhealthy_brokers() -> MetadataImage {
         epoch: e(3),
         dirs: vec!["/d0".into()],
     });
-    apply(&mut image, records);
+    image.replay_next(records).expect("setup replays");
     image
 }
 

@@ -390,6 +390,19 @@ async fn kafka_style_admin_commands_on_a_real_cluster() {
     );
 
     // elect-leaders with Kafka's partition file: exactly those partitions.
+    // Broker 3 came back above; a preferred election needs the preferred
+    // replica in sync again, so wait until no partition of wide lags.
+    let deadline = std::time::Instant::now() + LONG;
+    while partitions(&ok(b, &["topics", "describe", "--under-replicated"]))
+        .iter()
+        .any(|(topic, _)| topic == "wide")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "wide still under-replicated after {LONG:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let elect_file = dir.path().join("elect.json");
     std::fs::write(
         &elect_file,

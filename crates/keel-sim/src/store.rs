@@ -120,7 +120,7 @@ impl Stored {
                 if self.purged.is_none_or(|p| p.index < log_id.index) {
                     self.purged = Some(*log_id);
                 }
-                self.logs = self.logs.split_off(&(log_id.index + 1));
+                self.logs = self.logs.split_off(&log_id.index.saturating_add(1));
             }
         }
     }

@@ -63,12 +63,15 @@ pub fn alter_ok(r: &pb::IncrementalAlterConfigsResponse) -> bool {
 }
 
 /// Sends a CreateTopics request; the answer, or the request-level refusal.
+/// A create is not idempotent, so it is re-sent only where it surely was
+/// not applied (`admin_write`); a lost answer is an error, not a retry that
+/// would come back TOPIC_ALREADY_EXISTS.
 pub async fn create_topics(
     client: &ControllerClient,
     req: &pb::CreateTopicsRequest,
 ) -> anyhow::Result<pb::CreateTopicsResponse> {
     let r = client
-        .admin(|mut c| {
+        .admin_write(|mut c| {
             let req = req.clone();
             async move { c.create_topics(req).await }
         })

@@ -524,8 +524,8 @@ fn version_completions_and_usage_errors_need_no_cluster() {
     let (code, _, err) = run(&["topics", "delete"]);
     assert_eq!(code, 2, "{err}");
 
-    // Every command's help has an example (`jepsen` and `bench` show
-    // `keel-lab`'s).
+    // Every command's help has an example (`jepsen`, `bench` and `sim`
+    // show `keel-lab`'s).
     keel_lab();
     for cmd in [
         &["topics", "create"][..],
@@ -558,6 +558,7 @@ fn version_completions_and_usage_errors_need_no_cluster() {
         &["bench"],
         &["certs"],
         &["jepsen"],
+        &["sim"],
     ] {
         let (code, help, err) = run(&[cmd, &["--help"]].concat());
         assert_eq!(code, 0, "{cmd:?}: {err}");

@@ -8,16 +8,23 @@ mod common;
 use std::process::Command;
 
 /// The lab's crates, none of which `keel` may depend on.
-const LAB_CRATES: [&str; 4] = ["keel-jepsen", "keel-bench", "keel-testkit", "keel-lab"];
+const LAB_CRATES: [&str; 5] = [
+    "keel-jepsen",
+    "keel-bench",
+    "keel-testkit",
+    "keel-sim",
+    "keel-lab",
+];
 
 /// What only the lab's code holds: its crates' mangled names, and the
 /// tools it drives (LazyFS mounts, libfiu's controller, iptables chains,
 /// FUSE unmounts). `keel` names none of them anywhere (checked by hand:
 /// no doc string, flag or message of the production crates does).
-const LAB_NEEDLES: [&str; 9] = [
+const LAB_NEEDLES: [&str; 10] = [
     "keel_jepsen",
     "keel_bench",
     "keel_testkit",
+    "keel_sim",
     "keel_lab",
     "lazyfs",
     "libfiu",
@@ -76,7 +83,7 @@ fn keel_depends_on_no_lab_crate() {
 #[test]
 fn the_same_dependency_check_finds_the_lab_crates_in_keel_lab() {
     let deps = normal_dependencies("keel-lab");
-    for c in ["keel-jepsen", "keel-bench", "keel-testkit"] {
+    for c in ["keel-jepsen", "keel-bench", "keel-testkit", "keel-sim"] {
         assert!(deps.iter().any(|d| d == c), "keel-lab lacks {c}: {deps:?}");
     }
 }
@@ -103,6 +110,7 @@ fn the_same_scan_finds_the_lab_in_keel_lab() {
         "keel_jepsen",
         "keel_bench",
         "keel_testkit",
+        "keel_sim",
         "lazyfs",
         "iptables",
     ] {

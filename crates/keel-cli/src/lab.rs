@@ -1,5 +1,5 @@
-//! `keel jepsen ...` and `keel bench ...`: the fault tests and benchmarks
-//! live in the `keel-lab` binary (so this one links none of the fault
+//! `keel jepsen ...`, `keel bench ...` and `keel sim ...`: the fault tests,
+//! benchmarks and simulation live in the `keel-lab` binary (so this one links none of the fault
 //! harness); these subcommands run the `keel-lab` beside this binary with
 //! the same arguments, in place of this process (its exit code is theirs).
 
@@ -11,10 +11,10 @@ use clap::Args;
 
 use crate::EXIT_LOCAL;
 
-/// Everything after `keel jepsen` or `keel bench`, for `keel-lab`.
+/// Everything after `keel jepsen`, `keel bench` or `keel sim`, for `keel-lab`.
 #[derive(Args, Debug)]
 pub struct LabArgs {
-    /// Arguments of `keel-lab jepsen` or `keel-lab bench` (`--help` lists
+    /// Arguments of `keel-lab jepsen`, `keel-lab bench` or `keel-lab sim` (`--help` lists
     /// them).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
     args: Vec<OsString>,

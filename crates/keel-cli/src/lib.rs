@@ -112,6 +112,10 @@ enum Command {
     /// `keel-lab bench`).
     #[command(disable_help_flag = true)]
     Bench(lab::LabArgs),
+    /// Deterministic simulation of the controller quorum: seeds on every
+    /// core, or one seed replayed exactly (runs `keel-lab sim`).
+    #[command(disable_help_flag = true)]
+    Sim(lab::LabArgs),
     /// Topics: create, delete, list, describe, alter-config.
     Topics(admin::TopicsArgs),
     /// Topic configs with their sources, and cluster-wide defaults
@@ -171,6 +175,7 @@ pub fn main() -> ExitCode {
     match &cli.command {
         Command::Jepsen(a) => return lab::forward("jepsen", a),
         Command::Bench(a) => return lab::forward("bench", a),
+        Command::Sim(a) => return lab::forward("sim", a),
         _ => {}
     }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
@@ -194,7 +199,9 @@ pub fn main() -> ExitCode {
             Command::Controller(a) => controller::run(a).await,
             Command::Broker(a) => broker::run(a).await,
             Command::Dev(a) => dev::run(a).await,
-            Command::Jepsen(_) | Command::Bench(_) => unreachable!("forwarded to keel-lab"),
+            Command::Jepsen(_) | Command::Bench(_) | Command::Sim(_) => {
+                unreachable!("forwarded to keel-lab")
+            }
             Command::Topics(a) => admin::topics(a).await,
             Command::Configs(a) => admin::configs(a).await,
             Command::Partitions(a) => admin::partitions(a).await,

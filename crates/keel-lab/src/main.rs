@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod jepsen;
+mod sim;
 
 /// mimalloc, as in `keel`: the bench measures from a load generator in
 /// this process.
@@ -25,7 +26,7 @@ pub const EXIT_LOCAL: u8 = 4;
     name = "keel-lab",
     version,
     about = "Keel's laboratory: fault tests and benchmarks of real local clusters of the `keel` binary beside it",
-    after_help = "Examples:\n  keel-lab jepsen --nemesis partition --time-limit 60\n  keel-lab bench commit --writers 1,8,64 --out-dir bench-out\n\nThe clusters run the `keel` binary in this binary's directory; set KEEL_BIN to run another."
+    after_help = "Examples:\n  keel-lab jepsen --nemesis partition --time-limit 60\n  keel-lab bench commit --writers 1,8,64 --out-dir bench-out\n  keel-lab sim --seeds 1000\n\nThe clusters run the `keel` binary in this binary's directory; set KEEL_BIN to run another."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -46,6 +47,12 @@ enum Command {
     /// transport ceiling (started by the bench, not by hand).
     #[command(name = "bench-echo-server", hide = true)]
     BenchEchoServer(bench::EchoServerArgs),
+    /// Deterministic simulation of the controller quorum: many seeds on
+    /// every core, or one seed replayed exactly.
+    #[command(
+        after_help = "Examples:\n  keel-lab sim --seeds 10000 --time-limit 600\n  keel-lab sim --seed 42 --trace"
+    )]
+    Sim(sim::SimArgs),
 }
 
 /// The `keel` binary the clusters run: `$KEEL_BIN`, else `keel` in this
@@ -75,6 +82,11 @@ pub fn keel_exe() -> Result<PathBuf, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Each simulated run has a runtime of its own, on threads of its own.
+    let cli = match cli.command {
+        Command::Sim(a) => return sim::run_cli(a),
+        command => Cli { command },
+    };
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     builder.enable_all();
     if let Command::Bench(a) = &cli.command {
@@ -94,6 +106,7 @@ fn main() -> ExitCode {
             Command::Jepsen(a) => jepsen::run(a).await,
             Command::Bench(a) => bench::run(a).await,
             Command::BenchEchoServer(a) => bench::echo_server(a).await,
+            Command::Sim(_) => unreachable!("run before the runtime starts"),
         }
     })
 }

@@ -353,8 +353,10 @@ impl StateMachineStore {
     }
 
     /// Opens the snapshot tree and restores the latest snapshot, if any.
-    /// The error is a description of what is corrupt.
-    pub(crate) fn open(db: &sled::Db, seq_seed: u64) -> Result<Self, String> {
+    /// The error is a description of what is corrupt. `seq_seed` keeps the
+    /// snapshot ids of successive starts apart ([`crate::open_storage`]
+    /// takes it from the clock; a simulation passes one from its seed).
+    pub fn open(db: &sled::Db, seq_seed: u64) -> Result<Self, String> {
         let started = Instant::now();
         let tree = db
             .open_tree("snapshot")

@@ -44,6 +44,12 @@ pub enum FlushPolicy {
     /// Only when the simulation calls [`SimDisk::flush`], or a vote or a
     /// truncation forces one: appends wait for their acknowledgement.
     Deferred,
+    /// Deliberately broken, for the checks that must fail: an append is
+    /// acknowledged at once but becomes durable only with a later flush,
+    /// so a crash can lose what was acknowledged (what a store that skips
+    /// its `fsync` does).
+    #[cfg(feature = "unsafe-ack-before-flush")]
+    AckBeforeFlush,
 }
 
 /// What a crash leaves of the writes no flush covered yet.
@@ -145,12 +151,15 @@ struct DiskState {
     crashes: u64,
     /// Flushes that made at least one write durable.
     flushes: u64,
+    /// Woken at every write, for a simulated flusher to wait on.
+    written: Arc<tokio::sync::Notify>,
 }
 
 impl DiskState {
     fn write(&mut self, write: Write) {
         self.current.apply(&write);
         self.unflushed.push(write);
+        self.written.notify_one();
     }
 
     /// Makes every write durable, then acknowledges the appends waiting.
@@ -184,6 +193,7 @@ impl SimDisk {
                 policy,
                 crashes: 0,
                 flushes: 0,
+                written: Arc::new(tokio::sync::Notify::new()),
             })),
         }
     }
@@ -230,6 +240,12 @@ impl SimDisk {
         // Dropped, not called: a dead process acknowledges nothing.
         state.waiting.clear();
         state.crashes += 1;
+    }
+
+    /// Notified whenever a write arrives: a simulated flusher waits on it
+    /// (one stored permit, so a write before the wait is not missed).
+    pub fn written(&self) -> Arc<tokio::sync::Notify> {
+        self.lock().written.clone()
     }
 
     /// How many writes no flush has covered yet.
@@ -293,10 +309,17 @@ impl SimLogStore {
         for entry in entries {
             state.write(Write::Entry(entry));
         }
-        state.waiting.push(Box::new(on_durable));
         let acks = match state.policy {
-            FlushPolicy::Immediate => state.flush(),
-            FlushPolicy::Deferred => Vec::new(),
+            FlushPolicy::Immediate => {
+                state.waiting.push(Box::new(on_durable));
+                state.flush()
+            }
+            FlushPolicy::Deferred => {
+                state.waiting.push(Box::new(on_durable));
+                Vec::new()
+            }
+            #[cfg(feature = "unsafe-ack-before-flush")]
+            FlushPolicy::AckBeforeFlush => vec![Box::new(on_durable) as OnDurable],
         };
         drop(state);
         for ack in acks {

@@ -49,15 +49,21 @@ enum Fate {
     Refused,
     /// Lost on the way there; the sender learns after `after`.
     Lost { after: Duration },
-    /// Delivered after `there`; the answer takes `back` (or is lost); a
-    /// copy arrives again after `again`.
-    Delivered {
-        target: KeelRaft,
-        there: Duration,
-        back: Duration,
-        answer_lost: bool,
-        again: Option<Duration>,
-    },
+    /// Delivered, as the [`Delivery`] says.
+    Delivered(Delivery),
+}
+
+/// How a delivered request goes.
+struct Delivery {
+    target: KeelRaft,
+    /// The request takes this long to arrive.
+    there: Duration,
+    /// The answer takes this long to come back.
+    back: Duration,
+    /// The answer never comes back.
+    answer_lost: bool,
+    /// A copy of the request arrives again after this long.
+    again: Option<Duration>,
 }
 
 struct NetState {
@@ -155,13 +161,13 @@ impl SimNet {
         let again = rng
             .random_bool(faults.duplicate)
             .then(|| there + delay(rng) * 4);
-        Fate::Delivered {
+        Fate::Delivered(Delivery {
             target,
             there,
             back,
             answer_lost,
             again,
-        }
+        })
     }
 }
 
@@ -204,22 +210,72 @@ impl std::fmt::Display for Dropped {
 
 impl std::error::Error for Dropped {}
 
+/// One of openraft's requests, as the simulated network carries it.
+trait Message: Clone + Send + 'static {
+    type Answer: Send + 'static;
+    type Error: std::error::Error + Send + 'static;
+    /// How the trace names it.
+    fn describe(&self) -> String;
+    /// The target's handler.
+    fn handle(
+        self,
+        raft: KeelRaft,
+    ) -> impl Future<Output = Result<Self::Answer, RaftError<NodeId, Self::Error>>> + Send;
+}
+
+impl Message for AppendEntriesRequest<TypeConfig> {
+    type Answer = AppendEntriesResponse<NodeId>;
+    type Error = openraft::error::Infallible;
+    fn describe(&self) -> String {
+        format!(
+            "append v={} prev={} n={} commit={}",
+            self.vote,
+            log_id(self.prev_log_id),
+            self.entries.len(),
+            log_id(self.leader_commit)
+        )
+    }
+    async fn handle(self, raft: KeelRaft) -> Result<Self::Answer, RaftError<NodeId>> {
+        raft.append_entries(self).await
+    }
+}
+
+impl Message for InstallSnapshotRequest<TypeConfig> {
+    type Answer = InstallSnapshotResponse<NodeId>;
+    type Error = InstallSnapshotError;
+    fn describe(&self) -> String {
+        format!(
+            "snapshot v={} last={} offset={} done={}",
+            self.vote,
+            log_id(self.meta.last_log_id),
+            self.offset,
+            self.done
+        )
+    }
+    async fn handle(
+        self,
+        raft: KeelRaft,
+    ) -> Result<Self::Answer, RaftError<NodeId, InstallSnapshotError>> {
+        raft.install_snapshot(self).await
+    }
+}
+
+impl Message for VoteRequest<NodeId> {
+    type Answer = VoteResponse<NodeId>;
+    type Error = openraft::error::Infallible;
+    fn describe(&self) -> String {
+        format!("vote v={} last={}", self.vote, log_id(self.last_log_id))
+    }
+    async fn handle(self, raft: KeelRaft) -> Result<Self::Answer, RaftError<NodeId>> {
+        raft.vote(self).await
+    }
+}
+
 impl SimPeer {
-    /// Sends `req` as the network decides: `call` is the target's handler.
-    async fn send<Req, Resp, E, F, Fut>(
-        &self,
-        what: String,
-        req: Req,
-        call: F,
-    ) -> RpcResult<Resp, E>
-    where
-        Req: Clone + Send + 'static,
-        Resp: Send + 'static,
-        E: std::error::Error + Send + 'static,
-        F: Fn(KeelRaft, Req) -> Fut + Send + Sync + Clone + 'static,
-        Fut: Future<Output = Result<Resp, RaftError<NodeId, E>>> + Send + 'static,
-    {
+    /// Sends `req` as the network decides.
+    async fn send<M: Message>(&self, req: M) -> RpcResult<M::Answer, M::Error> {
         let (from, to, trace) = (self.from, self.to, &self.net.trace);
+        let what = req.describe();
         match self.net.fate(from, to) {
             Fate::Refused => {
                 trace.event(format_args!("{from}->{to} {what} refused"));
@@ -234,32 +290,25 @@ impl SimPeer {
                     "request lost",
                 ))))
             }
-            Fate::Delivered {
-                target,
-                there,
-                back,
-                answer_lost,
-                again,
-            } => {
-                if let Some(again) = again {
-                    let (target, req, call, trace) =
-                        (target.clone(), req.clone(), call.clone(), trace.clone());
+            Fate::Delivered(d) => {
+                if let Some(again) = d.again {
+                    let (target, req, trace) = (d.target.clone(), req.clone(), trace.clone());
                     let what = what.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(again).await;
-                        let ok = call(target, req).await.is_ok();
+                        let ok = req.handle(target).await.is_ok();
                         trace.event(format_args!("{from}->{to} {what} duplicate ok={ok}"));
                     });
                 }
-                tokio::time::sleep(there).await;
-                let answer = call(target, req).await;
+                tokio::time::sleep(d.there).await;
+                let answer = req.handle(d.target).await;
                 trace.event(format_args!(
                     "{from}->{to} {what} handled ok={}{}",
                     answer.is_ok(),
-                    if answer_lost { " answer-lost" } else { "" }
+                    if d.answer_lost { " answer-lost" } else { "" }
                 ));
-                tokio::time::sleep(back).await;
-                if answer_lost {
+                tokio::time::sleep(d.back).await;
+                if d.answer_lost {
                     return Err(RPCError::Network(NetworkError::new(&Dropped(
                         "answer lost",
                     ))));
@@ -276,17 +325,7 @@ impl RaftNetwork<TypeConfig> for SimPeer {
         rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        let what = format!(
-            "append v={} prev={} n={} commit={}",
-            rpc.vote,
-            log_id(rpc.prev_log_id),
-            rpc.entries.len(),
-            log_id(rpc.leader_commit)
-        );
-        self.send(what, rpc, |raft: KeelRaft, rpc| async move {
-            raft.append_entries(rpc).await
-        })
-        .await
+        self.send(rpc).await
     }
 
     async fn install_snapshot(
@@ -294,17 +333,7 @@ impl RaftNetwork<TypeConfig> for SimPeer {
         rpc: InstallSnapshotRequest<TypeConfig>,
         _option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        let what = format!(
-            "snapshot v={} last={} offset={} done={}",
-            rpc.vote,
-            log_id(rpc.meta.last_log_id),
-            rpc.offset,
-            rpc.done
-        );
-        self.send(what, rpc, |raft: KeelRaft, rpc| async move {
-            raft.install_snapshot(rpc).await
-        })
-        .await
+        self.send(rpc).await
     }
 
     async fn vote(
@@ -312,11 +341,7 @@ impl RaftNetwork<TypeConfig> for SimPeer {
         rpc: VoteRequest<NodeId>,
         _option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
-        let what = format!("vote v={} last={}", rpc.vote, log_id(rpc.last_log_id));
-        self.send(what, rpc, |raft: KeelRaft, rpc| async move {
-            raft.vote(rpc).await
-        })
-        .await
+        self.send(rpc).await
     }
 }
 

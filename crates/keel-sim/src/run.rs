@@ -107,12 +107,21 @@ pub fn run(options: &SimOptions) -> Result<SimOutcome, String> {
 }
 
 fn run_on_runtime(options: &SimOptions) -> Result<SimOutcome, String> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .start_paused(true)
-        .rng_seed(tokio::runtime::RngSeed::from_bytes(
-            &options.seed.to_le_bytes(),
-        ))
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_time().start_paused(true);
+    // `tokio::select!` picks among ready branches at random: from the seed.
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(
+        &options.seed.to_le_bytes(),
+    ));
+    #[cfg(not(tokio_unstable))]
+    return Err(
+        "keel-sim was built without `--cfg tokio_unstable` (the workspace's .cargo/config.toml \
+         sets it; a RUSTFLAGS variable replaces it): its runs would not replay exactly"
+            .to_string(),
+    );
+    #[cfg_attr(not(tokio_unstable), allow(unreachable_code))]
+    let runtime = builder
         .build()
         .map_err(|e| format!("cannot start the simulation's runtime: {e}"))?;
     runtime.block_on(async {

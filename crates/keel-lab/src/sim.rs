@@ -6,7 +6,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use keel_sim::{run, run_many, Batch, SimOptions};
+use keel_sim::{run, run_many, shrink, Batch, SimOptions};
+
+/// Failing seeds shrunk to their shortest failing run, at most.
+const SHRINK_AT_MOST: usize = 3;
 
 #[derive(Args, Debug)]
 pub struct SimArgs {
@@ -81,7 +84,7 @@ pub fn run_cli(args: SimArgs) -> ExitCode {
     batch.wall_limit = args.time_limit.map(Duration::from_secs);
     let jobs = batch.jobs;
     let summary = run_many(&template, &batch);
-    for (seed, violations) in &summary.failed {
+    for (i, (seed, violations)) in summary.failed.iter().enumerate() {
         eprintln!("seed {seed} broke an invariant:");
         for v in violations {
             eprintln!("  {v}");
@@ -90,6 +93,19 @@ pub fn run_cli(args: SimArgs) -> ExitCode {
             "  replay: keel-lab sim --seed {seed} --sim-seconds {} --trace",
             args.sim_seconds
         );
+        // Shrinking costs a few runs each: the first few failures only.
+        if i < SHRINK_AT_MOST {
+            let mut failing = template.clone();
+            failing.seed = *seed;
+            if let Some((short, outcome)) = shrink(&failing) {
+                eprintln!(
+                    "  shortest failing run: keel-lab sim --seed {seed} --sim-seconds {} --trace ({} trace lines; first violation: {})",
+                    short.time.as_secs(),
+                    outcome.trace_lines,
+                    outcome.violations.first().map_or("", String::as_str)
+                );
+            }
+        }
     }
     for (seed, e) in &summary.errors {
         eprintln!("seed {seed} could not run: {e}");

@@ -131,3 +131,29 @@ pub fn run_many(template: &SimOptions, batch: &Batch) -> Summary {
     summary.wall_ms = started.elapsed().as_millis() as u64;
     summary
 }
+
+/// The shortest run of `failing`'s seed that still breaks an invariant:
+/// the nemesis and the clients draw their schedule in time order, so a
+/// shorter run is a prefix of the longer one's faults and writes, and a
+/// binary search over whole simulated seconds finds the shortest prefix
+/// that fails (about log2 of the run's seconds runs). `None` if `failing`
+/// does not fail.
+pub fn shrink(failing: &SimOptions) -> Option<(SimOptions, SimOutcome)> {
+    let fails = |options: &SimOptions| run(options).ok().filter(|o| !o.violations.is_empty());
+    let mut best = (failing.clone(), fails(failing)?);
+    let (mut low, mut high) = (0, failing.time.as_secs());
+    // Invariant: `high` seconds fail (or are the original run); `low` do not.
+    while high > low + 1 {
+        let mid = low + (high - low) / 2;
+        let mut options = failing.clone();
+        options.time = Duration::from_secs(mid);
+        match fails(&options) {
+            Some(outcome) => {
+                high = mid;
+                best = (options, outcome);
+            }
+            None => low = mid,
+        }
+    }
+    Some(best)
+}

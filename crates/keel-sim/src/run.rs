@@ -3,7 +3,7 @@
 //! with clients writing, a nemesis injecting faults, and every source of
 //! choice drawn from the run's seed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +11,7 @@ use std::time::Duration;
 use keel_metadata::{MetadataImage, MetadataRecord, RecordBatch, TopicId, TopicRecord};
 use keel_raft::{AppliedState, KeelNode, KeelRaft, NodeId, StateMachineStore};
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::ServerState;
+use openraft::{ChangeMembers, ServerState};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::sync::watch;
@@ -160,6 +160,8 @@ struct World {
     /// The nemesis' choices.
     rng: StdRng,
     faults: usize,
+    /// Voters the nemesis asked the leader to remove, to be put back.
+    removed: BTreeSet<NodeId>,
 }
 
 /// A seeded generator for one part of the run, so that a change in how
@@ -210,6 +212,7 @@ impl World {
             net,
             nodes,
             faults: 0,
+            removed: BTreeSet::new(),
         })
     }
 
@@ -390,7 +393,7 @@ impl World {
             }
             self.faults += 1;
             let back_after = Duration::from_millis(self.rng.random_range(200..3_000));
-            match self.rng.random_range(0..10u32) {
+            match self.rng.random_range(0..11u32) {
                 0 => {
                     let victim = self.rng.random_range(1..=n as u64);
                     self.trace.event(format_args!("nemesis isolate {victim}"));
@@ -442,6 +445,7 @@ impl World {
                     self.trace.event(format_args!("nemesis links {faults:?}"));
                     self.net.set_faults(faults);
                 }
+                9 => self.change_voters().await,
                 _ => {
                     self.trace.event("nemesis clean links");
                     self.net.set_faults(LinkFaults::CLEAN);
@@ -449,6 +453,47 @@ impl World {
             }
         }
         Ok(())
+    }
+
+    /// Through the leader, puts back a voter removed earlier (as a learner
+    /// first, then promoted), or removes one, as `keel quorum
+    /// remove-voter` / `add-voter` do. An unanswered change may still
+    /// commit: a voter asked to go is put back either way.
+    async fn change_voters(&mut self) {
+        let Some(leader) = self.leader().and_then(|l| self.net.raft(l)) else {
+            return;
+        };
+        let wait = Duration::from_secs(3);
+        if let Some(&back) = self.removed.iter().next() {
+            let node = KeelNode::new(format!("sim-{back}"));
+            let learner = timeout(wait, leader.add_learner(back, node, true)).await;
+            let voter = match learner {
+                Ok(Ok(_)) => {
+                    let change = ChangeMembers::AddVoterIds(BTreeSet::from([back]));
+                    timeout(wait, leader.change_membership(change, false)).await
+                }
+                _ => {
+                    self.trace
+                        .event(format_args!("nemesis re-add {back}: learner not added"));
+                    return;
+                }
+            };
+            let done = matches!(voter, Ok(Ok(_)));
+            self.trace
+                .event(format_args!("nemesis re-add voter {back} done={done}"));
+            if done {
+                self.removed.remove(&back);
+            }
+        } else {
+            let victim = self.rng.random_range(1..=self.nodes.len() as u64);
+            let change = ChangeMembers::RemoveVoters(BTreeSet::from([victim]));
+            let removed = timeout(wait, leader.change_membership(change, false)).await;
+            self.trace.event(format_args!(
+                "nemesis remove voter {victim} done={}",
+                matches!(removed, Ok(Ok(_)))
+            ));
+            self.removed.insert(victim);
+        }
     }
 
     fn crash_kind(&mut self) -> Crash {
@@ -486,6 +531,18 @@ impl World {
     /// every node, one image everywhere.
     async fn settle(&mut self) {
         let deadline = Instant::now() + self.options.settle;
+        while !self.removed.is_empty() && Instant::now() < deadline {
+            self.change_voters().await;
+            sleep(Duration::from_millis(100)).await;
+        }
+        if !self.removed.is_empty() {
+            self.history.violation(format!(
+                "voters {:?} were not put back within {} ms of healing",
+                self.removed,
+                self.options.settle.as_millis()
+            ));
+            return;
+        }
         let mut last = None;
         while last.is_none() && Instant::now() < deadline {
             if let Some(leader) = self.leader().and_then(|l| self.net.raft(l)) {

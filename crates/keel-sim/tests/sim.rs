@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use keel_sim::history::History;
-use keel_sim::{run, run_many, Batch, DiskMode, SimOptions, Trace};
+use keel_sim::{run, run_many, shrink, Batch, DiskMode, SimOptions, Trace};
 use openraft::{CommittedLeaderId, LogId};
 
 /// Seeds the honest-quorum test runs (`KEEL_SIM_SEEDS` overrides; CI runs
@@ -105,6 +105,17 @@ fn a_store_that_acknowledges_before_flushing_is_caught() {
         "no run of {} found lost or diverging writes: {:?}",
         summary.runs,
         summary.failed
+    );
+    // The failure shrinks to a shorter run of the same seed that fails too.
+    let mut failing = template.clone();
+    failing.seed = summary.failed[0].0;
+    let (short, outcome) = shrink(&failing).expect("the failing seed fails again");
+    assert!(short.time <= failing.time);
+    assert!(!outcome.violations.is_empty());
+    eprintln!(
+        "seed {} fails within {} simulated seconds",
+        failing.seed,
+        short.time.as_secs()
     );
 }
 

@@ -200,13 +200,23 @@ fn become_active(shared: &Arc<Shared>, m: &Seen) -> Running {
     }
 }
 
-/// On the `active` controller, binds the directory id of each voter that
-/// is not bound yet and has answered it (keel_raft::KeelNode), one
-/// membership change (`binding`) at a time.
+/// On the `active` controller, finishes a membership change an earlier
+/// leader left in its joint phase, and binds the directory id of each
+/// voter that is not bound yet and has answered it (keel_raft::KeelNode),
+/// one membership change (`binding`) at a time.
 fn rebind_directories(shared: &Arc<Shared>, binding: &mut Option<JoinHandle<()>>, active: bool) {
     if binding.as_ref().is_none_or(|b| b.is_finished()) {
         *binding = None;
-        if active && shared.lease_valid() && needs_binding(shared) {
+        let joint = shared
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_joint_config()
+            .len()
+            > 1;
+        if active && shared.lease_valid() && (joint || needs_binding(shared)) {
             let s = shared.clone();
             *binding = Some(tokio::spawn(async move {
                 if let Err(e) = crate::quorum::bind_directories(&s).await {

@@ -23,15 +23,24 @@ fn raft_error(e: impl std::fmt::Display) -> ApiError {
     }
 }
 
-/// Refuses a change while another one is still in its joint phase.
-fn ensure_settled(shared: &Shared) -> Result<(), ApiError> {
-    let m = shared.raft.metrics().borrow().clone();
-    if m.membership_config.membership().get_joint_config().len() > 1 {
-        return Err(refused(
-            "a membership change is still in progress; retry when it completes",
-        ));
+/// Finishes a change an earlier leader left in its joint phase; then
+/// refuses a change while another one is still in its joint phase, or
+/// when this node removed itself and is stepping down.
+async fn ensure_settled(shared: &Shared) -> Result<(), ApiError> {
+    if keel_raft::finish_joint_membership(&shared.raft)
+        .await
+        .map_err(raft_error)?
+    {
+        tracing::info!(
+            node = shared.config.node_id,
+            "finished a membership change an earlier leader left in its joint phase"
+        );
     }
-    Ok(())
+    let m = shared.raft.metrics().borrow().clone();
+    match keel_raft::membership_change_refusal(m.id, m.membership_config.membership()) {
+        Some(why) => Err(refused(why)),
+        None => Ok(()),
+    }
 }
 
 /// How long a voter may go without answering the leader's RPCs (which
@@ -281,7 +290,7 @@ pub(crate) async fn add_voter(
     directory: &str,
     options: AddVoterOptions,
 ) -> Result<Added, ApiError> {
-    ensure_settled(shared)?;
+    ensure_settled(shared).await?;
     let directory = checked_request(&address, directory)?;
     let m = shared.raft.metrics().borrow().clone();
     let membership = m.membership_config.membership();
@@ -430,7 +439,7 @@ pub(crate) fn directories_to_bind(
 /// this (active) node, in one membership change (`SetNodes`: the voters do
 /// not change). Returns how many were bound.
 pub(crate) async fn bind_directories(shared: &Shared) -> Result<usize, ApiError> {
-    ensure_settled(shared)?;
+    ensure_settled(shared).await?;
     let members: BTreeMap<u64, KeelNode> = {
         let m = shared.raft.metrics();
         let m = m.borrow();
@@ -539,7 +548,7 @@ pub(crate) async fn remove_voter(
     force: bool,
     learner_only: bool,
 ) -> Result<Removed, ApiError> {
-    ensure_settled(shared)?;
+    ensure_settled(shared).await?;
     let m = shared.raft.metrics().borrow().clone();
     let membership = m.membership_config.membership();
     let voters: Vec<u64> = membership.voter_ids().collect();

@@ -106,6 +106,61 @@ impl fmt::Display for KeelNode {
     }
 }
 
+/// Why no membership change may be asked of node `me` now, if one may
+/// not: a change is still in progress (a joint configuration), or `me`
+/// is not a voter of its own latest configuration. A leader that removed
+/// itself goes on leading for a moment, until it steps down (openraft
+/// keeps a removed leader until its next tick), and openraft is not
+/// consistent about such a leader meanwhile: a further change asked of it
+/// trips openraft's own assertions (found by the simulation, seed 1607 of
+/// `keel-lab sim`). Changes go to its successor instead.
+pub fn membership_change_refusal(
+    me: crate::NodeId,
+    membership: &openraft::Membership<crate::NodeId, KeelNode>,
+) -> Option<&'static str> {
+    if membership.get_joint_config().len() > 1 {
+        return Some("a membership change is still in progress; retry when it completes");
+    }
+    if !membership.voter_ids().any(|v| v == me) {
+        return Some(
+            "this node was removed from the voters and is stepping down; retry at the next \
+             active controller",
+        );
+    }
+    None
+}
+
+/// Finishes a membership change that a lost leadership or a crash left in
+/// its joint phase: openraft commits a change as a joint configuration and
+/// then the new one, both inside one `change_membership` call, and a
+/// leader that stops between the two leaves the quorum in the joint
+/// configuration, which openraft does not finish by itself and which
+/// [`membership_change_refusal`] would refuse every later change in.
+/// Moving to the joint's newer configuration is the step the interrupted
+/// call would have taken. Returns whether there was one to finish.
+pub async fn finish_joint_membership(
+    raft: &crate::KeelRaft,
+) -> Result<
+    bool,
+    openraft::error::RaftError<
+        crate::NodeId,
+        openraft::error::ClientWriteError<crate::NodeId, KeelNode>,
+    >,
+> {
+    let goal = {
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        let joint = metrics.membership_config.membership().get_joint_config();
+        if joint.len() <= 1 {
+            return Ok(false);
+        }
+        joint.last().cloned().unwrap_or_default()
+    };
+    raft.change_membership(openraft::ChangeMembers::ReplaceAllVoters(goal), false)
+        .await?;
+    Ok(true)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,5 +180,24 @@ mod tests {
         assert!("abc".parse::<DirectoryId>().is_err());
         assert!("zz".repeat(16).parse::<DirectoryId>().is_err());
         assert_ne!(DirectoryId::random(), DirectoryId::random());
+    }
+
+    #[test]
+    fn membership_changes_are_refused_mid_change_and_on_a_removed_leader() {
+        use std::collections::{BTreeMap, BTreeSet};
+        let nodes: BTreeMap<u64, KeelNode> = (1..=3)
+            .map(|i| (i, KeelNode::new(format!("n{i}:1"))))
+            .collect();
+        let voters = |ids: &[u64]| ids.iter().copied().collect::<BTreeSet<u64>>();
+        let settled = openraft::Membership::new(vec![voters(&[1, 2, 3])], nodes.clone());
+        assert_eq!(membership_change_refusal(1, &settled), None);
+        let joint =
+            openraft::Membership::new(vec![voters(&[1, 2, 3]), voters(&[2, 3])], nodes.clone());
+        assert!(membership_change_refusal(1, &joint).is_some_and(|why| why.contains("in progress")));
+        let without_me = openraft::Membership::new(vec![voters(&[2, 3])], nodes);
+        assert!(
+            membership_change_refusal(1, &without_me).is_some_and(|why| why.contains("removed"))
+        );
+        assert_eq!(membership_change_refusal(2, &without_me), None);
     }
 }

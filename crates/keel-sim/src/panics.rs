@@ -5,9 +5,19 @@
 use std::cell::{Cell, RefCell};
 use std::sync::Once;
 
+use crate::trace::Trace;
+
 thread_local! {
     static CAPTURING: Cell<bool> = const { Cell::new(false) };
     static CAUGHT: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+    /// The trace of the run on this thread, which a panic is written to.
+    static TRACE: RefCell<Option<Trace>> = const { RefCell::new(None) };
+}
+
+/// Panics on this thread go into `trace` too (at the simulated time they
+/// happened), until the capture ends.
+pub(crate) fn trace_to(trace: Trace) {
+    TRACE.with(|t| *t.borrow_mut() = Some(trace));
 }
 
 static HOOK: Once = Once::new();
@@ -31,7 +41,17 @@ impl Capture {
                         .map(|s| s.to_string())
                         .or_else(|| info.payload().downcast_ref::<String>().cloned())
                         .unwrap_or_else(|| "(no message)".to_string());
-                    CAUGHT.with(|c| c.borrow_mut().push(format!("{msg}{at}")));
+                    let what = format!("{msg}{at}");
+                    // Not while the trace's own lock is held by this thread
+                    // (a panic inside `Trace::event` would deadlock on it).
+                    TRACE.with(|t| {
+                        if let Ok(t) = t.try_borrow() {
+                            if let Some(trace) = t.as_ref() {
+                                trace.try_event(format_args!("PANIC {what}"));
+                            }
+                        }
+                    });
+                    CAUGHT.with(|c| c.borrow_mut().push(what));
                 } else {
                     previous(info);
                 }
@@ -46,6 +66,7 @@ impl Capture {
 impl Drop for Capture {
     fn drop(&mut self) {
         CAPTURING.with(|c| c.set(false));
+        TRACE.with(|t| t.borrow_mut().take());
     }
 }
 

@@ -182,6 +182,7 @@ fn write_batch(n: u64) -> RecordBatch {
 impl World {
     fn new(options: SimOptions) -> Result<Self, String> {
         let trace = Trace::new(options.keep_trace);
+        crate::panics::trace_to(trace.clone());
         let history = History::new(trace.clone());
         let net = SimNet::new(part_rng(options.seed, 1), trace.clone());
         let policy = match options.disk {
@@ -460,11 +461,39 @@ impl World {
     /// remove-voter` / `add-voter` do. An unanswered change may still
     /// commit: a voter asked to go is put back either way.
     async fn change_voters(&mut self) {
-        let Some(leader) = self.leader().and_then(|l| self.net.raft(l)) else {
+        let Some((via, leader)) = self.leader().and_then(|l| Some((l, self.net.raft(l)?))) else {
             return;
         };
+        // As the controller asks: a change an earlier leader left in its
+        // joint phase finished first; not mid-change, not of a removed
+        // leader.
+        match timeout(
+            Duration::from_secs(3),
+            keel_raft::finish_joint_membership(&leader),
+        )
+        .await
+        {
+            Ok(Ok(true)) => self
+                .trace
+                .event(format_args!("nemesis finished a joint change via {via}")),
+            Ok(Ok(false)) => {}
+            _ => {
+                self.trace.event(format_args!(
+                    "nemesis could not finish a joint change via {via}"
+                ));
+                return;
+            }
+        }
+        let membership = leader.metrics().borrow().membership_config.clone();
+        if let Some(why) = keel_raft::membership_change_refusal(via, membership.membership()) {
+            self.trace
+                .event(format_args!("nemesis voters via {via}: refused: {why}"));
+            return;
+        }
         let wait = Duration::from_secs(3);
         if let Some(&back) = self.removed.iter().next() {
+            self.trace
+                .event(format_args!("nemesis re-add {back} via {via}"));
             let node = KeelNode::new(format!("sim-{back}"));
             let learner = timeout(wait, leader.add_learner(back, node, true)).await;
             let voter = match learner {
@@ -486,6 +515,8 @@ impl World {
             }
         } else {
             let victim = self.rng.random_range(1..=self.nodes.len() as u64);
+            self.trace
+                .event(format_args!("nemesis remove {victim} via {via}"));
             let change = ChangeMembers::RemoveVoters(BTreeSet::from([victim]));
             let removed = timeout(wait, leader.change_membership(change, false)).await;
             self.trace.event(format_args!(

@@ -23,6 +23,20 @@ struct TraceInner {
     count: u64,
 }
 
+impl TraceInner {
+    fn record(&mut self, what: impl std::fmt::Display) {
+        let line = format!("{:>7} {what}", self.start.elapsed().as_millis());
+        for b in line.bytes().chain(std::iter::once(b'\n')) {
+            self.digest ^= u64::from(b);
+            self.digest = self.digest.wrapping_mul(FNV_PRIME);
+        }
+        self.count += 1;
+        if let Some(lines) = self.lines.as_mut() {
+            lines.push(line);
+        }
+    }
+}
+
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
 const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 
@@ -54,14 +68,14 @@ impl Trace {
     /// Records one event.
     pub fn event(&self, what: impl std::fmt::Display) {
         let mut inner = self.lock();
-        let line = format!("{:>7} {what}", inner.start.elapsed().as_millis());
-        for b in line.bytes().chain(std::iter::once(b'\n')) {
-            inner.digest ^= u64::from(b);
-            inner.digest = inner.digest.wrapping_mul(FNV_PRIME);
-        }
-        inner.count += 1;
-        if let Some(lines) = inner.lines.as_mut() {
-            lines.push(line);
+        inner.record(what);
+    }
+
+    /// Records one event unless the record is busy (from a panic hook,
+    /// which may run while this thread holds it).
+    pub(crate) fn try_event(&self, what: impl std::fmt::Display) {
+        if let Ok(mut inner) = self.inner.try_lock() {
+            inner.record(what);
         }
     }
 

@@ -141,3 +141,22 @@ fn the_step_checkers_fire_on_broken_histories() {
     history.applied(3, id(3, 10), "c".into());
     assert_eq!(history.violations().len(), 2);
 }
+
+/// Seeds that once broke an invariant, each kept once its cause was fixed.
+/// 1597, 1607, 2139, 2212, 2996, 3214, 3409, 3719: the nemesis asked a
+/// leader that had just removed itself for another membership change,
+/// and openraft's core died on its own assertion (a removed leader is not
+/// a consistent leader until it steps down); the controller, and the
+/// nemesis, now refuse changes of such a node
+/// (`keel_raft::membership_change_refusal`).
+#[test]
+fn seeds_that_found_bugs_stay_fixed() {
+    for seed in [1597, 1607, 2139, 2212, 2996, 3214, 3409, 3719] {
+        let outcome = run(&SimOptions::new(seed)).unwrap();
+        assert!(
+            outcome.violations.is_empty(),
+            "seed {seed}: {:?}",
+            outcome.violations
+        );
+    }
+}

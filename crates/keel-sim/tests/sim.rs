@@ -143,15 +143,21 @@ fn the_step_checkers_fire_on_broken_histories() {
 }
 
 /// Seeds that once broke an invariant, each kept once its cause was fixed.
-/// 1597, 1607, 2139, 2212, 2996, 3214, 3409, 3719: the nemesis asked a
-/// leader that had just removed itself for another membership change,
-/// and openraft's core died on its own assertion (a removed leader is not
-/// a consistent leader until it steps down); the controller, and the
-/// nemesis, now refuse changes of such a node
-/// (`keel_raft::membership_change_refusal`).
+/// - 1597, 1607, 2139, 2212, 2996, 3214, 3409, 3719: the nemesis asked a
+///   leader that had just removed itself for another membership change,
+///   and openraft's core died on its own assertion (a removed leader is
+///   not a consistent leader until it steps down); the controller, and
+///   the nemesis, now refuse changes of such a node
+///   (`keel_raft::membership_change_refusal`).
+/// - 1011, 1016, 1017, 1019: a removal interrupted between its joint and
+///   final steps left the joint configuration, in which every later
+///   change was refused forever; the active controller now finishes it
+///   (`keel_raft::finish_joint_membership`).
 #[test]
 fn seeds_that_found_bugs_stay_fixed() {
-    for seed in [1597, 1607, 2139, 2212, 2996, 3214, 3409, 3719] {
+    for seed in [
+        1597, 1607, 2139, 2212, 2996, 3214, 3409, 3719, 1011, 1016, 1017, 1019,
+    ] {
         let outcome = run(&SimOptions::new(seed)).unwrap();
         assert!(
             outcome.violations.is_empty(),

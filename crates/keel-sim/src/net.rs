@@ -319,30 +319,28 @@ impl SimPeer {
     }
 }
 
-impl RaftNetwork<TypeConfig> for SimPeer {
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> RpcResult<AppendEntriesResponse<NodeId>, openraft::error::Infallible> {
-        self.send(rpc).await
-    }
+/// openraft's network trait for [`SimPeer`]: every request goes through
+/// [`SimPeer::send`].
+macro_rules! send_each {
+    ($($method:ident($req:ty) -> $answer:ty, $error:ty;)*) => {
+        impl RaftNetwork<TypeConfig> for SimPeer {
+            $(
+                async fn $method(
+                    &mut self,
+                    rpc: $req,
+                    _option: RPCOption,
+                ) -> RpcResult<$answer, $error> {
+                    self.send(rpc).await
+                }
+            )*
+        }
+    };
+}
 
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> RpcResult<InstallSnapshotResponse<NodeId>, InstallSnapshotError> {
-        self.send(rpc).await
-    }
-
-    async fn vote(
-        &mut self,
-        rpc: VoteRequest<NodeId>,
-        _option: RPCOption,
-    ) -> RpcResult<VoteResponse<NodeId>, openraft::error::Infallible> {
-        self.send(rpc).await
-    }
+send_each! {
+    append_entries(AppendEntriesRequest<TypeConfig>) -> AppendEntriesResponse<NodeId>, openraft::error::Infallible;
+    install_snapshot(InstallSnapshotRequest<TypeConfig>) -> InstallSnapshotResponse<NodeId>, InstallSnapshotError;
+    vote(VoteRequest<NodeId>) -> VoteResponse<NodeId>, openraft::error::Infallible;
 }
 
 /// A log id as `term.index` (or `-`).

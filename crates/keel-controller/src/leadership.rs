@@ -207,15 +207,14 @@ fn become_active(shared: &Arc<Shared>, m: &Seen) -> Running {
 fn rebind_directories(shared: &Arc<Shared>, binding: &mut Option<JoinHandle<()>>, active: bool) {
     if binding.as_ref().is_none_or(|b| b.is_finished()) {
         *binding = None;
-        let joint = shared
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .get_joint_config()
-            .len()
-            > 1;
+        let joint = keel_raft::in_joint_phase(
+            shared
+                .raft
+                .metrics()
+                .borrow()
+                .membership_config
+                .membership(),
+        );
         if active && shared.lease_valid() && (joint || needs_binding(shared)) {
             let s = shared.clone();
             *binding = Some(tokio::spawn(async move {

@@ -38,7 +38,8 @@ pub use error::{EnvelopeRefusal, StorageOpenError};
 pub use lease::LeaseClock;
 pub use log_store::{index_key, stored_entry_bytes, HeldWrites, LogStore};
 pub use member::{
-    finish_joint_membership, membership_change_refusal, BadDirectoryId, DirectoryId, KeelNode,
+    finish_joint_membership, in_joint_phase, membership_change_refusal, BadDirectoryId,
+    DirectoryId, KeelNode,
 };
 pub use network::{IdentifyError, Network, PeerClient, PeerContacts};
 pub use open::{open_storage, sled_config};

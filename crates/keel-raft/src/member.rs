@@ -106,6 +106,12 @@ impl fmt::Display for KeelNode {
     }
 }
 
+/// Whether `membership` is the joint configuration of a change in
+/// progress (the old and the new voters), not a settled one.
+pub fn in_joint_phase(membership: &openraft::Membership<crate::NodeId, KeelNode>) -> bool {
+    membership.get_joint_config().len() > 1
+}
+
 /// Why no membership change may be asked of node `me` now, if one may
 /// not: a change is still in progress (a joint configuration), or `me`
 /// is not a voter of its own latest configuration. A leader that removed
@@ -118,7 +124,7 @@ pub fn membership_change_refusal(
     me: crate::NodeId,
     membership: &openraft::Membership<crate::NodeId, KeelNode>,
 ) -> Option<&'static str> {
-    if membership.get_joint_config().len() > 1 {
+    if in_joint_phase(membership) {
         return Some("a membership change is still in progress; retry when it completes");
     }
     if !membership.voter_ids().any(|v| v == me) {
@@ -150,11 +156,15 @@ pub async fn finish_joint_membership(
     let goal = {
         let metrics = raft.metrics();
         let metrics = metrics.borrow();
-        let joint = metrics.membership_config.membership().get_joint_config();
-        if joint.len() <= 1 {
+        let membership = metrics.membership_config.membership();
+        if !in_joint_phase(membership) {
             return Ok(false);
         }
-        joint.last().cloned().unwrap_or_default()
+        membership
+            .get_joint_config()
+            .last()
+            .cloned()
+            .unwrap_or_default()
     };
     raft.change_membership(openraft::ChangeMembers::ReplaceAllVoters(goal), false)
         .await?;

@@ -16,7 +16,7 @@
 //!   in every node's image;
 //! - convergence: every node applied the same log and holds one image.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use keel_raft::NodeId;
@@ -38,8 +38,8 @@ pub struct Acked {
 struct Observed {
     /// The leader seen in each term.
     leaders: BTreeMap<u64, NodeId>,
-    /// Terms that had a second leader, and who.
-    split_terms: BTreeMap<u64, NodeId>,
+    /// Terms that had a second leader.
+    split_terms: BTreeSet<u64>,
     /// What the first node to apply each index applied: the entry's id,
     /// the image's digest after it, and who.
     applied: BTreeMap<u64, (LogId<NodeId>, String, NodeId)>,
@@ -97,7 +97,7 @@ impl History {
             let mut observed = self.lock();
             match observed.leaders.get(&term) {
                 Some(&other) if other != node => {
-                    if observed.split_terms.insert(term, node).is_some() {
+                    if !observed.split_terms.insert(term) {
                         return;
                     }
                     Some(other)

@@ -298,8 +298,8 @@ impl World {
     fn leader(&self) -> Option<NodeId> {
         self.nodes.iter().find_map(|n| {
             let running = n.running.as_ref()?;
-            let metrics = running.raft.metrics().borrow().clone();
-            (metrics.state == ServerState::Leader).then_some(n.id)
+            let leading = running.raft.metrics().borrow().state == ServerState::Leader;
+            leading.then_some(n.id)
         })
     }
 

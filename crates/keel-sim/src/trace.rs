@@ -60,11 +60,6 @@ impl Trace {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Milliseconds of simulated time since the run started.
-    pub fn now_ms(&self) -> u64 {
-        self.lock().start.elapsed().as_millis() as u64
-    }
-
     /// Records one event.
     pub fn event(&self, what: impl std::fmt::Display) {
         let mut inner = self.lock();

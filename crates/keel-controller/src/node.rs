@@ -106,20 +106,26 @@ fn raft_grpc_service(
 }
 
 /// Serves the Raft, admin and broker services on `listener` until
-/// `shutdown_rx` turns true.
+/// `shutdown_rx` turns true; the Raft service also on the listener's lane
+/// ([`keel_tls::lane`]), a thread of its own where the leader's lease
+/// requests and candidates' pre-votes are answered whatever this runtime
+/// is busy with.
 fn spawn_server(
     config: &ControllerConfig,
     shared: &Arc<Shared>,
     raft_service: RaftGrpcService,
     listener: tokio::net::TcpListener,
     shutdown_rx: watch::Receiver<bool>,
-) -> JoinHandle<Result<(), tonic::transport::Error>> {
-    let mut server_stop = shutdown_rx;
-    let router = tonic::transport::Server::builder()
-        .max_concurrent_streams(config.max_concurrent_streams)
-        .timeout(Duration::from_millis(config.request_timeout_ms))
-        .http2_keepalive_interval(Some(keel_tls::transport::HTTP2_KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(keel_tls::transport::HTTP2_KEEPALIVE_TIMEOUT))
+) -> anyhow::Result<JoinHandle<Result<(), tonic::transport::Error>>> {
+    let builder = || {
+        tonic::transport::Server::builder()
+            .max_concurrent_streams(config.max_concurrent_streams)
+            .timeout(Duration::from_millis(config.request_timeout_ms))
+            .http2_keepalive_interval(Some(keel_tls::transport::HTTP2_KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(keel_tls::transport::HTTP2_KEEPALIVE_TIMEOUT))
+    };
+    let lane_router = builder().add_service(raft_service.clone().into_server());
+    let router = builder()
         .add_service(raft_service.into_server())
         .add_service(
             AdminServiceServer::new(AdminApi::new(shared.clone()))
@@ -129,17 +135,20 @@ fn spawn_server(
             BrokerServiceServer::new(BrokerApi::new(shared.clone()))
                 .max_decoding_message_size(config.max_message_bytes),
         );
-    let transport = config.transport.clone();
     let door = keel_tls::admission::Door::new(&shared.gate, "grpc");
     // The transport accepts without Nagle: Raft and controller RPCs
     // are small and latency-bound.
-    tokio::spawn(async move {
-        transport
-            .serve_admitted(router, listener, door, async move {
-                let _ = server_stop.wait_for(|v| *v).await;
-            })
-            .await
-    })
+    config
+        .transport
+        .serve_with_lane(
+            router,
+            lane_router,
+            listener,
+            door,
+            format!("keel-lane-{}", config.node_id),
+            shutdown_rx,
+        )
+        .context("cannot start the Raft listener's lane")
 }
 
 /// On a fresh node (not joining, nothing on disk), initializes the quorum
@@ -276,7 +285,7 @@ impl ControllerNode {
             raft_service,
             listener,
             shutdown_rx.clone(),
-        );
+        )?;
 
         bootstrap(&config, &raft, restarted).await;
 

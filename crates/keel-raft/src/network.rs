@@ -115,8 +115,13 @@ pub struct Network {
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
     /// A second connection per peer for lease heartbeats
     /// ([`crate::lease`]), so they never wait behind a large append on the
-    /// replication connection.
+    /// replication connection; it asks for the peer's lane
+    /// ([`keel_tls::lane`]), so the peer answers them on a runtime its
+    /// other work cannot starve. Made by the lease thread, on its runtime.
     lease_channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+    /// A third one for pre-votes, on the peer's lane too, made by the
+    /// election watchdog on the node's runtime.
+    pre_vote_channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
     /// When each peer last answered.
     contacts: PeerContacts,
     /// When this node last acknowledged its leader's lease request (the
@@ -143,6 +148,7 @@ impl Network {
             bind_ip: None,
             channels: Arc::new(Mutex::new(HashMap::new())),
             lease_channels: Arc::new(Mutex::new(HashMap::new())),
+            pre_vote_channels: Arc::new(Mutex::new(HashMap::new())),
             contacts: PeerContacts::default(),
             lease_clock: LeaseClock::default(),
             unary_only: Arc::new(Mutex::new(HashSet::new())),
@@ -164,6 +170,7 @@ impl Network {
     fn forget_channels(&mut self) {
         self.channels = Arc::new(Mutex::new(HashMap::new()));
         self.lease_channels = Arc::new(Mutex::new(HashMap::new()));
+        self.pre_vote_channels = Arc::new(Mutex::new(HashMap::new()));
     }
 
     /// Sends `dir` as this node's directory id with every request.
@@ -200,15 +207,17 @@ impl Network {
     /// The channel to `target` at `addr`, created (unconnected) on first use
     /// and replaced when the peer's address changes.
     fn channel(&self, target: NodeId, addr: &str) -> Result<Channel, String> {
-        self.channel_in(&self.channels, target, addr)
+        self.channel_in(&self.channels, target, addr, false)
     }
 
-    /// As [`Network::channel`], from the map `channels`.
+    /// As [`Network::channel`], from the map `channels`; over connections
+    /// on the peer's lane when `lane` ([`keel_tls::lane`]).
     fn channel_in(
         &self,
         channels: &Mutex<HashMap<NodeId, (String, Channel)>>,
         target: NodeId,
         addr: &str,
+        lane: bool,
     ) -> Result<Channel, String> {
         let mut channels = channels
             .lock()
@@ -222,11 +231,12 @@ impl Network {
             .map_err(|e| format!("bad address {addr:?} for node {target}: {e}"))?
             .connect_timeout(CONNECT_TIMEOUT);
         // Lazy: the channel dials on first use and redials after failures.
-        let channel = self.transport.channel(
-            endpoint,
-            self.bind_ip,
-            keel_tls::Expect::ControllerId(target),
-        );
+        let expect = keel_tls::Expect::ControllerId(target);
+        let channel = if lane {
+            self.transport.lane_channel(endpoint, self.bind_ip, expect)
+        } else {
+            self.transport.channel(endpoint, self.bind_ip, expect)
+        };
         channels.insert(target, (addr.to_string(), channel.clone()));
         Ok(channel)
     }
@@ -243,7 +253,7 @@ impl Network {
         req: &PreVoteRequest,
         timeout: Duration,
     ) -> Result<PreVoteResponse, String> {
-        let channel = self.channel(target, &node.addr)?;
+        let channel = self.channel_in(&self.pre_vote_channels, target, &node.addr, true)?;
         self.ask(channel, target, node, req, timeout, |mut c, r| async move {
             c.pre_vote(r).await
         })
@@ -261,7 +271,7 @@ impl Network {
         req: &LeaseRequest,
         timeout: Duration,
     ) -> Result<LeaseResponse, String> {
-        let channel = self.channel_in(&self.lease_channels, target, &node.addr)?;
+        let channel = self.channel_in(&self.lease_channels, target, &node.addr, true)?;
         self.ask(channel, target, node, req, timeout, |mut c, r| async move {
             c.lease(r).await
         })

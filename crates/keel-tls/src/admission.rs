@@ -413,6 +413,12 @@ impl Door {
         self
     }
 
+    /// How long an admitted connection may stay silent before its first
+    /// byte.
+    pub fn first_byte_timeout(&self) -> Duration {
+        self.first_byte_timeout
+    }
+
     /// Its listener label.
     pub fn name(&self) -> &'static str {
         self.name
@@ -641,25 +647,55 @@ impl tonic::transport::server::Connected for Admitted<TcpStream> {
     }
 }
 
+/// A connection a door admitted, not yet served: the stream, its peer's
+/// address and its place in the gate.
+pub struct Accepted {
+    pub tcp: TcpStream,
+    pub remote: SocketAddr,
+    pub ticket: Ticket,
+}
+
+/// Accepts on `listener` through `door` in a task of the current runtime,
+/// into the returned channel; the task ends when the receiver is dropped.
+pub fn accepting(listener: TcpListener, door: Door) -> tokio::sync::mpsc::Receiver<Accepted> {
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let (tcp, remote, ticket) = tokio::select! {
+                _ = tx.closed() => return,
+                a = door.accept(&listener) => a,
+            };
+            let accepted = Accepted {
+                tcp,
+                remote,
+                ticket,
+            };
+            if tx.send(accepted).await.is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
 /// Admitted plaintext connections of `listener` through `door`, as a
 /// stream for tonic; it ends when its receiver is dropped.
 pub fn incoming(
     listener: TcpListener,
     door: Door,
 ) -> impl futures::Stream<Item = Result<Admitted<TcpStream>, std::io::Error>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(64);
-    tokio::spawn(async move {
-        loop {
-            let (tcp, _, ticket) = tokio::select! {
-                _ = tx.closed() => return,
-                a = door.accept(&listener) => a,
-            };
-            if tx.send(Ok(door.wrap(tcp, ticket))).await.is_err() {
-                return;
-            }
-        }
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
+    admitted(accepting(listener, door.clone()), door)
+}
+
+/// The connections of `accepted`, held to `door`'s timeouts, as a stream
+/// for tonic.
+pub fn admitted(
+    accepted: tokio::sync::mpsc::Receiver<Accepted>,
+    door: Door,
+) -> impl futures::Stream<Item = Result<Admitted<TcpStream>, std::io::Error>> {
+    use futures::StreamExt;
+    tokio_stream::wrappers::ReceiverStream::new(accepted)
+        .map(move |a| Ok(door.wrap(a.tcp, a.ticket)))
 }
 
 #[cfg(test)]

@@ -8,6 +8,8 @@
 //!   configurations, re-read on SIGHUP;
 //! - [`validity`]: whether a certificate may be used (chain, dates, key)
 //!   and how long it has left;
+//! - [`lane`]: a thread and runtime of a server's own for a few urgent
+//!   requests (leases, pre-votes), chosen per connection on one port;
 //! - [`transport`]: serving and connecting over mutual TLS (or plaintext,
 //!   only when allowed), and reading a caller's identity in a handler.
 
@@ -16,6 +18,7 @@ pub mod certs;
 pub mod context;
 pub mod error;
 pub mod identity;
+pub mod lane;
 pub mod transport;
 pub mod validity;
 

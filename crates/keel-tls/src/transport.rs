@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tonic::transport::server::Connected;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use crate::admission::{tune, Admitted, Door, HandshakeError, KEEPALIVE};
+use crate::admission::{accepting, tune, Accepted, Admitted, Door, HandshakeError, KEEPALIVE};
 use crate::certs::SERVER_NAME;
 use crate::context::TlsContext;
 use crate::identity::{Identity, Role};
@@ -225,12 +225,29 @@ pub fn tls_incoming(
     ctx: Arc<TlsContext>,
     door: Door,
 ) -> impl futures::Stream<Item = Result<TlsConn, std::io::Error>> {
+    tls_admitted(accepting(listener, door.clone()), ctx, door)
+}
+
+/// As [`tls_incoming`], for the connections of `accepted`.
+pub fn tls_admitted(
+    mut accepted: mpsc::Receiver<Accepted>,
+    ctx: Arc<TlsContext>,
+    door: Door,
+) -> impl futures::Stream<Item = Result<TlsConn, std::io::Error>> {
     let (tx, rx) = mpsc::channel::<Result<TlsConn, std::io::Error>>(64);
     tokio::spawn(async move {
         loop {
-            let (tcp, remote, ticket) = tokio::select! {
+            let next = tokio::select! {
                 _ = tx.closed() => return,
-                a = door.accept(&listener) => a,
+                a = accepted.recv() => a,
+            };
+            let Some(Accepted {
+                tcp,
+                remote,
+                ticket,
+            }) = next
+            else {
+                return;
             };
             let Some(slot) = door.handshake_slot(remote) else {
                 continue;
@@ -270,7 +287,7 @@ pub fn endpoint(addr: &str) -> Result<Endpoint, tonic::transport::Error> {
         .keep_alive_while_idle(true))
 }
 
-async fn tcp_connect(uri: &Uri, local: Option<IpAddr>) -> std::io::Result<TcpStream> {
+pub(crate) async fn tcp_connect(uri: &Uri, local: Option<IpAddr>) -> std::io::Result<TcpStream> {
     let host = uri.host().unwrap_or("127.0.0.1");
     let port = uri.port_u16().unwrap_or(80);
     let addrs = tokio::net::lookup_host((host, port)).await?;
@@ -316,6 +333,17 @@ async fn handshake(
     let tcp = tcp_connect(uri, local)
         .await
         .map_err(|e| std::io::Error::new(e.kind(), format!("tcp connect error: {e}")))?;
+    tls_over(ctx, tcp, uri, expect).await
+}
+
+/// The client side of a TLS handshake over `tcp` (connected to `uri`),
+/// as [`handshake`] does it.
+pub(crate) async fn tls_over(
+    ctx: &TlsContext,
+    tcp: TcpStream,
+    uri: &Uri,
+    expect: Expect,
+) -> std::io::Result<(tokio_rustls::client::TlsStream<TcpStream>, Vec<u8>)> {
     let name =
         ServerName::try_from(SERVER_NAME).map_err(|e| std::io::Error::other(e.to_string()))?;
     let tls = tokio_rustls::TlsConnector::from(ctx.client_config())
@@ -456,11 +484,28 @@ impl Transport {
     where
         F: std::future::Future<Output = ()>,
     {
+        let accepted = accepting(listener, door.clone());
+        self.serve_accepted(router, accepted, door, shutdown).await
+    }
+
+    /// Serves `router` on the connections `accepted` yields (admitted by
+    /// `door`, which also bounds their handshakes and first bytes) until
+    /// `shutdown` completes.
+    pub async fn serve_accepted<F>(
+        &self,
+        router: tonic::transport::server::Router,
+        accepted: mpsc::Receiver<Accepted>,
+        door: Door,
+        shutdown: F,
+    ) -> Result<(), tonic::transport::Error>
+    where
+        F: std::future::Future<Output = ()>,
+    {
         match self {
             Transport::Plaintext => {
                 router
                     .serve_with_incoming_shutdown(
-                        crate::admission::incoming(listener, door),
+                        crate::admission::admitted(accepted, door),
                         shutdown,
                     )
                     .await
@@ -468,7 +513,7 @@ impl Transport {
             Transport::Tls(ctx) => {
                 router
                     .serve_with_incoming_shutdown(
-                        tls_incoming(listener, ctx.clone(), door),
+                        tls_admitted(accepted, ctx.clone(), door),
                         shutdown,
                     )
                     .await

@@ -18,7 +18,7 @@ use keel_raft::{
 use openraft::error::{ClientWriteError, RaftError};
 use openraft::{Config, ServerState};
 use tokio::net::TcpListener;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// Cluster id every test node uses.
@@ -51,7 +51,7 @@ pub struct TestNode {
     /// The tonic server task.
     server: JoinHandle<()>,
     /// Triggers the server's graceful shutdown.
-    stop_server: Option<oneshot::Sender<()>>,
+    stop_server: Option<watch::Sender<bool>>,
     /// Stops the election watchdog.
     stop_watchdog: watch::Sender<bool>,
 }
@@ -141,7 +141,7 @@ impl TestNode {
             .await
             .unwrap();
         let recovered = state.borrow().clone();
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let (stop_tx, stop_rx) = watch::channel(false);
         // Elections come only from the watchdog, as in a controller.
         let (stop_watchdog, watchdog_stop) = watch::channel(false);
         tokio::spawn(keel_raft::election_watchdog(
@@ -157,17 +157,26 @@ impl TestNode {
         if let Some(window) = no_vote_for {
             service = service.refusing_votes_for(window);
         }
-        let service = service.into_server();
+        // Served as a controller serves it: lease requests and pre-votes
+        // on the listener's lane (keel_tls::lane).
+        let lane_router =
+            tonic::transport::Server::builder().add_service(service.clone().into_server());
+        let router = tonic::transport::Server::builder().add_service(service.into_server());
+        let serving = keel_tls::Transport::Plaintext
+            .serve_with_lane(
+                router,
+                lane_router,
+                listener,
+                keel_tls::admission::Door::unlimited("grpc"),
+                format!("test-lane-{id}"),
+                stop_rx,
+            )
+            .unwrap();
         let server = tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-            if let Err(e) = tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(incoming, async {
-                    let _ = stop_rx.await;
-                })
-                .await
-            {
-                tracing::warn!(error = %e, "raft server ended");
+            match serving.await {
+                Ok(Err(e)) => tracing::warn!(error = %e, "raft server ended"),
+                Err(e) => tracing::warn!(error = %e, "raft server task ended"),
+                Ok(Ok(())) => {}
             }
         });
         Self {
@@ -190,7 +199,7 @@ impl TestNode {
     /// peers the node is unreachable, as behind a partition.
     pub async fn cut_off(&mut self) {
         if let Some(tx) = self.stop_server.take() {
-            let _ = tx.send(());
+            let _ = tx.send(true);
         }
         // Graceful shutdown waits for peers' connections to close; do not
         // let a peer that keeps one open stall the test.

@@ -37,7 +37,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::server::Router;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use crate::admission::{Accepted, Door, Ticket};
+use crate::admission::{count_refused, Accepted, Door, Reason, Ticket};
 use crate::transport::{tcp_connect, tls_over, Expect, Transport};
 
 /// What a lane client sends first on each connection.
@@ -137,6 +137,7 @@ impl Transport {
                     let router_task = tokio::spawn(route(
                         listener,
                         lane_door.clone(),
+                        transport.is_tls(),
                         to_lane,
                         to_main,
                         lane_stop.clone(),
@@ -193,23 +194,45 @@ impl Transport {
 /// Accepts on `listener` through `door` until `stop` turns true, and
 /// sends each connection to the lane or, as a `std` stream any runtime
 /// can adopt, to the main server.
+///
+/// Waiting for a connection's first bytes is held to what serving it
+/// would hold it to, so the lane opens no new way to tie up the
+/// listener: with TLS the wait takes a handshake slot (none free: closed
+/// at once) and lasts at most the handshake timeout, counted as one when
+/// it passes; without, it lasts the first-byte timeout, counted as idle.
 async fn route(
     listener: TcpListener,
     door: Door,
+    tls: bool,
     to_lane: mpsc::Sender<Accepted>,
     to_main: mpsc::Sender<(std::net::TcpStream, SocketAddr, Ticket)>,
     mut stop: watch::Receiver<bool>,
 ) {
+    let (timeout, silence) = if tls {
+        (door.limits().handshake_timeout, Reason::HandshakeTimeout)
+    } else {
+        (door.first_byte_timeout(), Reason::Idle)
+    };
     loop {
         let (tcp, remote, ticket) = tokio::select! {
             _ = stop.wait_for(|v| *v) => return,
             a = door.accept(&listener) => a,
         };
+        let slot = if tls {
+            match door.handshake_slot(remote) {
+                Some(slot) => Some(slot),
+                None => continue,
+            }
+        } else {
+            None
+        };
         let (to_lane, to_main) = (to_lane.clone(), to_main.clone());
-        let timeout = door.first_byte_timeout();
+        let name = door.name();
         tokio::spawn(async move {
             let mut tcp = tcp;
-            match opening(&tcp, timeout).await {
+            let opened = opening(&tcp, timeout).await;
+            drop(slot);
+            match opened {
                 Opening::Lane => {
                     if tcp.read_exact(&mut [0u8; HELLO.len()]).await.is_ok()
                         && tcp.write_all(&[ACK]).await.is_ok()
@@ -228,6 +251,7 @@ async fn route(
                     }
                 }
                 Opening::Silent => {
+                    count_refused(name, silence);
                     tracing::debug!(%remote, "closing a connection that sent nothing");
                 }
             }

@@ -274,14 +274,8 @@ pub const STORM_BOUND: Duration = Duration::from_secs(60);
 /// connections the storm may open (`want`, or fewer to leave 256 files for
 /// the rest) and why it was capped, if it was.
 pub fn storm_size(want: usize) -> (usize, Option<String>) {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+    let Some(soft) = crate::stats::raise_fd_limit(want as u64 + 256) else {
         return (want, None);
-    };
-    let soft = if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
-        hard
-    } else {
-        soft
     };
     let room = usize::try_from(soft.saturating_sub(256)).unwrap_or(usize::MAX);
     if want > room {

@@ -142,6 +142,15 @@ pub struct BenchArgs {
     /// heartbeats: run every level even after one fails.
     #[arg(long)]
     no_stop_on_failure: bool,
+    /// heartbeats: share this many connections among all stand-in brokers,
+    /// with no listener for the controller's channel (without it, each has
+    /// its own connection and listener, on its own address).
+    #[arg(long)]
+    pool: Option<usize>,
+    /// heartbeats: skip the failover after each level (the active
+    /// controller killed, every broker's fresh session timed).
+    #[arg(long)]
+    no_failover: bool,
     /// compare: ZooKeeper ensemble, `host:port` comma separated (the first is
     /// tried first; the bench finds and talks to the leader).
     #[arg(long, value_delimiter = ',')]
@@ -269,6 +278,8 @@ async fn one(a: &BenchArgs, env: &Env, s: Scenario) -> Result<(), String> {
                 ladder: a.brokers.clone(),
                 level_secs: a.heartbeat_secs,
                 stop_on_failure: !a.no_stop_on_failure,
+                pool: a.pool.filter(|n| *n > 0),
+                failover: !a.no_failover,
                 ..HeartbeatParams::default()
             };
             keel_bench::heartbeats::run(env, &p).await

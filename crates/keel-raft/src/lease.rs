@@ -14,8 +14,11 @@
 //! ([`crate::network::Network::lease`]), without waiting for the previous
 //! answer ([`LeasePace`]).
 //! A follower answers it at once from its published Raft state, without
-//! waiting for its Raft core: it acknowledges ([`decide_lease`]) only if it
-//! follows exactly the leadership the request names (same committed vote).
+//! waiting for its Raft core, on its listener's lane ([`keel_tls::lane`]:
+//! a thread and runtime of its own, so no replay or decoding on its main
+//! runtime delays the answer): it acknowledges ([`decide_lease`]) only if
+//! it follows exactly the leadership the request names (same committed
+//! vote).
 //! An acknowledgement
 //!
 //! - on the leader counts toward its quorum clock as an answered heartbeat

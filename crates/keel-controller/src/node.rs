@@ -24,6 +24,44 @@ pub struct ControllerNode {
     shutdown: watch::Sender<bool>,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     leadership: JoinHandle<()>,
+    /// Last: dropped once everything that talks to the core has stopped.
+    _core: CoreRuntime,
+}
+
+/// The runtime the Raft core (and its replication and state machine
+/// tasks, and its connections to the peers) runs on: threads of its own,
+/// so that a main runtime with thousands of brokers' heartbeats and
+/// channels queued on its workers cannot hold the core up behind them. A
+/// core held up long enough stops answering the lease thread's liveness
+/// probes (`keel_raft::lease`), and the leader gives up its leadership as
+/// if the core were wedged: with every broker then reconnecting to the
+/// next leader, one busy active controller became an election a second.
+struct CoreRuntime {
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+}
+
+impl CoreRuntime {
+    fn start(node: keel_raft::NodeId) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name(format!("keel-raft-{node}"))
+            .enable_all()
+            .build()?;
+        Ok(Self {
+            handle: runtime.handle().clone(),
+            runtime: Some(runtime),
+        })
+    }
+}
+
+impl Drop for CoreRuntime {
+    fn drop(&mut self) {
+        // Dropped from within the main runtime: do not wait for its tasks.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
 }
 
 /// A voter of this cluster that already follows or is a Raft leader (the
@@ -254,8 +292,13 @@ impl ControllerNode {
         // The election watchdog asks for pre-votes through the same
         // connections.
         let watchdog_network = network.clone();
-        let raft: KeelRaft = openraft::Raft::new(config.node_id, rc, network, log, sm)
+        let core = CoreRuntime::start(config.node_id).context("cannot start the Raft runtime")?;
+        let node_id = config.node_id;
+        let raft: KeelRaft = core
+            .handle
+            .spawn(async move { openraft::Raft::new(node_id, rc, network, log, sm).await })
             .await
+            .context("the Raft runtime failed")?
             .context("raft failed to start")?;
         // A data dir that holds a vote or a log may have promised a leader a
         // lease before this process started: no vote until it has run out.
@@ -314,6 +357,7 @@ impl ControllerNode {
             shutdown,
             server,
             leadership,
+            _core: core,
         })
     }
 

@@ -881,6 +881,17 @@ async fn run_level(env: &Env, p: &HeartbeatParams, n: usize) -> anyhow::Result<V
     Ok(level)
 }
 
+/// Descriptors kept for the controllers' own files and everything else.
+const FD_SPARE: u64 = 4_096;
+
+/// Open files `n` stand-in brokers need here: three each with their own
+/// connections (their listener, their connection, the controller's
+/// connection to the listener), one each pooled.
+fn fds_needed(n: usize, pool: Option<usize>) -> u64 {
+    let per = if pool.is_some() { 1 } else { 3 };
+    per * n as u64 + FD_SPARE
+}
+
 /// Runs the scenario.
 pub async fn run(env: &Env, p: &HeartbeatParams) -> anyhow::Result<Report> {
     let started_at = unix_now();
@@ -888,10 +899,25 @@ pub async fn run(env: &Env, p: &HeartbeatParams) -> anyhow::Result<Report> {
     // the controller's connection to its listener) and two per broker in
     // the controller, which inherits this limit and raises its soft limit
     // to it.
-    let top = p.ladder.iter().copied().max().unwrap_or(0) as u64;
-    let fd_limit = crate::stats::raise_fd_limit(3 * top + 4_096);
+    let top = p.ladder.iter().copied().max().unwrap_or(0);
+    let fd_limit = crate::stats::raise_fd_limit(fds_needed(top, p.pool));
+    let disk = crate::stats::disk_probe(&std::env::temp_dir());
+    let load_before = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let mut levels = Vec::new();
     for &n in &p.ladder {
+        let need = fds_needed(n, p.pool);
+        if fd_limit.is_some_and(|limit| limit < need) {
+            let why = format!(
+                "needs {need} open files (3 per stand-in broker and {FD_SPARE} more), the limit is {} and this process cannot raise it",
+                fd_limit.unwrap_or(0)
+            );
+            progress!("heartbeats: {n} brokers: skipped: {why}");
+            levels.push(json!({ "brokers": n, "ok": false, "skipped": true, "aborted": why }));
+            if p.stop_on_failure {
+                break;
+            }
+            continue;
+        }
         let level = run_level(env, p, n).await?;
         let ok = level["ok"].as_bool().unwrap_or(false);
         levels.push(level);
@@ -929,6 +955,9 @@ pub async fn run(env: &Env, p: &HeartbeatParams) -> anyhow::Result<Report> {
         "levels": levels,
         "max_brokers_ok": max_ok,
         "machine": machine(),
+        "disk_probe": disk,
+        "load_average_before": load_before.trim(),
+        "load_average_after": std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
     });
     let mut table =
         String::from("heartbeats (every 2 s per simulated broker, one active controller)\n");
@@ -953,6 +982,7 @@ pub async fn run(env: &Env, p: &HeartbeatParams) -> anyhow::Result<Report> {
             table += &format!("{:>8} aborted: {}\n", "", a.as_str().unwrap_or(""));
         }
     }
+    table += &crate::stats::disk_probe_line(&json["disk_probe"]);
     let summary = format!(
         "heartbeats: largest N with p99 < {} ms and no false fencing: {max_ok}",
         p.p99_limit_ms
@@ -968,6 +998,12 @@ pub async fn run(env: &Env, p: &HeartbeatParams) -> anyhow::Result<Report> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stand_in_with_its_own_connection_needs_three_open_files() {
+        assert_eq!(fds_needed(10_000, None), 30_000 + FD_SPARE);
+        assert_eq!(fds_needed(10_000, Some(16)), 10_000 + FD_SPARE);
+    }
 
     #[test]
     fn every_stand_in_has_an_address_of_its_own_on_loopback() {

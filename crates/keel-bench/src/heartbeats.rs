@@ -944,7 +944,7 @@ pub async fn run(env: &Env, p: &HeartbeatParams) -> anyhow::Result<Report> {
             "pool_connections": p.pool,
             "connections": if p.pool.is_some() { "pooled: shared connections, no listeners" } else { "own: a connection and a listener per stand-in broker, each on its own 127.1.x.y address" },
             "fd_limit": fd_limit,
-            "failover": p.failover,
+            "failover": p.failover && p.pool.is_none(),
             "register_concurrency": p.register_concurrency,
             "register_budget_secs": p.register_budget_secs,
             "p99_limit_ms": p.p99_limit_ms,

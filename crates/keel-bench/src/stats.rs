@@ -3,28 +3,14 @@
 use keel_testkit::probe;
 use serde_json::{json, Value};
 
-/// Raises this process's open-file limit so that at least `want` files
-/// may be open: the hard limit first, where the process may (root: up to
-/// the kernel's `fs.nr_open`), then the soft limit to the hard one.
-/// Processes started afterwards (a bench's controllers) inherit it.
-/// Returns the soft limit in force (`None`: it cannot be read).
+/// Raises this process's open-file limit toward `want` files
+/// ([`keel_tls::admission::raise_open_files`]); processes started
+/// afterwards (a bench's controllers) inherit it. Returns the soft limit
+/// in force (`None`: it cannot be read).
 pub fn raise_fd_limit(want: u64) -> Option<u64> {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
-    if hard < want {
-        let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .unwrap_or(hard);
-        let target = want.min(ceiling).max(hard);
-        if setrlimit(Resource::RLIMIT_NOFILE, target, target).is_ok() {
-            return Some(target);
-        }
-    }
-    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
-        return Some(hard);
-    }
-    Some(soft)
+    keel_tls::admission::raise_open_files(Some(want))
+        .ok()
+        .map(|f| f.now)
 }
 
 /// Nearest-rank percentile (`p` in 0..=100) of unsorted samples; 0 if empty.

@@ -235,41 +235,30 @@ pub fn exit_if_storage_stalls(bound_ms: u64) {
     }
 }
 
-/// Raises the process's open-file limit (soft) to its hard limit: a node
-/// holds a connection per client, peer and broker, and a default soft
-/// limit of 1,024 is reached long before the machine's. Logs the outcome
-/// and returns the soft limit now in force (`None`: it cannot be read).
+/// Raises the process's open-file limit (soft) to its hard limit
+/// ([`keel_tls::admission::raise_open_files`]); logs the outcome and
+/// returns the soft limit now in force (`None`: it cannot be read).
 pub fn raise_fd_limit() -> Option<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit read and write only the struct passed.
-    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    if got != 0 {
-        tracing::warn!(error = %std::io::Error::last_os_error(), "cannot read the open-file limit");
-        return None;
-    }
-    let before = lim.rlim_cur;
-    if before >= lim.rlim_max {
-        tracing::info!(limit = before, "open-file limit");
-        return Some(before);
-    }
-    lim.rlim_cur = lim.rlim_max;
-    // SAFETY: as above.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } == 0 {
-        tracing::info!(
-            from = before,
-            to = lim.rlim_cur,
-            "raised the open-file limit"
-        );
-        Some(lim.rlim_cur)
-    } else {
-        tracing::warn!(
-            limit = before,
-            error = %std::io::Error::last_os_error(),
-            "cannot raise the open-file limit"
-        );
-        Some(before)
+    match keel_tls::admission::raise_open_files(None) {
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the open-file limit");
+            None
+        }
+        Ok(f) if f.now > f.before => {
+            tracing::info!(from = f.before, to = f.now, "raised the open-file limit");
+            Some(f.now)
+        }
+        Ok(f) if f.now < f.hard => {
+            tracing::warn!(
+                limit = f.now,
+                hard = f.hard,
+                "cannot raise the open-file limit"
+            );
+            Some(f.now)
+        }
+        Ok(f) => {
+            tracing::info!(limit = f.now, "open-file limit");
+            Some(f.now)
+        }
     }
 }

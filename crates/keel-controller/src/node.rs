@@ -36,29 +36,21 @@ pub struct ControllerNode {
 /// probes (`keel_raft::lease`), and the leader gives up its leadership as
 /// if the core were wedged: with every broker then reconnecting to the
 /// next leader, one busy active controller became an election a second.
-struct CoreRuntime {
-    runtime: Option<tokio::runtime::Runtime>,
-    handle: tokio::runtime::Handle,
-}
+struct CoreRuntime(Option<tokio::runtime::Runtime>);
 
-impl CoreRuntime {
-    fn start(node: keel_raft::NodeId) -> std::io::Result<Self> {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name(format!("keel-raft-{node}"))
-            .enable_all()
-            .build()?;
-        Ok(Self {
-            handle: runtime.handle().clone(),
-            runtime: Some(runtime),
-        })
-    }
+/// Node `node`'s [`CoreRuntime`], not yet wrapped.
+fn core_runtime(node: keel_raft::NodeId) -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(format!("keel-raft-{node}"))
+        .enable_all()
+        .build()
 }
 
 impl Drop for CoreRuntime {
     fn drop(&mut self) {
         // Dropped from within the main runtime: do not wait for its tasks.
-        if let Some(runtime) = self.runtime.take() {
+        if let Some(runtime) = self.0.take() {
             runtime.shutdown_background();
         }
     }
@@ -292,12 +284,13 @@ impl ControllerNode {
         // The election watchdog asks for pre-votes through the same
         // connections.
         let watchdog_network = network.clone();
-        let core = CoreRuntime::start(config.node_id).context("cannot start the Raft runtime")?;
+        let core = core_runtime(config.node_id).context("cannot start the Raft runtime")?;
         let node_id = config.node_id;
-        let raft: KeelRaft = core
-            .handle
+        let started = core
             .spawn(async move { openraft::Raft::new(node_id, rc, network, log, sm).await })
-            .await
+            .await;
+        let core = CoreRuntime(Some(core));
+        let raft: KeelRaft = started
             .context("the Raft runtime failed")?
             .context("raft failed to start")?;
         // A data dir that holds a vote or a log may have promised a leader a

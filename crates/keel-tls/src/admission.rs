@@ -66,6 +66,49 @@ pub const DEFAULT_MAX_HANDSHAKES: usize = 512;
 /// outgoing channels), at most; a quarter of a small limit.
 pub const FD_MARGIN: u64 = 1_024;
 
+/// A process's open-file limits around [`raise_open_files`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFiles {
+    /// The soft limit before.
+    pub before: u64,
+    /// The soft limit now in force.
+    pub now: u64,
+    /// The hard limit now in force.
+    pub hard: u64,
+}
+
+/// Raises this process's open-file soft limit to its hard limit (a node
+/// holds a connection per client, peer and broker, and a default soft
+/// limit of 1,024 is reached long before the machine's); with `want`
+/// above the hard limit, first raises the hard limit to it where the
+/// process may (with `CAP_SYS_RESOURCE`, up to the kernel's
+/// `fs.nr_open`). Processes started afterwards inherit the limits. `Err`
+/// when they cannot be read; a refused raise leaves them as they were.
+pub fn raise_open_files(want: Option<u64>) -> std::io::Result<OpenFiles> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (before, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    if let Some(want) = want.filter(|w| *w > hard) {
+        let ceiling = std::fs::read_to_string("/proc/sys/fs/nr_open")
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .unwrap_or(hard);
+        let target = want.min(ceiling).max(hard);
+        if setrlimit(Resource::RLIMIT_NOFILE, target, target).is_ok() {
+            return Ok(OpenFiles {
+                before,
+                now: target,
+                hard: target,
+            });
+        }
+    }
+    let now = if before < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        hard
+    } else {
+        before
+    };
+    Ok(OpenFiles { before, now, hard })
+}
+
 /// Why a connection was refused or closed before it was served: the
 /// `reason` label of `keel_connections_refused_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -704,6 +747,16 @@ mod tests {
 
     fn ip(last: u8) -> IpAddr {
         IpAddr::from([127, 0, 0, last])
+    }
+
+    #[test]
+    fn the_open_file_limit_is_raised_to_the_hard_limit_and_never_lowered() {
+        let first = raise_open_files(None).expect("limits readable");
+        assert!(first.before <= first.now, "{first:?}");
+        assert_eq!(first.now, first.hard, "soft raised to hard: {first:?}");
+        // Asking for fewer than are allowed changes nothing.
+        let again = raise_open_files(Some(16)).expect("limits readable");
+        assert_eq!((again.before, again.now), (first.now, first.now));
     }
 
     fn limits(total: usize, per_ip: usize, reserve: usize) -> Limits {
